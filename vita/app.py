@@ -1,0 +1,166 @@
+"""The front process's web app: the page, /health and /ready, and the Socket.IO events (VITA's and ours)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Flask, jsonify, request, send_from_directory
+from flask_socketio import SocketIO, disconnect
+
+from vita.config import PROJECT_ROOT, Config
+from vita.messages import CancelTurn, EndSession, ResetHistory, TurnRequest
+from vita.sessions import Session, SessionRegistry, SessionState
+
+log = logging.getLogger("vita.app")
+WEB_DIR = PROJECT_ROOT / "web"
+
+
+class FrontApp:
+    """Flask + Flask-SocketIO (threading mode) bound to one process graph and one session registry."""
+
+    def __init__(self, config: Config, graph: Any):
+        self.config = config
+        self.graph = graph
+        self.sessions = SessionRegistry(config.server.max_users)
+        self.started_at = time.time()
+        self.flask = Flask(__name__, static_folder=None)
+        self.socketio = SocketIO(self.flask, async_mode="threading",
+                                 max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
+        self._routes()
+        self._events()
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+    def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
+        if payload is None:
+            self.socketio.emit(event, to=to)
+        else:
+            self.socketio.emit(event, payload, to=to)
+
+    def _put(self, queue_name: str, message: Any) -> None:
+        self.graph.queues[queue_name].put(message, timeout=2)
+
+    def _session(self) -> Session | None:
+        return self.sessions.get(request.sid)
+
+    def error(self, code: str, message: str, sid: str | None = None) -> None:
+        self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
+
+    def cancel_active_turn(self, session: Session, reason: str) -> None:
+        """Stop whatever the assistant is doing for this session: client playback, LLM and TTS."""
+        with session.lock:
+            turn = session.active_turn
+            session.active_turn = None
+            busy = session.state is not SessionState.LISTENING
+            session.state = SessionState.LISTENING
+        if turn is None:
+            return
+        self.emit("stop_tts", to=session.sid)
+        cancel = CancelTurn(session.sid, turn, reason)
+        self._put("requests", cancel)
+        self._put("tts", cancel)
+        if busy:
+            self.emit("state", {"state": "listening", "turn_id": turn, "reason": reason}, to=session.sid)
+
+    def submit_turn(self, session: Session, audio: bytes = b"", text: str = "",
+                    frames: tuple[bytes, ...] = ()) -> int:
+        self.cancel_active_turn(session, "new turn")
+        turn_id = session.new_turn()
+        self._put("requests", TurnRequest(session.sid, turn_id, audio=audio, text=text, frames=frames,
+                                          voice=session.voice))
+        self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
+        return turn_id
+
+    # --- HTTP --------------------------------------------------------------------------------------------
+    def _routes(self) -> None:
+        app = self.flask
+
+        @app.get("/")
+        def index():
+            return send_from_directory(WEB_DIR, "index.html")
+
+        @app.get("/static/<path:name>")
+        def static_file(name: str):
+            return send_from_directory(WEB_DIR, name)
+
+        @app.get("/health")
+        def health():
+            workers = self.graph.health()
+            return jsonify({
+                "status": "ready" if self.graph.ready() else "starting",
+                "workers": workers,
+                "sessions": len(self.sessions),
+                "max_users": self.config.server.max_users,
+                "uptime_s": round(time.time() - self.started_at, 1),
+            })
+
+        @app.get("/ready")
+        def ready():
+            ok = self.graph.ready()
+            return jsonify({"ready": ok}), 200 if ok else 503
+
+    # --- Socket.IO ---------------------------------------------------------------------------------------
+    def _events(self) -> None:
+        sio = self.socketio
+
+        @sio.on("connect")
+        def on_connect(auth=None):
+            session = self.sessions.open(request.sid)
+            if session is None:
+                log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
+                self.emit("too_many_users", to=request.sid)
+                disconnect()
+                return
+            log.info("session %s connected (%d/%d)", request.sid, len(self.sessions), self.sessions.max_users)
+            self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health()},
+                      to=request.sid)
+
+        @sio.on("disconnect")
+        def on_disconnect(*_):
+            session = self.sessions.close(request.sid)
+            if session is None:
+                return
+            for name in ("requests", "tts"):
+                self._put(name, EndSession(session.sid))
+            log.info("session %s disconnected", session.sid)
+
+        @sio.on("text_input")
+        def on_text_input(data=None):
+            session = self._session()
+            if session is None:
+                return
+            text = data.get("text") if isinstance(data, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                self.error("bad_text", "text_input needs {\"text\": \"...\"} with some text")
+                return
+            if len(text) > self.config.limits.max_text_chars:
+                self.error("text_too_long", f"text is longer than {self.config.limits.max_text_chars} characters")
+                return
+            if not self.graph.ready():
+                self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
+                return
+            session.touch()
+            self.submit_turn(session, text=text.strip())
+
+        @sio.on("reset_state")
+        def on_reset_state(*_):
+            session = self._session()
+            if session is None:
+                return
+            self.cancel_active_turn(session, "reset")
+            self._put("requests", ResetHistory(session.sid))
+
+        @sio.on("recording-started")
+        def on_recording_started(*_):
+            session = self._session()
+            if session is not None:
+                session.touch()
+                self.cancel_active_turn(session, "recording started")
+
+        @sio.on("recording-stopped")
+        def on_recording_stopped(*_):
+            session = self._session()
+            if session is not None:
+                session.touch()
+                self.cancel_active_turn(session, "recording stopped")

@@ -1,0 +1,130 @@
+"""`python server.py`: parse flags over the YAML config, start the process graph, serve until signalled."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from vita.config import Config, ConfigError, load_config, validate
+
+log = logging.getLogger("vita.server")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage block: the option and what is wrong with it
+        self.exit(2, f"server.py: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="server.py", description="Real-time multimodal voice-assistant server (VITA protocol).")
+    p.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+    p.add_argument("--model_path", help="LLM folder for vLLM (default: the bundled Gemma 3 270M)")
+    p.add_argument("--ip", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8081)")
+    p.add_argument("--max_users", type=int, help="concurrent sessions (default 2)")
+    p.add_argument("--timeout", type=float, help="idle seconds before a session is closed (default 600)")
+    p.add_argument("--certfile", help="TLS certificate (PEM); default: self-signed, generated on first start")
+    p.add_argument("--keyfile", help="TLS private key (PEM) for --certfile")
+    p.add_argument("--no_tls", action="store_true", help="serve plain HTTP (only behind a TLS-terminating proxy)")
+    p.add_argument("--models_dir", help="folder of the assembled embedded models (default: models/)")
+    p.add_argument("--state_dir", help="writable folder for the generated certificate")
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> Config:
+    args = build_parser().parse_args(argv)
+    config = load_config(args.config)
+    s = config.server
+    for flag, target, attr in (
+        ("model_path", config.llm, "model_path"), ("ip", s, "ip"), ("port", s, "port"),
+        ("max_users", s, "max_users"), ("timeout", s, "timeout"), ("certfile", s, "certfile"),
+        ("keyfile", s, "keyfile"), ("state_dir", s, "state_dir"), ("models_dir", config, "models_dir"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(target, attr, value)
+    if args.no_tls:
+        s.tls = False
+    return validate(config)
+
+
+def _check_models(config: Config) -> None:
+    from vita.models import missing_models
+
+    missing = missing_models(config.models_path())
+    if config.llm.model_path:  # an operator's own LLM folder replaces the bundled one
+        missing = [m for m in missing if m != "gemma-3-270m"]
+    if missing:
+        raise ConfigError("--models_dir", f"models not assembled in {config.models_path()}: {', '.join(missing)} "
+                          "(run scripts/setup.sh)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = config_from_args(argv)
+        _check_models(config)
+    except ConfigError as exc:
+        print(f"server.py: error: {exc}", file=sys.stderr)
+        return 2
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s front %(levelname)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+    from werkzeug.serving import make_server
+
+    from vita.app import FrontApp
+    from vita.dispatcher import OutputDispatcher
+    from vita.process_graph import ProcessGraph, WorkerSpec
+    from vita.tls import ensure_self_signed, server_context
+    from workers.llm_worker import run_llm_worker
+    from workers.tts_worker import run_tts_worker
+
+    s = config.server
+    ssl_context = None
+    if s.tls:
+        if s.certfile:
+            cert, key = Path(s.certfile), Path(s.keyfile)
+        else:
+            cert, key = ensure_self_signed(config.state_path() / "tls", s.ip)
+            log.info("using self-signed certificate %s", cert)
+        ssl_context = server_context(cert, key)
+
+    try:  # bind before starting workers: a busy port is an operator error, not a crash a minute later
+        graph = ProcessGraph(config, [WorkerSpec("llm", run_llm_worker, "requests"),
+                                      WorkerSpec("tts", run_tts_worker, "tts", daemon=True)])
+        front = FrontApp(config, graph)
+        server = make_server(s.ip, s.port, front.flask, threaded=True, ssl_context=ssl_context)
+    except OSError as exc:
+        print(f"server.py: error: --port: cannot listen on {s.ip}:{s.port} ({exc.strerror})", file=sys.stderr)
+        return 2
+
+    stopping = threading.Event()
+
+    def request_stop(signum, _frame):
+        if not stopping.is_set():
+            stopping.set()
+            log.info("%s received: shutting down", signal.Signals(signum).name)
+            threading.Thread(target=server.shutdown, name="http-shutdown", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    graph.start()
+    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, graph.on_status)
+    dispatcher.start()
+    scheme = "https" if ssl_context else "http"
+    log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, s.ip, s.port)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        started = time.monotonic()
+        server.server_close()
+        graph.stop(timeout=10)
+        dispatcher.stop()
+        log.info("stopped in %.1f s", time.monotonic() - started)
+    return 0

@@ -1,0 +1,234 @@
+"""Server configuration: typed sections loaded from YAML, overridden by CLI flags, validated in one place.
+
+Every problem is raised as ``ConfigError`` naming the option, so the CLI can print one line instead of a
+traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = PROJECT_ROOT / "configs" / "default.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; ``option`` names it the way the user wrote it."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+@dataclass
+class ServerConfig:
+    ip: str = "127.0.0.1"
+    port: int = 8081
+    max_users: int = 2
+    timeout: float = 600.0
+    tls: bool = True
+    certfile: str | None = None
+    keyfile: str | None = None
+    state_dir: str | None = None
+
+
+@dataclass
+class VadConfig:
+    start_threshold: float = 0.5
+    end_threshold: float = 0.35
+    end_silence_ms: int = 300
+    pre_roll_ms: int = 300
+    min_utterance_ms: int = 250
+    max_utterance_s: float = 30.0
+
+
+@dataclass
+class AsrConfig:
+    model: str = "whisper-base"
+    compute_type: str = "int8"
+    cpu_threads: int = 2
+    language: str | None = "en"
+    beam_size: int = 1
+
+
+@dataclass
+class LlmConfig:
+    model_path: str | None = None
+    device: str = "cpu"
+    visible_devices: str | None = None
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    kv_cache_space_gib: int = 2
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = True
+    prompt_style: str = "auto"
+    persona: str = (
+        "Vita is a helpful, friendly voice assistant. Vita answers in one or two short, clear sentences."
+    )
+    history_turns: int = 4
+    max_tokens: int = 64
+    temperature: float = 0.0
+    ready_timeout_s: float = 600.0
+
+
+@dataclass
+class TtsConfig:
+    voice: str = "joe-us"
+    output_sample_rate: int = 24000
+    chunk_ms: int = 200
+
+
+@dataclass
+class LimitsConfig:
+    max_audio_message_bytes: int = 64_000
+    max_frame_bytes: int = 2_000_000
+    max_text_chars: int = 2000
+    save_utterances_dir: str | None = None
+
+
+@dataclass
+class Config:
+    models_dir: str = "models"
+    server: ServerConfig = field(default_factory=ServerConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    # --- derived paths -------------------------------------------------------------------------------
+    def models_path(self) -> Path:
+        env = os.environ.get("VITA_MODELS_DIR")
+        path = Path(env or self.models_dir).expanduser()
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
+    def llm_model_path(self) -> Path:
+        if self.llm.model_path:
+            return Path(self.llm.model_path).expanduser().resolve()
+        return self.models_path() / "gemma-3-270m"
+
+    def state_path(self) -> Path:
+        if self.server.state_dir:
+            return Path(self.server.state_dir).expanduser()
+        base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+        return Path(base) / "vita-server"
+
+
+_SECTIONS = {"server", "vad", "asr", "llm", "tts", "limits"}
+_ASR_MODELS = ("whisper-base", "whisper-tiny.en")
+_PROMPT_STYLES = ("auto", "chat", "transcript")
+_DEVICES = ("cpu", "cuda")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _coerce(option: str, value: Any, default: Any, annotation: str) -> Any:
+    """Coerce a YAML value to the field's type; YAML already gives ints/floats/bools."""
+    optional = "None" in annotation
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(option, "must not be empty")
+    if annotation.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(option, f"must be true or false, got {value!r}")
+    if annotation.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(option, f"must be an integer, got {value!r}")
+        return value
+    if annotation.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(option, f"must be a number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(option, f"must be a string, got {value!r}")
+    return value
+
+
+def _apply_section(obj: Any, data: dict, prefix: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(prefix.rstrip("."), "must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"{prefix}{key}", "unknown option")
+        f = fields[key]
+        setattr(obj, key, _coerce(f"{prefix}{key}", value, getattr(obj, key), str(f.type)))
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read a YAML file over the built-in defaults (which equal configs/default.yaml)."""
+    config = Config()
+    path = Path(path) if path else DEFAULT_CONFIG_PATH
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError("--config", f"file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", f"{path} is not valid YAML ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config", f"{path} must hold a mapping of sections")
+    for key, value in data.items():
+        if key in _SECTIONS:
+            _apply_section(getattr(config, key), value or {}, f"{key}.")
+        elif key == "models_dir":
+            config.models_dir = _coerce("models_dir", value, config.models_dir, "str")
+        else:
+            raise ConfigError(key, "unknown section")
+    return config
+
+
+def _check(cond: bool, option: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(option, message)
+
+
+def validate(config: Config) -> Config:
+    """Range and choice checks; the option names are those of the CLI where a flag exists."""
+    s, v, a, llm, t, lim = config.server, config.vad, config.asr, config.llm, config.tts, config.limits
+    _check(bool(s.ip.strip()), "--ip", "must not be empty")
+    _check(1 <= s.port <= 65535, "--port", f"must be between 1 and 65535, got {s.port}")
+    _check(s.max_users >= 1, "--max_users", f"must be at least 1, got {s.max_users}")
+    _check(s.timeout > 0, "--timeout", f"must be a positive number of seconds, got {s.timeout:g}")
+    _check((s.certfile is None) == (s.keyfile is None), "--certfile/--keyfile", "give both or neither")
+    for opt, p in (("--certfile", s.certfile), ("--keyfile", s.keyfile)):
+        _check(p is None or Path(p).is_file(), opt, f"file not found: {p}")
+    _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")
+    _check(0 < v.end_threshold <= v.start_threshold, "vad.end_threshold",
+           "must be between 0 and vad.start_threshold")
+    _check(32 <= v.end_silence_ms <= 5000, "vad.end_silence_ms", "must be between 32 and 5000")
+    _check(0 <= v.pre_roll_ms <= 2000, "vad.pre_roll_ms", "must be between 0 and 2000")
+    _check(0 <= v.min_utterance_ms <= 5000, "vad.min_utterance_ms", "must be between 0 and 5000")
+    _check(1 <= v.max_utterance_s <= 120, "vad.max_utterance_s", "must be between 1 and 120")
+    _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
+    _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
+    _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")
+    _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
+    _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
+    _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",
+           f"must be one of {', '.join(_PROMPT_STYLES)}")
+    _check(128 <= llm.max_model_len <= 1_048_576, "llm.max_model_len", "must be between 128 and 1048576")
+    _check(llm.kv_cache_space_gib > 0, "llm.kv_cache_space_gib", "must be positive")
+    _check(0 < llm.gpu_memory_utilization <= 1, "llm.gpu_memory_utilization", "must be in (0, 1]")
+    _check(llm.tensor_parallel_size >= 1, "llm.tensor_parallel_size", "must be at least 1")
+    _check(0 <= llm.history_turns <= 64, "llm.history_turns", "must be between 0 and 64")
+    _check(1 <= llm.max_tokens <= llm.max_model_len, "llm.max_tokens", "must be between 1 and max_model_len")
+    _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
+    _check(llm.ready_timeout_s > 0, "llm.ready_timeout_s", "must be positive")
+    model = config.llm_model_path()
+    _check(model.is_dir(), "--model_path",
+           f"no model folder at {model}" + ("" if llm.model_path else " (run scripts/setup.sh first)"))
+    _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
+           "must be 24000 (the rate the VITA page plays)")
+    _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")
+    _check(lim.max_audio_message_bytes >= 256, "limits.max_audio_message_bytes", "must be at least 256")
+    _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
+    _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")
+    return config

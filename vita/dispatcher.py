@@ -1,0 +1,94 @@
+"""The front's output thread: blocks on the workers' output queue and emits each message to its own
+session only, dropping what belongs to a turn that is no longer current.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from vita.messages import (
+    ReplyText,
+    SessionError,
+    Transcript,
+    TtsChunk,
+    TurnEnded,
+    TurnTimings,
+    WorkerStatus,
+)
+from vita.sessions import SessionRegistry, SessionState
+
+log = logging.getLogger("vita.dispatch")
+
+Emit = Callable[..., None]  # emit(event, payload, to=sid)
+
+
+class OutputDispatcher:
+    def __init__(self, outputs: Any, sessions: SessionRegistry, emit: Emit,
+                 on_status: Callable[[WorkerStatus], None]):
+        self.outputs = outputs
+        self.sessions = sessions
+        self.emit = emit
+        self.on_status = on_status
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="output-dispatcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                message = self.outputs.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):  # manager gone: the server is shutting down
+                return
+            try:
+                self.route(message)
+            except Exception:  # a bad message must not stop delivery for every other session
+                log.exception("could not deliver %s", type(message).__name__)
+
+    def route(self, message: Any) -> None:
+        if isinstance(message, WorkerStatus):
+            self.on_status(message)
+            return
+        session = self.sessions.get(message.session_id)
+        if session is None:
+            return
+        sid = session.sid
+        turn_id = getattr(message, "turn_id", None)
+        if isinstance(message, SessionError):
+            self.emit("error", {"code": message.code, "message": message.message, "turn_id": turn_id}, to=sid)
+            return
+        if turn_id is not None and not session.is_current(turn_id):
+            return  # a cancelled or superseded turn
+        if isinstance(message, TtsChunk):
+            if message.pcm:
+                if session.state is not SessionState.SPEAKING:
+                    session.state = SessionState.SPEAKING
+                    self.emit("state", {"state": "speaking", "turn_id": turn_id}, to=sid)
+                self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
+            if message.last and session.end_turn(turn_id):
+                self.emit("state", {"state": "listening", "turn_id": turn_id}, to=sid)
+        elif isinstance(message, Transcript):
+            self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
+        elif isinstance(message, ReplyText):
+            if message.done:
+                self.emit("response_text", {"text": session.reply.strip(), "turn_id": turn_id}, to=sid)
+            else:
+                session.reply += message.delta
+                self.emit("reply_delta", {"turn_id": turn_id, "text": message.delta}, to=sid)
+        elif isinstance(message, TurnTimings):
+            self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
+        elif (isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done"
+              and session.end_turn(turn_id)):
+            # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
+            self.emit("state", {"state": "listening", "turn_id": turn_id, "reason": message.reason}, to=sid)

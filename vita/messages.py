@@ -1,0 +1,147 @@
+"""The one message vocabulary that crosses process boundaries (front <-> LLM worker <-> TTS worker).
+
+Every value is a frozen dataclass of plain fields so it pickles through multiprocessing Manager queues.
+Cancellation is by (session_id, turn_id): a stage drops any message whose turn is no longer current.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class WorkerState(StrEnum):
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    DEAD = "dead"
+    STOPPED = "stopped"
+
+
+# --- front -> LLM worker ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """A finished user turn: an utterance (16 kHz int16 mono PCM), sampled camera frames, typed text."""
+
+    session_id: str
+    turn_id: int
+    audio: bytes = b""
+    sample_rate: int = 16000
+    frames: tuple[bytes, ...] = ()
+    text: str = ""
+    voice: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class CancelTurn:
+    """Stop every turn of this session up to and including turn_id (barge-in, reset, disconnect)."""
+
+    session_id: str
+    turn_id: int
+    reason: str = "barge-in"
+
+
+@dataclass(frozen=True)
+class ResetHistory:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class EndSession:
+    """The session is gone: forget its history and drop its pending work."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Ask a worker loop to finish and release its models."""
+
+
+# --- LLM worker -> TTS worker --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TtsPiece:
+    """A speakable piece of a reply; seq orders the pieces of one turn, last marks the end of the reply."""
+
+    session_id: str
+    turn_id: int
+    seq: int
+    text: str
+    last: bool = False
+    voice: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+
+# --- workers -> front ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TtsChunk:
+    """Reply audio: int16 mono PCM at sample_rate (24 kHz, the VITA page's format)."""
+
+    session_id: str
+    turn_id: int
+    seq: int
+    pcm: bytes
+    sample_rate: int = 24000
+    last: bool = False
+
+
+@dataclass(frozen=True)
+class Transcript:
+    session_id: str
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyText:
+    """Reply text as it streams: delta is new text since the last message of this turn."""
+
+    session_id: str
+    turn_id: int
+    delta: str
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class TurnTimings:
+    """Per-stage times of one turn in seconds (names such as asr_s, first_token_s), from one stage."""
+
+    session_id: str
+    turn_id: int
+    stage: str
+    timings: dict[str, float]
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """A stage has nothing more for this turn (answered, empty transcript, or cancelled)."""
+
+    session_id: str
+    turn_id: int
+    stage: str
+    reason: str = "done"
+
+
+@dataclass(frozen=True)
+class SessionError:
+    """A readable error for one session; code is stable for clients to switch on."""
+
+    session_id: str
+    turn_id: int | None
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker: str
+    state: WorkerState
+    detail: str = ""
+    pid: int = 0
+    at: float = field(default_factory=time.time)

@@ -1,0 +1,192 @@
+"""The worker processes behind the front: a Manager with the three queues, the LLM and TTS workers,
+their states for /health, and a shutdown that leaves no process behind (vLLM's own children included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.managers import SyncManager
+from typing import Any
+
+import psutil
+
+from vita.messages import Shutdown, WorkerState, WorkerStatus
+
+log = logging.getLogger("vita.graph")
+
+QUEUE_BOUND = 256  # per queue; a stuck consumer makes producers block briefly instead of eating memory
+
+
+def _manager_init() -> None:
+    # The front handles Ctrl-C; the queues must outlive it until the workers have been told to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@dataclass
+class WorkerSpec:
+    """How to start one worker: a module-level entry point called as target(config, inbox, outbox...)."""
+
+    name: str
+    target: Callable[..., None]
+    inbox: str  # name of the queue the worker reads
+    # vLLM's engine starts processes of its own, which a daemonic process may not do.
+    daemon: bool = False
+
+
+@dataclass
+class WorkerHandle:
+    spec: WorkerSpec
+    process: multiprocessing.process.BaseProcess | None = None
+    state: WorkerState = WorkerState.STARTING
+    detail: str = ""
+    since: float = field(default_factory=time.time)
+    started_at: float = field(default_factory=time.time)
+    ready_after_s: float | None = None
+
+    def set_state(self, state: WorkerState, detail: str) -> None:
+        self.state, self.detail, self.since = state, detail, time.time()
+        if state is WorkerState.READY and self.ready_after_s is None:
+            self.ready_after_s = round(self.since - self.started_at, 2)
+
+
+class ProcessGraph:
+    """Owns the Manager queues and the worker processes; thread-safe to query from request handlers."""
+
+    def __init__(self, config: Any, specs: list[WorkerSpec]):
+        self.config = config
+        self._ctx = multiprocessing.get_context("spawn")
+        self._specs = specs
+        self._workers: dict[str, WorkerHandle] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._monitor: threading.Thread | None = None
+        self.manager: SyncManager | None = None
+        self.queues: dict[str, Any] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.manager = SyncManager(ctx=self._ctx)
+        self.manager.start(_manager_init)
+        self.queues = {name: self.manager.Queue(QUEUE_BOUND) for name in ("requests", "tts", "outputs")}
+        for spec in self._specs:
+            self._workers[spec.name] = WorkerHandle(spec)
+            self._spawn(self._workers[spec.name])
+        self._monitor = threading.Thread(target=self._watch, name="worker-monitor", daemon=True)
+        self._monitor.start()
+
+    def _spawn(self, handle: WorkerHandle) -> None:
+        spec = handle.spec
+        process = self._ctx.Process(
+            target=spec.target,
+            name=f"vita-{spec.name}",
+            args=(self.config, self.queues[spec.inbox], self.queues),
+            daemon=spec.daemon,
+        )
+        process.start()
+        with self._lock:
+            handle.process = process
+            handle.started_at = time.time()
+            handle.ready_after_s = None
+            handle.set_state(WorkerState.STARTING, f"pid {process.pid}")
+        log.info("started %s worker (pid %d)", spec.name, process.pid)
+
+    def _watch(self) -> None:
+        """Block on the workers' sentinels: a worker that exits while we are not stopping is dead."""
+        while not self._stopping.is_set():
+            with self._lock:
+                live = {h.process.sentinel: h for h in self._workers.values()
+                        if h.process is not None and h.state not in (WorkerState.DEAD, WorkerState.STOPPED)}
+            ready = multiprocessing.connection.wait([*live, self._wake_r])
+            for sentinel in ready:
+                handle = live.get(sentinel)
+                if handle is None or self._stopping.is_set():
+                    continue
+                handle.process.join(timeout=1)
+                code = handle.process.exitcode
+                with self._lock:
+                    handle.set_state(WorkerState.DEAD, f"exited with code {code}")
+                log.error("%s worker died (exit code %s)", handle.spec.name, code)
+
+    def on_status(self, status: WorkerStatus) -> None:
+        with self._lock:
+            handle = self._workers.get(status.worker)
+            if handle is None or handle.state in (WorkerState.DEAD, WorkerState.STOPPED):
+                return
+            if handle.process is not None and status.pid and status.pid != handle.process.pid:
+                return  # a late report from a previous incarnation
+            handle.set_state(status.state, status.detail)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask every worker to finish, then terminate whatever is left, descendants included."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._wake_w.send(b"x")
+        deadline = time.monotonic() + timeout
+        descendants: list[psutil.Process] = []
+        for handle in self._workers.values():
+            if handle.process is not None and handle.process.is_alive():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    descendants += psutil.Process(handle.process.pid).children(recursive=True)
+        for name in ("requests", "tts"):
+            try:
+                self.queues[name].put(Shutdown(), timeout=1)
+            except Exception:  # manager already gone (e.g. killed); termination below still applies
+                log.warning("could not send Shutdown on the %s queue", name)
+        for handle in self._workers.values():
+            if handle.process is not None:
+                handle.process.join(timeout=max(0.1, deadline - time.monotonic() - 2))
+                if handle.process.is_alive():
+                    log.warning("%s worker did not stop in time; terminating", handle.spec.name)
+                    handle.process.terminate()
+                    handle.process.join(timeout=2)
+                if handle.process.is_alive():
+                    handle.process.kill()
+                    handle.process.join(timeout=1)
+            with self._lock:
+                handle.set_state(WorkerState.STOPPED, "server stopped")
+        _reap(descendants)
+        if self.manager is not None:
+            self.manager.shutdown()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # --- queries -----------------------------------------------------------------------------------------
+    def health(self) -> dict[str, dict]:
+        with self._lock:
+            return {
+                name: {
+                    "state": h.state.value,
+                    "detail": h.detail,
+                    "pid": h.process.pid if h.process else None,
+                    "since": round(h.since, 3),
+                    "ready_after_s": h.ready_after_s,
+                }
+                for name, h in self._workers.items()
+            }
+
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self._workers) and all(h.state is WorkerState.READY for h in self._workers.values())
+
+
+def _reap(processes: list[psutil.Process], grace: float = 3.0) -> None:
+    alive = [p for p in processes if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=1)

@@ -1,0 +1,50 @@
+"""What every worker process does first: device environment, parent-death signal, logging, status reports."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+from typing import Any
+
+from vita.messages import WorkerState, WorkerStatus
+
+_PR_SET_PDEATHSIG = 1
+
+
+def prepare_process(name: str, env: dict[str, str]) -> logging.Logger:
+    """Call at the top of a worker's entry point, before torch / vLLM / onnxruntime are imported.
+
+    The device variables must be in the environment before those libraries initialise (VITA set
+    CUDA_VISIBLE_DEVICES after importing torch, so its workers all landed on GPU 0).
+    """
+    os.environ.update(env)
+    # Ctrl-C reaches the whole foreground process group; the front process owns shutdown and tells
+    # workers to stop, so a worker must not die half-way through with a KeyboardInterrupt trace.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # If the front process is killed outright, take this worker down with it (Linux only).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(f"vita-{name}-worker")
+    except ImportError:
+        pass
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name:>5} %(levelname)s %(message)s")
+    return logging.getLogger(f"vita.{name}")
+
+
+class StatusReporter:
+    """Sends this worker's state to the front process, which serves it at /health."""
+
+    def __init__(self, worker: str, outbox: Any, log: logging.Logger):
+        self.worker = worker
+        self.outbox = outbox
+        self.log = log
+
+    def __call__(self, state: WorkerState, detail: str = "") -> None:
+        self.log.info("%s%s", state.value, f": {detail}" if detail else "")
+        self.outbox.put(WorkerStatus(self.worker, state, detail, os.getpid()))

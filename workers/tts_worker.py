@@ -1,0 +1,226 @@
+"""TTS worker process: Piper speech for each piece, resampled to 24 kHz, chunked, routed by session and turn.
+
+Cancels are read by a separate inbox thread the moment they arrive, so a turn being synthesized stops at
+its next chunk rather than after the queue drains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vita.messages import (
+    CancelTurn,
+    EndSession,
+    SessionError,
+    Shutdown,
+    TtsChunk,
+    TtsPiece,
+    TurnEnded,
+    TurnTimings,
+    WorkerState,
+)
+from workers.common import StatusReporter, prepare_process
+from workers.tts_text import normalize_for_speech
+
+NAME = "tts"
+
+
+class PiperEngine:
+    """One Piper voice: text in, int16 mono audio at its native rate out, a sentence at a time."""
+
+    def __init__(self, folder: Path):
+        from piper import PiperVoice
+
+        self.voice = PiperVoice.load(str(folder / "voice.onnx"), config_path=str(folder / "voice.onnx.json"))
+        self.sample_rate = int(self.voice.config.sample_rate)
+
+    def synthesize(self, text: str) -> Iterator[np.ndarray]:
+        for chunk in self.voice.synthesize(text):
+            yield np.frombuffer(chunk.audio_int16_bytes, dtype=np.int16)
+
+
+def available_voices(models_dir: Path) -> list[str]:
+    root = models_dir / "piper"
+    return sorted(p.name for p in root.iterdir() if (p / "voice.onnx").is_file()) if root.is_dir() else []
+
+
+@dataclass
+class TurnAudio:
+    """Streaming state of one turn's audio: one resampler so joins between pieces are continuous."""
+
+    resampler: Any
+    seq: int = 0
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    first_piece_at: float | None = None
+    first_chunk_s: float | None = None
+    synth_s: float = 0.0
+    audio_s: float = 0.0
+
+
+class TtsWorker:
+    def __init__(self, config: Any, inbox: Any, outbox: Any, report: StatusReporter):
+        self.config = config
+        self.inbox, self.outbox, self.report = inbox, outbox, report
+        self.engines: dict[str, PiperEngine] = {}
+        self.pieces: queue.Queue = queue.Queue()
+        self.cancelled: dict[str, int] = {}  # session -> highest cancelled turn id
+        self.cancel_lock = threading.Lock()
+        self.turns: dict[tuple[str, int], TurnAudio] = {}
+        self.stop = threading.Event()
+        self.out_rate = config.tts.output_sample_rate
+        self.chunk_samples = self.out_rate * config.tts.chunk_ms // 1000
+
+    def setup(self) -> None:
+        models = self.config.models_path()
+        names = available_voices(models)
+        default = self.config.tts.voice
+        if default not in names:
+            raise RuntimeError(f"voice {default!r} not found under {models / 'piper'} (have: {names})")
+        for name in names:
+            self.report(WorkerState.LOADING, f"loading Piper voice {name}")
+            self.engines[name] = PiperEngine(models / "piper" / name)
+        # First synthesis pays onnxruntime's warm-up; do it before saying ready.
+        list(self.engines[default].synthesize("Ready."))
+
+    # --- inbox -------------------------------------------------------------------------------------------
+    def read_inbox(self) -> None:
+        while not self.stop.is_set():
+            try:
+                message = self.inbox.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):
+                message = Shutdown()
+            if isinstance(message, CancelTurn):
+                self._mark_cancelled(message.session_id, message.turn_id)
+            elif isinstance(message, EndSession):
+                self._mark_cancelled(message.session_id, 1 << 62)
+                self.pieces.put(message)
+            else:
+                self.pieces.put(message)
+            if isinstance(message, Shutdown):
+                return
+
+    def _mark_cancelled(self, session_id: str, turn_id: int) -> None:
+        with self.cancel_lock:
+            self.cancelled[session_id] = max(turn_id, self.cancelled.get(session_id, -1))
+
+    def is_cancelled(self, session_id: str, turn_id: int) -> bool:
+        with self.cancel_lock:
+            return turn_id <= self.cancelled.get(session_id, -1)
+
+    # --- synthesis loop ----------------------------------------------------------------------------------
+    def serve(self) -> None:
+        reader = threading.Thread(target=self.read_inbox, name="tts-inbox", daemon=True)
+        reader.start()
+        self.report(WorkerState.READY, f"voices: {', '.join(self.engines)}")
+        while True:
+            message = self.pieces.get()
+            if isinstance(message, Shutdown):
+                break
+            if isinstance(message, EndSession):
+                self._drop_session(message.session_id)
+            elif isinstance(message, TtsPiece):
+                try:
+                    self.speak(message)
+                except Exception as exc:  # a piece that cannot be spoken must not stop other sessions
+                    self.report.log.exception("piece %s:%s failed", message.session_id, message.turn_id)
+                    self.outbox.put(SessionError(message.session_id, message.turn_id, "tts_failed",
+                                                 f"Could not speak the reply: {exc}"))
+                    self.turns.pop((message.session_id, message.turn_id), None)
+        self.stop.set()
+
+    def _drop_session(self, session_id: str) -> None:
+        for key in [k for k in self.turns if k[0] == session_id]:
+            del self.turns[key]
+
+    def speak(self, piece: TtsPiece) -> None:
+        key = (piece.session_id, piece.turn_id)
+        if self.is_cancelled(*key):
+            self._end_cancelled(key)
+            return
+        turn = self.turns.get(key)
+        if turn is None:
+            import soxr
+
+            engine = self._engine(piece.voice)
+            resampler = soxr.ResampleStream(engine.sample_rate, self.out_rate, 1, dtype="int16", quality="HQ")
+            turn = self.turns[key] = TurnAudio(resampler)
+        if turn.first_piece_at is None and piece.text:
+            turn.first_piece_at = time.monotonic()
+        text = normalize_for_speech(piece.text)
+        if text:
+            engine = self._engine(piece.voice)
+            started = time.monotonic()
+            for audio in engine.synthesize(text):
+                turn.synth_s += time.monotonic() - started
+                turn.audio_s += audio.size / engine.sample_rate
+                if not self._emit(key, turn, turn.resampler.resample_chunk(audio)):
+                    self._end_cancelled(key)
+                    return
+                started = time.monotonic()
+        if piece.last:
+            tail = turn.resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+            if not self._emit(key, turn, tail, final=True):
+                self._end_cancelled(key)
+                return
+            del self.turns[key]
+            timings = {"synth_s": turn.synth_s, "audio_s": turn.audio_s,
+                       "rtf": turn.synth_s / turn.audio_s if turn.audio_s else 0.0}
+            if turn.first_chunk_s is not None:
+                timings["first_chunk_s"] = turn.first_chunk_s
+            self.outbox.put(TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}))
+            self.outbox.put(TurnEnded(*key, NAME))
+
+    def _engine(self, voice: str | None) -> PiperEngine:
+        return self.engines.get(voice or "", self.engines[self.config.tts.voice])
+
+    def _emit(self, key: tuple[str, int], turn: TurnAudio, audio: np.ndarray, final: bool = False) -> bool:
+        """Send whole chunks (all remaining audio if final); False if the turn was cancelled meanwhile."""
+        turn.pending = np.concatenate([turn.pending, audio]) if turn.pending.size else audio
+        while turn.pending.size >= self.chunk_samples or (final and turn.pending.size):
+            if self.is_cancelled(*key):
+                return False
+            chunk, turn.pending = turn.pending[: self.chunk_samples], turn.pending[self.chunk_samples:]
+            self._put_chunk(key, turn, chunk.tobytes(), last=False)
+        if final:
+            self._put_chunk(key, turn, b"", last=True)
+        return True
+
+    def _put_chunk(self, key: tuple[str, int], turn: TurnAudio, pcm: bytes, last: bool) -> None:
+        if turn.first_chunk_s is None and pcm and turn.first_piece_at is not None:
+            turn.first_chunk_s = time.monotonic() - turn.first_piece_at
+        self.outbox.put(TtsChunk(key[0], key[1], turn.seq, pcm, self.out_rate, last=last))
+        turn.seq += 1
+
+    def _end_cancelled(self, key: tuple[str, int]) -> None:
+        if self.turns.pop(key, None) is not None:
+            self.outbox.put(TurnEnded(*key, NAME, "cancelled"))
+
+
+def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
+    """Process entry point (spawned by the process graph)."""
+    log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+    report = StatusReporter(NAME, queues["outputs"], log)
+    worker = TtsWorker(config, inbox, queues["outputs"], report)
+    try:
+        report(WorkerState.LOADING, "loading voices")
+        worker.setup()
+        worker.serve()
+    except Exception as exc:
+        log.exception("TTS worker failed")
+        with contextlib.suppress(Exception):
+            report(WorkerState.FAILED, f"{exc.__class__.__name__}: {exc}")
+        raise SystemExit(1) from exc
+    finally:
+        worker.stop.set()
+    log.info("stopped")
