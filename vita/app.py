@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from flask import Flask, jsonify, request, send_from_directory
-from flask_socketio import SocketIO, disconnect
+from flask_socketio import SocketIO
 
 from vita.config import PROJECT_ROOT, Config
 from vita.messages import CancelTurn, EndSession, ResetHistory, TurnRequest
@@ -110,7 +110,8 @@ class FrontApp:
             if session is None:
                 log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
                 self.emit("too_many_users", to=request.sid)
-                disconnect()
+                # Accept, tell, then really disconnect (VITA only warned); a refused connect could not be told.
+                self.socketio.start_background_task(self.socketio.server.disconnect, request.sid)
                 return
             log.info("session %s connected (%d/%d)", request.sid, len(self.sessions), self.sessions.max_users)
             self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health()},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -64,6 +65,10 @@ def _check_models(config: Config) -> None:
                           "(run scripts/setup.sh)")
 
 
+def _family(ip: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in ip else socket.AF_INET
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(argv)
@@ -98,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         graph = ProcessGraph(config, [WorkerSpec("llm", run_llm_worker, "requests"),
                                       WorkerSpec("tts", run_tts_worker, "tts", daemon=True)])
         front = FrontApp(config, graph)
-        server = make_server(s.ip, s.port, front.flask, threaded=True, ssl_context=ssl_context)
+        listener = socket.create_server((s.ip, s.port), family=_family(s.ip), reuse_port=False)
+        server = make_server(s.ip, s.port, front.flask, threaded=True, ssl_context=ssl_context,
+                             fd=listener.fileno())
     except OSError as exc:
         print(f"server.py: error: --port: cannot listen on {s.ip}:{s.port} ({exc.strerror})", file=sys.stderr)
         return 2

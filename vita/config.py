@@ -223,8 +223,10 @@ def validate(config: Config) -> Config:
     _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
     _check(llm.ready_timeout_s > 0, "llm.ready_timeout_s", "must be positive")
     model = config.llm_model_path()
-    _check(model.is_dir(), "--model_path",
-           f"no model folder at {model}" + ("" if llm.model_path else " (run scripts/setup.sh first)"))
+    if llm.model_path:
+        _check(model.is_dir(), "--model_path", f"no model folder at {model}")
+    else:
+        _check(model.is_dir(), "--models_dir", f"no bundled LLM at {model} (run scripts/setup.sh first)")
     _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
            "must be 24000 (the rate the VITA page plays)")
     _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")

@@ -177,17 +177,18 @@ def missing_models(models_dir: Path) -> list[str]:
     return missing
 
 
-def assemble(models_dir: Path, verify: bool = False) -> list[str]:
-    """Build every missing model; return the names built. Each new model is load-checked."""
+def assemble(models_dir: Path, verify: bool = False, names: tuple[str, ...] | None = None) -> list[str]:
+    """Build every missing model (or only ``names``); return the names built. Each new model is load-checked."""
     models_dir.mkdir(parents=True, exist_ok=True)
-    todo = set(missing_models(models_dir))
+    selected = [m for m in EMBEDDED_MODELS if names is None or m.name in names]
+    todo = set(missing_models(models_dir)) & {m.name for m in selected}
     if not todo:
-        _say(f"all {len(EMBEDDED_MODELS)} models present in {models_dir}: nothing to do")
+        _say(f"all {len(selected)} models present in {models_dir}: nothing to do")
     built = []
     manifest = _read_manifest(models_dir)
-    for index, model in enumerate(EMBEDDED_MODELS, 1):
+    for index, model in enumerate(selected, 1):
         folder = models_dir / model.name
-        step = f"({index}/{len(EMBEDDED_MODELS)}) {model.name}"
+        step = f"({index}/{len(selected)}) {model.name}"
         if model.name not in todo:
             if verify:
                 model.check(folder)

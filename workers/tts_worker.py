@@ -178,22 +178,22 @@ class TtsWorker:
                        "rtf": turn.synth_s / turn.audio_s if turn.audio_s else 0.0}
             if turn.first_chunk_s is not None:
                 timings["first_chunk_s"] = turn.first_chunk_s
+            # Timings go before the last chunk: the front forgets the turn when the last chunk arrives.
             self.outbox.put(TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}))
+            self._put_chunk(key, turn, b"", last=True)
             self.outbox.put(TurnEnded(*key, NAME))
 
     def _engine(self, voice: str | None) -> PiperEngine:
         return self.engines.get(voice or "", self.engines[self.config.tts.voice])
 
     def _emit(self, key: tuple[str, int], turn: TurnAudio, audio: np.ndarray, final: bool = False) -> bool:
-        """Send whole chunks (all remaining audio if final); False if the turn was cancelled meanwhile."""
+        """Send whole chunks (and the remainder if final); False if the turn was cancelled meanwhile."""
         turn.pending = np.concatenate([turn.pending, audio]) if turn.pending.size else audio
         while turn.pending.size >= self.chunk_samples or (final and turn.pending.size):
             if self.is_cancelled(*key):
                 return False
             chunk, turn.pending = turn.pending[: self.chunk_samples], turn.pending[self.chunk_samples:]
             self._put_chunk(key, turn, chunk.tobytes(), last=False)
-        if final:
-            self._put_chunk(key, turn, b"", last=True)
         return True
 
     def _put_chunk(self, key: tuple[str, int], turn: TurnAudio, pcm: bytes, last: bool) -> None:

@@ -1,0 +1,96 @@
+"""Shared fixtures: a real server process on a free port, started with the bundled models."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+import urllib3
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+READY_TIMEOUT_S = 420
+
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen
+    url: str
+    state_dir: Path
+    log_path: Path
+    first_health: dict = field(default_factory=dict)
+    first_health_latency_s: float = 0.0
+    ready_after_s: float = 0.0
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return requests.get(self.url + path, verify=False, timeout=5, **kw)
+
+
+def start_server(tmp: Path, *args: str) -> RunningServer:
+    port = free_port()
+    state = tmp / "state"
+    log_path = tmp / "server.log"
+    cmd = [sys.executable, str(ROOT / "server.py"), "--port", str(port), "--state_dir", str(state), *args]
+    process = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return RunningServer(process, f"https://127.0.0.1:{port}", state, log_path)
+
+
+def wait_ready(server: RunningServer, timeout: float = READY_TIMEOUT_S) -> None:
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()[-4000:]}")
+        try:
+            t = time.monotonic()
+            health = server.get("/health")
+            if not server.first_health:
+                server.first_health = health.json()
+                server.first_health_latency_s = time.monotonic() - t
+            if server.get("/ready").status_code == 200:
+                server.ready_after_s = time.monotonic() - started
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"server not ready after {timeout} s:\n{server.log()[-4000:]}")
+
+
+def stop_server(server: RunningServer) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> RunningServer:
+    running = start_server(tmp_path_factory.mktemp("server"))
+    try:
+        wait_ready(running)
+        yield running
+    finally:
+        stop_server(running)

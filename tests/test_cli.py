@@ -1,0 +1,57 @@
+"""Bad flags and config values: one line naming the option, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def run_server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "server.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--port", "70000"], "--port"),
+    (["--port", "abc"], "--port"),
+    (["--max_users", "0"], "--max_users"),
+    (["--timeout", "-5"], "--timeout"),
+    (["--model_path", "/no/such/model"], "--model_path"),
+    (["--certfile", "/no/cert.pem", "--keyfile", "/no/key.pem"], "--certfile"),
+    (["--certfile", __file__], "--certfile/--keyfile"),
+    (["--config", "/no/such.yaml"], "--config"),
+    (["--models_dir", "/no/models"], "--models_dir"),
+])
+def test_bad_value_exits_with_one_line_naming_the_option(args, option):
+    result = run_server(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("server.py: error:") and option in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_value_names_the_key(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("vad:\n  start_threshold: 3\n")
+    result = run_server("--config", str(config))
+    assert result.returncode == 2 and "vad.start_threshold" in result.stderr
+    config.write_text("llm:\n  no_such_knob: 1\n")
+    result = run_server("--config", str(config))
+    assert result.returncode == 2 and "llm.no_such_knob: unknown option" in result.stderr
+
+
+def test_busy_port_is_reported_not_crashed(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_server("--port", str(port), "--state_dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "--port" in result.stderr and "Traceback" not in result.stderr

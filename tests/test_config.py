@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from vita.cli import config_from_args
+from vita.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, validate
+
+
+def test_default_yaml_equals_builtin_defaults():
+    # The YAML documents the defaults; both must agree or the comments lie.
+    assert load_config(DEFAULT_CONFIG_PATH) == Config()
+
+
+def test_vita_defaults():
+    config = config_from_args([])
+    assert (config.server.ip, config.server.port, config.server.max_users, config.server.timeout) == \
+        ("127.0.0.1", 8081, 2, 600.0)
+    assert config.server.tls is True
+
+
+def test_flags_override_yaml(tmp_path):
+    config = config_from_args(["--ip", "0.0.0.0", "--port", "9000", "--max_users", "5", "--timeout", "30",
+                               "--no_tls", "--model_path", str(tmp_path)])
+    assert (config.server.ip, config.server.port, config.server.max_users, config.server.timeout) == \
+        ("0.0.0.0", 9000, 5, 30.0)
+    assert config.server.tls is False
+    assert config.llm_model_path() == tmp_path.resolve()
+
+
+def test_wrong_type_in_yaml_names_the_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  port: eighty\n")
+    with pytest.raises(ConfigError, match="server.port: must be an integer"):
+        load_config(path)
+
+
+def test_end_threshold_may_not_exceed_start(tmp_path):
+    config = Config()
+    config.vad.end_threshold = 0.9
+    with pytest.raises(ConfigError, match="vad.end_threshold"):
+        validate(config)
+
+
+def test_models_dir_env_overrides(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITA_MODELS_DIR", str(tmp_path))
+    assert Config().models_path() == tmp_path

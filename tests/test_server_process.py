@@ -1,0 +1,105 @@
+"""The whole process graph, for real: front + Manager + vLLM worker + Piper worker, over HTTPS."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import ssl
+import time
+
+import psutil
+import requests
+
+from tests.helpers import RecordingClient
+
+WORKERS = {"llm", "tts"}
+
+
+def test_health_answers_at_once_while_models_load(server):
+    # Recorded by the fixture on the first successful /health, seconds after start: vLLM needs ~1 min.
+    health = server.first_health
+    assert server.first_health_latency_s < 1.0
+    assert set(health["workers"]) == WORKERS
+    assert health["workers"]["llm"]["state"] in {"starting", "loading"}
+    assert health["status"] == "starting"
+
+
+def test_ready_after_workers_report_ready(server):
+    assert server.get("/ready").status_code == 200
+    health = server.get("/health").json()
+    assert health["status"] == "ready"
+    for name in WORKERS:
+        worker = health["workers"][name]
+        assert worker["state"] == "ready", worker
+        assert psutil.pid_exists(worker["pid"])
+        assert worker["ready_after_s"] > 0
+
+
+def test_https_serves_the_generated_self_signed_certificate(server):
+    cert = server.state_dir / "tls" / "cert.pem"
+    key = server.state_dir / "tls" / "key.pem"
+    assert cert.is_file() and key.is_file()
+    assert key.stat().st_mode & 0o077 == 0  # the private key is readable by its owner only
+    # Verifying against the generated file as the only CA proves the server presents exactly it.
+    response = requests.get(server.url + "/ready", verify=str(cert), timeout=5)
+    assert response.status_code == 200
+    port = int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(cert))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        assert tls.version() in {"TLSv1.2", "TLSv1.3"}
+
+
+def test_plain_http_is_refused_on_the_tls_port(server):
+    http_url = server.url.replace("https://", "http://")
+    try:
+        response = requests.get(http_url + "/ready", timeout=5)
+        assert response.status_code >= 400
+    except requests.ConnectionError:
+        pass  # the TLS server closed the plaintext connection: also a refusal
+
+
+def test_typed_question_is_answered_with_text_and_24khz_speech(server):
+    client = RecordingClient(server.url).connect()
+    try:
+        client.sio.emit("text_input", {"text": "What is the capital of France?"})
+        assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "listening" and d.get("turn_id") == 1
+                                               and any(m == "audio" for _, m, _ in evs) for _, n, d in evs), 60), \
+            client.events
+        reply = client.named("response_text")
+        assert reply and reply[0]["text"].strip()
+        audio = b"".join(client.named("audio"))
+        assert len(audio) % 2 == 0
+        assert len(audio) / 2 / 24000 >= 0.5  # at least half a second of 24 kHz int16 speech
+        timings = {d["stage"]: d for d in client.named("timings")}
+        assert timings["llm"]["first_token_s"] > 0 and timings["tts"]["audio_s"] > 0.5
+    finally:
+        client.close()
+
+
+def test_extra_client_is_told_and_disconnected(server):
+    clients = [RecordingClient(server.url).connect() for _ in range(2)]  # default --max_users 2
+    extra = RecordingClient(server.url)
+    try:
+        extra.connect()
+        assert extra.wait_event("too_many_users", 5)
+        assert extra.wait_event("disconnect", 5)
+        assert server.get("/health").json()["sessions"] == 2
+    finally:
+        for c in [*clients, extra]:
+            c.close()
+
+
+def test_sigterm_stops_everything_within_15_s(server):
+    # Runs last in this module: the server does not survive it.
+    front = psutil.Process(server.process.pid)
+    family = front.children(recursive=True)
+    names = " ".join(p.name() for p in family)
+    assert len(family) >= 4, names  # manager, llm, tts and vLLM's own engine core at least
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    server.process.wait(timeout=15)
+    assert time.monotonic() - started < 15
+    assert server.process.returncode == 0
+    gone, alive = psutil.wait_procs(family, timeout=2)
+    assert not alive, [(p.pid, p.name()) for p in alive]
