@@ -90,6 +90,19 @@ def test_extra_client_is_told_and_disconnected(server):
             c.close()
 
 
+def test_voices_are_listed_and_a_session_can_pick_one(server):
+    voices = server.get("/voices").json()
+    assert voices["default"] == "joe-us" and "joe-us" in voices["voices"]
+    client = RecordingClient(server.url).connect()
+    try:
+        client.sio.emit("set_voice", {"voice": "joe-us"})
+        assert client.wait_event("voice", 5)
+        client.sio.emit("set_voice", {"voice": "../../etc/passwd"})
+        assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "unknown_voice" for _, n, d in evs), 5)
+    finally:
+        client.close()
+
+
 def test_sigterm_stops_everything_within_15_s(server):
     # Runs last in this module: the server does not survive it.
     front = psutil.Process(server.process.pid)

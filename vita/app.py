@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -12,9 +13,11 @@ from flask_socketio import SocketIO
 from vita.config import PROJECT_ROOT, Config
 from vita.messages import CancelTurn, EndSession, ResetHistory, TurnRequest
 from vita.sessions import Session, SessionRegistry, SessionState
+from workers.tts_worker import available_voices
 
 log = logging.getLogger("vita.app")
 WEB_DIR = PROJECT_ROOT / "web"
+REFUSE_DELAY_S = 0.2
 
 
 class FrontApp:
@@ -25,6 +28,7 @@ class FrontApp:
         self.graph = graph
         self.sessions = SessionRegistry(config.server.max_users)
         self.started_at = time.time()
+        self.voices = available_voices(config.models_path())
         self.flask = Flask(__name__, static_folder=None)
         self.socketio = SocketIO(self.flask, async_mode="threading",
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
@@ -72,6 +76,10 @@ class FrontApp:
         self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
         return turn_id
 
+    def _refuse(self, sid: str) -> None:
+        self.emit("too_many_users", to=sid)
+        self.socketio.server.disconnect(sid)
+
     # --- HTTP --------------------------------------------------------------------------------------------
     def _routes(self) -> None:
         app = self.flask
@@ -95,6 +103,10 @@ class FrontApp:
                 "uptime_s": round(time.time() - self.started_at, 1),
             })
 
+        @app.get("/voices")
+        def voices():
+            return jsonify({"default": self.config.tts.voice, "voices": self.voices})
+
         @app.get("/ready")
         def ready():
             ok = self.graph.ready()
@@ -109,9 +121,12 @@ class FrontApp:
             session = self.sessions.open(request.sid)
             if session is None:
                 log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
-                self.emit("too_many_users", to=request.sid)
-                # Accept, tell, then really disconnect (VITA only warned); a refused connect could not be told.
-                self.socketio.start_background_task(self.socketio.server.disconnect, request.sid)
+                # Accept, tell, then really disconnect (VITA only warned). A rejected connect could not carry
+                # the VITA event, and events sent before the connect handler returns precede the client's
+                # connect acknowledgement, so the refusal runs a moment after the handshake completes.
+                timer = threading.Timer(REFUSE_DELAY_S, self._refuse, args=(request.sid,))
+                timer.daemon = True
+                timer.start()
                 return
             log.info("session %s connected (%d/%d)", request.sid, len(self.sessions), self.sessions.max_users)
             self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health()},
@@ -143,6 +158,18 @@ class FrontApp:
                 return
             session.touch()
             self.submit_turn(session, text=text.strip())
+
+        @sio.on("set_voice")
+        def on_set_voice(data=None):
+            session = self._session()
+            if session is None:
+                return
+            voice = data.get("voice") if isinstance(data, dict) else None
+            if voice not in self.voices:
+                self.error("unknown_voice", f"voice must be one of: {', '.join(self.voices)}")
+                return
+            session.voice = voice
+            self.emit("voice", {"voice": voice}, to=session.sid)
 
         @sio.on("reset_state")
         def on_reset_state(*_):
