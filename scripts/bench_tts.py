@@ -1,0 +1,90 @@
+"""Benchmark the TTS stage: time from a piece arriving to its first 24 kHz chunk, and the real-time factor.
+
+Runs the real TTS worker process with the bundled Piper voice through real Manager queues.
+Usage: .venv/bin/python scripts/bench_tts.py [--runs 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from vita.config import Config  # noqa: E402
+from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus  # noqa: E402
+from workers.tts_worker import run_tts_worker  # noqa: E402
+
+PIECES = [
+    "Sure,",
+    "The capital of France is Paris.",
+    "It is about 3.5 km from the station, and the museum opens at 10:00.",
+    "Hi! I'm Vita, your voice assistant. How can I help?",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    config = Config()
+    ctx = multiprocessing.get_context("spawn")
+    manager = ctx.Manager()
+    queues = {name: manager.Queue() for name in ("requests", "tts", "outputs")}
+    worker = ctx.Process(target=run_tts_worker, args=(config, queues["tts"], queues), daemon=True)
+    worker.start()
+    while True:
+        message = queues["outputs"].get(timeout=120)
+        if isinstance(message, WorkerStatus) and message.state is WorkerState.READY:
+            break
+    rows = []
+    turn = 0
+    for _ in range(args.runs):
+        for text in PIECES:
+            turn += 1
+            sent = time.monotonic()
+            queues["tts"].put(TtsPiece("bench", turn, 0, text, last=True))
+            first = None
+            while True:
+                message = queues["outputs"].get(timeout=60)
+                if isinstance(message, TtsChunk) and message.pcm and first is None:
+                    first = time.monotonic() - sent
+                if isinstance(message, TurnTimings):
+                    rows.append({"text": text, "first_chunk_s": first, **message.timings})
+                    break
+    queues["tts"].put(Shutdown())
+    worker.join(timeout=10)
+    manager.shutdown()
+    firsts = [r["first_chunk_s"] for r in rows]
+    rtfs = [r["rtf"] for r in rows]
+    summary = {
+        "chunk_ms": config.tts.chunk_ms,
+        "first_chunk_s_p50": statistics.median(firsts),
+        "first_chunk_s_p90": percentile(firsts, 0.9),
+        "rtf_p50": statistics.median(rtfs),
+        "runs": len(rows),
+    }
+    print(f"{'piece':<70} {'first chunk':>12} {'audio':>7} {'RTF':>6}")
+    for r in rows[: len(PIECES)]:
+        print(f"{r['text'][:68]:<70} {r['first_chunk_s'] * 1000:>9.0f} ms {r['audio_s']:>5.2f} s {r['rtf']:>6.3f}")
+    p50, p90 = summary["first_chunk_s_p50"] * 1000, summary["first_chunk_s_p90"] * 1000
+    print(f"first chunk p50 {p50:.0f} ms, p90 {p90:.0f} ms;"
+          f" RTF p50 {summary['rtf_p50']:.3f} over {len(rows)} pieces; chunk {config.tts.chunk_ms} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
