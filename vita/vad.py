@@ -1,0 +1,127 @@
+"""Voice activity detection for one session: Silero VAD through onnxruntime (no torch in the front process),
+and a segmenter that turns a stream of 16 kHz PCM into utterances.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
+_CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
+
+
+class SileroVad:
+    """Stateful speech probability per 512-sample chunk (one instance per session: it keeps RNN state)."""
+
+    def __init__(self, onnx_path: Path):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
+                                                    providers=["CPUExecutionProvider"])
+        self.sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = np.zeros((2, 1, 128), dtype=np.float32)
+        self.context = np.zeros((1, _CONTEXT), dtype=np.float32)
+
+    def probability(self, chunk: np.ndarray) -> float:
+        """chunk: CHUNK float32 samples in [-1, 1]."""
+        x = np.concatenate([self.context, chunk.reshape(1, -1)], axis=1)
+        out, self.state = self.session.run(None, {"input": x, "state": self.state, "sr": self.sr})
+        self.context = x[:, -_CONTEXT:]
+        return float(out[0][0])
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """Speech found in the stream; start/end are sample offsets into the session's stream (16 kHz)."""
+
+    pcm: bytes
+    start_sample: int
+    end_sample: int
+    speech_end_sample: int
+
+
+class VadSegmenter:
+    """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
+    end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
+    """
+
+    def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
+                 pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float):
+        self.vad = vad
+        self.start_threshold, self.end_threshold = start_threshold, end_threshold
+        self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
+        self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
+        self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
+        self.max_samples = int(max_utterance_s * SAMPLE_RATE)
+        self.pending = np.zeros(0, dtype=np.int16)
+        self.position = 0  # samples consumed so far
+        self.speaking = False
+        self.speech: list[np.ndarray] = []
+        self.speech_start = 0
+        self.last_voiced_end = 0
+        self.silent_chunks = 0
+        self.voiced_samples = 0
+
+    def reset(self) -> None:
+        self.vad.reset()
+        self.pre_roll.clear()
+        self.pending = np.zeros(0, dtype=np.int16)
+        self.speaking = False
+        self.speech = []
+        self.silent_chunks = 0
+
+    def feed(self, pcm: np.ndarray) -> tuple[bool, list[Utterance]]:
+        """Feed int16 samples; return (speech_started_in_this_feed, finished utterances)."""
+        self.pending = np.concatenate([self.pending, pcm]) if self.pending.size else pcm
+        started = False
+        done: list[Utterance] = []
+        while self.pending.size >= CHUNK:
+            chunk, self.pending = self.pending[:CHUNK], self.pending[CHUNK:]
+            p = self.vad.probability(chunk.astype(np.float32) / 32768.0)
+            chunk_start = self.position
+            self.position += CHUNK
+            if not self.speaking:
+                if p >= self.start_threshold:
+                    self.speaking, started = True, True
+                    self.speech = [*self.pre_roll, chunk]
+                    self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
+                    self.last_voiced_end = self.position
+                    self.silent_chunks = 0
+                    self.voiced_samples = CHUNK
+                    self.pre_roll.clear()
+                else:
+                    self.pre_roll.append(chunk)
+                continue
+            self.speech.append(chunk)
+            if p < self.end_threshold:
+                self.silent_chunks += 1
+            else:
+                self.silent_chunks = 0
+                self.last_voiced_end = self.position
+                self.voiced_samples += CHUNK
+            too_long = self.position - self.speech_start >= self.max_samples
+            if self.silent_chunks >= self.end_silence_chunks or too_long:
+                utterance = self._close()
+                if utterance is not None:
+                    done.append(utterance)
+        return started, done
+
+    def _close(self) -> Utterance | None:
+        self.speaking = False
+        audio = np.concatenate(self.speech)
+        self.speech = []
+        self.silent_chunks = 0
+        if self.voiced_samples < self.min_samples:
+            return None  # a click or a cough
+        return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)
