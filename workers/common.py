@@ -7,6 +7,7 @@ import ctypes
 import logging
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from vita.messages import WorkerState, WorkerStatus
@@ -48,3 +49,19 @@ class StatusReporter:
     def __call__(self, state: WorkerState, detail: str = "") -> None:
         self.log.info("%s%s", state.value, f": {detail}" if detail else "")
         self.outbox.put(WorkerStatus(self.worker, state, detail, os.getpid()))
+
+
+def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable[[], None],
+              close: Callable[[], None]) -> None:
+    """setup() then serve() until Shutdown; a failure is reported (so /health shows why) and exits 1."""
+    try:
+        setup()
+        serve()
+    except Exception as exc:
+        report.log.exception("%s worker failed", report.worker)
+        with contextlib.suppress(Exception):
+            report(WorkerState.FAILED, f"{exc.__class__.__name__}: {exc}")
+        raise SystemExit(1) from exc
+    finally:
+        close()
+    report.log.info("stopped")

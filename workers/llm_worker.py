@@ -30,7 +30,7 @@ from vita.messages import (
 )
 from vita.prompting import ConversationHistory, Exchange, PromptBuilder
 from vita.speech_pieces import PieceSplitter
-from workers.common import StatusReporter, prepare_process
+from workers.common import StatusReporter, prepare_process, run_stage
 
 NAME = "llm"
 
@@ -243,14 +243,4 @@ def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     report = StatusReporter(NAME, queues["outputs"], log)
     report(WorkerState.LOADING, "importing libraries")
     worker = LlmWorker(config, inbox, queues["tts"], queues["outputs"], report)
-    try:
-        worker.setup()
-        asyncio.run(worker.serve())
-    except Exception as exc:
-        log.exception("LLM worker failed")
-        with contextlib.suppress(Exception):
-            report(WorkerState.FAILED, f"{exc.__class__.__name__}: {exc}")
-        raise SystemExit(1) from exc
-    finally:
-        worker.close()
-    log.info("stopped")
+    run_stage(report, worker.setup, lambda: asyncio.run(worker.serve()), worker.close)

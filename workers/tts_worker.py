@@ -6,7 +6,6 @@ its next chunk rather than after the queue drains.
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -28,7 +27,7 @@ from vita.messages import (
     TurnTimings,
     WorkerState,
 )
-from workers.common import StatusReporter, prepare_process
+from workers.common import StatusReporter, prepare_process, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
@@ -212,15 +211,5 @@ def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
     report = StatusReporter(NAME, queues["outputs"], log)
     worker = TtsWorker(config, inbox, queues["outputs"], report)
-    try:
-        report(WorkerState.LOADING, "loading voices")
-        worker.setup()
-        worker.serve()
-    except Exception as exc:
-        log.exception("TTS worker failed")
-        with contextlib.suppress(Exception):
-            report(WorkerState.FAILED, f"{exc.__class__.__name__}: {exc}")
-        raise SystemExit(1) from exc
-    finally:
-        worker.stop.set()
-    log.info("stopped")
+    report(WorkerState.LOADING, "loading voices")
+    run_stage(report, worker.setup, worker.serve, worker.stop.set)
