@@ -13,7 +13,7 @@ from vita.config import Config
 from vita.messages import CancelTurn, Shutdown, TtsChunk, TtsPiece, TurnEnded, TurnTimings, WorkerState, WorkerStatus
 from workers.tts_worker import run_tts_worker
 
-SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
+SENTENCE = "The capital of France is Paris, and it is a beautiful city to visit in the spring."
 
 
 class TtsHarness:

@@ -30,7 +30,7 @@ class FrontApp:
         self.started_at = time.time()
         self.voices = available_voices(config.models_path())
         self.flask = Flask(__name__, static_folder=None)
-        self.socketio = SocketIO(self.flask, async_mode="threading",
+        self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
         self._routes()
         self._events()
