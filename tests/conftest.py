@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -86,11 +87,18 @@ def stop_server(server: RunningServer) -> None:
             server.process.wait()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> RunningServer:
-    running = start_server(tmp_path_factory.mktemp("server"))
+@contextlib.contextmanager
+def running_server(tmp: Path, *args: str):
+    running = start_server(tmp, *args)
     try:
         wait_ready(running)
         yield running
     finally:
         stop_server(running)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> RunningServer:
+    """The default server, shared by every test that does not stop or reconfigure it."""
+    with running_server(tmp_path_factory.mktemp("server")) as running:
+        yield running

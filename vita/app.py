@@ -10,9 +10,12 @@ from typing import Any
 from flask import Flask, jsonify, request, send_from_directory
 from flask_socketio import SocketIO
 
+from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
+from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
-from vita.messages import CancelTurn, EndSession, ResetHistory, TurnRequest
-from vita.sessions import Session, SessionRegistry, SessionState
+from vita.messages import EndSession, ResetHistory
+from vita.sessions import Session, SessionRegistry
+from vita.turn_control import TurnController
 from workers.tts_worker import available_voices
 
 log = logging.getLogger("vita.app")
@@ -30,8 +33,11 @@ class FrontApp:
         self.started_at = time.time()
         self.voices = available_voices(config.models_path())
         self.flask = Flask(__name__, static_folder=None)
-        self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True,
+        # async_handlers=False: a client's events run in order on its own connection thread, so audio chunks
+        # can't overtake each other and no thread is started per 8 ms message.
+        self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
+        self.turns = TurnController(config, self.emit, self._put, self._disconnect)
         self._routes()
         self._events()
 
@@ -51,34 +57,12 @@ class FrontApp:
     def error(self, code: str, message: str, sid: str | None = None) -> None:
         self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
 
-    def cancel_active_turn(self, session: Session, reason: str) -> None:
-        """Stop whatever the assistant is doing for this session: client playback, LLM and TTS."""
-        with session.lock:
-            turn = session.active_turn
-            session.active_turn = None
-            busy = session.state is not SessionState.LISTENING
-            session.state = SessionState.LISTENING
-        if turn is None:
-            return
-        self.emit("stop_tts", to=session.sid)
-        cancel = CancelTurn(session.sid, turn, reason)
-        self._put("requests", cancel)
-        self._put("tts", cancel)
-        if busy:
-            self.emit("state", {"state": "listening", "turn_id": turn, "reason": reason}, to=session.sid)
-
-    def submit_turn(self, session: Session, audio: bytes = b"", text: str = "",
-                    frames: tuple[bytes, ...] = ()) -> int:
-        self.cancel_active_turn(session, "new turn")
-        turn_id = session.new_turn()
-        self._put("requests", TurnRequest(session.sid, turn_id, audio=audio, text=text, frames=frames,
-                                          voice=session.voice))
-        self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
-        return turn_id
+    def _disconnect(self, sid: str) -> None:
+        self.socketio.server.disconnect(sid)
 
     def _refuse(self, sid: str) -> None:
         self.emit("too_many_users", to=sid)
-        self.socketio.server.disconnect(sid)
+        self._disconnect(sid)
 
     # --- HTTP --------------------------------------------------------------------------------------------
     def _routes(self) -> None:
@@ -99,6 +83,7 @@ class FrontApp:
                 "status": "ready" if self.graph.ready() else "starting",
                 "workers": workers,
                 "sessions": len(self.sessions),
+                "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
                 "max_users": self.config.server.max_users,
                 "uptime_s": round(time.time() - self.started_at, 1),
             })
@@ -128,6 +113,7 @@ class FrontApp:
                 timer.daemon = True
                 timer.start()
                 return
+            self.turns.attach_listener(session)
             log.info("session %s connected (%d/%d)", request.sid, len(self.sessions), self.sessions.max_users)
             self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health()},
                       to=request.sid)
@@ -137,9 +123,48 @@ class FrontApp:
             session = self.sessions.close(request.sid)
             if session is None:
                 return
+            self.turns.detach(session)
             for name in ("requests", "tts"):
                 self._put(name, EndSession(session.sid))
             log.info("session %s disconnected", session.sid)
+
+        @sio.on("audio")
+        def on_audio(data=None):
+            session = self._session()
+            if session is None:
+                return
+            try:
+                pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
+            except AudioFormatError as exc:
+                self.turns.report(session, "bad_audio", str(exc))
+                return
+            if pcm.size and not session.listener.push(pcm, rate):
+                self.turns.report(session, "audio_overrun",
+                                  "Audio is arriving faster than it can be processed; some was dropped.")
+
+        @sio.on("audio_format")
+        def on_audio_format(data=None):
+            session = self._session()
+            if session is None:
+                return
+            try:
+                session.audio_rate = check_rate(data.get("sample_rate") if isinstance(data, dict) else None)
+            except AudioFormatError as exc:
+                self.error("bad_audio_format", str(exc))
+                return
+            self.emit("audio_format", {"sample_rate": session.audio_rate}, to=session.sid)
+
+        @sio.on("video_frame")
+        def on_video_frame(data=None):
+            session = self._session()
+            if session is None:
+                return
+            try:
+                image = decode_frame(data, self.config.limits.max_frame_bytes)
+            except FrameError as exc:
+                self.turns.report(session, "bad_frame", str(exc))
+                return
+            session.frames.add(image, time.monotonic())
 
         @sio.on("text_input")
         def on_text_input(data=None):
@@ -156,8 +181,7 @@ class FrontApp:
             if not self.graph.ready():
                 self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
                 return
-            session.touch()
-            self.submit_turn(session, text=text.strip())
+            self.turns.on_text(session, text.strip())
 
         @sio.on("set_voice")
         def on_set_voice(data=None):
@@ -176,19 +200,24 @@ class FrontApp:
             session = self._session()
             if session is None:
                 return
-            self.cancel_active_turn(session, "reset")
+            self.turns.cancel_active_turn(session, "reset")
             self._put("requests", ResetHistory(session.sid))
+            self.emit("history_cleared", to=session.sid)
 
         @sio.on("recording-started")
         def on_recording_started(*_):
-            session = self._session()
-            if session is not None:
-                session.touch()
-                self.cancel_active_turn(session, "recording started")
+            self._restart_listening("recording started")
 
         @sio.on("recording-stopped")
         def on_recording_stopped(*_):
-            session = self._session()
-            if session is not None:
-                session.touch()
-                self.cancel_active_turn(session, "recording stopped")
+            self._restart_listening("recording stopped")
+
+    def _restart_listening(self, reason: str) -> None:
+        """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
+        session = self._session()
+        if session is None:
+            return
+        session.touch()
+        if self.turns.cancel_active_turn(session, reason) is None:
+            self.emit("stop_tts", to=session.sid)
+        session.listener.reset()

@@ -19,7 +19,7 @@ from vita.messages import (
     TurnTimings,
     WorkerStatus,
 )
-from vita.sessions import SessionRegistry, SessionState
+from vita.sessions import Session, SessionRegistry, SessionState
 
 log = logging.getLogger("vita.dispatch")
 
@@ -56,6 +56,10 @@ class OutputDispatcher:
             except Exception:  # a bad message must not stop delivery for every other session
                 log.exception("could not deliver %s", type(message).__name__)
 
+    def _finish_turn(self, session: Session, turn_id: int) -> None:
+        if session.end_turn(turn_id):
+            self.emit("state", {"state": "listening", "turn_id": turn_id}, to=session.sid)
+
     def route(self, message: Any) -> None:
         if isinstance(message, WorkerStatus):
             self.on_status(message)
@@ -75,9 +79,13 @@ class OutputDispatcher:
                 if session.state is not SessionState.SPEAKING:
                     session.state = SessionState.SPEAKING
                     self.emit("state", {"state": "speaking", "turn_id": turn_id}, to=sid)
+                session.add_playback(len(message.pcm) / 2 / message.sample_rate)
                 self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
-            if message.last and session.end_turn(turn_id):
-                self.emit("state", {"state": "listening", "turn_id": turn_id}, to=sid)
+            if message.last:
+                # The turn stays interruptible until the client has played what it was sent.
+                timer = threading.Timer(session.playback_left(), self._finish_turn, args=(session, turn_id))
+                timer.daemon = True
+                timer.start()
         elif isinstance(message, Transcript):
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):

@@ -9,6 +9,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+from vita.camera import FrameBuffer
 
 
 class SessionState(StrEnum):
@@ -27,10 +30,56 @@ class Session:
     _next_turn: int = 0
     active_turn: int | None = None
     reply: str = ""
+    audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
+    playback_ends_at: float = 0.0  # when the client will have played the reply audio sent so far
+    pending_text: str = ""  # typed while the user was speaking: joins the spoken turn
+    frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
+    listener: Any = field(default=None, repr=False)  # the session's SpeechListener (VAD thread)
+    _reported: dict[str, float] = field(default_factory=dict, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()
+
+    def idle_for(self) -> float:
+        return time.monotonic() - self.last_activity
+
+    def should_report(self, code: str, every_s: float = 1.0) -> bool:
+        """Rate-limit repeated errors: a client streaming bad audio gets one error a second, not 125."""
+        now = time.monotonic()
+        with self.lock:
+            if now - self._reported.get(code, -every_s) < every_s:
+                return False
+            self._reported[code] = now
+            return True
+
+    def cancel_turn(self) -> tuple[int | None, bool]:
+        """Drop the active turn; returns (its id or None, whether the assistant was thinking or speaking)."""
+        with self.lock:
+            turn, self.active_turn = self.active_turn, None
+            busy = self.state is not SessionState.LISTENING
+            self.state = SessionState.LISTENING
+            self.playback_ends_at = 0.0
+            return turn, busy
+
+    def add_playback(self, seconds: float) -> float:
+        """Account for reply audio sent to the client (played gap-free from when it arrives); returns how
+        long the client will still be playing. Workers make audio faster than real time, so a turn is over
+        for the user only when this has run out, not when the last chunk leaves.
+        """
+        with self.lock:
+            now = time.monotonic()
+            self.playback_ends_at = max(self.playback_ends_at, now) + seconds
+            return self.playback_ends_at - now
+
+    def playback_left(self) -> float:
+        with self.lock:
+            return max(0.0, self.playback_ends_at - time.monotonic())
+
+    def take_pending_text(self) -> str:
+        with self.lock:
+            text, self.pending_text = self.pending_text, ""
+            return text
 
     def new_turn(self) -> int:
         """Start a turn; returns its id. Any earlier turn is thereby no longer current."""

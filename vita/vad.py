@@ -72,17 +72,23 @@ class VadSegmenter:
         self.last_voiced_end = 0
         self.silent_chunks = 0
         self.voiced_samples = 0
+        self.confirmed = False  # enough voiced audio to count as speech (and to interrupt the assistant)
 
     def reset(self) -> None:
         self.vad.reset()
         self.pre_roll.clear()
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = False
+        self.confirmed = False
         self.speech = []
         self.silent_chunks = 0
 
     def feed(self, pcm: np.ndarray) -> tuple[bool, list[Utterance]]:
-        """Feed int16 samples; return (speech_started_in_this_feed, finished utterances)."""
+        """Feed int16 samples; return (speech confirmed in this feed, finished utterances).
+
+        Speech counts as started once min_utterance of it is voiced, so a click neither interrupts the
+        assistant nor makes a turn.
+        """
         self.pending = np.concatenate([self.pending, pcm]) if self.pending.size else pcm
         started = False
         done: list[Utterance] = []
@@ -93,12 +99,14 @@ class VadSegmenter:
             self.position += CHUNK
             if not self.speaking:
                 if p >= self.start_threshold:
-                    self.speaking, started = True, True
+                    self.speaking = True
                     self.speech = [*self.pre_roll, chunk]
                     self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
                     self.last_voiced_end = self.position
                     self.silent_chunks = 0
                     self.voiced_samples = CHUNK
+                    if self.min_samples <= CHUNK:
+                        self.confirmed = started = True
                     self.pre_roll.clear()
                 else:
                     self.pre_roll.append(chunk)
@@ -110,6 +118,8 @@ class VadSegmenter:
                 self.silent_chunks = 0
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
+                if not self.confirmed and self.voiced_samples >= self.min_samples:
+                    self.confirmed = started = True
             too_long = self.position - self.speech_start >= self.max_samples
             if self.silent_chunks >= self.end_silence_chunks or too_long:
                 utterance = self._close()
@@ -122,6 +132,7 @@ class VadSegmenter:
         audio = np.concatenate(self.speech)
         self.speech = []
         self.silent_chunks = 0
-        if self.voiced_samples < self.min_samples:
+        confirmed, self.confirmed = self.confirmed, False
+        if not confirmed:
             return None  # a click or a cough
         return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)

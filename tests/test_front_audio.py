@@ -1,0 +1,194 @@
+"""The front process over a real WSS socket: live audio in both formats → VAD → turns, barge-in, camera frames,
+and isolation between sessions. Real Silero VAD, real workers behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from tests.helpers import RecordingClient
+from tests.speech import RATE, noise, silence, spoken, stream, voiced_span
+
+QUESTION = "What is the capital of France?"
+LEAD_S = 1.0  # silence before the speech in every stream
+
+
+def wait_no_sessions(server) -> None:
+    deadline = time.monotonic() + 5
+    while server.get("/health").json()["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def client(server):
+    wait_no_sessions(server)
+    c = RecordingClient(server.url).connect()
+    yield c
+    c.close()
+
+
+def turns(client: RecordingClient) -> list[dict]:
+    return client.named("turn")
+
+
+def jpeg_data_url(shade: int) -> str:
+    image = np.full((96, 160, 3), shade, dtype=np.uint8)
+    cv2.putText(image, str(shade), (10, 60), cv2.FONT_HERSHEY_SIMPLEX, 1.5, (255, 255, 255), 2)
+    ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 70])
+    assert ok
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg.tobytes()).decode()
+
+
+def check_turn_covers_speech(turn: dict, speech: np.ndarray, lead_s: float = LEAD_S) -> None:
+    first, last = voiced_span(speech)
+    truth_start, truth_end = lead_s + first, lead_s + last
+    assert turn["source"] == "speech"
+    assert turn["start_s"] <= truth_start + 0.05 and truth_start - turn["start_s"] < 0.3 + 0.032, turn
+    assert abs(turn["speech_end_s"] - truth_end) < 0.3, turn
+    assert turn["end_s"] >= truth_end, turn  # the audio handed on holds all of the speech
+
+
+def test_vita_json_audio_makes_exactly_one_turn_covering_the_speech(client):
+    speech = spoken(QUESTION)
+    stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.5)]))  # VITA: JSON, 8 ms
+    assert client.wait_event("turn", 2)
+    time.sleep(0.5)
+    assert len(turns(client)) == 1, turns(client)
+    check_turn_covers_speech(turns(client)[0], speech)
+    # The utterance really reached the LLM worker: its transcript comes back to this session.
+    assert client.wait_event("transcript", 30)
+    assert "capital" in client.named("transcript")[0]["text"].lower()
+
+
+def test_binary_audio_at_48khz_is_resampled_and_makes_one_turn(client):
+    client.sio.emit("audio_format", {"sample_rate": 48000})
+    assert client.wait_event("audio_format", 5)
+    speech = spoken(QUESTION, 48000)
+    audio = np.concatenate([silence(LEAD_S, 48000), speech, silence(1.5, 48000)])
+    stream(client.sio, audio, rate=48000, chunk_ms=20, binary=True)
+    assert client.wait_event("turn", 2)
+    time.sleep(0.5)
+    assert len(turns(client)) == 1, turns(client)
+    check_turn_covers_speech(turns(client)[0], spoken(QUESTION))
+
+
+def test_binary_audio_at_16khz_in_40ms_frames(client):
+    speech = spoken("Hello there.")
+    stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=40, binary=True)
+    assert client.wait_event("turn", 2)
+    time.sleep(0.5)
+    assert len(turns(client)) == 1
+    check_turn_covers_speech(turns(client)[0], speech)
+
+
+def test_two_utterances_a_second_apart_make_two_turns(client):
+    a, b = spoken("Good morning."), spoken("How are you today?")
+    stream(client.sio, np.concatenate([silence(0.5), a, silence(1.0), b, silence(1.0)]), chunk_ms=32, binary=True)
+    assert client.wait_for(lambda evs: sum(n == "turn" for _, n, _ in evs) >= 2, 2)
+    time.sleep(0.5)
+    got = turns(client)
+    assert [t["turn_id"] for t in got] == [1, 2]
+    assert got[0]["end_s"] < got[1]["start_s"]
+
+
+def test_silence_and_noise_make_no_turn(client):
+    stream(client.sio, np.concatenate([silence(1.0), noise(2.5), silence(1.0)]), chunk_ms=32, binary=True)
+    time.sleep(1.0)
+    assert not turns(client)
+    assert not client.named("vad")
+
+
+def test_short_yes_is_kept(client):
+    # VITA dropped everything under 1 s, losing one-word answers.
+    yes = spoken("Yes.")
+    assert len(yes) / RATE < 1.0
+    stream(client.sio, np.concatenate([silence(LEAD_S), yes, silence(1.0)]), chunk_ms=32, binary=True)
+    assert client.wait_event("turn", 2)
+
+
+def test_speech_during_a_reply_interrupts_it(client):
+    interruption = np.concatenate([spoken("Wait, stop please."), silence(1.0)])  # made before: Piper takes time
+    client.sio.emit("text_input", {"text": "Tell me a long story about a dragon who learns to cook."})
+    assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "speaking" for _, n, d in evs), 60), \
+        client.events
+    barge_at = time.monotonic()
+    stream(client.sio, interruption, chunk_ms=32, binary=True)
+    assert client.wait_event("turn_cancelled", 2)
+    cancelled = client.named("turn_cancelled")[0]
+    assert cancelled == {"turn_id": 1, "reason": "barge-in"}
+    stop_at = next(t for t, n, _ in client.events if n == "stop_tts")
+    assert stop_at > barge_at
+    assert stop_at - barge_at < 1.0  # the onset is confirmed 250 ms into the speech
+    states = [d for _, n, d in client.events if n == "state"]
+    assert {"state": "listening", "turn_id": 1, "reason": "barge-in"} in states
+    # The interruption itself becomes the next turn, and nothing more of turn 1 is sent.
+    assert client.wait_event("turn", 3)
+    assert turns(client)[-1]["turn_id"] == 2
+    after = [(n, d) for t, n, d in client.events if t > stop_at]
+    late = [(n, d) for n, d in after if n in {"reply_delta", "response_text", "timings", "audio"}
+            and (n == "audio" or d.get("turn_id") == 1)]
+    spoke_again = [i for i, (n, d) in enumerate(after) if n == "state" and d["state"] == "speaking"]
+    late_audio = [n for n, _ in (after[:spoke_again[0]] if spoke_again else after) if n == "audio"]
+    assert not late_audio and not [x for x in late if x[0] != "audio"], late
+
+
+def test_camera_frames_join_the_turn_and_a_corrupt_frame_is_reported(client):
+    sent: list[float] = []
+
+    def frames(t: float) -> None:  # 2 fps, like VITA's page
+        if not sent or t - sent[-1] >= 0.5:
+            sent.append(t)
+            client.sio.emit("video_frame", jpeg_data_url(40 + 10 * len(sent)))
+
+    client.sio.emit("video_frame", "data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8not a jpeg").decode())
+    assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "bad_frame" for _, n, d in evs), 5)
+    speech = spoken(QUESTION)
+    stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=32, binary=True,
+           between=frames)
+    assert client.wait_event("turn", 2)
+    turn = turns(client)[0]
+    assert 1 <= turn["frames"] <= 4, turn
+    check_turn_covers_speech(turn, speech)
+
+
+def test_bad_audio_is_reported_and_the_session_goes_on(client):
+    client.sio.emit("audio", b"\x01\x02\x03")  # half a sample
+    client.sio.emit("audio", '{"sample_rate": 16000, "audio": [1, 2, 999]}')
+    client.sio.emit("audio", "not json")
+    assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "bad_audio" for _, n, d in evs), 5)
+    speech = spoken("Hello there.")
+    stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=32, binary=True)
+    assert client.wait_event("turn", 2)
+
+
+def test_two_sessions_never_see_each_others_messages(server):
+    import threading
+
+    wait_no_sessions(server)
+    a, b = RecordingClient(server.url).connect(), RecordingClient(server.url).connect()
+    try:
+        words = {a: "What is the capital of France?", b: "Please tell me a joke about cats."}
+        threads = [threading.Thread(target=stream, args=(c.sio, np.concatenate([silence(0.5), spoken(w),
+                                                                                silence(1.0)])),
+                                    kwargs={"chunk_ms": 32, "binary": True}) for c, w in words.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for c in (a, b):
+            assert c.wait_event("transcript", 30)
+            assert c.wait_event("response_text", 60)
+        assert "capital" in a.named("transcript")[0]["text"].lower()
+        assert "cat" in b.named("transcript")[0]["text"].lower()
+        assert "cat" not in a.named("transcript")[0]["text"].lower()
+        assert "capital" not in b.named("transcript")[0]["text"].lower()
+        for c in (a, b):
+            assert len(turns(c)) == 1 and turns(c)[0]["turn_id"] == 1
+    finally:
+        a.close()
+        b.close()

@@ -1,0 +1,90 @@
+"""Limits and the end of a server's life, on a server of its own: --max_users 1, --timeout 3, then SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import running_server
+from tests.helpers import RecordingClient
+from tests.speech import silence, stream
+
+TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("small"), "--max_users", "1", "--timeout", str(TIMEOUT_S)) as s:
+        yield s
+
+
+def wait_health(server, predicate, timeout: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        health = server.get("/health").json()
+        if predicate(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.1)
+
+
+def test_extra_client_is_told_and_disconnected(small_server):
+    first = RecordingClient(small_server.url).connect()
+    extra = RecordingClient(small_server.url)
+    try:
+        extra.connect()
+        assert extra.wait_event("too_many_users", 5)
+        assert extra.wait_event("disconnect", 5)
+        assert not first.named("too_many_users")
+        assert small_server.get("/health").json()["sessions"] == 1
+    finally:
+        first.close()
+        extra.close()
+    health = wait_health(small_server, lambda h: h["sessions"] == 0)
+    assert health["sessions"] == 0 and health["vad_threads"] == 0
+
+
+def test_idle_session_is_timed_out_and_freed(small_server):
+    client = RecordingClient(small_server.url).connect()
+    try:
+        assert wait_health(small_server, lambda h: h["vad_threads"] == 1)["vad_threads"] == 1
+        # Silence from an open microphone is not activity: the session still times out.
+        stream(client.sio, silence(1.0))
+        assert client.wait_event("out_time", TIMEOUT_S + 3)
+        assert client.wait_event("disconnect", 3)
+        out_at = next(t for t, name, _ in client.events if name == "out_time")
+        connected_at = client.events[0][0]
+        assert out_at - connected_at >= TIMEOUT_S
+        health = wait_health(small_server, lambda h: h["sessions"] == 0 and h["vad_threads"] == 0)
+        assert health["sessions"] == 0 and health["vad_threads"] == 0
+    finally:
+        client.close()
+
+
+def test_activity_keeps_a_session_alive(small_server):
+    client = RecordingClient(small_server.url).connect()
+    try:
+        for _ in range(3):
+            time.sleep(TIMEOUT_S * 0.6)
+            client.sio.emit("recording-started")
+        assert not client.named("out_time")
+        assert client.sio.connected
+    finally:
+        client.close()
+
+
+def test_sigterm_stops_everything_within_15_s(small_server):
+    # Runs last in this module: the server does not survive it.
+    front = psutil.Process(small_server.process.pid)
+    family = front.children(recursive=True)
+    names = " ".join(p.name() for p in family)
+    assert len(family) >= 4, names  # manager, llm, tts and vLLM's own engine core at least
+    started = time.monotonic()
+    small_server.process.send_signal(signal.SIGTERM)
+    small_server.process.wait(timeout=15)
+    assert time.monotonic() - started < 15
+    assert small_server.process.returncode == 0
+    gone, alive = psutil.wait_procs(family, timeout=2)
+    assert not alive, [(p.pid, p.name()) for p in alive]

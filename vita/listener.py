@@ -1,0 +1,123 @@
+"""One VAD thread per session: reads the session's bounded PCM buffer, resamples to 16 kHz, segments speech.
+
+The socket handler only decodes and enqueues (microseconds); Silero runs here, so a slow VAD step delays this
+session alone. The thread wakes at least every `tick_s` even when no audio arrives, which is when the owner
+checks the idle timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import soxr
+
+from vita.vad import SAMPLE_RATE, Utterance, VadSegmenter
+
+log = logging.getLogger("vita.listener")
+
+
+@dataclass(frozen=True)
+class HeardUtterance:
+    """An utterance plus when it was spoken, on the monotonic clock (for picking camera frames)."""
+
+    utterance: Utterance
+    started_at: float
+    ended_at: float
+
+
+@dataclass
+class ListenerEvents:
+    on_speech_start: Callable[[], None]
+    on_utterance: Callable[[HeardUtterance], None]
+    on_tick: Callable[[], None]
+    on_overrun: Callable[[], None]
+
+
+class _Reset:
+    """Marker: forget any half-heard speech (recording restarted)."""
+
+
+class SpeechListener:
+    def __init__(self, name: str, segmenter: VadSegmenter, events: ListenerEvents, max_buffered: int = 2000,
+                 tick_s: float = 1.0):
+        self.segmenter = segmenter
+        self.events = events
+        self.tick_s = tick_s
+        self.inbox: queue.Queue = queue.Queue(maxsize=max_buffered)
+        self.stopping = threading.Event()
+        self.speaking = False
+        self._resampler: soxr.ResampleStream | None = None
+        self._rate = SAMPLE_RATE
+        self.thread = threading.Thread(target=self._run, name=f"vad-{name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def push(self, pcm: np.ndarray, rate: int) -> bool:
+        """Called from the socket handler; never blocks. False when the buffer is full (audio dropped)."""
+        try:
+            self.inbox.put_nowait((pcm, rate, time.monotonic()))
+            return True
+        except queue.Full:
+            return False
+
+    def reset(self) -> None:
+        with contextlib.suppress(queue.Full):
+            self.inbox.put_nowait(_Reset())
+
+    def stop(self) -> None:
+        """Ask the thread to end; it does within one blocking read. Safe to call from the thread itself."""
+        self.stopping.set()
+        with contextlib.suppress(queue.Full):
+            self.inbox.put_nowait(None)
+
+    def join(self, timeout: float) -> None:
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    def _run(self) -> None:
+        overrun_reported = False
+        while not self.stopping.is_set():
+            try:
+                item = self.inbox.get(timeout=self.tick_s)
+            except queue.Empty:
+                self.events.on_tick()
+                continue
+            if item is None:
+                break
+            if isinstance(item, _Reset):
+                self.segmenter.reset()
+                self.speaking = False
+                continue
+            if self.inbox.full() and not overrun_reported:
+                overrun_reported = True
+                self.events.on_overrun()
+            try:
+                self._feed(*item)
+            except Exception:  # a VAD failure must end neither this thread silently nor the server
+                log.exception("VAD step failed; resetting the segmenter")
+                self.segmenter.reset()
+        self.speaking = False
+
+    def _feed(self, pcm: np.ndarray, rate: int, arrived: float) -> None:
+        if rate != SAMPLE_RATE:
+            if self._resampler is None or self._rate != rate:
+                self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
+                self._rate = rate
+            pcm = self._resampler.resample_chunk(pcm)
+        started, done = self.segmenter.feed(pcm)
+        self.speaking = self.segmenter.confirmed
+        if started:
+            self.events.on_speech_start()
+        position = self.segmenter.position + self.segmenter.pending.size
+        for utterance in done:
+            ended_at = arrived - (position - utterance.speech_end_sample) / SAMPLE_RATE
+            started_at = arrived - (position - utterance.start_sample) / SAMPLE_RATE
+            self.events.on_utterance(HeardUtterance(utterance, started_at, ended_at))
