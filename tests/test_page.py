@@ -1,0 +1,95 @@
+"""The page in a real browser (Debian's headless Chromium) over HTTPS, with a fake microphone that speaks a
+Piper-made question: the UI comes up without console errors, and a spoken turn shows up in the log.
+Screenshots go to test-artifacts/ for people to look at.
+"""
+
+from __future__ import annotations
+
+import shutil
+import wave
+
+import numpy as np
+import pytest
+from playwright.sync_api import sync_playwright
+
+from tests.conftest import ARTIFACTS
+from tests.speech import RATE, silence, spoken
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def write_wav(path, audio: np.ndarray) -> None:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(RATE)
+        out.writeframes(audio.astype("<i2").tobytes())
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    wav = tmp_path_factory.mktemp("mic") / "question.wav"
+    write_wav(wav, np.concatenate([silence(1.5), spoken("What is the capital of France?"), silence(3.0)]))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
+            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}%noloop",
+        ])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(ignore_https_errors=True, viewport={"width": 1100, "height": 760})
+    page = context.new_page()
+    page.problems = []
+    page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))
+    page.on("pageerror", lambda e: page.problems.append(str(e)))
+    yield page
+    context.close()
+
+
+def test_page_loads_and_shows_its_ui_without_errors(page, server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(server.url + "/")
+    page.wait_for_function("document.querySelector('#connection').textContent === 'connected'", timeout=10000)
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    for selector in ("#talk", "#camera", "#reset", "#text", "#send"):
+        assert page.is_enabled(selector), selector
+    assert page.is_hidden("#loading")
+    assert page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)") == ["joe-us"]
+    assert page.evaluate("typeof io") == "function"  # the socket.io client came from our server, not a CDN
+    page.screenshot(path=str(ARTIFACTS / "page-ready.png"))
+    assert not page.problems, page.problems
+
+
+def test_spoken_question_from_the_microphone_appears_in_the_log(page, server):
+    page.goto(server.url + "/")
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.click("#talk")
+    page.wait_for_function("document.querySelector('#talk').textContent === 'Stop talking'", timeout=5000)
+    user = page.wait_for_selector(".msg.user", timeout=30000)
+    assert "capital" in user.inner_text().lower()
+    page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
+                           timeout=60000)
+    page.wait_for_function("window.vita.player.playing", timeout=30000)  # the reply is being played
+    page.screenshot(path=str(ARTIFACTS / "page-conversation.png"))
+    page.click("#talk")
+    page.wait_for_function("document.querySelector('#talk').textContent === 'Start talking'", timeout=5000)
+    assert not page.problems, page.problems
+
+
+def test_typed_text_gets_a_reply(page, server):
+    page.goto(server.url + "/")
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.fill("#text", "Hello, who are you?")
+    page.click("#send")
+    assert page.wait_for_selector(".msg.user", timeout=5000).inner_text() == "Hello, who are you?"
+    page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
+                           timeout=60000)
+    page.click("#reset")
+    page.wait_for_function("!document.querySelector('.msg')", timeout=5000)
+    assert not page.problems, page.problems

@@ -1,0 +1,390 @@
+// Vita's page: microphone (AudioWorklet, binary int16 frames), camera (2 fps JPEG), gap-free reply playback,
+// and a live log of the conversation. The Socket.IO protocol is documented in README.md.
+"use strict";
+
+const MIC_RATE = 16000; // what the server's VAD wants; the browser resamples the microphone for us
+const FRAME_MS = 32; // one binary audio message
+const REPLY_RATE = 24000; // the server's reply audio
+const CAMERA_FPS = 2;
+
+const $ = (id) => document.getElementById(id);
+
+// ---------------------------------------------------------------------------------------------------------
+// Reply audio: each binary message is scheduled right after the previous one; stop() drops everything.
+class Player {
+  constructor() {
+    this.ctx = null;
+    this.sources = new Set();
+    this.nextStart = 0;
+  }
+
+  ensure() {
+    if (!this.ctx) this.ctx = new AudioContext({ sampleRate: REPLY_RATE });
+    if (this.ctx.state === "suspended") this.ctx.resume();
+  }
+
+  play(bytes) {
+    this.ensure();
+    const pcm = new Int16Array(bytes);
+    if (!pcm.length) return;
+    const buffer = this.ctx.createBuffer(1, pcm.length, REPLY_RATE);
+    const out = buffer.getChannelData(0);
+    for (let i = 0; i < pcm.length; i++) out[i] = pcm[i] / 32768;
+    const source = this.ctx.createBufferSource();
+    source.buffer = buffer;
+    source.connect(this.ctx.destination);
+    const start = Math.max(this.ctx.currentTime + 0.02, this.nextStart);
+    source.start(start);
+    this.nextStart = start + buffer.duration;
+    this.sources.add(source);
+    source.onended = () => this.sources.delete(source);
+  }
+
+  stop() {
+    for (const source of this.sources) {
+      try { source.stop(); } catch (e) { /* already ended */ }
+    }
+    this.sources.clear();
+    this.nextStart = 0;
+  }
+
+  get playing() {
+    return this.sources.size > 0;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Microphone: a 16 kHz AudioContext (or the device rate, announced to the server) and the mic-frames worklet.
+class Mic {
+  constructor(onFrame, onLevel) {
+    this.onFrame = onFrame;
+    this.onLevel = onLevel;
+    this.ctx = null;
+    this.stream = null;
+    this.node = null;
+  }
+
+  async start() {
+    this.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+    });
+    try {
+      this.ctx = new AudioContext({ sampleRate: MIC_RATE });
+      await this.connect();
+    } catch (e) {
+      // Some browsers cannot feed a microphone into a context at another rate: use the device's rate and let
+      // the server resample.
+      if (this.ctx) await this.ctx.close();
+      this.ctx = new AudioContext();
+      await this.connect();
+    }
+    return this.ctx.sampleRate;
+  }
+
+  async connect() {
+    await this.ctx.audioWorklet.addModule("/static/mic-worklet.js");
+    const source = this.ctx.createMediaStreamSource(this.stream);
+    this.node = new AudioWorkletNode(this.ctx, "mic-frames", { processorOptions: { frameMs: FRAME_MS } });
+    this.node.port.onmessage = (event) => {
+      this.onFrame(event.data.pcm);
+      this.onLevel(event.data.level);
+    };
+    source.connect(this.node);
+  }
+
+  async stop() {
+    if (this.node) this.node.port.onmessage = null;
+    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    if (this.ctx) await this.ctx.close();
+    this.ctx = this.stream = this.node = null;
+    this.onLevel(0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Camera: a preview, and a JPEG data URL every 500 ms (VITA's rate and format).
+class Camera {
+  constructor(video, onFrame) {
+    this.video = video;
+    this.onFrame = onFrame;
+    this.stream = null;
+    this.timer = null;
+    this.canvas = document.createElement("canvas");
+  }
+
+  async start() {
+    this.stream = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 384 } });
+    this.video.srcObject = this.stream;
+    this.video.hidden = false;
+    this.timer = setInterval(() => this.capture(), 1000 / CAMERA_FPS);
+  }
+
+  capture() {
+    const { videoWidth: w, videoHeight: h } = this.video;
+    if (!w || !h) return;
+    this.canvas.width = w;
+    this.canvas.height = h;
+    this.canvas.getContext("2d").drawImage(this.video, 0, 0, w, h);
+    this.onFrame(this.canvas.toDataURL("image/jpeg", 0.7));
+  }
+
+  stop() {
+    clearInterval(this.timer);
+    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    this.video.srcObject = null;
+    this.video.hidden = true;
+    this.stream = this.timer = null;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The conversation log: one bubble per user turn and per reply, filled in as text streams.
+class Log {
+  constructor(element) {
+    this.element = element;
+    this.replies = new Map();
+    this.users = new Map();
+  }
+
+  add(kind, text) {
+    const hint = this.element.querySelector(".hint");
+    if (hint) hint.remove();
+    const p = document.createElement("p");
+    p.className = `msg ${kind}`;
+    p.textContent = text;
+    this.element.appendChild(p);
+    this.element.scrollTop = this.element.scrollHeight;
+    return p;
+  }
+
+  user(turnId, text) {
+    let p = this.users.get(turnId);
+    if (!p) {
+      p = this.add("user", text);
+      this.users.set(turnId, p);
+    } else {
+      p.textContent = text;
+    }
+  }
+
+  replyDelta(turnId, text) {
+    let p = this.replies.get(turnId);
+    if (!p) {
+      p = this.add("bot", "");
+      this.replies.set(turnId, p);
+    }
+    p.textContent += text;
+    this.element.scrollTop = this.element.scrollHeight;
+  }
+
+  replyDone(turnId, text) {
+    const p = this.replies.get(turnId);
+    if (p) p.textContent = text;
+    else if (text) this.replies.set(turnId, this.add("bot", text));
+  }
+
+  interrupted(turnId) {
+    const p = this.replies.get(turnId);
+    if (p) p.classList.add("interrupted");
+  }
+
+  clear() {
+    this.element.innerHTML = "";
+    this.replies.clear();
+    this.users.clear();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+class App {
+  constructor() {
+    this.player = new Player();
+    this.mic = new Mic((pcm) => this.socket.connected && this.socket.emit("audio", pcm), (level) => this.level(level));
+    this.camera = new Camera($("preview"), (url) => this.socket.connected && this.socket.emit("video_frame", url));
+    this.log = new Log($("log"));
+    this.ready = false;
+    this.talking = false;
+    this.toastTimer = null;
+    this.healthTimer = null;
+    this.turnTimings = {};
+    this.timingsTurn = null;
+    this.bindControls();
+    this.connect();
+    this.loadVoices();
+  }
+
+  // --- server connection ---------------------------------------------------------------------------------
+  connect() {
+    this.socket = io({ transports: ["websocket"], reconnection: false });
+    const s = this.socket;
+    s.on("connect", () => this.connected());
+    s.on("disconnect", (reason) => this.disconnected(reason));
+    s.on("connect_error", () => this.banner("Cannot reach the server. Is it running? Reload to try again."));
+    s.on("server_status", (status) => this.serverStatus(status));
+    s.on("too_many_users", () => this.banner("The assistant is busy with other users right now. Try again later."));
+    s.on("out_time", () => this.banner("You were disconnected after a long silence. Reload the page to talk again."));
+    s.on("audio", (bytes) => this.player.play(bytes));
+    s.on("stop_tts", () => this.player.stop());
+    s.on("state", (m) => this.setState(m.state));
+    s.on("vad", (m) => m.speaking && this.setState("hearing"));
+    s.on("turn", (m) => { if (m.source === "text") this.log.user(m.turn_id, m.text); });
+    s.on("transcript", (m) => this.log.user(m.turn_id, m.text || "(nothing recognised)"));
+    s.on("reply_delta", (m) => this.log.replyDelta(m.turn_id, m.text));
+    s.on("response_text", (m) => this.log.replyDone(m.turn_id, m.text));
+    s.on("turn_cancelled", (m) => this.log.interrupted(m.turn_id));
+    s.on("timings", (m) => this.timings(m));
+    s.on("history_cleared", () => this.log.clear());
+    s.on("error", (m) => this.toast(m && m.message ? m.message : "Something went wrong."));
+  }
+
+  connected() {
+    $("connection").textContent = "connected";
+    $("connection").className = "connection up";
+    $("banner").hidden = true;
+  }
+
+  disconnected(reason) {
+    this.ready = false;
+    $("connection").textContent = "disconnected";
+    $("connection").className = "connection down";
+    this.setState("offline");
+    this.enable(false);
+    this.stopTalking();
+    this.camera.stop();
+    this.player.stop();
+    if ($("banner").hidden) {
+      this.banner(reason === "io client disconnect" ? "Disconnected." :
+        "Connection to the server was lost. Reload the page to reconnect.");
+    }
+  }
+
+  serverStatus(status) {
+    this.ready = status.ready;
+    $("loading").hidden = status.ready;
+    if (!status.ready) {
+      const llm = status.workers && status.workers.llm;
+      if (llm && llm.detail) $("loading-detail").textContent = `Language model: ${llm.detail}.`;
+      clearTimeout(this.healthTimer);
+      this.healthTimer = setTimeout(() => this.pollHealth(), 1000);
+    }
+    this.enable(true);
+    this.setState(status.ready ? "listening" : "loading");
+  }
+
+  async pollHealth() {
+    try {
+      const health = await (await fetch("/health")).json();
+      this.serverStatus({ ready: health.status === "ready", workers: health.workers });
+    } catch (e) {
+      this.healthTimer = setTimeout(() => this.pollHealth(), 2000);
+    }
+  }
+
+  async loadVoices() {
+    try {
+      const { default: chosen, voices } = await (await fetch("/voices")).json();
+      const select = $("voice");
+      for (const v of voices) select.add(new Option(v, v, v === chosen, v === chosen));
+    } catch (e) { /* the default voice is used */ }
+  }
+
+  // --- controls ------------------------------------------------------------------------------------------
+  bindControls() {
+    $("talk").onclick = () => (this.talking ? this.stopTalking() : this.startTalking());
+    $("camera").onclick = () => this.toggleCamera();
+    $("reset").onclick = () => this.socket.emit("reset_state");
+    $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
+    $("compose").onsubmit = (e) => {
+      e.preventDefault();
+      const text = $("text").value.trim();
+      if (!text) return;
+      this.player.ensure(); // a click is the moment browsers allow audio to start
+      this.socket.emit("text_input", { text });
+      $("text").value = "";
+    };
+  }
+
+  enable(on) {
+    for (const id of ["talk", "camera", "reset", "text", "send"]) $(id).disabled = !on;
+  }
+
+  async startTalking() {
+    this.player.ensure();
+    try {
+      const rate = await this.mic.start();
+      if (rate !== MIC_RATE) this.socket.emit("audio_format", { sample_rate: rate });
+    } catch (e) {
+      this.toast(`The microphone is not available: ${e.message}`);
+      await this.mic.stop();
+      return;
+    }
+    this.talking = true;
+    this.socket.emit("recording-started");
+    $("talk").textContent = "Stop talking";
+    $("talk").classList.add("on");
+  }
+
+  async stopTalking() {
+    if (!this.talking) return;
+    this.talking = false;
+    await this.mic.stop();
+    if (this.socket.connected) this.socket.emit("recording-stopped");
+    $("talk").textContent = "Start talking";
+    $("talk").classList.remove("on");
+  }
+
+  async toggleCamera() {
+    if (this.camera.stream) {
+      this.camera.stop();
+      $("camera").textContent = "Camera off";
+      return;
+    }
+    try {
+      await this.camera.start();
+      $("camera").textContent = "Camera on";
+    } catch (e) {
+      this.toast(`The camera is not available: ${e.message}`);
+    }
+  }
+
+  // --- display -------------------------------------------------------------------------------------------
+  setState(state) {
+    const labels = { listening: "listening", hearing: "hearing you…", thinking: "thinking…", speaking: "speaking",
+      loading: "loading models…", offline: "offline" };
+    const pill = $("state");
+    pill.dataset.state = state;
+    pill.textContent = labels[state] || state;
+  }
+
+  level(value) {
+    $("level").style.width = `${Math.min(100, Math.round(value * 400))}%`;
+  }
+
+  timings(stage) {
+    // Each stage (llm, tts) reports its own times; show them together per turn.
+    if (this.timingsTurn !== stage.turn_id) this.turnTimings = {};
+    this.timingsTurn = stage.turn_id;
+    const m = Object.assign(this.turnTimings, stage);
+    const parts = [];
+    if (m.asr_s !== undefined) parts.push(`speech recognition ${m.asr_s.toFixed(2)} s`);
+    if (m.first_token_s !== undefined) parts.push(`first word ${m.first_token_s.toFixed(2)} s`);
+    if (m.tokens_per_s !== undefined) parts.push(`${m.tokens_per_s.toFixed(1)} tokens/s`);
+    if (m.first_chunk_s !== undefined) parts.push(`first sound ${m.first_chunk_s.toFixed(2)} s after text`);
+    if (parts.length) $("timings").textContent = `Turn ${m.turn_id}: ${parts.join(" · ")}`;
+  }
+
+  banner(text) {
+    $("banner").textContent = text;
+    $("banner").hidden = false;
+  }
+
+  toast(text) {
+    const t = $("toast");
+    t.textContent = text;
+    t.hidden = false;
+    clearTimeout(this.toastTimer);
+    this.toastTimer = setTimeout(() => { t.hidden = true; }, 5000);
+  }
+}
+
+window.vita = new App();
