@@ -16,6 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _bench import percentile  # noqa: E402
+
 from vita.config import Config  # noqa: E402
 from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus  # noqa: E402
 from workers.tts_worker import run_tts_worker  # noqa: E402
@@ -26,11 +28,6 @@ PIECES = [
     "It is about 3.5 km from the station, and the museum opens at 10:00.",
     "Hi! I'm Vita, your voice assistant. How can I help?",
 ]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> int:

@@ -1,0 +1,116 @@
+"""Benchmark the front process's audio path: Silero VAD cost per 512-sample chunk, end-of-speech delay on
+Piper-spoken sentences, and the `audio` event handler's own work (decode + hand to the VAD thread) for VITA's
+JSON messages and our binary frames.
+
+Uses the real Silero model and the code the socket handler runs; no server needed.
+Usage: .venv/bin/python scripts/bench_front.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _bench import summary_ms  # noqa: E402
+
+from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
+from vita.audio_input import decode_audio_message  # noqa: E402
+from vita.config import Config  # noqa: E402
+from vita.listener import ListenerEvents, SpeechListener  # noqa: E402
+from vita.vad import CHUNK, SileroVad, VadSegmenter  # noqa: E402
+
+SENTENCES = ["What is the capital of France?", "Yes.", "Please tell me a joke about cats.",
+             "Could you turn the lights off in the kitchen, please?", "No, thank you."]
+
+
+def segmenter(config: Config) -> VadSegmenter:
+    v = config.vad
+    vad = SileroVad(config.models_path() / "silero-vad" / "silero_vad.onnx")
+    return VadSegmenter(vad, v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
+                        v.min_utterance_ms, v.max_utterance_s)
+
+
+def vad_cost(config: Config, audio: np.ndarray) -> list[float]:
+    vad = SileroVad(config.models_path() / "silero-vad" / "silero_vad.onnx")
+    times = []
+    for i in range(0, len(audio) - CHUNK, CHUNK):
+        chunk = audio[i:i + CHUNK].astype(np.float32) / 32768.0
+        t = time.perf_counter()
+        vad.probability(chunk)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def end_of_speech_delays(config: Config) -> list[dict]:
+    rows = []
+    for text in SENTENCES:
+        speech = spoken(text)
+        stream = np.concatenate([silence(1.0), speech, silence(2.0)])
+        truth_end = RATE + voiced_span(speech)[1] * RATE
+        seg = segmenter(config)
+        for i in range(0, len(stream), 128):  # VITA's 8 ms messages
+            _, done = seg.feed(stream[i:i + 128])
+            if done:
+                rows.append({"text": text, "speech_s": len(speech) / RATE,
+                             "end_delay_s": (i + 128 - truth_end) / RATE})
+                break
+        else:
+            rows.append({"text": text, "speech_s": len(speech) / RATE, "end_delay_s": None})
+    return rows
+
+
+def handler_cost(config: Config, audio: np.ndarray, binary: bool, chunk_ms: int) -> list[float]:
+    events = ListenerEvents(lambda: None, lambda heard: None, lambda: None, lambda: None)
+    listener = SpeechListener("bench", segmenter(config), events)
+    listener.start()
+    step = RATE * chunk_ms // 1000
+    messages = [audio[i:i + step] for i in range(0, len(audio) - step, step)]
+    payloads = [m.astype("<i2").tobytes() if binary else vita_message(m) for m in messages]
+    limit = config.limits.max_audio_message_bytes
+    times = []
+    for payload in payloads:
+        t = time.perf_counter()
+        pcm, rate = decode_audio_message(payload, RATE, limit)
+        listener.push(pcm, rate)
+        times.append(time.perf_counter() - t)
+        time.sleep(chunk_ms / 1000 / 4)  # let the VAD thread keep up, as it does at real-time pace
+    listener.stop()
+    listener.join(2)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    config = Config()
+    audio = np.concatenate([silence(0.5)] + [np.concatenate([spoken(t), silence(0.5)]) for t in SENTENCES])
+    vad = vad_cost(config, audio)
+    delays = end_of_speech_delays(config)
+    vita = handler_cost(config, audio, binary=False, chunk_ms=8)
+    binary = handler_cost(config, audio, binary=True, chunk_ms=32)
+    measured = [r["end_delay_s"] for r in delays if r["end_delay_s"] is not None]
+    print(f"VAD per 512-sample chunk (32 ms of audio): {summary_ms(vad)} over {len(vad)} chunks")
+    print(f"end of speech detected after the last voiced sample (end_silence_ms {config.vad.end_silence_ms}):")
+    for r in delays:
+        delay = "missed" if r["end_delay_s"] is None else f"{r['end_delay_s'] * 1000:.0f} ms"
+        print(f"  {r['text']:<56} {r['speech_s']:.2f} s speech  {delay}")
+    print(f"  median {statistics.median(measured) * 1000:.0f} ms, max {max(measured) * 1000:.0f} ms")
+    print(f"audio handler, VITA JSON 8 ms messages: {summary_ms(vita)}")
+    print(f"audio handler, binary 32 ms frames:     {summary_ms(binary)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"vad_s": vad, "delays": delays, "handler_vita_s": vita,
+                                               "handler_binary_s": binary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
