@@ -1,0 +1,57 @@
+"""The two audio wire formats: valid messages decode to the same samples, anything else is an AudioFormatError."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vita.audio_input import AudioFormatError, decode_audio_message
+
+LIMIT = 64_000
+PCM = np.array([0, 1, -1, 32767, -32768, 1234], dtype=np.int16)
+
+
+def test_vita_json_and_binary_give_the_same_samples():
+    vita = json.dumps({"sample_rate": 16000, "audio": list(PCM.astype("<i2").tobytes())})
+    from_json, rate_json = decode_audio_message(vita, 16000, LIMIT)
+    from_binary, rate_binary = decode_audio_message(PCM.astype("<i2").tobytes(), 16000, LIMIT)
+    assert np.array_equal(from_json, PCM) and np.array_equal(from_binary, PCM)
+    assert rate_json == rate_binary == 16000
+
+
+def test_rates_come_from_the_message_or_the_session():
+    vita = json.dumps({"sample_rate": 48000, "audio": [0, 0]})
+    assert decode_audio_message(vita, 16000, LIMIT)[1] == 48000
+    assert decode_audio_message(b"\0\0", 44100, LIMIT)[1] == 44100
+
+
+@pytest.mark.parametrize("payload, needle", [
+    (b"\x01\x02\x03", "whole 16-bit samples"),
+    ("not json", "not JSON"),
+    ('{"sample_rate": 16000}', "\"audio\" list"),
+    ('{"sample_rate": 16000, "audio": [1, 2, 300]}', "byte values"),
+    ('{"sample_rate": 16000, "audio": [1, "a"]}', "byte values"),
+    ('{"sample_rate": 16000, "audio": [[1, 2]]}', "byte values"),
+    ('{"sample_rate": 7, "audio": [1, 2]}', "sample_rate"),
+    ('{"sample_rate": true, "audio": [1, 2]}', "sample_rate"),
+    ({"audio": [1, 2]}, "binary int16 PCM"),
+    (None, "binary int16 PCM"),
+    (b"\0" * (LIMIT + 2), "at most"),
+])
+def test_bad_messages_are_named(payload, needle):
+    with pytest.raises(AudioFormatError, match=needle.replace("[", r"\[")):
+        decode_audio_message(payload, 16000, LIMIT)
+
+
+@given(st.one_of(st.binary(max_size=600), st.text(max_size=300), st.none(), st.integers(),
+                 st.lists(st.integers()), st.dictionaries(st.text(max_size=5), st.integers())))
+def test_any_input_decodes_or_is_rejected_cleanly(payload):
+    try:
+        pcm, rate = decode_audio_message(payload, 16000, LIMIT)
+    except AudioFormatError:
+        return
+    assert pcm.dtype == np.int16 and 8000 <= rate <= 96000

@@ -1,0 +1,69 @@
+"""Camera frames: data-URL decoding really checks the image, and the buffer keeps recent frames only."""
+
+from __future__ import annotations
+
+import base64
+
+import cv2
+import numpy as np
+import pytest
+
+from vita.camera import FrameBuffer, FrameError, decode_frame
+
+
+def data_url(image: bytes, media: str = "image/jpeg") -> str:
+    return f"data:{media};base64," + base64.b64encode(image).decode()
+
+
+def jpeg() -> bytes:
+    ok, data = cv2.imencode(".jpg", np.full((48, 64, 3), 120, dtype=np.uint8))
+    assert ok
+    return data.tobytes()
+
+
+def test_a_real_jpeg_decodes_to_its_bytes():
+    assert decode_frame(data_url(jpeg()), 1_000_000) == jpeg()
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("hello", "data URL"),
+    (None, "data URL"),
+    ("data:text/plain;base64,aGk=", "base64 data URL of"),
+    ("data:image/jpeg,rawdata", "base64 data URL of"),
+    ("data:image/jpeg;base64,@@@@", "not valid base64"),
+    (data_url(b"\xff\xd8\xff\xe0 truncated"), "does not decode"),
+    (data_url(jpeg()[: len(jpeg()) // 3]), "does not decode"),
+])
+def test_bad_frames_are_named(value, needle):
+    with pytest.raises(FrameError, match=needle):
+        decode_frame(value, 1_000_000)
+
+
+def test_oversized_frames_are_refused_before_decoding():
+    with pytest.raises(FrameError, match="at most"):
+        decode_frame(data_url(jpeg()), 100)
+
+
+def test_buffer_keeps_the_last_eight_and_clears_after_a_gap():
+    buffer = FrameBuffer(size=8, gap_s=1.0)
+    for i in range(10):
+        buffer.add(bytes([i]), i * 0.5)
+    assert len(buffer) == 8
+    buffer.add(b"late", 4.5 + 1.5)  # the camera paused for 1.5 s
+    assert len(buffer) == 1
+
+
+def test_sampling_spreads_up_to_four_frames_over_the_utterance():
+    buffer = FrameBuffer()
+    for i in range(8):
+        buffer.add(bytes([i]), 10 + i * 0.5)  # frames at 10.0 … 13.5
+    picked = buffer.sample(11.0, 13.5, 4)
+    assert len(picked) == 4
+    assert picked[0][0] < picked[-1][0] and picked[-1] == bytes([7])
+    assert buffer.sample(11.0, 11.2, 4)  # a short utterance still gets the frames around it
+
+
+def test_no_frames_from_a_camera_that_stopped_long_ago():
+    buffer = FrameBuffer()
+    buffer.add(b"old", 1.0)
+    assert buffer.sample(20.0, 22.0) == ()
