@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
 import time
@@ -16,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _bench import percentile  # noqa: E402
+from _bench import percentile, start_worker  # noqa: E402
 
 from vita.config import Config  # noqa: E402
-from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus  # noqa: E402
+from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings  # noqa: E402
 from workers.tts_worker import run_tts_worker  # noqa: E402
 
 PIECES = [
@@ -36,15 +35,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     config = Config()
-    ctx = multiprocessing.get_context("spawn")
-    manager = ctx.Manager()
-    queues = {name: manager.Queue() for name in ("requests", "tts", "outputs")}
-    worker = ctx.Process(target=run_tts_worker, args=(config, queues["tts"], queues), daemon=True)
-    worker.start()
-    while True:
-        message = queues["outputs"].get(timeout=120)
-        if isinstance(message, WorkerStatus) and message.state is WorkerState.READY:
-            break
+    manager, queues, worker, _ = start_worker(run_tts_worker, "tts", config, daemon=True)
     rows = []
     turn = 0
     for _ in range(args.runs):

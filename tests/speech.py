@@ -23,10 +23,21 @@ def _engine():
 
 @functools.cache
 def spoken(text: str, rate: int = RATE) -> np.ndarray:
-    """`text` spoken by Piper, as int16 mono at `rate`."""
+    """`text` spoken by Piper, as int16 mono at `rate`: the same samples every time.
+
+    Piper samples noise while it speaks (VITS), so by default no two renderings are alike, and Whisper heard
+    one in a few as "capital of friends". Tests need repeatable input: the noise is switched off.
+    """
+    from piper import SynthesisConfig
+
     engine = _engine()
-    audio = np.concatenate(list(engine.synthesize(text)))
-    return soxr.resample(audio, engine.sample_rate, rate).astype(np.int16)
+    steady = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    audio = np.concatenate([np.frombuffer(c.audio_int16_bytes, dtype=np.int16)
+                            for c in engine.voice.synthesize(text, steady)])
+    audio.setflags(write=False)  # shared by every caller through the cache
+    resampled = soxr.resample(audio, engine.sample_rate, rate).astype(np.int16)
+    resampled.setflags(write=False)
+    return resampled
 
 
 def silence(seconds: float, rate: int = RATE) -> np.ndarray:

