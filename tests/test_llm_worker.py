@@ -86,8 +86,15 @@ class LlmHarness:
             return True
 
     def wait_ended(self, session: str, timeout: float = 60) -> TurnEnded:
-        assert self.wait(lambda: any(isinstance(m, TurnEnded) and m.session_id == session
-                                     for _, m in self.events), timeout), self.events
+        """The turn's TurnEnded and, for an answered turn, its final TTS piece: the two travel on different
+        queues, so either may be recorded first.
+        """
+        def ended() -> bool:
+            end = [m for _, m in self.events if isinstance(m, TurnEnded) and m.session_id == session]
+            return bool(end) and (end[0].reason != "done" or any(
+                isinstance(m, TtsPiece) and m.session_id == session and m.last for _, m in self.events))
+
+        assert self.wait(ended, timeout), self.events
         return self.of(session, TurnEnded)[0][1]
 
     def close(self) -> None:
@@ -118,7 +125,7 @@ def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
     reply = "".join(m.delta for _, m in llm.of("spoken", ReplyText))
     assert reply.strip()
     said = pieces(llm, "spoken")
-    assert said and said[0][1].text.endswith(BOUNDARY)
+    assert said and said[0][1].text.endswith(BOUNDARY), (reply, said)
     assert [p.seq for _, p in said] == list(range(len(said)))
     last = [p for _, p in llm.of("spoken", TtsPiece) if p.last]
     assert len(last) == 1 and last[0].seq == len(said)

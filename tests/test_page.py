@@ -5,56 +5,30 @@ Screenshots go to test-artifacts/ for people to look at.
 
 from __future__ import annotations
 
-import shutil
-import wave
-
 import numpy as np
 import pytest
-from playwright.sync_api import sync_playwright
 
+from tests.browser import chromium, open_page, write_wav
 from tests.conftest import ARTIFACTS
-from tests.speech import RATE, silence, spoken
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def write_wav(path, audio: np.ndarray) -> None:
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(RATE)
-        out.writeframes(audio.astype("<i2").tobytes())
+from tests.speech import silence, spoken
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     wav = tmp_path_factory.mktemp("mic") / "question.wav"
     write_wav(wav, np.concatenate([silence(1.5), spoken("What is the capital of France?"), silence(3.0)]))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={wav}%noloop",
-        ])
+    with chromium(microphone_wav=wav) as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture
 def page(browser, server):
-    context = browser.new_context(ignore_https_errors=True, viewport={"width": 1100, "height": 760})
-    page = context.new_page()
-    page.problems = []
-    page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))
-    page.on("pageerror", lambda e: page.problems.append(str(e)))
-    yield page
-    context.close()
+    with open_page(browser, server.url + "/") as page:
+        yield page
 
 
 def test_page_loads_and_shows_its_ui_without_errors(page, server):
     ARTIFACTS.mkdir(exist_ok=True)
-    page.goto(server.url + "/")
     page.wait_for_function("document.querySelector('#connection').textContent === 'connected'", timeout=10000)
     page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
     for selector in ("#talk", "#camera", "#reset", "#text", "#send"):
@@ -67,7 +41,6 @@ def test_page_loads_and_shows_its_ui_without_errors(page, server):
 
 
 def test_spoken_question_from_the_microphone_appears_in_the_log(page, server):
-    page.goto(server.url + "/")
     page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
     page.click("#talk")
     page.wait_for_function("document.querySelector('#talk').textContent === 'Stop talking'", timeout=5000)
@@ -83,7 +56,6 @@ def test_spoken_question_from_the_microphone_appears_in_the_log(page, server):
 
 
 def test_typed_text_gets_a_reply(page, server):
-    page.goto(server.url + "/")
     page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
     page.fill("#text", "Hello, who are you?")
     page.click("#send")

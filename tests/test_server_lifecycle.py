@@ -1,4 +1,4 @@
-"""Limits and the end of a server's life, on a server of its own: --max_users 1, --timeout 3, then SIGTERM."""
+"""A server's life on a server of its own: the page while models load, --max_users 1, --timeout 3, SIGTERM."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import running_server
+from tests.browser import chromium, open_page
+from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
 from tests.helpers import RecordingClient
 from tests.speech import silence, stream
 
@@ -17,8 +18,35 @@ TIMEOUT_S = 3
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("small"), "--max_users", "1", "--timeout", str(TIMEOUT_S)) as s:
-        yield s
+    """Started, not yet ready: the first test sees it loading; the others wait for it."""
+    server = start_server(tmp_path_factory.mktemp("small"), "--max_users", "1", "--timeout", str(TIMEOUT_S))
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
+def test_page_tells_the_user_while_models_load(small_server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    deadline = time.monotonic() + 30
+    while True:  # the front answers within seconds; vLLM takes about a minute more
+        try:
+            if small_server.get("/health").json()["status"] == "starting":
+                break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+    with chromium() as browser, open_page(browser, small_server.url + "/") as page:
+        page.wait_for_function("document.querySelector('#connection').textContent === 'connected'", timeout=10000)
+        assert page.is_visible("#loading")
+        assert page.get_attribute("#state", "data-state") == "loading"
+        page.screenshot(path=str(ARTIFACTS / "page-loading.png"))
+        wait_ready(small_server)
+        # The page polls /health and lets the user start once the workers are ready.
+        page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+        assert page.is_hidden("#loading")
+        assert not page.problems, page.problems
 
 
 def wait_health(server, predicate, timeout: float = 5.0) -> dict:
@@ -31,6 +59,8 @@ def wait_health(server, predicate, timeout: float = 5.0) -> dict:
 
 
 def test_extra_client_is_told_and_disconnected(small_server):
+    wait_ready(small_server)
+    assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0  # the page's, just closed
     first = RecordingClient(small_server.url).connect()
     extra = RecordingClient(small_server.url)
     try:
