@@ -21,6 +21,8 @@ ARTIFACTS = ROOT / "test-artifacts"
 READY_TIMEOUT_S = 420
 
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+# The environment as the test run found it: servers get this, not whatever an in-process engine added since.
+BASE_ENV = dict(os.environ)
 
 
 def free_port() -> int:
@@ -52,7 +54,7 @@ def start_server(tmp: Path, *args: str) -> RunningServer:
     log_path = tmp / "server.log"
     cmd = [sys.executable, str(ROOT / "server.py"), "--port", str(port), "--state_dir", str(state), *args]
     process = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               env={**BASE_ENV, "PYTHONUNBUFFERED": "1"})
     return RunningServer(process, f"https://127.0.0.1:{port}", state, log_path)
 
 

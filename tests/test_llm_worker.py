@@ -48,6 +48,9 @@ class LlmHarness:
         from workers.llm_worker import LlmWorker, device_env
 
         config = Config()
+        # vLLM edits this process's environment (LD_PRELOAD of tcmalloc and libgomp for its workers); put it
+        # back afterwards, or every server and browser the later tests start inherits it.
+        self.saved_env = dict(os.environ)
         os.environ.update(device_env(config))  # before vLLM is imported by setup()
         self.inbox, self.tts, self.outbox = queue.Queue(), queue.Queue(), queue.Queue()
         self.worker = LlmWorker(config, self.inbox, self.tts, self.outbox,
@@ -103,6 +106,8 @@ class LlmHarness:
         self.worker.close()
         self.tts.put(None)
         self.outbox.put(None)
+        os.environ.clear()
+        os.environ.update(self.saved_env)
 
 
 @pytest.fixture(scope="module")

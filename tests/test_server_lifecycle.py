@@ -38,9 +38,9 @@ def test_page_tells_the_user_while_models_load(small_server):
                 raise
         time.sleep(0.2)
     with chromium() as browser, open_page(browser, small_server.url + "/") as page:
-        page.wait_for_function("document.querySelector('#connection').textContent === 'connected'", timeout=10000)
+        page.wait_for_function("document.querySelector('#state').dataset.state === 'loading'", timeout=10000)
         assert page.is_visible("#loading")
-        assert page.get_attribute("#state", "data-state") == "loading"
+        assert "Language model" in page.inner_text("#loading-detail")
         page.screenshot(path=str(ARTIFACTS / "page-loading.png"))
         wait_ready(small_server)
         # The page polls /health and lets the user start once the workers are ready.
