@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
 import psutil
 import pytest
+import socketio
 
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
@@ -43,9 +45,11 @@ def test_page_tells_the_user_while_models_load(small_server):
         assert "Language model" in page.inner_text("#loading-detail")
         page.screenshot(path=str(ARTIFACTS / "page-loading.png"))
         wait_ready(small_server)
-        # The page polls /health and lets the user start once the workers are ready.
+        # The page polls /health and lets the user start once the workers are ready; the wait for the models
+        # (far longer than --timeout) did not count as the user being idle.
         page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
         assert page.is_hidden("#loading")
+        assert page.inner_text("#connection") == "connected"
         assert not page.problems, page.problems
 
 
@@ -64,7 +68,9 @@ def test_extra_client_is_told_and_disconnected(small_server):
     first = RecordingClient(small_server.url).connect()
     extra = RecordingClient(small_server.url)
     try:
-        extra.connect()
+        # The refusal follows the handshake within 0.2 s: under load it can overtake connect() returning.
+        with contextlib.suppress(socketio.exceptions.ConnectionError):
+            extra.connect()
         assert extra.wait_event("too_many_users", 5)
         assert extra.wait_event("disconnect", 5)
         assert not first.named("too_many_users")
@@ -94,13 +100,14 @@ def test_idle_session_is_timed_out_and_freed(small_server):
 
 
 def test_activity_keeps_a_session_alive(small_server):
+    assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
     client = RecordingClient(small_server.url).connect()
     try:
         for _ in range(3):
             time.sleep(TIMEOUT_S * 0.6)
             client.sio.emit("recording-started")
-        assert not client.named("out_time")
-        assert client.sio.connected
+        assert not client.named("out_time"), client.events
+        assert client.sio.connected, client.events
     finally:
         client.close()
 

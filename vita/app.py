@@ -37,7 +37,7 @@ class FrontApp:
         # can't overtake each other and no thread is started per 8 ms message.
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
-        self.turns = TurnController(config, self.emit, self._put, self._disconnect)
+        self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready)
         self._routes()
         self._events()
 

@@ -27,8 +27,10 @@ FRAMES_PER_TURN = 4
 
 
 class TurnController:
-    def __init__(self, config: Config, emit: Emit, put: Put, disconnect: Callable[[str], None]):
+    def __init__(self, config: Config, emit: Emit, put: Put, disconnect: Callable[[str], None],
+                 workers_ready: Callable[[], bool]):
         self.config = config
+        self.workers_ready = workers_ready
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
@@ -119,6 +121,9 @@ class TurnController:
             self._save(session, turn_id, u.pcm)
 
     def on_tick(self, session: Session) -> None:
+        if not self.workers_ready():
+            session.touch()  # waiting for the models to load is not the user being idle
+            return
         if session.idle_for() > self.config.server.timeout:
             log.info("session %s idle for %.0f s: timing out", session.sid, session.idle_for())
             self.emit("out_time", to=session.sid)

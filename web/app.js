@@ -245,6 +245,7 @@ class App {
 
   disconnected(reason) {
     this.ready = false;
+    clearTimeout(this.healthTimer);
     $("connection").textContent = "disconnected";
     $("connection").className = "connection down";
     this.setState("offline");
@@ -259,6 +260,7 @@ class App {
   }
 
   serverStatus(status) {
+    if (!this.socket.connected) return; // a late /health answer after the connection was lost
     this.ready = status.ready;
     $("loading").hidden = status.ready;
     if (!status.ready) {
