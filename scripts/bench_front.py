@@ -68,7 +68,7 @@ def end_of_speech_delays(config: Config) -> list[dict]:
 
 
 def handler_cost(config: Config, audio: np.ndarray, binary: bool, chunk_ms: int) -> list[float]:
-    events = ListenerEvents(lambda: None, lambda heard: None, lambda: None, lambda: None)
+    events = ListenerEvents(lambda: None, lambda: None, lambda heard: None, lambda: None, lambda: None)
     listener = SpeechListener("bench", segmenter(config), events)
     listener.start()
     step = RATE * chunk_ms // 1000

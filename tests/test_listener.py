@@ -15,7 +15,7 @@ from vita.vad import SileroVad, VadSegmenter
 
 class Recorder:
     def __init__(self):
-        self.starts, self.utterances, self.ticks, self.overruns = 0, [], 0, 0
+        self.starts, self.utterances, self.ticks, self.overruns, self.dropped = 0, [], 0, 0, 0
         self.done = threading.Event()
 
     def events(self) -> ListenerEvents:
@@ -32,7 +32,10 @@ class Recorder:
         def overrun():
             self.overruns += 1
 
-        return ListenerEvents(start, utterance, tick, overrun)
+        def dropped():
+            self.dropped += 1
+
+        return ListenerEvents(start, dropped, utterance, tick, overrun)
 
 
 def listener(recorder: Recorder, tick_s: float = 1.0, max_buffered: int = 2000) -> SpeechListener:
@@ -42,6 +45,20 @@ def listener(recorder: Recorder, tick_s: float = 1.0, max_buffered: int = 2000) 
     seg = VadSegmenter(vad, v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
                        v.min_utterance_ms, v.max_utterance_s)
     return SpeechListener("test", seg, recorder.events(), max_buffered=max_buffered, tick_s=tick_s)
+
+
+def test_a_short_burst_is_reported_then_dropped():
+    recorder = Recorder()
+    target = listener(recorder)
+    target.start()
+    try:
+        burst = spoken("Please tell me a joke about cats.")[3200:5600]  # 150 ms out of the middle of a word
+        push_all(target, np.concatenate([silence(0.5), burst, silence(1.0)]), 16000, 512)
+        deadline = threading.Event()
+        deadline.wait(1.0)
+        assert recorder.starts == 1 and recorder.dropped == 1 and not recorder.utterances
+    finally:
+        target.stop()
 
 
 def push_all(target: SpeechListener, audio: np.ndarray, rate: int, step: int) -> None:

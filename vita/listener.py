@@ -35,6 +35,7 @@ class HeardUtterance:
 @dataclass
 class ListenerEvents:
     on_speech_start: Callable[[], None]
+    on_speech_dropped: Callable[[], None]  # a reported start turned out to be a cough or a click
     on_utterance: Callable[[HeardUtterance], None]
     on_tick: Callable[[], None]
     on_overrun: Callable[[], None]
@@ -112,8 +113,11 @@ class SpeechListener:
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
                 self._rate = rate
             pcm = self._resampler.resample_chunk(pcm)
+        dropped = self.segmenter.dropped
         started, done = self.segmenter.feed(pcm)
-        self.speaking = self.segmenter.confirmed
+        self.speaking = self.segmenter.onset_reported
+        if self.segmenter.dropped != dropped:
+            self.events.on_speech_dropped()
         if started:
             self.events.on_speech_start()
         position = self.segmenter.position + self.segmenter.pending.size

@@ -42,9 +42,11 @@ class TurnController:
     def attach_listener(self, session: Session) -> None:
         v = self.config.vad
         segmenter = VadSegmenter(SileroVad(self.vad_model), v.start_threshold, v.end_threshold,
-                                 v.end_silence_ms, v.pre_roll_ms, v.min_utterance_ms, v.max_utterance_s)
+                                 v.end_silence_ms, v.pre_roll_ms, v.min_utterance_ms, v.max_utterance_s,
+                                 v.barge_in_ms)
         events = ListenerEvents(
             on_speech_start=lambda: self.on_speech_start(session),
+            on_speech_dropped=lambda: self.emit("vad", {"speaking": False, "dropped": True}, to=session.sid),
             on_utterance=lambda heard: self.on_utterance(session, heard),
             on_tick=lambda: self.on_tick(session),
             on_overrun=lambda: self.report(session, "audio_overrun",

@@ -54,15 +54,19 @@ class Utterance:
 class VadSegmenter:
     """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
     end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
+
+    The start of speech is reported once onset_ms of it is voiced (that is what interrupts the assistant, so
+    it is short); the utterance is kept only if min_utterance_ms of it is voiced.
     """
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
-                 pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float):
+                 pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
         self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
+        self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
         self.max_samples = int(max_utterance_s * SAMPLE_RATE)
         self.pending = np.zeros(0, dtype=np.int16)
         self.position = 0  # samples consumed so far
@@ -72,23 +76,21 @@ class VadSegmenter:
         self.last_voiced_end = 0
         self.silent_chunks = 0
         self.voiced_samples = 0
-        self.confirmed = False  # enough voiced audio to count as speech (and to interrupt the assistant)
+        self.onset_reported = False  # onset_ms voiced: the start of speech has been reported
+        self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
+        self.dropped = 0  # reported starts that turned out too short to keep (a cough, a click)
 
     def reset(self) -> None:
         self.vad.reset()
         self.pre_roll.clear()
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = False
-        self.confirmed = False
+        self.confirmed = self.onset_reported = False
         self.speech = []
         self.silent_chunks = 0
 
     def feed(self, pcm: np.ndarray) -> tuple[bool, list[Utterance]]:
-        """Feed int16 samples; return (speech confirmed in this feed, finished utterances).
-
-        Speech counts as started once min_utterance of it is voiced, so a click neither interrupts the
-        assistant nor makes a turn.
-        """
+        """Feed int16 samples; return (start of speech reported in this feed, finished utterances)."""
         self.pending = np.concatenate([self.pending, pcm]) if self.pending.size else pcm
         started = False
         done: list[Utterance] = []
@@ -105,8 +107,7 @@ class VadSegmenter:
                     self.last_voiced_end = self.position
                     self.silent_chunks = 0
                     self.voiced_samples = CHUNK
-                    if self.min_samples <= CHUNK:
-                        self.confirmed = started = True
+                    started = self._count_voiced() or started
                     self.pre_roll.clear()
                 else:
                     self.pre_roll.append(chunk)
@@ -118,8 +119,7 @@ class VadSegmenter:
                 self.silent_chunks = 0
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
-                if not self.confirmed and self.voiced_samples >= self.min_samples:
-                    self.confirmed = started = True
+                started = self._count_voiced() or started
             too_long = self.position - self.speech_start >= self.max_samples
             if self.silent_chunks >= self.end_silence_chunks or too_long:
                 utterance = self._close()
@@ -127,12 +127,22 @@ class VadSegmenter:
                     done.append(utterance)
         return started, done
 
+    def _count_voiced(self) -> bool:
+        """Update the flags after a voiced chunk; True when the start of speech is to be reported now."""
+        self.confirmed = self.voiced_samples >= self.min_samples
+        if self.onset_reported or self.voiced_samples < self.onset_samples:
+            return False
+        self.onset_reported = True
+        return True
+
     def _close(self) -> Utterance | None:
         self.speaking = False
         audio = np.concatenate(self.speech)
         self.speech = []
         self.silent_chunks = 0
-        confirmed, self.confirmed = self.confirmed, False
+        confirmed, reported = self.confirmed, self.onset_reported
+        self.confirmed = self.onset_reported = False
         if not confirmed:
+            self.dropped += reported
             return None  # a click or a cough
         return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)
