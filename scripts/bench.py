@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import socketio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -27,17 +26,6 @@ from _bench import percentile  # noqa: E402
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
 from tests.helpers import RecordingClient  # noqa: E402
 from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
-
-
-def connect(url: str) -> RecordingClient:
-    """Connect, retrying once: under load a fresh connection is now and then dropped at once (see the note in
-    README's Performance section); the benchmark counts what it measures, not connection set-up."""
-    try:
-        return RecordingClient(url).connect()
-    except socketio.exceptions.ConnectionError:
-        time.sleep(0.5)
-        return RecordingClient(url).connect()
-
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Can you tell me what the weather is like in spring?"]
@@ -74,7 +62,7 @@ def voice_to_voice(url: str, runs: int) -> list[dict]:
     rows = []
     for run in range(runs):
         for question in QUESTIONS:
-            client = connect(url)
+            client = RecordingClient(url).connect()
             try:
                 speech = spoken(question)
                 voiced_at = send_speech(client, speech)
@@ -104,7 +92,7 @@ def barge_in(url: str, runs: int) -> list[float]:
     first_voiced = voiced_span(speech)[0]
     latencies = []
     for _ in range(runs * 2):
-        client = connect(url)
+        client = RecordingClient(url).connect()
         try:
             client.sio.emit("text_input", {"text": "Good morning! Can you tell me what the weather is like?"})
             if not client.wait_for(lambda evs: any(n == "state" and d["state"] == "speaking"
@@ -153,7 +141,7 @@ def concurrency(url_factory, counts: list[int]) -> list[dict]:
     speech = spoken("Please tell me a joke about cats.")
     for n in counts:
         url = url_factory(n)
-        clients = [connect(url) for _ in range(n)]
+        clients = [RecordingClient(url).connect() for _ in range(n)]
         voiced: list[float] = [0.0] * n
 
         def run(i: int, clients=clients, voiced=voiced) -> None:

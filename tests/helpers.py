@@ -1,11 +1,39 @@
-"""A recording Socket.IO client for tests: connects over WSS and keeps every event with its arrival time."""
+"""A recording Socket.IO client for tests: connects over WSS and keeps every event with its arrival time.
+
+It is python-socketio's AsyncClient on an event loop of its own. The threaded `socketio.Client` reads and writes
+one SSL socket from two threads, which now and then kills a wss:// connection within milliseconds
+(miguelgrinberg/python-socketio#1568, python-engineio#461); asyncio does both from one thread.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import socketio
+
+
+class SyncFacade:
+    """The few calls tests make (`emit`, `connected`, `disconnect`), run on the client's loop."""
+
+    def __init__(self, client: socketio.AsyncClient, loop: asyncio.AbstractEventLoop):
+        self._client = client
+        self._loop = loop
+
+    def _run(self, coroutine, timeout: float = 10) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def emit(self, event: str, data: Any = None) -> None:
+        self._run(self._client.emit(event, data))
+
+    @property
+    def connected(self) -> bool:
+        return self._client.connected
+
+    def disconnect(self) -> None:
+        self._run(self._client.disconnect())
 
 
 class RecordingClient:
@@ -13,22 +41,31 @@ class RecordingClient:
         self.url = url
         self.events: list[tuple[float, str, object]] = []
         self.changed = threading.Condition()
-        self.sio = socketio.Client(ssl_verify=False, reconnection=False)
-        self.sio.on("*", self._record)
-        self.sio.on("disconnect", lambda *a: self._record("disconnect", None))
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-client", daemon=True)
+        self.thread.start()
+        self.client = socketio.AsyncClient(reconnection=False, ssl_verify=False)
+        self.client.on("*", self._record)
+        self.client.on("disconnect", self._disconnected)
+        self.sio = SyncFacade(self.client, self.loop)
 
-    def _record(self, event: str, data: object = None) -> None:
+    async def _record(self, event: str, data: object = None) -> None:
         with self.changed:
             self.events.append((time.monotonic(), event, data))
             self.changed.notify_all()
 
+    async def _disconnected(self, *_) -> None:
+        await self._record("disconnect", None)
+
     def connect(self) -> RecordingClient:
-        self.sio.connect(self.url, transports=["websocket"], wait_timeout=10)
+        self.sio._run(self.client.connect(self.url, transports=["websocket"], wait_timeout=10), timeout=15)
         return self
 
     def close(self) -> None:
-        if self.sio.connected:
+        if self.client.connected:
             self.sio.disconnect()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
 
     def named(self, event: str) -> list[object]:
         with self.changed:
