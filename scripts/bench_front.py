@@ -32,14 +32,11 @@ SENTENCES = ["What is the capital of France?", "Yes.", "Please tell me a joke ab
 
 
 def segmenter(config: Config) -> VadSegmenter:
-    v = config.vad
-    vad = SileroVad(config.models_path() / "silero-vad" / "silero_vad.onnx")
-    return VadSegmenter(vad, v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
-                        v.min_utterance_ms, v.max_utterance_s)
+    return VadSegmenter.from_config(config.vad, config.vad_model_path())
 
 
 def vad_cost(config: Config, audio: np.ndarray) -> list[float]:
-    vad = SileroVad(config.models_path() / "silero-vad" / "silero_vad.onnx")
+    vad = SileroVad(config.vad_model_path())
     times = []
     for i in range(0, len(audio) - CHUNK, CHUNK):
         chunk = audio[i:i + CHUNK].astype(np.float32) / 32768.0
@@ -68,7 +65,7 @@ def end_of_speech_delays(config: Config) -> list[dict]:
 
 
 def handler_cost(config: Config, audio: np.ndarray, binary: bool, chunk_ms: int) -> list[float]:
-    events = ListenerEvents(lambda: None, lambda: None, lambda heard: None, lambda: None, lambda: None)
+    events = ListenerEvents(lambda: None, lambda: None, lambda heard: None, lambda: None)
     listener = SpeechListener("bench", segmenter(config), events)
     listener.start()
     step = RATE * chunk_ms // 1000

@@ -10,12 +10,12 @@ import pytest
 from tests.speech import silence, spoken
 from vita.config import Config
 from vita.listener import ListenerEvents, SpeechListener
-from vita.vad import SileroVad, VadSegmenter
+from vita.vad import VadSegmenter
 
 
 class Recorder:
     def __init__(self):
-        self.starts, self.utterances, self.ticks, self.overruns, self.dropped = 0, [], 0, 0, 0
+        self.starts, self.utterances, self.ticks, self.dropped = 0, [], 0, 0
         self.done = threading.Event()
 
     def events(self) -> ListenerEvents:
@@ -29,21 +29,15 @@ class Recorder:
         def tick():
             self.ticks += 1
 
-        def overrun():
-            self.overruns += 1
-
         def dropped():
             self.dropped += 1
 
-        return ListenerEvents(start, dropped, utterance, tick, overrun)
+        return ListenerEvents(start, dropped, utterance, tick)
 
 
 def listener(recorder: Recorder, tick_s: float = 1.0, max_buffered: int = 2000) -> SpeechListener:
     config = Config()
-    v = config.vad
-    vad = SileroVad(config.models_path() / "silero-vad" / "silero_vad.onnx")
-    seg = VadSegmenter(vad, v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
-                       v.min_utterance_ms, v.max_utterance_s)
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path())
     return SpeechListener("test", seg, recorder.events(), max_buffered=max_buffered, tick_s=tick_s)
 
 

@@ -115,6 +115,9 @@ class Config:
             return Path(self.llm.model_path).expanduser().resolve()
         return self.models_path() / "gemma-3-270m"
 
+    def vad_model_path(self) -> Path:
+        return self.models_path() / "silero-vad" / "silero_vad.onnx"
+
     def state_path(self) -> Path:
         if self.server.state_dir:
             return Path(self.server.state_dir).expanduser()

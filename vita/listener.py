@@ -38,7 +38,6 @@ class ListenerEvents:
     on_speech_dropped: Callable[[], None]  # a reported start turned out to be a cough or a click
     on_utterance: Callable[[HeardUtterance], None]
     on_tick: Callable[[], None]
-    on_overrun: Callable[[], None]
 
 
 class _Reset:
@@ -84,7 +83,6 @@ class SpeechListener:
             self.thread.join(timeout)
 
     def _run(self) -> None:
-        overrun_reported = False
         while not self.stopping.is_set():
             try:
                 item = self.inbox.get(timeout=self.tick_s)
@@ -97,9 +95,6 @@ class SpeechListener:
                 self.segmenter.reset()
                 self.speaking = False
                 continue
-            if self.inbox.full() and not overrun_reported:
-                overrun_reported = True
-                self.events.on_overrun()
             try:
                 self._feed(*item)
             except Exception:  # a VAD failure must end neither this thread silently nor the server

@@ -17,7 +17,7 @@ from vita.config import Config
 from vita.listener import HeardUtterance, ListenerEvents, SpeechListener
 from vita.messages import CancelTurn, TurnRequest
 from vita.sessions import Session, SessionState
-from vita.vad import SAMPLE_RATE, SileroVad, VadSegmenter
+from vita.vad import SAMPLE_RATE, VadSegmenter
 
 log = logging.getLogger("vita.turns")
 
@@ -34,23 +34,18 @@ class TurnController:
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
-        self.vad_model = config.models_path() / "silero-vad" / "silero_vad.onnx"
+        self.vad_model = config.vad_model_path()
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
     # --- session lifetime --------------------------------------------------------------------------------
     def attach_listener(self, session: Session) -> None:
-        v = self.config.vad
-        segmenter = VadSegmenter(SileroVad(self.vad_model), v.start_threshold, v.end_threshold,
-                                 v.end_silence_ms, v.pre_roll_ms, v.min_utterance_ms, v.max_utterance_s,
-                                 v.barge_in_ms)
+        segmenter = VadSegmenter.from_config(self.config.vad, self.vad_model)
         events = ListenerEvents(
             on_speech_start=lambda: self.on_speech_start(session),
             on_speech_dropped=lambda: self.emit("vad", {"speaking": False, "dropped": True}, to=session.sid),
             on_utterance=lambda heard: self.on_utterance(session, heard),
             on_tick=lambda: self.on_tick(session),
-            on_overrun=lambda: self.report(session, "audio_overrun",
-                                           "Audio is arriving faster than it can be processed; some was dropped."),
         )
         tick = min(1.0, self.config.server.timeout / 4)
         session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)

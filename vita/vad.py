@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from vita.config import VadConfig
 
 SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
@@ -79,6 +83,12 @@ class VadSegmenter:
         self.onset_reported = False  # onset_ms voiced: the start of speech has been reported
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
         self.dropped = 0  # reported starts that turned out too short to keep (a cough, a click)
+
+    @classmethod
+    def from_config(cls, v: VadConfig, onnx_path: Path) -> VadSegmenter:
+        """A segmenter with its own Silero state, tuned by the config's `vad` section."""
+        return cls(SileroVad(onnx_path), v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
+                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms)
 
     def reset(self) -> None:
         self.vad.reset()
