@@ -7,15 +7,18 @@ import threading
 import time
 from typing import Any
 
-from flask import Flask, jsonify, request, send_from_directory
+from flask import Flask, Response, jsonify, request, send_from_directory
 from flask_socketio import SocketIO
 
 from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
-from vita.messages import EndSession, ResetHistory
+from vita.logs import turn_ids
+from vita.messages import REPLY_MODES, EndSession, ResetHistory
+from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.sessions import Session, SessionRegistry
 from vita.turn_control import TurnController
+from vita.turn_log import TurnLogger
 from workers.tts_worker import available_voices
 
 log = logging.getLogger("vita.app")
@@ -37,12 +40,17 @@ class FrontApp:
         # can't overtake each other and no thread is started per 8 ms message.
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
-        self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready)
+        self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
+        self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
+        self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
+                                    self.turn_log)
         self._routes()
         self._events()
 
     # --- plumbing ----------------------------------------------------------------------------------------
     def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
+        if event == "error" and isinstance(payload, dict):
+            self.metrics.errors.labels(str(payload.get("code"))).inc()
         if payload is None:
             self.socketio.emit(event, to=to)
         else:
@@ -86,7 +94,14 @@ class FrontApp:
                 "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
                 "max_users": self.config.server.max_users,
                 "uptime_s": round(time.time() - self.started_at, 1),
+                "turn_log": {"path": str(self.turn_log.path) if self.turn_log.path else None,
+                             "ok": self.turn_log.error is None, "error": self.turn_log.error,
+                             "written": self.turn_log.written},
             })
+
+        @app.get("/metrics")
+        def metrics():
+            return Response(self.metrics.render(), content_type=CONTENT_TYPE)
 
         @app.get("/voices")
         def voices():
@@ -105,6 +120,7 @@ class FrontApp:
         def on_connect(auth=None):
             session = self.sessions.open(request.sid)
             if session is None:
+                self.metrics.sessions_refused.inc()
                 log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
                 # Accept, tell, then really disconnect (VITA only warned). A rejected connect could not carry
                 # the VITA event, and events sent before the connect handler returns precede the client's
@@ -113,10 +129,11 @@ class FrontApp:
                 timer.daemon = True
                 timer.start()
                 return
+            self.metrics.sessions_opened.inc()
             self.turns.attach_listener(session)
-            log.info("session %s connected (%d/%d)", request.sid, len(self.sessions), self.sessions.max_users)
-            self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health()},
-                      to=request.sid)
+            log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
+            self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
+                                        "session": self.turn_log.pseudonym(request.sid)}, to=request.sid)
 
         @sio.on("disconnect")
         def on_disconnect(*_):
@@ -126,10 +143,11 @@ class FrontApp:
             self.turns.detach(session)
             for name in ("requests", "tts"):
                 self._put(name, EndSession(session.sid))
-            log.info("session %s disconnected", session.sid)
+            log.info("disconnected", extra=turn_ids(session.sid))
 
         @sio.on("audio")
         def on_audio(data=None):
+            started = time.perf_counter()
             session = self._session()
             if session is None:
                 return
@@ -139,8 +157,11 @@ class FrontApp:
                 self.turns.report(session, "bad_audio", str(exc))
                 return
             if pcm.size and not session.listener.push(pcm, rate):
+                self.metrics.audio_dropped.inc()
                 self.turns.report(session, "audio_overrun",
                                   "Audio is arriving faster than it can be processed; some was dropped.")
+            self.metrics.audio_seconds.inc(pcm.size / rate)
+            self.metrics.audio_handler.observe(time.perf_counter() - started)
 
         @sio.on("audio_format")
         def on_audio_format(data=None):
@@ -153,6 +174,18 @@ class FrontApp:
                 self.error("bad_audio_format", str(exc))
                 return
             self.emit("audio_format", {"sample_rate": session.audio_rate}, to=session.sid)
+
+        @sio.on("reply_mode")
+        def on_reply_mode(data=None):
+            session = self._session()
+            if session is None:
+                return
+            mode = data.get("mode") if isinstance(data, dict) else None
+            if mode not in REPLY_MODES:
+                self.error("bad_reply_mode", f"mode must be one of: {', '.join(REPLY_MODES)}")
+                return
+            session.reply_mode = mode
+            self.emit("reply_mode", {"mode": mode}, to=session.sid)
 
         @sio.on("video_frame")
         def on_video_frame(data=None):

@@ -33,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keyfile", help="TLS private key (PEM) for --certfile")
     p.add_argument("--no_tls", action="store_true", help="serve plain HTTP (only behind a TLS-terminating proxy)")
     p.add_argument("--models_dir", help="folder of the assembled embedded models (default: models/)")
-    p.add_argument("--state_dir", help="writable folder for the generated certificate")
+    p.add_argument("--state_dir", help="writable folder for the generated certificate and the turn log")
+    p.add_argument("--log_level", help="debug, info (default), warning or error")
+    p.add_argument("--log_format", help="text (default) or json: one JSON object per line")
+    p.add_argument("--turn_log", help="SQLite file for the turn log, or 'off' (default: state_dir/turns.sqlite3)")
     return p
 
 
@@ -45,12 +48,16 @@ def config_from_args(argv: list[str] | None = None) -> Config:
         ("model_path", config.llm, "model_path"), ("ip", s, "ip"), ("port", s, "port"),
         ("max_users", s, "max_users"), ("timeout", s, "timeout"), ("certfile", s, "certfile"),
         ("keyfile", s, "keyfile"), ("state_dir", s, "state_dir"), ("models_dir", config, "models_dir"),
+        ("log_level", s, "log_level"), ("log_format", s, "log_format"),
     ):
         value = getattr(args, flag)
         if value is not None:
             setattr(target, attr, value)
     if args.no_tls:
         s.tls = False
+    if args.turn_log is not None:
+        config.turn_log.enabled = args.turn_log != "off"
+        config.turn_log.path = None if args.turn_log == "off" else args.turn_log
     return validate(config)
 
 
@@ -77,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server.py: error: {exc}", file=sys.stderr)
         return 2
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s front %(levelname)s %(message)s")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    from vita.logs import setup_logging
+
+    setup_logging("front", config.server.log_level, config.server.log_format)
 
     from werkzeug.serving import make_server
 
@@ -122,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, request_stop)
 
     graph.start()
-    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, graph.on_status)
+    front.turn_log.start()
+    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, graph.on_status,
+                                  front.metrics, front.turn_log)
     dispatcher.start()
     scheme = "https" if ssl_context else "http"
     log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, s.ip, s.port)
@@ -133,5 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         server.server_close()
         graph.stop(timeout=10)
         dispatcher.stop()
+        front.turn_log.stop()
         log.info("stopped in %.1f s", time.monotonic() - started)
     return 0

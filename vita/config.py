@@ -36,6 +36,8 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
     state_dir: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"
 
 
 @dataclass
@@ -95,6 +97,13 @@ class LimitsConfig:
 
 
 @dataclass
+class TurnLogConfig:
+    enabled: bool = True
+    path: str | None = None
+    retention_days: float = 30.0
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -103,6 +112,7 @@ class Config:
     llm: LlmConfig = field(default_factory=LlmConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    turn_log: TurnLogConfig = field(default_factory=TurnLogConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def models_path(self) -> Path:
@@ -118,6 +128,11 @@ class Config:
     def vad_model_path(self) -> Path:
         return self.models_path() / "silero-vad" / "silero_vad.onnx"
 
+    def turn_log_path(self) -> Path | None:
+        if not self.turn_log.enabled:
+            return None
+        return Path(self.turn_log.path).expanduser() if self.turn_log.path else self.state_path() / "turns.sqlite3"
+
     def state_path(self) -> Path:
         if self.server.state_dir:
             return Path(self.server.state_dir).expanduser()
@@ -125,7 +140,9 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "asr", "llm", "tts", "limits"}
+_SECTIONS = {"server", "vad", "asr", "llm", "tts", "limits", "turn_log"}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
 _PROMPT_STYLES = ("auto", "chat", "transcript")
 _DEVICES = ("cpu", "cuda")
@@ -204,6 +221,9 @@ def validate(config: Config) -> Config:
     _check((s.certfile is None) == (s.keyfile is None), "--certfile/--keyfile", "give both or neither")
     for opt, p in (("--certfile", s.certfile), ("--keyfile", s.keyfile)):
         _check(p is None or Path(p).is_file(), opt, f"file not found: {p}")
+    _check(s.log_level in LOG_LEVELS, "--log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
+    _check(config.turn_log.retention_days > 0, "turn_log.retention_days", "must be a positive number of days")
     _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")
     _check(0 < v.end_threshold <= v.start_threshold, "vad.end_threshold",
            "must be between 0 and vad.start_threshold")

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from vita.logs import turn_ids
 from vita.messages import (
     ReplyText,
     SessionError,
@@ -19,20 +20,27 @@ from vita.messages import (
     TurnTimings,
     WorkerStatus,
 )
+from vita.metrics import FrontMetrics
 from vita.sessions import Session, SessionRegistry, SessionState
+from vita.turn_log import TurnLogger
 
 log = logging.getLogger("vita.dispatch")
 
 Emit = Callable[..., None]  # emit(event, payload, to=sid)
+# Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
+STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",
+                   ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
 class OutputDispatcher:
     def __init__(self, outputs: Any, sessions: SessionRegistry, emit: Emit,
-                 on_status: Callable[[WorkerStatus], None]):
+                 on_status: Callable[[WorkerStatus], None], metrics: FrontMetrics, turn_log: TurnLogger):
         self.outputs = outputs
         self.sessions = sessions
         self.emit = emit
         self.on_status = on_status
+        self.metrics = metrics
+        self.turn_log = turn_log
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="output-dispatcher", daemon=True)
 
@@ -58,12 +66,43 @@ class OutputDispatcher:
 
     def _finish_turn(self, session: Session, turn_id: int) -> None:
         if session.end_turn(turn_id):
+            self.metrics.turns_completed.inc()
+            self.turn_log.front_ended(session.sid, turn_id, "done")
+            log.info("turn completed", extra=turn_ids(session.sid, turn_id))
             self.emit("state", {"state": "listening", "turn_id": turn_id}, to=session.sid)
+
+    def _first_audio(self, session: Session, turn_id: int) -> None:
+        times = session.first_audio(turn_id)
+        if times is None:
+            return
+        for key, seconds in times.items():
+            self.metrics.observe_stage(key[:-2], seconds)
+        self.turn_log.update(session.sid, turn_id, timings=times)
+        self.emit("timings", {"turn_id": turn_id, "stage": "front", **{k: round(v, 4) for k, v in times.items()}},
+                  to=session.sid)
+
+    def _record(self, message: Any) -> None:
+        """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
+        sid = message.session_id
+        if isinstance(message, TurnTimings):
+            for key, seconds in message.timings.items():
+                stage = STAGE_OF_TIMING.get((message.stage, key))
+                if stage:
+                    self.metrics.observe_stage(stage, seconds)
+            prefix = "tts_" if message.stage == "tts" else ""
+            self.turn_log.update(sid, message.turn_id, timings={prefix + k: v for k, v in message.timings.items()})
+        elif isinstance(message, Transcript):
+            self.turn_log.update(sid, message.turn_id, transcript=message.text)
+        elif isinstance(message, TurnEnded) and message.stage == "llm":
+            self.turn_log.llm_ended(sid, message.turn_id, message.reason, message.spoken)
+            if message.reason not in ("done", "cancelled"):
+                self.metrics.turns_unanswered.labels(message.reason).inc()
 
     def route(self, message: Any) -> None:
         if isinstance(message, WorkerStatus):
             self.on_status(message)
             return
+        self._record(message)
         session = self.sessions.get(message.session_id)
         if session is None:
             return
@@ -79,6 +118,7 @@ class OutputDispatcher:
                 if session.state is not SessionState.SPEAKING:
                     session.state = SessionState.SPEAKING
                     self.emit("state", {"state": "speaking", "turn_id": turn_id}, to=sid)
+                self._first_audio(session, turn_id)
                 session.add_playback(len(message.pcm) / 2 / message.sample_rate)
                 self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
             if message.last:
@@ -99,4 +139,5 @@ class OutputDispatcher:
         elif (isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done"
               and session.end_turn(turn_id)):
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
+            self.turn_log.front_ended(sid, turn_id, message.reason)
             self.emit("state", {"state": "listening", "turn_id": turn_id, "reason": message.reason}, to=sid)

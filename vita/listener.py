@@ -38,6 +38,7 @@ class ListenerEvents:
     on_speech_dropped: Callable[[], None]  # a reported start turned out to be a cough or a click
     on_utterance: Callable[[HeardUtterance], None]
     on_tick: Callable[[], None]
+    on_lag: Callable[[float], None] = lambda _seconds: None  # arrival of a message → end of its VAD step
 
 
 class _Reset:
@@ -120,3 +121,4 @@ class SpeechListener:
             ended_at = arrived - (position - utterance.speech_end_sample) / SAMPLE_RATE
             started_at = arrived - (position - utterance.start_sample) / SAMPLE_RATE
             self.events.on_utterance(HeardUtterance(utterance, started_at, ended_at))
+        self.events.on_lag(time.monotonic() - arrived)

@@ -24,7 +24,11 @@ class WorkerState(StrEnum):
 
 @dataclass(frozen=True)
 class TurnRequest:
-    """A finished user turn: an utterance (16 kHz int16 mono PCM), sampled camera frames, typed text."""
+    """A finished user turn: an utterance (16 kHz int16 mono PCM), sampled camera frames, typed text.
+
+    reply_mode "stream" speaks each clause as soon as it is generated; "full" generates the whole reply
+    before handing it to TTS (VITA's way, kept for comparison).
+    """
 
     session_id: str
     turn_id: int
@@ -33,7 +37,11 @@ class TurnRequest:
     frames: tuple[bytes, ...] = ()
     text: str = ""
     voice: str | None = None
+    reply_mode: str = "stream"
     created_at: float = field(default_factory=time.time)
+
+
+REPLY_MODES = ("stream", "full")
 
 
 @dataclass(frozen=True)
@@ -120,12 +128,16 @@ class TurnTimings:
 
 @dataclass(frozen=True)
 class TurnEnded:
-    """A stage has nothing more for this turn (answered, empty transcript, or cancelled)."""
+    """A stage has nothing more for this turn (answered, empty transcript, or cancelled).
+
+    From the LLM worker, spoken is the reply as handed to TTS (up to the interruption when cancelled).
+    """
 
     session_id: str
     turn_id: int
     stage: str
     reason: str = "done"
+    spoken: str = ""
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,13 @@ class ProcessGraph:
                 for name, h in self._workers.items()
             }
 
+    def queue_depths(self) -> dict[str, int]:
+        depths = {}
+        for name, q in list(self.queues.items()):
+            with contextlib.suppress(Exception):  # the manager may be gone while stopping
+                depths[name] = q.qsize()
+        return depths
+
     def ready(self) -> bool:
         with self._lock:
             return bool(self._workers) and all(h.state is WorkerState.READY for h in self._workers.values())

@@ -33,6 +33,10 @@ class Session:
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     playback_ends_at: float = 0.0  # when the client will have played the reply audio sent so far
     pending_text: str = ""  # typed while the user was speaking: joins the spoken turn
+    reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
+    turn_submitted_at: float = 0.0  # monotonic, when the active turn went to the workers
+    turn_speech_end: float | None = None  # monotonic estimate of the turn's last voiced sample
+    turn_audio_started: bool = False  # the active turn's first reply audio has been sent
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (VAD thread)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
@@ -81,14 +85,29 @@ class Session:
             text, self.pending_text = self.pending_text, ""
             return text
 
-    def new_turn(self) -> int:
+    def new_turn(self, speech_end: float | None = None) -> int:
         """Start a turn; returns its id. Any earlier turn is thereby no longer current."""
         with self.lock:
             self._next_turn += 1
             self.active_turn = self._next_turn
             self.reply = ""
             self.state = SessionState.THINKING
+            self.turn_submitted_at = time.monotonic()
+            self.turn_speech_end = speech_end
+            self.turn_audio_started = False
             return self._next_turn
+
+    def first_audio(self, turn_id: int) -> dict[str, float] | None:
+        """On the turn's first reply audio: seconds since it was submitted and since its speech ended."""
+        with self.lock:
+            if self.active_turn != turn_id or self.turn_audio_started:
+                return None
+            self.turn_audio_started = True
+            now = time.monotonic()
+            times = {"first_audio_s": now - self.turn_submitted_at}
+            if self.turn_speech_end is not None:
+                times["voice_to_voice_s"] = now - self.turn_speech_end
+            return times
 
     def is_current(self, turn_id: int) -> bool:
         with self.lock:

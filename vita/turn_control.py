@@ -15,8 +15,11 @@ from typing import Any
 
 from vita.config import Config
 from vita.listener import HeardUtterance, ListenerEvents, SpeechListener
+from vita.logs import turn_ids
 from vita.messages import CancelTurn, TurnRequest
+from vita.metrics import FrontMetrics
 from vita.sessions import Session, SessionState
+from vita.turn_log import TurnLogger
 from vita.vad import SAMPLE_RATE, VadSegmenter
 
 log = logging.getLogger("vita.turns")
@@ -28,8 +31,10 @@ FRAMES_PER_TURN = 4
 
 class TurnController:
     def __init__(self, config: Config, emit: Emit, put: Put, disconnect: Callable[[str], None],
-                 workers_ready: Callable[[], bool]):
+                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger):
         self.config = config
+        self.metrics = metrics
+        self.turn_log = turn_log
         self.workers_ready = workers_ready
         self.emit = emit
         self.put = put
@@ -46,6 +51,7 @@ class TurnController:
             on_speech_dropped=lambda: self.emit("vad", {"speaking": False, "dropped": True}, to=session.sid),
             on_utterance=lambda heard: self.on_utterance(session, heard),
             on_tick=lambda: self.on_tick(session),
+            on_lag=self.metrics.vad_lag.observe,
         )
         tick = min(1.0, self.config.server.timeout / 4)
         session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)
@@ -54,6 +60,10 @@ class TurnController:
     def detach(self, session: Session) -> None:
         if session.listener is not None:
             session.listener.stop()
+        turn, _ = session.cancel_turn()
+        if turn is not None:
+            self.metrics.turns_interrupted.labels("disconnect").inc()
+            self.turn_log.front_ended(session.sid, turn, "disconnect", interrupted=True)
 
     def report(self, session: Session, code: str, message: str) -> None:
         if session.should_report(code):
@@ -70,17 +80,28 @@ class TurnController:
         self.put("requests", cancel)
         self.put("tts", cancel)
         self.emit("turn_cancelled", {"turn_id": turn, "reason": reason}, to=session.sid)
+        self.metrics.turns_interrupted.labels(reason).inc()
+        self.turn_log.front_ended(session.sid, turn, reason, interrupted=True)
+        log.info("turn cancelled (%s)", reason, extra=turn_ids(session.sid, turn))
         if busy:
             self.emit("state", {"state": "listening", "turn_id": turn, "reason": reason}, to=session.sid)
         return turn
 
     def submit_turn(self, session: Session, audio: bytes = b"", text: str = "", frames: tuple[bytes, ...] = (),
-                    details: dict | None = None) -> int:
+                    details: dict | None = None, speech_end: float | None = None) -> int:
         self.cancel_active_turn(session, "new turn")
-        turn_id = session.new_turn()
+        turn_id = session.new_turn(speech_end)
+        source = "speech" if audio else "text"
+        self.turn_log.begin(session.sid, turn_id, source, typed_text=text)
+        self.metrics.turns_started.labels(source).inc()
+        if speech_end is not None:
+            end_of_speech = time.monotonic() - speech_end
+            self.metrics.observe_stage("end_of_speech", end_of_speech)
+            self.turn_log.update(session.sid, turn_id, timings={"end_of_speech_s": end_of_speech})
         self.put("requests", TurnRequest(session.sid, turn_id, audio=audio, sample_rate=SAMPLE_RATE, text=text,
-                                         frames=frames, voice=session.voice))
-        info = {"turn_id": turn_id, "source": "speech" if audio else "text", "text": text,
+                                         frames=frames, voice=session.voice, reply_mode=session.reply_mode))
+        log.info("turn started (%s, %d frames)", source, len(frames), extra=turn_ids(session.sid, turn_id))
+        info = {"turn_id": turn_id, "source": source, "text": text,
                 "frames": len(frames), **(details or {})}
         self.emit("turn", info, to=session.sid)
         self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
@@ -113,16 +134,16 @@ class TurnController:
                    "end_s": round(u.end_sample / SAMPLE_RATE, 3),
                    "speech_end_s": round(u.speech_end_sample / SAMPLE_RATE, 3)}
         turn_id = self.submit_turn(session, audio=u.pcm, text=session.take_pending_text(), frames=frames,
-                                   details=details)
+                                   details=details, speech_end=heard.ended_at)
         if self.save_dir is not None:
             self._save(session, turn_id, u.pcm)
 
     def on_tick(self, session: Session) -> None:
-        if not self.workers_ready():
-            session.touch()  # waiting for the models to load is not the user being idle
+        if not self.workers_ready() or session.state is not SessionState.LISTENING:
+            session.touch()  # waiting for the models or for an answer is not the user being idle
             return
         if session.idle_for() > self.config.server.timeout:
-            log.info("session %s idle for %.0f s: timing out", session.sid, session.idle_for())
+            log.info("idle for %.0f s: timing out", session.idle_for(), extra=turn_ids(session.sid))
             self.emit("out_time", to=session.sid)
             self.disconnect(session.sid)
 

@@ -15,7 +15,7 @@ from vita.messages import WorkerState, WorkerStatus
 _PR_SET_PDEATHSIG = 1
 
 
-def prepare_process(name: str, env: dict[str, str]) -> logging.Logger:
+def prepare_process(name: str, env: dict[str, str], server: Any = None) -> logging.Logger:
     """Call at the top of a worker's entry point, before torch / vLLM / onnxruntime are imported.
 
     The device variables must be in the environment before those libraries initialise (VITA set
@@ -34,7 +34,9 @@ def prepare_process(name: str, env: dict[str, str]) -> logging.Logger:
         setproctitle.setproctitle(f"vita-{name}-worker")
     except ImportError:
         pass
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name:>5} %(levelname)s %(message)s")
+    from vita.logs import setup_logging
+
+    setup_logging(name, getattr(server, "log_level", "info"), getattr(server, "log_format", "text"))
     return logging.getLogger(f"vita.{name}")
 
 

@@ -192,8 +192,11 @@ class LlmWorker:
             if req.frames:
                 cues = await loop.run_in_executor(self.blocking, self.cues.describe, req.frames)
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
+            timings["context_turns"] = float(len(history))
             prompt = self.prompts.build(history, user_text, cues)
             splitter = PieceSplitter()
+            streaming = req.reply_mode != "full"
+            held: list[str] = []  # full mode: pieces wait for the end of generation
             gen_started = time.monotonic()
             tokens = 0
             generating = True
@@ -202,13 +205,21 @@ class LlmWorker:
                 tokens += len(completion.token_ids)
                 if "first_token_s" not in timings:
                     timings["first_token_s"] = time.monotonic() - gen_started
+                    timings["prompt_tokens"] = float(len(output.prompt_token_ids or ()))
                 if completion.text:
                     self._emit(ReplyText(sid, tid, completion.text))
                 for piece in splitter.feed(completion.text):
-                    self._send_piece(req, spoken, piece, timings, gen_started)
+                    if streaming:
+                        self._send_piece(req, spoken, piece, timings, gen_started)
+                    else:
+                        held.append(piece)
             generating = False
-            for piece in splitter.flush():
-                self._send_piece(req, spoken, piece, timings, gen_started)
+            held += splitter.flush()
+            if streaming:
+                for piece in held:
+                    self._send_piece(req, spoken, piece, timings, gen_started)
+            elif held:
+                self._send_piece(req, spoken, " ".join(held), timings, gen_started)
             self.tts.put(TtsPiece(sid, tid, len(spoken), "", last=True, voice=req.voice))
             timings["generate_s"] = time.monotonic() - gen_started
             timings["tokens"] = float(tokens)
@@ -216,14 +227,14 @@ class LlmWorker:
             history.add(Exchange(user_text, " ".join(spoken)))
             self._emit(ReplyText(sid, tid, "", done=True))
             self._emit(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in timings.items()}))
-            self._emit(TurnEnded(sid, tid, NAME))
+            self._emit(TurnEnded(sid, tid, NAME, spoken=" ".join(spoken)))
         except asyncio.CancelledError:
             if generating:
                 with contextlib.suppress(Exception):
                     await self.engine.abort(request_id)
             if user_text and sid in self.histories:
                 self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True))
-            self._emit(TurnEnded(sid, tid, NAME, "cancelled"))
+            self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn %s failed", request_id)
             self._emit(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {exc}"))
@@ -239,7 +250,7 @@ class LlmWorker:
 
 def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
-    log = prepare_process(NAME, device_env(config))
+    log = prepare_process(NAME, device_env(config), config.server)
     report = StatusReporter(NAME, queues["outputs"], log)
     report(WorkerState.LOADING, "importing libraries")
     worker = LlmWorker(config, inbox, queues["tts"], queues["outputs"], report)

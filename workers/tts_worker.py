@@ -208,7 +208,7 @@ class TtsWorker:
 
 def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
-    log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+    log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, config.server)
     report = StatusReporter(NAME, queues["outputs"], log)
     worker = TtsWorker(config, inbox, queues["outputs"], report)
     report(WorkerState.LOADING, "loading voices")
