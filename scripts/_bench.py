@@ -39,3 +39,37 @@ def start_worker(target: Any, inbox: str, config: Any, daemon: bool) -> tuple[An
             return manager, queues, process, time.monotonic() - started
         if isinstance(message, WorkerStatus) and message.state is WorkerState.FAILED:
             raise RuntimeError(f"worker failed: {message.detail}")
+
+
+# --- reading the server's /metrics (Prometheus text) ---------------------------------------------------------
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as {(sample name, sorted labels): value}."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(url + "/metrics", verify=False, timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def histogram_quantile(before: dict, after: dict, name: str, q: float) -> float | None:
+    """Quantile of the observations made between two scrapes, interpolated within buckets (as PromQL does)."""
+    buckets = sorted((float(dict(labels)["le"]), after[(n, labels)] - before.get((n, labels), 0.0))
+                     for (n, labels) in after if n == f"{name}_bucket")
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        return None
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = cumulative - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, cumulative
+    return lower

@@ -1,14 +1,17 @@
-"""End-to-end benchmark over the real socket: voice-to-voice latency with its per-stage breakdown, barge-in
-latency, wire cost of the two audio formats, and many sessions streaming microphone audio at once.
+"""End-to-end benchmark over the real socket: voice-to-voice latency with its per-stage breakdown, streaming vs
+VITA's reply-after-generation, barge-in latency, wire cost of the two audio formats, and many sessions streaming
+microphone audio at once (read from the server's own /metrics: handler time, VAD lag, dropped audio).
 
 Starts its own server (real workers, bundled models) unless --url is given, speaks Piper-made questions at
 real-time pace like a microphone, and prints a table; --json writes everything.
-Usage: .venv/bin/python scripts/bench.py [--runs 2] [--sessions 10,25,50] [--json out.json] [--url URL]
+Usage: .venv/bin/python scripts/bench.py [--runs 2] [--sessions 10,25,50] [--streams 25,50,75,100]
+       [--stream_s 20] [--json out.json] [--url URL]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -21,14 +24,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _bench import percentile  # noqa: E402
+from _bench import delta, histogram_quantile, percentile, scrape  # noqa: E402
 
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
 from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
+from tests.speech import RATE, noise, silence, spoken, vita_message, voiced_span  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Can you tell me what the weather is like in spring?"]
+# The bundled model answers the questions above in one short sentence, where streaming has nothing to overlap;
+# these it answers in several clauses (see tests/test_llm_worker.py), which is where streaming pays.
+LONG_QUESTIONS = ["Can you tell me, in detail, what the weather is like in spring, summer, autumn and winter?",
+                  "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
 FRAME_MS = 32  # our page's binary frames
 
 
@@ -58,21 +65,27 @@ def first_after(client: RecordingClient, name: str, after: float, timeout: float
     return next((t, d) for t, n, d in client.events if n == name and t >= after)
 
 
-def voice_to_voice(url: str, runs: int) -> list[dict]:
+def voice_to_voice(url: str, runs: int, questions: list[str], modes: tuple[str, ...] = ("stream", "full")
+                   ) -> list[dict]:
+    """Each question in each reply mode, interleaved so both modes see the same conditions."""
     rows = []
     for run in range(runs):
-        for question in QUESTIONS:
+        for question, mode in [(q, m) for q in questions for m in modes]:
             client = RecordingClient(url).connect()
             try:
+                client.sio.emit("reply_mode", {"mode": mode})
+                if not client.wait_event("reply_mode", 5):
+                    raise RuntimeError("the server did not accept reply_mode")
                 speech = spoken(question)
                 voiced_at = send_speech(client, speech)
                 turn_at, turn = first_after(client, "turn", voiced_at - 1)
                 audio_at, _ = first_after(client, "audio", voiced_at)
-                client.wait_for(lambda evs: sum(n == "timings" for _, n, _ in evs) >= 2, 30)
+                client.wait_for(lambda evs: {"llm", "tts"} <= {d["stage"] for _, n, d in evs if n == "timings"}, 30)
                 stages = {d["stage"]: d for d in client.named("timings")}
                 llm, tts = stages.get("llm", {}), stages.get("tts", {})
                 total = audio_at - voiced_at
-                row = {"question": question, "run": run, "voice_to_voice_s": total,
+                row = {"question": question, "run": run, "mode": mode, "set": "long" if question in LONG_QUESTIONS
+                       else "short", "voice_to_voice_s": total,
                        "end_of_speech_s": turn_at - voiced_at, "asr_s": llm.get("asr_s", 0.0),
                        "first_token_s": llm.get("first_token_s", 0.0), "first_piece_s": llm.get("first_piece_s", 0.0),
                        "tts_first_chunk_s": tts.get("first_chunk_s", 0.0)}
@@ -135,12 +148,11 @@ def wire_cost() -> dict:
     return {"vita_bytes_per_s": vita, "ours_bytes_per_s": ours, "ratio": ours / vita}
 
 
-def concurrency(url_factory, counts: list[int]) -> list[dict]:
-    """N sessions stream the same question at once; end-of-speech delay and dropped-audio errors under load."""
+def concurrency(url: str, counts: list[int]) -> list[dict]:
+    """N sessions speak the same question at once: end-of-speech delay under load, every session making a turn."""
     results = []
     speech = spoken("Please tell me a joke about cats.")
     for n in counts:
-        url = url_factory(n)
         clients = [RecordingClient(url).connect() for _ in range(n)]
         voiced: list[float] = [0.0] * n
 
@@ -148,13 +160,10 @@ def concurrency(url_factory, counts: list[int]) -> list[dict]:
             voiced[i] = send_speech(clients[i], speech, lead_s=0.5 + 0.01 * i, tail_s=2.0)
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-        behind = []
-        started = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        elapsed = time.monotonic() - started
         eos = []
         for i, c in enumerate(clients):
             c.wait_for(lambda evs: any(name == "turn" for _, name, _ in evs), 5)
@@ -162,13 +171,61 @@ def concurrency(url_factory, counts: list[int]) -> list[dict]:
             if turn_times:
                 eos.append(turn_times[0] - voiced[i])
         overruns = sum(1 for c in clients for d in c.named("error") if d.get("code") == "audio_overrun")
-        expected = 0.5 + len(speech) / RATE + 2.0
-        behind.append(elapsed - expected - 0.01 * n)
         for c in clients:
             c.close()
         results.append({"sessions": n, "turns": len(eos), "eos_p50_s": statistics.median(eos) if eos else None,
-                        "eos_p90_s": percentile(eos, 0.9) if eos else None, "overrun_errors": overruns,
-                        "sender_behind_s": behind[0]})
+                        "eos_p90_s": percentile(eos, 0.9) if eos else None, "overrun_errors": overruns})
+        time.sleep(2)
+    return results
+
+
+async def _stream_mics(url: str, n: int, seconds: float) -> tuple[int, float]:
+    """n AsyncClients on one loop, each sending 32 ms binary frames of room noise on a real-time schedule.
+    Returns (clients connected, worst lateness of a send behind its schedule in seconds)."""
+    import socketio
+
+    frames = noise(seconds + 1, level=200).astype("<i2").tobytes()
+    step = RATE * FRAME_MS // 1000 * 2
+    clients = [socketio.AsyncClient(reconnection=False, ssl_verify=False) for _ in range(n)]
+    await asyncio.gather(*(c.connect(url, transports=["websocket"], wait_timeout=20) for c in clients))
+    late = [0.0] * n
+
+    async def mic(i: int, client) -> None:
+        start = time.monotonic() + 0.01 * i  # spread the senders' phases over a frame
+        for k in range(int(seconds * 1000 / FRAME_MS)):
+            await asyncio.sleep(max(0.0, start + k * FRAME_MS / 1000 - time.monotonic()))
+            late[i] = max(late[i], time.monotonic() - (start + k * FRAME_MS / 1000))
+            await client.emit("audio", frames[k * step:(k + 1) * step])
+
+    await asyncio.gather(*(mic(i, c) for i, c in enumerate(clients)))
+    connected = sum(c.connected for c in clients)
+    await asyncio.gather(*(c.disconnect() for c in clients))
+    return connected, max(late)
+
+
+def streaming_load(url: str, counts: list[int], seconds: float) -> list[dict]:
+    """N open microphones (room noise, so no turns): the server's own handler time, VAD lag and drops."""
+    results = []
+    for n in counts:
+        before = scrape(url)
+        connected, late = asyncio.run(_stream_mics(url, n, seconds))
+        time.sleep(1.0)  # let the VAD threads drain
+        after = scrape(url)
+        row = {"sessions": n, "connected": connected, "seconds": seconds,
+               "audio_s": delta(before, after, "vita_audio_received_seconds_total"),
+               "messages": delta(before, after, "vita_audio_handler_seconds_count"),
+               "dropped_messages": delta(before, after, "vita_audio_dropped_messages_total"),
+               "handler_p50_s": histogram_quantile(before, after, "vita_audio_handler_seconds", 0.5),
+               "handler_p99_s": histogram_quantile(before, after, "vita_audio_handler_seconds", 0.99),
+               "vad_lag_p50_s": histogram_quantile(before, after, "vita_vad_lag_seconds", 0.5),
+               "vad_lag_p99_s": histogram_quantile(before, after, "vita_vad_lag_seconds", 0.99),
+               "client_late_max_s": late}
+        row["turns"] = delta(before, after, "vita_turns_started_total", source="speech")
+        # Real time holds when the server received what was sent, dropped nothing, and the VAD kept up.
+        row["real_time"] = (row["dropped_messages"] == 0 and connected == n
+                            and row["audio_s"] >= 0.95 * n * int(seconds * 1000 / FRAME_MS) * FRAME_MS / 1000
+                            and (row["vad_lag_p99_s"] or 0) < 0.25)
+        results.append(row)
         time.sleep(2)
     return results
 
@@ -176,36 +233,52 @@ def concurrency(url_factory, counts: list[int]) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--sessions", default="10,25,50", help="comma-separated session counts for concurrency")
+    parser.add_argument("--sessions", default="10,25,50",
+                        help="session counts that all speak a question at once (each makes a turn)")
+    parser.add_argument("--streams", default="25,50,75,100",
+                        help="session counts that stream open-microphone noise (no turns) for --stream_s")
+    parser.add_argument("--stream_s", type=float, default=20.0)
     parser.add_argument("--url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     counts = [int(x) for x in args.sessions.split(",") if x]
+    streams = [int(x) for x in args.streams.split(",") if x]
     server = None
     if args.url:
         url = args.url
     else:
         tmp = Path(tempfile.mkdtemp(prefix="vita-bench-"))
-        server = start_server(tmp, "--max_users", str(max(counts + [4]) + 2), "--timeout", "600")
+        server = start_server(tmp, "--max_users", str(max(counts + streams + [4]) + 2), "--timeout", "600")
         print(f"starting a server ({tmp / 'server.log'}) ...", flush=True)
         wait_ready(server)
         url = server.url
     try:
         wire = wire_cost()
-        v2v = voice_to_voice(url, args.runs)
+        v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS)
         barge = barge_in(url, args.runs)
-        load = concurrency(lambda n: url, counts)
+        load = concurrency(url, counts)
+        mics = streaming_load(url, streams, args.stream_s)
     finally:
         if server is not None:
             stop_server(server)
-    print(f"\nvoice-to-voice (last voiced sample sent → first reply audio received), {len(v2v)} turns:")
     keys = ["voice_to_voice_s", "end_of_speech_s", "asr_s", "first_token_s", "first_piece_s", "tts_first_chunk_s",
             "overhead_s"]
-    print("  " + " ".join(f"{k[:-2]:>17}" for k in keys))
-    for q in ("p50", "p90"):
-        vals = [statistics.median([r[k] for r in v2v]) if q == "p50" else percentile([r[k] for r in v2v], 0.9)
-                for k in keys]
-        print(f"{q} " + " ".join(f"{v:>16.3f}s" for v in vals))
+    ratios = {}
+    for kind in ("short", "long"):
+        for mode in ("stream", "full"):
+            rows = [r for r in v2v if r["mode"] == mode and r["set"] == kind]
+            print(f"\nvoice-to-voice, {kind} replies, reply mode {mode} (last voiced sample sent → first reply "
+                  f"audio received), {len(rows)} turns:")
+            print("  " + " ".join(f"{k[:-2]:>17}" for k in keys))
+            for q in ("p50", "p90"):
+                vals = [statistics.median([r[k] for r in rows]) if q == "p50" else
+                        percentile([r[k] for r in rows], 0.9) for k in keys]
+                print(f"{q} " + " ".join(f"{v:>16.3f}s" for v in vals))
+        medians = {m: statistics.median([r["voice_to_voice_s"] for r in v2v if r["mode"] == m and r["set"] == kind])
+                   for m in ("stream", "full")}
+        ratios[kind] = medians["stream"] / medians["full"]
+        print(f"{kind} replies: streaming / full-reply first audio (p50): {medians['stream']:.3f} / "
+              f"{medians['full']:.3f} s = {ratios[kind]:.2f}")
     if barge:
         print(f"barge-in (speech onset sent → stop_tts received): p50 {statistics.median(barge) * 1000:.0f} ms, "
               f"p90 {percentile(barge, 0.9) * 1000:.0f} ms over {len(barge)}")
@@ -214,10 +287,18 @@ def main() -> int:
     for r in load:
         print(f"{r['sessions']:>3} sessions streaming: {r['turns']}/{r['sessions']} turns, end-of-speech p50 "
               f"{(r['eos_p50_s'] or 0) * 1000:.0f} ms p90 {(r['eos_p90_s'] or 0) * 1000:.0f} ms, "
-              f"overrun errors {r['overrun_errors']}, senders behind real time {r['sender_behind_s']:.2f} s")
+              f"overrun errors {r['overrun_errors']}")
+    for r in mics:
+        ms = {k: (r[k] or 0) * 1000 for k in ("handler_p50_s", "handler_p99_s", "vad_lag_p50_s", "vad_lag_p99_s")}
+        print(f"{r['sessions']:>3} open mics for {r['seconds']:.0f} s: {r['connected']} connected, "
+              f"{r['audio_s']:.0f} s audio received, handler p50 {ms['handler_p50_s']:.2f} ms p99 "
+              f"{ms['handler_p99_s']:.2f} ms, VAD lag p50 {ms['vad_lag_p50_s']:.1f} ms p99 "
+              f"{ms['vad_lag_p99_s']:.1f} ms, dropped {r['dropped_messages']:.0f}, client late max "
+              f"{r['client_late_max_s'] * 1000:.0f} ms, real time {'held' if r['real_time'] else 'NOT held'}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"voice_to_voice": v2v, "barge_in_s": barge, "wire": wire,
-                                               "concurrency": load}, indent=2))
+        Path(args.json).write_text(json.dumps({"voice_to_voice": v2v, "stream_full_ratio": ratios,
+                                               "barge_in_s": barge, "wire": wire, "concurrency": load,
+                                               "open_mics": mics}, indent=2))
     return 0
 
 

@@ -101,8 +101,14 @@ def running_server(tmp: Path, *args: str):
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> RunningServer:
-    """The default server, shared by every test that does not stop or reconfigure it."""
-    with running_server(tmp_path_factory.mktemp("server")) as running:
+    """The default server, shared by every test that does not stop or reconfigure it.
+
+    Its turn log points below a plain file, where no database can be made: every test on it thereby also shows
+    that a broken turn log costs one error line, not a single turn (test_conversation checks the line).
+    """
+    tmp = tmp_path_factory.mktemp("server")
+    (tmp / "not-a-folder").write_text("")
+    with running_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3")) as running:
         yield running
 
 

@@ -178,3 +178,13 @@ def test_metrics_move_with_real_turns(server, client):
     assert client.wait_event("error", 5)
     time.sleep(0.2)
     assert metric(server.get("/metrics").text, "vita_errors_total", code="bad_reply_mode") >= 1
+
+
+def test_an_unwritable_turn_log_is_one_clear_error_and_turns_go_on(server, client):
+    health = server.get("/health").json()["turn_log"]
+    assert health["ok"] is False and "not-a-folder" in health["error"]
+    client.sio.emit("text_input", {"text": "Hello, how are you today?"})
+    assert turn_done(client, 1)
+    assert of_turn(client, "response_text", 1)[0]["text"]
+    lines = [line for line in server.log().splitlines() if "turn log disabled" in line]
+    assert len(lines) == 1 and "ERROR" in lines[0], lines

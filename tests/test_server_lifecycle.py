@@ -1,4 +1,5 @@
-"""A server's life on a server of its own: the page while models load, --max_users 1, --timeout 3, SIGTERM."""
+"""A server's life on a server of its own: the page while models load, --max_users 1, --timeout 3, the turn
+log across a restart, SIGTERM."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import signal
 import time
 
+import numpy as np
 import psutil
 import pytest
 import socketio
@@ -13,7 +15,8 @@ import socketio
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
 from tests.helpers import RecordingClient
-from tests.speech import silence, stream
+from tests.speech import silence, spoken, stream
+from vita.turn_log import read_turns
 
 TIMEOUT_S = 3
 
@@ -112,6 +115,41 @@ def test_activity_keeps_a_session_alive(small_server):
         client.close()
 
 
+def turn_log_of(server) -> list[dict]:
+    return read_turns(server.state_dir / "turns.sqlite3")
+
+
+def speak_one_turn(server) -> dict:
+    """A spoken question answered and played out; returns the session's pseudonymous id and its events."""
+    assert wait_health(server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    question = spoken("What is the capital of France?")
+    client = RecordingClient(server.url).connect()
+    try:
+        stream(client.sio, np.concatenate([silence(0.5), question, silence(1.2)]), chunk_ms=32, binary=True)
+        # Waiting for an answer is not idleness: the 3 s timeout does not cut the turn short.
+        assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "listening", "turn_id": 1}
+                                               for _, n, d in evs), 60), client.events
+        return {"session": client.named("server_status")[0]["session"],
+                "reply": client.named("response_text")[0]["text"]}
+    finally:
+        client.close()
+
+
+def test_a_spoken_turn_is_logged_with_its_texts_and_timings(small_server):
+    wait_ready(small_server)
+    said = speak_one_turn(small_server)
+    deadline = time.monotonic() + 5
+    while not turn_log_of(small_server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [row] = turn_log_of(small_server)
+    assert row["session"] == said["session"] and row["turn_id"] == 1 and row["source"] == "speech"
+    assert "capital" in row["transcript"].lower()
+    assert row["reply"] == said["reply"] and not row["interrupted"] and row["end_reason"] == "done"
+    for key in ("end_of_speech_s", "asr_s", "first_token_s", "first_piece_s", "tts_first_chunk_s",
+                "first_audio_s", "voice_to_voice_s"):
+        assert 0 < row["timings"][key] < 30, (key, row["timings"])
+
+
 def test_sigterm_stops_everything_within_15_s(small_server):
     # Runs last in this module: the server does not survive it.
     front = psutil.Process(small_server.process.pid)
@@ -125,3 +163,20 @@ def test_sigterm_stops_everything_within_15_s(small_server):
     assert small_server.process.returncode == 0
     gone, alive = psutil.wait_procs(family, timeout=2)
     assert not alive, [(p.pid, p.name()) for p in alive]
+
+
+def test_the_turn_log_survives_a_restart(small_server):
+    before = turn_log_of(small_server)
+    assert before, "the first life logged a turn"
+    again = start_server(small_server.state_dir.parent, "--max_users", "1", "--timeout", str(TIMEOUT_S))
+    try:
+        wait_ready(again)
+        said = speak_one_turn(again)
+        deadline = time.monotonic() + 5
+        while len(turn_log_of(again)) == len(before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        after = turn_log_of(again)
+        assert after[:len(before)] == before
+        assert [r["session"] for r in after[len(before):]] == [said["session"]]
+    finally:
+        stop_server(again)

@@ -123,7 +123,7 @@ class TurnLogger:
             leftovers = [p.row for p in self._pending.values()]
             self._pending.clear()
         for row in leftovers:
-            row.setdefault("end_reason", "server stopped")
+            row["end_reason"] = row["end_reason"] or "server stopped"
             self._enqueue(row)
         self._stop.set()
         if self._thread.is_alive():
