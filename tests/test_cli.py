@@ -25,6 +25,8 @@ def run_server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["--certfile", __file__], "--certfile/--keyfile"),
     (["--config", "/no/such.yaml"], "--config"),
     (["--models_dir", "/no/models"], "--models_dir"),
+    (["--log_level", "loud"], "--log_level"),
+    (["--log_format", "xml"], "--log_format"),
 ])
 def test_bad_value_exits_with_one_line_naming_the_option(args, option):
     result = run_server(*args)
@@ -55,3 +57,12 @@ def test_busy_port_is_reported_not_crashed(tmp_path):
         result = run_server("--port", str(port), "--state_dir", str(tmp_path))
     assert result.returncode == 2
     assert "--port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_turn_log_flag_sets_the_path_or_turns_it_off(tmp_path):
+    from vita.cli import config_from_args
+
+    assert config_from_args(["--turn_log", "off"]).turn_log_path() is None
+    path = tmp_path / "t.sqlite3"
+    assert config_from_args(["--turn_log", str(path)]).turn_log_path() == path
+    assert config_from_args(["--state_dir", str(tmp_path)]).turn_log_path() == tmp_path / "turns.sqlite3"

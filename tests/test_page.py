@@ -49,6 +49,15 @@ def test_spoken_question_from_the_microphone_appears_in_the_log(page, server):
     page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
                            timeout=60000)
     page.wait_for_function("window.vita.player.playing", timeout=30000)  # the reply is being played
+    # The turn's timings: a collapsed panel under the reply whose headline is the voice-to-voice time.
+    summary = page.wait_for_selector(".turn-timings summary:has-text('answered')", timeout=30000)
+    assert page.is_hidden(".turn-timings dl")
+    summary.click()
+    page.wait_for_function("document.querySelector('.turn-timings dl').textContent.includes('first sound "
+                           "synthesized')", timeout=30000)
+    shown = page.inner_text(".turn-timings dl")
+    for label in ("you stopped → first sound", "end of speech detected", "speech recognition", "first word generated"):
+        assert label in shown, shown
     page.screenshot(path=str(ARTIFACTS / "page-conversation.png"))
     page.click("#talk")
     page.wait_for_function("document.querySelector('#talk').textContent === 'Start talking'", timeout=5000)

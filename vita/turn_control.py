@@ -104,6 +104,9 @@ class TurnController:
         info = {"turn_id": turn_id, "source": source, "text": text,
                 "frames": len(frames), **(details or {})}
         self.emit("turn", info, to=session.sid)
+        if speech_end is not None:
+            self.emit("timings", {"turn_id": turn_id, "stage": "vad", "end_of_speech_s": round(end_of_speech, 4)},
+                      to=session.sid)
         self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
         return turn_id
 

@@ -144,6 +144,7 @@ class Log {
     this.element = element;
     this.replies = new Map();
     this.users = new Map();
+    this.panels = new Map();
   }
 
   add(kind, text) {
@@ -188,12 +189,53 @@ class Log {
     if (p) p.classList.add("interrupted");
   }
 
+  // A collapsible panel under the turn's reply: the headline number, then every stage's time.
+  timings(turnId, m) {
+    let panel = this.panels.get(turnId);
+    if (!panel) {
+      panel = document.createElement("details");
+      panel.className = "turn-timings";
+      panel.append(document.createElement("summary"), document.createElement("dl"));
+      const reply = this.replies.get(turnId);
+      if (reply) reply.after(panel);
+      else this.element.appendChild(panel);
+      this.panels.set(turnId, panel);
+    }
+    const rows = TIMING_ROWS.filter(([key]) => m[key] !== undefined);
+    const headline = m.voice_to_voice_s !== undefined ? `answered ${m.voice_to_voice_s.toFixed(2)} s after you stopped`
+      : m.first_audio_s !== undefined ? `first sound after ${m.first_audio_s.toFixed(2)} s` : "timings";
+    panel.querySelector("summary").textContent = headline;
+    const dl = panel.querySelector("dl");
+    dl.replaceChildren(...rows.flatMap(([key, label, unit]) => {
+      const dt = document.createElement("dt");
+      const dd = document.createElement("dd");
+      dt.textContent = label;
+      dd.textContent = unit === "s" ? `${m[key].toFixed(2)} s` : `${Math.round(m[key] * 10) / 10}${unit}`;
+      return [dt, dd];
+    }));
+  }
+
   clear() {
     this.element.innerHTML = "";
     this.replies.clear();
     this.users.clear();
+    this.panels.clear();
   }
 }
+
+// [key, label, unit] in the order a turn happens.
+const TIMING_ROWS = [
+  ["voice_to_voice_s", "you stopped → first sound", "s"],
+  ["end_of_speech_s", "end of speech detected", "s"],
+  ["asr_s", "speech recognition", "s"],
+  ["first_token_s", "first word generated", "s"],
+  ["first_piece_s", "first phrase ready to speak", "s"],
+  ["first_chunk_s", "first sound synthesized", "s"],
+  ["first_audio_s", "turn sent → first sound", "s"],
+  ["generate_s", "whole reply generated", "s"],
+  ["tokens_per_s", "generation speed", " tokens/s"],
+  ["context_turns", "earlier exchanges remembered", ""],
+];
 
 // ---------------------------------------------------------------------------------------------------------
 class App {
@@ -363,16 +405,11 @@ class App {
   }
 
   timings(stage) {
-    // Each stage (llm, tts) reports its own times; show them together per turn.
+    // Each stage (vad, llm, tts, front) reports its own times; show them together per turn.
     if (this.timingsTurn !== stage.turn_id) this.turnTimings = {};
     this.timingsTurn = stage.turn_id;
     const m = Object.assign(this.turnTimings, stage);
-    const parts = [];
-    if (m.asr_s !== undefined) parts.push(`speech recognition ${m.asr_s.toFixed(2)} s`);
-    if (m.first_token_s !== undefined) parts.push(`first word ${m.first_token_s.toFixed(2)} s`);
-    if (m.tokens_per_s !== undefined) parts.push(`${m.tokens_per_s.toFixed(1)} tokens/s`);
-    if (m.first_chunk_s !== undefined) parts.push(`first sound ${m.first_chunk_s.toFixed(2)} s after text`);
-    if (parts.length) $("timings").textContent = `Turn ${m.turn_id}: ${parts.join(" · ")}`;
+    this.log.timings(m.turn_id, m);
   }
 
   banner(text) {

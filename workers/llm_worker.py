@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vita.logs import turn_ids
 from vita.messages import (
     CancelTurn,
     EndSession,
@@ -236,7 +237,7 @@ class LlmWorker:
                 self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True))
             self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
-            self.report.log.exception("turn %s failed", request_id)
+            self.report.log.exception("turn failed", extra=turn_ids(sid, tid))
             self._emit(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {exc}"))
             self._emit(TurnEnded(sid, tid, NAME, "error"))
 

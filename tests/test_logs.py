@@ -1,0 +1,28 @@
+"""Log lines carry the session and turn they are about, in text and in JSON."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from vita.logs import JsonFormatter, TextFormatter, turn_ids
+
+
+def record(message: str, **extra) -> logging.LogRecord:
+    rec = logging.LogRecord("vita.turns", logging.INFO, __file__, 1, message, (), None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_text_lines_are_tagged_with_session_and_turn():
+    line = TextFormatter("front").format(record("turn started", **turn_ids("abcdef123456", 3)))
+    assert line.endswith("front INFO [abcdef12/3] turn started")
+    assert "[" not in TextFormatter("front").format(record("serving"))
+
+
+def test_json_lines_are_objects_with_session_and_turn():
+    entry = json.loads(JsonFormatter("llm").format(record("turn failed", **turn_ids("abcdef123456", 7))))
+    assert entry["session"] == "abcdef12" and entry["turn_id"] == 7
+    assert entry["process"] == "llm" and entry["level"] == "info" and entry["message"] == "turn failed"
+    plain = json.loads(JsonFormatter("front").format(record("serving")))
+    assert "session" not in plain and "turn_id" not in plain
