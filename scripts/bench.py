@@ -99,6 +99,33 @@ def voice_to_voice(url: str, runs: int, questions: list[str], modes: tuple[str, 
     return rows
 
 
+TYPED_LONG = ["Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, autumn "
+              "and winter?", "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
+
+
+def typed_first_audio(url: str, runs: int) -> list[dict]:
+    """Typed questions the bundled model answers in several clauses: text sent → first reply audio, per mode."""
+    rows = []
+    for run in range(runs):
+        for text, mode in [(t, m) for t in TYPED_LONG for m in ("stream", "full")]:
+            client = RecordingClient(url).connect()
+            try:
+                client.sio.emit("reply_mode", {"mode": mode})
+                client.wait_event("reply_mode", 5)
+                sent = time.monotonic()
+                client.sio.emit("text_input", {"text": text})
+                audio_at, _ = first_after(client, "audio", sent)
+                client.wait_for(lambda evs: any(n == "timings" and d["stage"] == "llm" for _, n, d in evs), 60)
+                llm = next(d for d in client.named("timings") if d["stage"] == "llm")
+                rows.append({"text": text, "run": run, "mode": mode, "first_audio_s": audio_at - sent,
+                             "first_piece_s": llm["first_piece_s"], "generate_s": llm["generate_s"],
+                             "tokens": llm["tokens"]})
+            finally:
+                client.close()
+            time.sleep(0.5)
+    return rows
+
+
 def barge_in(url: str, runs: int) -> list[float]:
     """Speech onset sent → stop_tts received, while the assistant is speaking."""
     speech = spoken("Wait, stop please.")
@@ -179,9 +206,9 @@ def concurrency(url: str, counts: list[int]) -> list[dict]:
     return results
 
 
-async def _stream_mics(url: str, n: int, seconds: float) -> tuple[int, float]:
+async def _stream_mics(url: str, n: int, seconds: float) -> tuple[int, int, float]:
     """n AsyncClients on one loop, each sending 32 ms binary frames of room noise on a real-time schedule.
-    Returns (clients connected, worst lateness of a send behind its schedule in seconds)."""
+    Returns (clients connected, clients that lost their connection, worst lateness of a send in seconds)."""
     import socketio
 
     frames = noise(seconds + 1, level=200).astype("<i2").tobytes()
@@ -189,29 +216,61 @@ async def _stream_mics(url: str, n: int, seconds: float) -> tuple[int, float]:
     clients = [socketio.AsyncClient(reconnection=False, ssl_verify=False) for _ in range(n)]
     await asyncio.gather(*(c.connect(url, transports=["websocket"], wait_timeout=20) for c in clients))
     late = [0.0] * n
+    lost = [False] * n
 
     async def mic(i: int, client) -> None:
         start = time.monotonic() + 0.01 * i  # spread the senders' phases over a frame
         for k in range(int(seconds * 1000 / FRAME_MS)):
             await asyncio.sleep(max(0.0, start + k * FRAME_MS / 1000 - time.monotonic()))
             late[i] = max(late[i], time.monotonic() - (start + k * FRAME_MS / 1000))
-            await client.emit("audio", frames[k * step:(k + 1) * step])
+            try:
+                await client.emit("audio", frames[k * step:(k + 1) * step])
+            except socketio.exceptions.SocketIOError:
+                lost[i] = True
+                return
 
     await asyncio.gather(*(mic(i, c) for i, c in enumerate(clients)))
     connected = sum(c.connected for c in clients)
-    await asyncio.gather(*(c.disconnect() for c in clients))
-    return connected, max(late)
+    await asyncio.gather(*(c.disconnect() for c in clients), return_exceptions=True)
+    return connected, sum(lost), max(late)
 
 
-def streaming_load(url: str, counts: list[int], seconds: float) -> list[dict]:
-    """N open microphones (room noise, so no turns): the server's own handler time, VAD lag and drops."""
+def drained(url: str, timeout: float = 120.0) -> float:
+    """Seconds until the server has closed every session (it reads each socket in order, so a backlog of audio
+    delays the disconnect); the time it needs is how far it fell behind."""
+    import requests
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if requests.get(url + "/health", verify=False, timeout=10).json()["sessions"] == 0:
+            break
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
+def _cpu_s(pid: int | None) -> float:
+    import psutil
+
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def streaming_load(url: str, counts: list[int], seconds: float, front_pid: int | None = None) -> list[dict]:
+    """N open microphones (room noise, so no turns): the server's own handler time, VAD lag and drops, and the
+    CPU the front process and this load generator used. Stops after the first N that does not hold real time."""
     results = []
     for n in counts:
         before = scrape(url)
-        connected, late = asyncio.run(_stream_mics(url, n, seconds))
-        time.sleep(1.0)  # let the VAD threads drain
+        front_cpu, own_cpu, wall = _cpu_s(front_pid), time.process_time(), time.monotonic()
+        connected, lost, late = asyncio.run(_stream_mics(url, n, seconds))
+        front_cpu, own_cpu = _cpu_s(front_pid) - front_cpu, time.process_time() - own_cpu
+        wall = time.monotonic() - wall
+        drain_s = drained(url)
         after = scrape(url)
-        row = {"sessions": n, "connected": connected, "seconds": seconds,
+        sent_s = n * int(seconds * 1000 / FRAME_MS) * FRAME_MS / 1000
+        row = {"sessions": n, "connected": connected, "lost": lost, "seconds": seconds, "sent_audio_s": sent_s,
                "audio_s": delta(before, after, "vita_audio_received_seconds_total"),
                "messages": delta(before, after, "vita_audio_handler_seconds_count"),
                "dropped_messages": delta(before, after, "vita_audio_dropped_messages_total"),
@@ -219,15 +278,30 @@ def streaming_load(url: str, counts: list[int], seconds: float) -> list[dict]:
                "handler_p99_s": histogram_quantile(before, after, "vita_audio_handler_seconds", 0.99),
                "vad_lag_p50_s": histogram_quantile(before, after, "vita_vad_lag_seconds", 0.5),
                "vad_lag_p99_s": histogram_quantile(before, after, "vita_vad_lag_seconds", 0.99),
-               "client_late_max_s": late}
-        row["turns"] = delta(before, after, "vita_turns_started_total", source="speech")
-        # Real time holds when the server received what was sent, dropped nothing, and the VAD kept up.
-        row["real_time"] = (row["dropped_messages"] == 0 and connected == n
-                            and row["audio_s"] >= 0.95 * n * int(seconds * 1000 / FRAME_MS) * FRAME_MS / 1000
-                            and (row["vad_lag_p99_s"] or 0) < 0.25)
+               "client_late_max_s": late, "drain_s": drain_s,
+               "turns": delta(before, after, "vita_turns_started_total", source="speech"),
+               "front_cores": front_cpu / wall if front_pid else None, "load_generator_cores": own_cpu / wall}
+        # Real time holds when every session stayed connected, nothing was dropped, the VAD kept up, and the
+        # server had no backlog left when the clients stopped.
+        row["real_time"] = (row["dropped_messages"] == 0 and connected == n and not lost and drain_s < 2.0
+                            and row["audio_s"] >= 0.99 * sent_s and (row["vad_lag_p99_s"] or 0) < 0.25)
         results.append(row)
+        print_mics(row)
+        if not row["real_time"]:
+            break
         time.sleep(2)
     return results
+
+
+def print_mics(r: dict) -> None:
+    ms = {k: (r[k] or 0) * 1000 for k in ("handler_p50_s", "handler_p99_s", "vad_lag_p50_s", "vad_lag_p99_s")}
+    print(f"{r['sessions']:>3} open mics for {r['seconds']:.0f} s: {r['connected']} connected, {r['lost']} lost, "
+          f"{r['audio_s']:.0f}/{r['sent_audio_s']:.0f} s audio received, handler p50 {ms['handler_p50_s']:.2f} ms "
+          f"p99 {ms['handler_p99_s']:.2f} ms, VAD lag p50 {ms['vad_lag_p50_s']:.1f} ms "
+          f"p99 {ms['vad_lag_p99_s']:.1f} ms, dropped {r['dropped_messages']:.0f}, sessions closed "
+          f"{r['drain_s']:.1f} s after the clients stopped, client late max {r['client_late_max_s'] * 1000:.0f} ms: "
+          f"real time {'held' if r['real_time'] else 'NOT held'}; CPU: front "
+          f"{r['front_cores'] or 0:.2f} cores, load generator {r['load_generator_cores']:.2f} cores", flush=True)
 
 
 def main() -> int:
@@ -235,11 +309,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--sessions", default="10,25,50",
                         help="session counts that all speak a question at once (each makes a turn)")
-    parser.add_argument("--streams", default="25,50,75,100",
+    parser.add_argument("--streams", default="25,50,60,75,100",
                         help="session counts that stream open-microphone noise (no turns) for --stream_s")
     parser.add_argument("--stream_s", type=float, default=20.0)
     parser.add_argument("--url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--parts", default="mics,v2v,typed,barge,turns",
+                        help="which measurements to run (wire cost is always computed)")
     args = parser.parse_args()
     counts = [int(x) for x in args.sessions.split(",") if x]
     streams = [int(x) for x in args.streams.split(",") if x]
@@ -252,19 +328,27 @@ def main() -> int:
         print(f"starting a server ({tmp / 'server.log'}) ...", flush=True)
         wait_ready(server)
         url = server.url
+    parts = set(args.parts.split(","))
+    wire, v2v, typed, barge, load, mics = {}, [], [], [], [], []
     try:
         wire = wire_cost()
-        v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS)
-        barge = barge_in(url, args.runs)
-        load = concurrency(url, counts)
-        mics = streaming_load(url, streams, args.stream_s)
+        if "mics" in parts:  # first, on an idle server: turns leave ASR/LLM work behind that would load it
+            mics = streaming_load(url, streams, args.stream_s, server.process.pid if server else None)
+        if "v2v" in parts:
+            v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS)
+        if "typed" in parts:
+            typed = typed_first_audio(url, args.runs)
+        if "barge" in parts:
+            barge = barge_in(url, args.runs)
+        if "turns" in parts:
+            load = concurrency(url, counts)
     finally:
         if server is not None:
             stop_server(server)
     keys = ["voice_to_voice_s", "end_of_speech_s", "asr_s", "first_token_s", "first_piece_s", "tts_first_chunk_s",
             "overhead_s"]
     ratios = {}
-    for kind in ("short", "long"):
+    for kind in ("short", "long") if v2v else ():
         for mode in ("stream", "full"):
             rows = [r for r in v2v if r["mode"] == mode and r["set"] == kind]
             print(f"\nvoice-to-voice, {kind} replies, reply mode {mode} (last voiced sample sent → first reply "
@@ -279,6 +363,17 @@ def main() -> int:
         ratios[kind] = medians["stream"] / medians["full"]
         print(f"{kind} replies: streaming / full-reply first audio (p50): {medians['stream']:.3f} / "
               f"{medians['full']:.3f} s = {ratios[kind]:.2f}")
+    if typed:
+        for mode in ("stream", "full"):
+            rows = [r for r in typed if r["mode"] == mode]
+            print(f"typed multi-clause questions, reply mode {mode}: text sent → first audio p50 "
+                  f"{statistics.median([r['first_audio_s'] for r in rows]):.3f} s; first piece p50 "
+                  f"{statistics.median([r['first_piece_s'] for r in rows]):.3f} s of generation p50 "
+                  f"{statistics.median([r['generate_s'] for r in rows]):.3f} s ({len(rows)} turns)")
+        medians = {m: statistics.median([r["first_audio_s"] for r in typed if r["mode"] == m])
+                   for m in ("stream", "full")}
+        ratios["typed_long"] = medians["stream"] / medians["full"]
+        print(f"typed multi-clause: streaming / full-reply first audio (p50) = {ratios['typed_long']:.2f}")
     if barge:
         print(f"barge-in (speech onset sent → stop_tts received): p50 {statistics.median(barge) * 1000:.0f} ms, "
               f"p90 {percentile(barge, 0.9) * 1000:.0f} ms over {len(barge)}")
@@ -289,14 +384,9 @@ def main() -> int:
               f"{(r['eos_p50_s'] or 0) * 1000:.0f} ms p90 {(r['eos_p90_s'] or 0) * 1000:.0f} ms, "
               f"overrun errors {r['overrun_errors']}")
     for r in mics:
-        ms = {k: (r[k] or 0) * 1000 for k in ("handler_p50_s", "handler_p99_s", "vad_lag_p50_s", "vad_lag_p99_s")}
-        print(f"{r['sessions']:>3} open mics for {r['seconds']:.0f} s: {r['connected']} connected, "
-              f"{r['audio_s']:.0f} s audio received, handler p50 {ms['handler_p50_s']:.2f} ms p99 "
-              f"{ms['handler_p99_s']:.2f} ms, VAD lag p50 {ms['vad_lag_p50_s']:.1f} ms p99 "
-              f"{ms['vad_lag_p99_s']:.1f} ms, dropped {r['dropped_messages']:.0f}, client late max "
-              f"{r['client_late_max_s'] * 1000:.0f} ms, real time {'held' if r['real_time'] else 'NOT held'}")
+        print_mics(r)
     if args.json:
-        Path(args.json).write_text(json.dumps({"voice_to_voice": v2v, "stream_full_ratio": ratios,
+        Path(args.json).write_text(json.dumps({"voice_to_voice": v2v, "stream_full_ratio": ratios, "typed": typed,
                                                "barge_in_s": barge, "wire": wire, "concurrency": load,
                                                "open_mics": mics}, indent=2))
     return 0

@@ -4,6 +4,7 @@ log across a restart, SIGTERM."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
 
@@ -16,6 +17,7 @@ from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
 from tests.helpers import RecordingClient
 from tests.speech import silence, spoken, stream
+from tests.test_llm_worker import LONG_REPLY
 from vita.turn_log import read_turns
 
 TIMEOUT_S = 3
@@ -119,11 +121,11 @@ def turn_log_of(server) -> list[dict]:
     return read_turns(server.state_dir / "turns.sqlite3")
 
 
-def speak_one_turn(server) -> dict:
-    """A spoken question answered and played out; returns the session's pseudonymous id and its events."""
+def speak_one_turn(server, auth: dict | None = None) -> dict:
+    """A spoken question answered and played out; returns the session's pseudonymous id and its reply."""
     assert wait_health(server, lambda h: h["sessions"] == 0)["sessions"] == 0
     question = spoken("What is the capital of France?")
-    client = RecordingClient(server.url).connect()
+    client = RecordingClient(server.url).connect(auth)
     try:
         stream(client.sio, np.concatenate([silence(0.5), question, silence(1.2)]), chunk_ms=32, binary=True)
         # Waiting for an answer is not idleness: the 3 s timeout does not cut the turn short.
@@ -150,33 +152,117 @@ def test_a_spoken_turn_is_logged_with_its_texts_and_timings(small_server):
         assert 0 < row["timings"][key] < 30, (key, row["timings"])
 
 
+def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int) -> None:
+    """kill -9 one worker while a typed turn is in flight; the session hears about it within seconds."""
+    client.sio.emit("text_input", {"text": LONG_REPLY})
+    assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "thinking", "turn_id": turn_id}
+                                           for _, n, d in evs), 10)
+    pid = server.get("/health").json()["workers"][worker]["pid"]
+    engine = psutil.Process(pid).children(recursive=True)
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "worker_failed" and t > killed_at
+                                           for t, n, d in evs), 5), client.events[-10:]
+    told_at = next(t for t, n, d in client.events if n == "error" and d["code"] == "worker_failed" and t > killed_at)
+    assert told_at - killed_at < 3
+    assert {"turn_id": turn_id, "reason": "worker failed"} in client.named("turn_cancelled")
+    assert server.get("/ready").status_code == 503
+    health = server.get("/health").json()["workers"][worker]
+    if health["state"] == "dead":
+        assert "restarting in 1 s" in health["detail"], health
+    else:  # already restarted (the first restart comes after 1 s)
+        assert health["state"] in ("starting", "loading"), health
+    wait_ready(server, timeout=240)
+    health = server.get("/health").json()["workers"][worker]
+    assert health["restarts"] == 1 and health["pid"] != pid
+    gone, alive = psutil.wait_procs(engine, timeout=5)
+    assert not alive, [(p.pid, p.name()) for p in alive]  # vLLM's engine core went with its worker
+
+
+def test_killed_workers_are_restarted_and_the_next_turn_is_answered(small_server):
+    wait_ready(small_server)
+    assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    client = RecordingClient(small_server.url).connect()
+    try:
+        kill_mid_turn(small_server, client, "tts", 1)
+        kill_mid_turn(small_server, client, "llm", 2)
+        client.sio.emit("text_input", {"text": "Hello, how are you today?"})
+        assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "listening", "turn_id": 3}
+                                               for _, n, d in evs), 60), client.events
+        assert [d["text"] for d in client.named("response_text") if d["turn_id"] == 3][0]
+        spoken_at = next(t for t, n, d in client.events if n == "state" and d.get("turn_id") == 3
+                         and d["state"] == "speaking")
+        assert any(n == "audio" and t >= spoken_at for t, n, _ in client.events)
+        metrics = small_server.get("/metrics").text
+        for worker in ("llm", "tts"):
+            assert f'vita_worker_restarts_total{{worker="{worker}"}} 1.0' in metrics
+    finally:
+        client.close()
+
+
 def test_sigterm_stops_everything_within_15_s(small_server):
     # Runs last in this module: the server does not survive it.
     front = psutil.Process(small_server.process.pid)
     family = front.children(recursive=True)
     names = " ".join(p.name() for p in family)
     assert len(family) >= 4, names  # manager, llm, tts and vLLM's own engine core at least
-    started = time.monotonic()
-    small_server.process.send_signal(signal.SIGTERM)
-    small_server.process.wait(timeout=15)
-    assert time.monotonic() - started < 15
-    assert small_server.process.returncode == 0
+    assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    client = RecordingClient(small_server.url).connect()
+    try:
+        client.sio.emit("text_input", {"text": LONG_REPLY})  # a turn in flight when the signal comes
+        assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "thinking" for _, n, d in evs), 10)
+        started = time.monotonic()
+        small_server.process.send_signal(signal.SIGTERM)
+        small_server.process.wait(timeout=15)
+        assert time.monotonic() - started < 15
+        assert small_server.process.returncode == 0
+        assert {"turn_id": 1, "reason": "server stopping"} in client.named("turn_cancelled")
+        assert "server_stopping" in [e["code"] for e in client.named("error")]
+    finally:
+        client.close()
     gone, alive = psutil.wait_procs(family, timeout=2)
     assert not alive, [(p.pid, p.name()) for p in alive]
 
 
-def test_the_turn_log_survives_a_restart(small_server):
+TOKEN = "s3cret-token-for-tests"
+
+
+def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything(small_server):
     before = turn_log_of(small_server)
     assert before, "the first life logged a turn"
-    again = start_server(small_server.state_dir.parent, "--max_users", "1", "--timeout", str(TIMEOUT_S))
+    again = start_server(small_server.state_dir.parent, "--max_users", "1", "--timeout", str(TIMEOUT_S),
+                         "--access_token", TOKEN, "--log_level", "debug")
     try:
         wait_ready(again)
-        said = speak_one_turn(again)
+        # Access: the page, /metrics and Socket.IO need the token; /health and /ready stay open for probes.
+        assert again.get("/").status_code == 401
+        assert again.get("/?token=wrong-token-123").status_code == 401
+        assert again.get("/metrics").status_code == 401
+        assert again.get("/health").status_code == 200 and again.get("/ready").status_code == 200
+        link = again.get(f"/?token={TOKEN}", allow_redirects=False)
+        assert link.status_code == 303 and link.headers["Location"] == "/"
+        cookie = link.cookies.get("vita_token")
+        assert cookie == TOKEN and "HttpOnly" in link.headers["Set-Cookie"]
+        assert again.get("/", cookies={"vita_token": cookie}).status_code == 200
+        assert again.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        stranger = RecordingClient(again.url)
+        try:
+            with contextlib.suppress(socketio.exceptions.ConnectionError):
+                stranger.connect()
+            assert stranger.wait_event("disconnect", 5)
+            assert [e["code"] for e in stranger.named("error")] == ["unauthorized"]
+        finally:
+            stranger.close()
+        # The turn log of the first life is still there, and this life's turns join it.
+        said = speak_one_turn(again, auth={"token": TOKEN})
         deadline = time.monotonic() + 5
         while len(turn_log_of(again)) == len(before) and time.monotonic() < deadline:
             time.sleep(0.1)
         after = turn_log_of(again)
         assert after[:len(before)] == before
         assert [r["session"] for r in after[len(before):]] == [said["session"]]
+        log = again.log()
+        assert "token=[redacted]" in log  # werkzeug's debug request lines, redacted
+        assert TOKEN not in log.replace(f"--access_token {TOKEN}", "")
     finally:
         stop_server(again)

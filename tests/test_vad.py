@@ -7,7 +7,7 @@ import pytest
 
 from tests.speech import noise, silence, spoken, voiced_span
 from vita.config import Config
-from vita.vad import SAMPLE_RATE, VadSegmenter
+from vita.vad import CHUNK, SAMPLE_RATE, SileroModel, SileroVad, VadSegmenter
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +70,18 @@ def test_end_of_speech_is_reported_within_half_a_second(speech):
     else:
         pytest.fail("no utterance")
     assert (detected_at - truth_end) / SAMPLE_RATE < 0.5
+
+
+def test_sessions_sharing_one_model_keep_their_own_state(speech):
+    """One ONNX session serves every session's VAD: interleaved use gives what private models give."""
+    model_path = Config().vad_model_path()
+    shared = SileroModel(model_path)
+    a_audio = np.concatenate([silence(0.3), speech]).astype(np.float32) / 32768
+    b_audio = noise(len(a_audio) / SAMPLE_RATE, level=2000, seed=3).astype(np.float32) / 32768
+    a_shared, b_shared = SileroVad(shared), SileroVad(shared)
+    a_alone, b_alone = SileroVad(model_path), SileroVad(model_path)
+    for i in range(0, len(a_audio) - CHUNK, CHUNK):
+        a, b = a_audio[i:i + CHUNK], b_audio[i:i + CHUNK]
+        assert a_shared.probability(a) == pytest.approx(a_alone.probability(a), abs=1e-6)
+        assert b_shared.probability(b) == pytest.approx(b_alone.probability(b), abs=1e-6)
+    assert not np.allclose(a_shared.state, b_shared.state)

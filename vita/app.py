@@ -7,9 +7,11 @@ import threading
 import time
 from typing import Any
 
-from flask import Flask, Response, jsonify, request, send_from_directory
+import psutil
+from flask import Flask, Response, jsonify, redirect, request, send_from_directory
 from flask_socketio import SocketIO
 
+from vita.access import COOKIE, OPEN_PATHS, AccessGuard
 from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
@@ -24,6 +26,7 @@ from workers.tts_worker import available_voices
 log = logging.getLogger("vita.app")
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
+PING_INTERVAL_S = 10
 
 
 class FrontApp:
@@ -38,12 +41,19 @@ class FrontApp:
         self.flask = Flask(__name__, static_folder=None)
         # async_handlers=False: a client's events run in order on its own connection thread, so audio chunks
         # can't overtake each other and no thread is started per 8 ms message.
+        origins = config.server.allowed_origins
+        self.guard = AccessGuard(config.access_token())
+        # A 10 s ping (engine.io's default is 25 s) frees the seat of a client that vanished without closing
+        # (a laptop lid, a dropped network) within 20 s, which matters with a small --max_users.
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
-                                 max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20))
+                                 ping_interval=PING_INTERVAL_S, ping_timeout=10,
+                                 max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20),
+                                 cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None)
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
                                     self.turn_log)
+        graph.on_death = self.on_worker_death
         self._routes()
         self._events()
 
@@ -60,13 +70,39 @@ class FrontApp:
         self.graph.queues[queue_name].put(message, timeout=2)
 
     def _session(self) -> Session | None:
-        return self.sessions.get(request.sid)
+        """The caller's session, or None when it has none or is over its event rate (the event is dropped)."""
+        session = self.sessions.get(request.sid)
+        if session is not None and not session.take_event(self.config.limits.max_events_per_s):
+            self.metrics.events_dropped.inc()
+            self.turns.report(session, "rate_limited", "Too many messages per second; some were dropped.")
+            return None
+        return session
+
+    def notify_shutdown(self) -> None:
+        """SIGTERM: end every turn in flight with a notice before the workers go."""
+        for session in self.sessions.all():
+            self.turns.cancel_active_turn(session, "server stopping")
+            self.emit("error", {"code": "server_stopping",
+                                "message": "The server is shutting down; please reconnect in a minute."},
+                      to=session.sid)
 
     def error(self, code: str, message: str, sid: str | None = None) -> None:
         self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
 
     def _disconnect(self, sid: str) -> None:
         self.socketio.server.disconnect(sid)
+
+    def on_worker_death(self, worker: str, detail: str) -> None:
+        """A worker died (the graph restarts it): end the turns it took with it and tell every session."""
+        self.metrics.worker_restarts.labels(worker).inc()
+        what = {"llm": "speech recognition and the language model", "tts": "the voice"}.get(worker, worker)
+        status = {"ready": False, "workers": self.graph.health()}
+        for session in self.sessions.all():
+            if self.turns.cancel_active_turn(session, "worker failed") is not None:
+                self.emit("error", {"code": "worker_failed",
+                                    "message": f"The assistant lost {what} and is restarting it; "
+                                               "please ask again in a moment."}, to=session.sid)
+            self.emit("server_status", status, to=session.sid)
 
     def _refuse(self, sid: str) -> None:
         self.emit("too_many_users", to=sid)
@@ -75,6 +111,23 @@ class FrontApp:
     # --- HTTP --------------------------------------------------------------------------------------------
     def _routes(self) -> None:
         app = self.flask
+
+        @app.before_request
+        def check_access():
+            if request.path in OPEN_PATHS or self.guard.allows(request):
+                return None
+            return Response("<!doctype html><title>Vita</title><p>This assistant needs an access token. Open the "
+                            "link you were given (it ends in <code>/?token=…</code>).</p>", status=401,
+                            content_type="text/html; charset=utf-8")
+
+        @app.after_request
+        def keep_token(response):
+            # The link's token moves into an HttpOnly cookie and out of the address bar and history.
+            if self.guard.enabled and request.path == "/" and request.args.get("token"):
+                response = redirect("/", code=303)
+                response.set_cookie(COOKIE, request.args["token"], httponly=True, samesite="Strict",
+                                    secure=self.config.server.tls)
+            return response
 
         @app.get("/")
         def index():
@@ -92,6 +145,8 @@ class FrontApp:
                 "workers": workers,
                 "sessions": len(self.sessions),
                 "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
+                "threads": threading.active_count(),
+                "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
                 "max_users": self.config.server.max_users,
                 "uptime_s": round(time.time() - self.started_at, 1),
                 "turn_log": {"path": str(self.turn_log.path) if self.turn_log.path else None,
@@ -118,6 +173,14 @@ class FrontApp:
 
         @sio.on("connect")
         def on_connect(auth=None):
+            if not self.guard.allows(request, auth):
+                log.warning("refused %s: no valid access token", request.sid)
+                self.emit("error", {"code": "unauthorized", "message": "This assistant needs an access token."},
+                          to=request.sid)
+                timer = threading.Timer(REFUSE_DELAY_S, self._disconnect, args=(request.sid,))
+                timer.daemon = True
+                timer.start()
+                return
             session = self.sessions.open(request.sid)
             if session is None:
                 self.metrics.sessions_refused.inc()

@@ -33,7 +33,7 @@ def decode_vita_audio(payload: str) -> tuple[np.ndarray, int]:
     """VITA's JSON string: returns (int16 samples, sample rate)."""
     try:
         message = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise AudioFormatError("audio text is not JSON; expected {\"sample_rate\": N, \"audio\": [bytes]}") from None
     if not isinstance(message, dict) or not isinstance(message.get("audio"), list):
         raise AudioFormatError("audio JSON needs an \"audio\" list of byte values")

@@ -34,7 +34,10 @@ def decode_frame(data_url: object, max_bytes: int) -> bytes:
     import cv2
 
     # Decoding at 1/8 size checks the whole entropy-coded stream at a fraction of the cost.
-    pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
+    try:
+        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
+    except cv2.error:  # some malformed PNG/WebP headers make the decoder raise instead of returning None
+        pixels = None
     if pixels is None or pixels.size == 0:
         raise FrameError("video_frame does not decode as an image")
     return image

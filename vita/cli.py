@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log_level", help="debug, info (default), warning or error")
     p.add_argument("--log_format", help="text (default) or json: one JSON object per line")
     p.add_argument("--turn_log", help="SQLite file for the turn log, or 'off' (default: state_dir/turns.sqlite3)")
+    p.add_argument("--access_token", help="require this token for the page, /metrics and Socket.IO "
+                                          "(or set VITA_ACCESS_TOKEN; prefer the variable: flags show in ps)")
+    p.add_argument("--allowed_origins", help="comma-separated Socket.IO origins (default: the page's own only)")
     return p
 
 
@@ -48,7 +51,8 @@ def config_from_args(argv: list[str] | None = None) -> Config:
         ("model_path", config.llm, "model_path"), ("ip", s, "ip"), ("port", s, "port"),
         ("max_users", s, "max_users"), ("timeout", s, "timeout"), ("certfile", s, "certfile"),
         ("keyfile", s, "keyfile"), ("state_dir", s, "state_dir"), ("models_dir", config, "models_dir"),
-        ("log_level", s, "log_level"), ("log_format", s, "log_format"),
+        ("log_level", s, "log_level"), ("log_format", s, "log_format"), ("access_token", s, "access_token"),
+        ("allowed_origins", s, "allowed_origins"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -124,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         if not stopping.is_set():
             stopping.set()
             log.info("%s received: shutting down", signal.Signals(signum).name)
-            threading.Thread(target=server.shutdown, name="http-shutdown", daemon=True).start()
+
+            def shut_down() -> None:
+                # Open websockets stay up while the workers stop (seconds), so the notice reaches every user.
+                front.notify_shutdown()
+                server.shutdown()
+
+            threading.Thread(target=shut_down, name="http-shutdown", daemon=True).start()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

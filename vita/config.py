@@ -38,6 +38,8 @@ class ServerConfig:
     state_dir: str | None = None
     log_level: str = "info"
     log_format: str = "text"
+    access_token: str | None = None
+    allowed_origins: str | None = None
 
 
 @dataclass
@@ -93,6 +95,7 @@ class LimitsConfig:
     max_audio_message_bytes: int = 64_000
     max_frame_bytes: int = 2_000_000
     max_text_chars: int = 2000
+    max_events_per_s: float = 400.0
     save_utterances_dir: str | None = None
 
 
@@ -127,6 +130,9 @@ class Config:
 
     def vad_model_path(self) -> Path:
         return self.models_path() / "silero-vad" / "silero_vad.onnx"
+
+    def access_token(self) -> str | None:
+        return os.environ.get("VITA_ACCESS_TOKEN") or self.server.access_token or None
 
     def turn_log_path(self) -> Path | None:
         if not self.turn_log.enabled:
@@ -222,6 +228,8 @@ def validate(config: Config) -> Config:
     for opt, p in (("--certfile", s.certfile), ("--keyfile", s.keyfile)):
         _check(p is None or Path(p).is_file(), opt, f"file not found: {p}")
     _check(s.log_level in LOG_LEVELS, "--log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    token = config.access_token()
+    _check(token is None or len(token) >= 8, "--access_token", "must be at least 8 characters")
     _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     _check(config.turn_log.retention_days > 0, "turn_log.retention_days", "must be a positive number of days")
     _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")
@@ -258,4 +266,5 @@ def validate(config: Config) -> Config:
     _check(lim.max_audio_message_bytes >= 256, "limits.max_audio_message_bytes", "must be at least 256")
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")
+    _check(lim.max_events_per_s >= 10, "limits.max_events_per_s", "must be at least 10")
     return config

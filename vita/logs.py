@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 NOISY = ("werkzeug", "engineio", "socketio", "urllib3")
@@ -51,8 +52,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class RedactSecrets(logging.Filter):
+    """Access tokens never reach a log line (werkzeug logs request lines with their query at debug level)."""
+
+    PATTERN = re.compile(r"(token=|Bearer\s+)[^&\s\"']+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "token=" in message or "Bearer" in message:
+            record.msg, record.args = self.PATTERN.sub(r"\1[redacted]", message), ()
+        return True
+
+
 def setup_logging(process: str, level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(RedactSecrets())
     handler.setFormatter(JsonFormatter(process) if fmt == "json" else TextFormatter(process))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -64,6 +64,12 @@ class FrontMetrics:
                                      "Audio messages dropped because a session's VAD buffer was full",
                                      registry=r)
         self.errors = Counter("vita_errors", "Error events sent to clients", ["code"], registry=r)
+        self.events_dropped = Counter("vita_events_rate_limited", "Inbound events dropped by the per-session rate "
+                                      "limit", registry=r)
+        self.worker_restarts = Counter("vita_worker_restarts", "Worker processes that died and were restarted",
+                                       ["worker"], registry=r)
+        for name in ("llm", "tts"):
+            self.worker_restarts.labels(name)
         for name in STAGES:
             self.stage.labels(name)
         r.register(_QueueDepths(queue_depths))

@@ -1,5 +1,6 @@
 """The worker processes behind the front: a Manager with the three queues, the LLM and TTS workers,
-their states for /health, and a shutdown that leaves no process behind (vLLM's own children included).
+their states for /health, restarts with backoff when one dies, and a shutdown that leaves no process behind
+(vLLM's own children included).
 """
 
 from __future__ import annotations
@@ -43,6 +44,26 @@ class WorkerSpec:
 
 
 @dataclass
+class RestartBackoff:
+    """Delay before restarting a dead worker: doubles with each death in a row, capped; a worker that stayed
+    up for `healthy_after_s` starts again from `base_s`. A worker that keeps dying is thereby restarted less
+    and less often, never in a tight loop.
+    """
+
+    base_s: float = 1.0
+    max_s: float = 60.0
+    healthy_after_s: float = 60.0
+    deaths_in_a_row: int = 0
+
+    def next_delay(self, lived_s: float) -> float:
+        if lived_s >= self.healthy_after_s:
+            self.deaths_in_a_row = 0
+        delay = min(self.max_s, self.base_s * 2 ** self.deaths_in_a_row)
+        self.deaths_in_a_row += 1
+        return delay
+
+
+@dataclass
 class WorkerHandle:
     spec: WorkerSpec
     process: multiprocessing.process.BaseProcess | None = None
@@ -51,6 +72,9 @@ class WorkerHandle:
     since: float = field(default_factory=time.time)
     started_at: float = field(default_factory=time.time)
     ready_after_s: float | None = None
+    restarts: int = 0
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    descendants: list[psutil.Process] = field(default_factory=list)  # vLLM's engine core, once ready
 
     def set_state(self, state: WorkerState, detail: str) -> None:
         self.state, self.detail, self.since = state, detail, time.time()
@@ -61,8 +85,10 @@ class WorkerHandle:
 class ProcessGraph:
     """Owns the Manager queues and the worker processes; thread-safe to query from request handlers."""
 
-    def __init__(self, config: Any, specs: list[WorkerSpec]):
+    def __init__(self, config: Any, specs: list[WorkerSpec],
+                 on_death: Callable[[str, str], None] = lambda name, detail: None):
         self.config = config
+        self.on_death = on_death  # (worker name, what happened), called from the monitor thread
         self._ctx = multiprocessing.get_context("spawn")
         self._specs = specs
         self._workers: dict[str, WorkerHandle] = {}
@@ -97,25 +123,56 @@ class ProcessGraph:
             handle.process = process
             handle.started_at = time.time()
             handle.ready_after_s = None
+            handle.descendants = []
             handle.set_state(WorkerState.STARTING, f"pid {process.pid}")
         log.info("started %s worker (pid %d)", spec.name, process.pid)
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"w")  # the monitor must now watch the new process
 
     def _watch(self) -> None:
-        """Block on the workers' sentinels: a worker that exits while we are not stopping is dead."""
+        """Block on the workers' sentinels: a worker that exits while we are not stopping is dead, and is
+        restarted after a backoff delay."""
         while not self._stopping.is_set():
             with self._lock:
                 live = {h.process.sentinel: h for h in self._workers.values()
                         if h.process is not None and h.state not in (WorkerState.DEAD, WorkerState.STOPPED)}
             ready = multiprocessing.connection.wait([*live, self._wake_r])
             for sentinel in ready:
+                if sentinel is self._wake_r:
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(64)
+                    continue
                 handle = live.get(sentinel)
                 if handle is None or self._stopping.is_set():
                     continue
-                handle.process.join(timeout=1)
-                code = handle.process.exitcode
-                with self._lock:
-                    handle.set_state(WorkerState.DEAD, f"exited with code {code}")
-                log.error("%s worker died (exit code %s)", handle.spec.name, code)
+                self._on_exit(handle)
+
+    def _on_exit(self, handle: WorkerHandle) -> None:
+        handle.process.join(timeout=1)
+        code = handle.process.exitcode
+        _reap(handle.descendants)  # an engine core whose worker was killed must not linger
+        delay = handle.backoff.next_delay(time.time() - handle.started_at)
+        detail = f"exited with code {code}; restarting in {delay:g} s"
+        with self._lock:
+            handle.set_state(WorkerState.DEAD, detail)
+        log.error("%s worker died (%s)", handle.spec.name, detail)
+        with contextlib.suppress(Exception):
+            self.on_death(handle.spec.name, detail)
+        timer = threading.Timer(delay, self._restart, args=(handle,))
+        timer.daemon = True
+        timer.start()
+
+    def _restart(self, handle: WorkerHandle) -> None:
+        if self._stopping.is_set():
+            return
+        handle.restarts += 1
+        try:
+            self._spawn(handle)
+        except Exception as exc:  # e.g. the manager is gone; try again later rather than never
+            log.error("could not restart %s worker: %s", handle.spec.name, exc)
+            timer = threading.Timer(handle.backoff.next_delay(0), self._restart, args=(handle,))
+            timer.daemon = True
+            timer.start()
 
     def on_status(self, status: WorkerStatus) -> None:
         with self._lock:
@@ -125,6 +182,10 @@ class ProcessGraph:
             if handle.process is not None and status.pid and status.pid != handle.process.pid:
                 return  # a late report from a previous incarnation
             handle.set_state(status.state, status.detail)
+            process = handle.process
+        if status.state is WorkerState.READY and process is not None:
+            with contextlib.suppress(psutil.Error):
+                handle.descendants = psutil.Process(process.pid).children(recursive=True)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask every worker to finish, then terminate whatever is left, descendants included."""
@@ -158,6 +219,10 @@ class ProcessGraph:
         _reap(descendants)
         if self.manager is not None:
             self.manager.shutdown()
+        # Whatever is still below us now (an engine process a restarted worker was starting when the stop came,
+        # started after the list above was taken) goes too.
+        with contextlib.suppress(psutil.Error):
+            _reap([p for p in psutil.Process().children(recursive=True) if not _is_resource_tracker(p)])
         self._wake_r.close()
         self._wake_w.close()
 
@@ -171,6 +236,7 @@ class ProcessGraph:
                     "pid": h.process.pid if h.process else None,
                     "since": round(h.since, 3),
                     "ready_after_s": h.ready_after_s,
+                    "restarts": h.restarts,
                 }
                 for name, h in self._workers.items()
             }
@@ -185,6 +251,13 @@ class ProcessGraph:
     def ready(self) -> bool:
         with self._lock:
             return bool(self._workers) and all(h.state is WorkerState.READY for h in self._workers.values())
+
+
+def _is_resource_tracker(process: psutil.Process) -> bool:
+    """multiprocessing's own tracker: it must outlive us to unlink shared memory, and ends by itself."""
+    with contextlib.suppress(psutil.Error):
+        return "resource_tracker" in " ".join(process.cmdline())
+    return False
 
 
 def _reap(processes: list[psutil.Process], grace: float = 3.0) -> None:

@@ -40,6 +40,8 @@ class Session:
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (VAD thread)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
+    _allowance: float = -1.0  # token bucket of inbound events; -1 = full on first use
+    _allowance_at: float = field(default_factory=time.monotonic, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def touch(self) -> None:
@@ -55,6 +57,19 @@ class Session:
             if now - self._reported.get(code, -every_s) < every_s:
                 return False
             self._reported[code] = now
+            return True
+
+    def take_event(self, per_s: float) -> bool:
+        """Token bucket over inbound events (one second of burst): False when the client sends too fast."""
+        now = time.monotonic()
+        with self.lock:
+            if self._allowance < 0:
+                self._allowance = per_s
+            self._allowance = min(per_s, self._allowance + (now - self._allowance_at) * per_s)
+            self._allowance_at = now
+            if self._allowance < 1:
+                return False
+            self._allowance -= 1
             return True
 
     def cancel_turn(self) -> tuple[int | None, bool]:

@@ -20,7 +20,7 @@ from vita.messages import CancelTurn, TurnRequest
 from vita.metrics import FrontMetrics
 from vita.sessions import Session, SessionState
 from vita.turn_log import TurnLogger
-from vita.vad import SAMPLE_RATE, VadSegmenter
+from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
 
 log = logging.getLogger("vita.turns")
 
@@ -39,7 +39,7 @@ class TurnController:
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
-        self.vad_model = config.vad_model_path()
+        self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD thread
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 

@@ -19,8 +19,11 @@ CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
 
 
-class SileroVad:
-    """Stateful speech probability per 512-sample chunk (one instance per session: it keeps RNN state)."""
+class SileroModel:
+    """The Silero ONNX graph, loaded once per process and shared by every session's SileroVad: the RNN state
+    is an input and an output, so one InferenceSession serves concurrent sessions (onnxruntime's run is
+    thread-safe), and a connection costs no model load (about 0.75 MB and milliseconds each, otherwise).
+    """
 
     def __init__(self, onnx_path: Path):
         import onnxruntime
@@ -31,6 +34,17 @@ class SileroVad:
         self.session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
                                                     providers=["CPUExecutionProvider"])
         self.sr = np.array(SAMPLE_RATE, dtype=np.int64)
+
+    def run(self, x: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out, state = self.session.run(None, {"input": x, "state": state, "sr": self.sr})
+        return out, state
+
+
+class SileroVad:
+    """Stateful speech probability per 512-sample chunk (one instance per session: it keeps the RNN state)."""
+
+    def __init__(self, model: SileroModel | Path):
+        self.model = model if isinstance(model, SileroModel) else SileroModel(model)
         self.reset()
 
     def reset(self) -> None:
@@ -40,7 +54,7 @@ class SileroVad:
     def probability(self, chunk: np.ndarray) -> float:
         """chunk: CHUNK float32 samples in [-1, 1]."""
         x = np.concatenate([self.context, chunk.reshape(1, -1)], axis=1)
-        out, self.state = self.session.run(None, {"input": x, "state": self.state, "sr": self.sr})
+        out, self.state = self.model.run(x, self.state)
         self.context = x[:, -_CONTEXT:]
         return float(out[0][0])
 
@@ -85,9 +99,9 @@ class VadSegmenter:
         self.dropped = 0  # reported starts that turned out too short to keep (a cough, a click)
 
     @classmethod
-    def from_config(cls, v: VadConfig, onnx_path: Path) -> VadSegmenter:
+    def from_config(cls, v: VadConfig, model: SileroModel | Path) -> VadSegmenter:
         """A segmenter with its own Silero state, tuned by the config's `vad` section."""
-        return cls(SileroVad(onnx_path), v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
+        return cls(SileroVad(model), v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
                    v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms)
 
     def reset(self) -> None:

@@ -276,7 +276,10 @@ class App {
     s.on("turn_cancelled", (m) => this.log.interrupted(m.turn_id));
     s.on("timings", (m) => this.timings(m));
     s.on("history_cleared", () => this.log.clear());
-    s.on("error", (m) => this.toast(m && m.message ? m.message : "Something went wrong."));
+    s.on("error", (m) => {
+      if (m && m.code === "unauthorized") this.banner("This assistant needs an access token: open the link you were given.");
+      else this.toast(m && m.message ? m.message : "Something went wrong.");
+    });
   }
 
   connected() {
@@ -306,8 +309,11 @@ class App {
     this.ready = status.ready;
     $("loading").hidden = status.ready;
     if (!status.ready) {
-      const llm = status.workers && status.workers.llm;
-      if (llm && llm.detail) $("loading-detail").textContent = `Language model: ${llm.detail}.`;
+      const names = { llm: "Language model", tts: "Voice" };
+      const waiting = Object.entries(status.workers || {}).filter(([, w]) => w.state !== "ready");
+      if (waiting.length) {
+        $("loading-detail").textContent = waiting.map(([n, w]) => `${names[n] || n}: ${w.detail || w.state}.`).join(" ");
+      }
       clearTimeout(this.healthTimer);
       this.healthTimer = setTimeout(() => this.pollHealth(), 1000);
     }
