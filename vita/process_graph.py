@@ -150,14 +150,14 @@ class ProcessGraph:
     def _on_exit(self, handle: WorkerHandle) -> None:
         handle.process.join(timeout=1)
         code = handle.process.exitcode
-        _reap(handle.descendants)  # an engine core whose worker was killed must not linger
         delay = handle.backoff.next_delay(time.time() - handle.started_at)
         detail = f"exited with code {code}; restarting in {delay:g} s"
         with self._lock:
             handle.set_state(WorkerState.DEAD, detail)
         log.error("%s worker died (%s)", handle.spec.name, detail)
         with contextlib.suppress(Exception):
-            self.on_death(handle.spec.name, detail)
+            self.on_death(handle.spec.name, detail)  # users first: reaping can take seconds
+        _reap(handle.descendants)  # an engine core whose worker was killed must not linger
         timer = threading.Timer(delay, self._restart, args=(handle,))
         timer.daemon = True
         timer.start()
