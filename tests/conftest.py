@@ -112,6 +112,24 @@ def server(tmp_path_factory) -> RunningServer:
         yield running
 
 
+def wait_no_sessions(server: RunningServer) -> None:
+    """The shared server is between tests once the last test's client is gone."""
+    deadline = time.monotonic() + 5
+    while server.get("/health").json()["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def client(server):
+    """A recording Socket.IO client of its own on the shared server."""
+    from tests.helpers import RecordingClient
+
+    wait_no_sessions(server)
+    c = RecordingClient(server.url).connect()
+    yield c
+    c.close()
+
+
 def pytest_collection_modifyitems(items):
     """Fast tests first, then those with an engine of their own, then the shared server (kept to the end).
 

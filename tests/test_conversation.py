@@ -14,7 +14,6 @@ import soxr
 
 from tests.helpers import RecordingClient
 from tests.speech import RATE, silence, spoken, stream
-from tests.test_front_audio import wait_no_sessions
 from tests.test_llm_worker import LONG_REPLY
 from vita.config import Config
 
@@ -38,14 +37,6 @@ def hear(pcm: bytes) -> str:
 
 def words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 2}
-
-
-@pytest.fixture
-def client(server):
-    wait_no_sessions(server)
-    c = RecordingClient(server.url).connect()
-    yield c
-    c.close()
 
 
 def turn_done(client: RecordingClient, turn_id: int, timeout: float = 90) -> bool:

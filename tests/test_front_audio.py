@@ -9,27 +9,13 @@ import time
 
 import cv2
 import numpy as np
-import pytest
 
+from tests.conftest import wait_no_sessions
 from tests.helpers import RecordingClient
 from tests.speech import RATE, noise, silence, spoken, stream, voiced_span
 
 QUESTION = "What is the capital of France?"
 LEAD_S = 1.0  # silence before the speech in every stream
-
-
-def wait_no_sessions(server) -> None:
-    deadline = time.monotonic() + 5
-    while server.get("/health").json()["sessions"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def client(server):
-    wait_no_sessions(server)
-    c = RecordingClient(server.url).connect()
-    yield c
-    c.close()
 
 
 def turns(client: RecordingClient) -> list[dict]:

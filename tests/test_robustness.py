@@ -14,9 +14,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import wait_no_sessions
 from tests.helpers import RecordingClient
 from tests.speech import silence, spoken, stream
-from tests.test_front_audio import wait_no_sessions
 from vita.app import PING_INTERVAL_S
 
 FUZZ_EVENTS = int(os.environ.get("VITA_FUZZ_EVENTS", "10000"))
