@@ -65,17 +65,24 @@ def first_after(client: RecordingClient, name: str, after: float, timeout: float
     return next((t, d) for t, n, d in client.events if n == name and t >= after)
 
 
+def connect_in_mode(url: str, mode: str) -> RecordingClient:
+    """A client whose turns the server answers in reply mode `mode` (stream, or full as VITA did)."""
+    client = RecordingClient(url).connect()
+    client.sio.emit("reply_mode", {"mode": mode})
+    if not client.wait_event("reply_mode", 5):
+        client.close()
+        raise RuntimeError("the server did not accept reply_mode")
+    return client
+
+
 def voice_to_voice(url: str, runs: int, questions: list[str], modes: tuple[str, ...] = ("stream", "full")
                    ) -> list[dict]:
     """Each question in each reply mode, interleaved so both modes see the same conditions."""
     rows = []
     for run in range(runs):
         for question, mode in [(q, m) for q in questions for m in modes]:
-            client = RecordingClient(url).connect()
+            client = connect_in_mode(url, mode)
             try:
-                client.sio.emit("reply_mode", {"mode": mode})
-                if not client.wait_event("reply_mode", 5):
-                    raise RuntimeError("the server did not accept reply_mode")
                 speech = spoken(question)
                 voiced_at = send_speech(client, speech)
                 turn_at, turn = first_after(client, "turn", voiced_at - 1)
@@ -108,10 +115,8 @@ def typed_first_audio(url: str, runs: int) -> list[dict]:
     rows = []
     for run in range(runs):
         for text, mode in [(t, m) for t in TYPED_LONG for m in ("stream", "full")]:
-            client = RecordingClient(url).connect()
+            client = connect_in_mode(url, mode)
             try:
-                client.sio.emit("reply_mode", {"mode": mode})
-                client.wait_event("reply_mode", 5)
                 sent = time.monotonic()
                 client.sio.emit("text_input", {"text": text})
                 audio_at, _ = first_after(client, "audio", sent)

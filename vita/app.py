@@ -104,6 +104,14 @@ class FrontApp:
                                                "please ask again in a moment."}, to=session.sid)
             self.emit("server_status", status, to=session.sid)
 
+    @staticmethod
+    def _after_handshake(action, sid: str) -> None:
+        """Run action(sid) a moment after the connect handler returns. A rejected connect could not carry our
+        events, and events sent before the handler returns precede the client's connect acknowledgement."""
+        timer = threading.Timer(REFUSE_DELAY_S, action, args=(sid,))
+        timer.daemon = True
+        timer.start()
+
     def _refuse(self, sid: str) -> None:
         self.emit("too_many_users", to=sid)
         self._disconnect(sid)
@@ -177,20 +185,14 @@ class FrontApp:
                 log.warning("refused %s: no valid access token", request.sid)
                 self.emit("error", {"code": "unauthorized", "message": "This assistant needs an access token."},
                           to=request.sid)
-                timer = threading.Timer(REFUSE_DELAY_S, self._disconnect, args=(request.sid,))
-                timer.daemon = True
-                timer.start()
+                self._after_handshake(self._disconnect, request.sid)
                 return
             session = self.sessions.open(request.sid)
             if session is None:
                 self.metrics.sessions_refused.inc()
                 log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
-                # Accept, tell, then really disconnect (VITA only warned). A rejected connect could not carry
-                # the VITA event, and events sent before the connect handler returns precede the client's
-                # connect acknowledgement, so the refusal runs a moment after the handshake completes.
-                timer = threading.Timer(REFUSE_DELAY_S, self._refuse, args=(request.sid,))
-                timer.daemon = True
-                timer.start()
+                # Accept, tell, then really disconnect (VITA only warned).
+                self._after_handshake(self._refuse, request.sid)
                 return
             self.metrics.sessions_opened.inc()
             self.turns.attach_listener(session)

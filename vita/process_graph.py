@@ -158,6 +158,9 @@ class ProcessGraph:
         with contextlib.suppress(Exception):
             self.on_death(handle.spec.name, detail)  # users first: reaping can take seconds
         _reap(handle.descendants)  # an engine core whose worker was killed must not linger
+        self._restart_after(handle, delay)
+
+    def _restart_after(self, handle: WorkerHandle, delay: float) -> None:
         timer = threading.Timer(delay, self._restart, args=(handle,))
         timer.daemon = True
         timer.start()
@@ -170,9 +173,7 @@ class ProcessGraph:
             self._spawn(handle)
         except Exception as exc:  # e.g. the manager is gone; try again later rather than never
             log.error("could not restart %s worker: %s", handle.spec.name, exc)
-            timer = threading.Timer(handle.backoff.next_delay(0), self._restart, args=(handle,))
-            timer.daemon = True
-            timer.start()
+            self._restart_after(handle, handle.backoff.next_delay(0))
 
     def on_status(self, status: WorkerStatus) -> None:
         with self._lock:
