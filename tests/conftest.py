@@ -130,6 +130,64 @@ def client(server):
     c.close()
 
 
+@dataclass
+class VllmApiServer:
+    """vLLM's own OpenAI-compatible server (NOTES §2: `python -m vllm.entrypoints.openai.api_server`)."""
+
+    process: subprocess.Popen
+    url: str  # ends in /v1
+    log_path: Path
+
+    def metric(self, name: str) -> float:
+        """Sum of one Prometheus metric over its labels (e.g. vllm:generation_tokens_total)."""
+        text = requests.get(self.url.removesuffix("/v1") + "/metrics", timeout=5).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+@pytest.fixture(scope="session")
+def vllm_api(tmp_path_factory) -> VllmApiServer:
+    """A real vLLM API server on loopback serving the bundled Gemma 3 270M (ready after ~95 s here).
+
+    It is started with a chat template of ours (the transcript format the base model answers well in), so both
+    of its endpoints can be exercised: /v1/completions and /v1/chat/completions.
+    """
+    from vita.config import Config
+    from workers.llm_worker import device_env
+
+    tmp = tmp_path_factory.mktemp("vllm-api")
+    config = Config()
+    port = free_port()
+    log_path = tmp / "api_server.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(config.llm_model_path()),
+           "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
+           "--dtype", "float32", "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
+    env = {**BASE_ENV, **device_env(config), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(cmd, cwd=tmp, stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    api = VllmApiServer(process, f"http://127.0.0.1:{port}/v1", log_path)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM API server exited {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            with contextlib.suppress(requests.ConnectionError):
+                if requests.get(api.url + "/models", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vLLM API server not ready:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1)
+        yield api
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def pytest_collection_modifyitems(items):
     """Fast tests first, then those with an engine of their own, then the shared server (kept to the end).
 
@@ -139,7 +197,7 @@ def pytest_collection_modifyitems(items):
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
             return 3
-        if "small_server" in names:
+        if "small_server" in names or "vllm_api" in names:
             return 2
         return 1 if "llm" in names else 0
 

@@ -44,10 +44,10 @@ BOUNDARY = tuple(",;:.!?")
 class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
-    def __init__(self):
+    def __init__(self, config: Config | None = None):
         from workers.llm_worker import LlmWorker, device_env
 
-        config = Config()
+        config = config or Config()
         # vLLM edits this process's environment (LD_PRELOAD of tcmalloc and libgomp for its workers); put it
         # back afterwards, or every server and browser the later tests start inherits it.
         self.saved_env = dict(os.environ)

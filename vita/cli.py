@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access_token", help="require this token for the page, /metrics and Socket.IO "
                                           "(or set VITA_ACCESS_TOKEN; prefer the variable: flags show in ps)")
     p.add_argument("--allowed_origins", help="comma-separated Socket.IO origins (default: the page's own only)")
+    p.add_argument("--llm_url", help="OpenAI-compatible server to generate with, e.g. http://host:8000/v1 "
+                                     "(vLLM's API server), instead of an in-process engine")
+    p.add_argument("--message_queue", help="redis://host:6379/0: share Socket.IO emits between several "
+                                           "front processes behind a sticky load balancer")
     return p
 
 
@@ -52,7 +56,8 @@ def config_from_args(argv: list[str] | None = None) -> Config:
         ("max_users", s, "max_users"), ("timeout", s, "timeout"), ("certfile", s, "certfile"),
         ("keyfile", s, "keyfile"), ("state_dir", s, "state_dir"), ("models_dir", config, "models_dir"),
         ("log_level", s, "log_level"), ("log_format", s, "log_format"), ("access_token", s, "access_token"),
-        ("allowed_origins", s, "allowed_origins"),
+        ("allowed_origins", s, "allowed_origins"), ("llm_url", config.llm, "url"),
+        ("message_queue", s, "message_queue"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -69,7 +74,7 @@ def _check_models(config: Config) -> None:
     from vita.models import missing_models
 
     missing = missing_models(config.models_path())
-    if config.llm.model_path:  # an operator's own LLM folder replaces the bundled one
+    if config.llm.model_path or config.llm.url:  # an operator's own LLM (folder or server) replaces the bundled one
         missing = [m for m in missing if m != "gemma-3-270m"]
     if missing:
         raise ConfigError("--models_dir", f"models not assembled in {config.models_path()}: {', '.join(missing)} "

@@ -40,6 +40,7 @@ class ServerConfig:
     log_format: str = "text"
     access_token: str | None = None
     allowed_origins: str | None = None
+    message_queue: str | None = None
 
 
 @dataclass
@@ -65,6 +66,12 @@ class AsrConfig:
 @dataclass
 class LlmConfig:
     model_path: str | None = None
+    url: str | None = None
+    remote_model: str | None = None
+    api_key: str | None = None
+    input_mode: str = "auto"
+    limit_images_per_prompt: int = 4
+    limit_audios_per_prompt: int = 1
     device: str = "cpu"
     visible_devices: str | None = None
     dtype: str = "float32"
@@ -151,6 +158,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
 _PROMPT_STYLES = ("auto", "chat", "transcript")
+_INPUT_MODES = ("auto", "text", "omni")
 _DEVICES = ("cpu", "cuda")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -255,10 +263,17 @@ def validate(config: Config) -> Config:
     _check(1 <= llm.max_tokens <= llm.max_model_len, "llm.max_tokens", "must be between 1 and max_model_len")
     _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
     _check(llm.ready_timeout_s > 0, "llm.ready_timeout_s", "must be positive")
+    _check(llm.input_mode in _INPUT_MODES, "llm.input_mode", f"must be one of {', '.join(_INPUT_MODES)}")
+    _check(0 <= llm.limit_images_per_prompt <= 64, "llm.limit_images_per_prompt", "must be between 0 and 64")
+    _check(1 <= llm.limit_audios_per_prompt <= 8, "llm.limit_audios_per_prompt", "must be between 1 and 8")
+    _check(llm.url is None or llm.url.startswith(("http://", "https://")), "--llm_url",
+           f"must be an http:// or https:// URL ending in /v1, got {llm.url!r}")
+    _check(s.message_queue is None or s.message_queue.startswith(("redis://", "rediss://", "unix://")),
+           "--message_queue", f"must be a redis:// URL, got {s.message_queue!r}")
     model = config.llm_model_path()
     if llm.model_path:
         _check(model.is_dir(), "--model_path", f"no model folder at {model}")
-    else:
+    elif not llm.url:  # a remote engine needs no local weights
         _check(model.is_dir(), "--models_dir", f"no bundled LLM at {model} (run scripts/setup.sh first)")
     _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
            "must be 24000 (the rate the VITA page plays)")

@@ -1,8 +1,9 @@
-"""Per-session conversation history and the prompt built from it, in one of two styles.
+"""Per-session conversation history and the prompt built from it.
 
 Instruction-tuned models get their tokenizer's chat template. Base models (the bundled Gemma 3 270M) babble
 under a chat template but answer well as a transcript continuation, so they get a few-shot phone-call
-transcript that ends with "Vita:" and is stopped at the next line.
+transcript that ends with "Vita:" and is stopped at the next line. Omni models (audio in) get their
+processor's chat template with audio and image placeholders for the current turn.
 """
 
 from __future__ import annotations
@@ -49,14 +50,54 @@ class ConversationHistory:
 
 
 def choose_style(tokenizer: Any, configured: str) -> str:
-    """'chat' when asked, or when 'auto' and the tokenizer carries a chat template; else 'transcript'."""
+    """'chat' when asked, or when 'auto' and the tokenizer carries a chat template; else 'transcript'.
+
+    Without a local tokenizer (a remote chat model) 'auto' means chat: the server renders the messages.
+    """
     if configured != "auto":
         return configured
+    if tokenizer is None:
+        return "chat"
     return "chat" if getattr(tokenizer, "chat_template", None) else "transcript"
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _with_cues(user_text: str, cues: str) -> str:
+    user_text = _one_line(user_text)
+    if cues:
+        return f"{user_text} ({_one_line(cues)})" if user_text else f"({_one_line(cues)})"
+    return user_text
+
+
+def chat_messages(persona: str, history: ConversationHistory, user_content: Any) -> list[dict[str, Any]]:
+    """System persona, past exchanges as text, then this turn (a string, or a list of content parts)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": persona}] if persona else []
+    for ex in history:
+        messages.append({"role": "user", "content": ex.user})
+        reply = ex.assistant + (" [interrupted by the user]" if ex.interrupted else "")
+        messages.append({"role": "assistant", "content": reply})
+    messages.append({"role": "user", "content": user_content})
+    return messages
+
+
+def render_chat(renderer: Any, messages: list[dict[str, Any]]) -> str:
+    """Apply a tokenizer's or processor's chat template, folding the persona into the first user turn
+    for templates that reject a system role (e.g. Gemma's)."""
+    try:
+        return renderer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:
+        if messages[0]["role"] != "system":
+            raise
+        persona, rest = messages[0]["content"], [dict(m) for m in messages[1:]]
+        first = rest[0]["content"]
+        if isinstance(first, list):
+            rest[0]["content"] = [{"type": "text", "text": f"{persona}\n\n"}, *first]
+        else:
+            rest[0]["content"] = f"{persona}\n\n{first}"
+        return renderer.apply_chat_template(rest, tokenize=False, add_generation_prompt=True)
 
 
 class PromptBuilder:
@@ -70,28 +111,17 @@ class PromptBuilder:
         """Stop strings for the engine: a transcript reply ends at its line."""
         return ["\n", f"{USER}:"] if self.style == "transcript" else []
 
-    def build(self, history: ConversationHistory, user_text: str, cues: str = "") -> str:
-        user_text = _one_line(user_text)
-        if cues:
-            user_text = f"{user_text} ({_one_line(cues)})" if user_text else f"({_one_line(cues)})"
-        if self.style == "chat":
-            return self._chat(history, user_text)
-        return self._transcript(history, user_text)
+    def messages(self, history: ConversationHistory, user_text: str, cues: str = "") -> list[dict[str, Any]]:
+        return chat_messages(self.persona, history, _with_cues(user_text, cues))
 
-    def _chat(self, history: ConversationHistory, user_text: str) -> str:
-        messages = [{"role": "system", "content": self.persona}] if self.persona else []
-        for ex in history:
-            messages.append({"role": "user", "content": ex.user})
-            reply = ex.assistant + (" [interrupted by the user]" if ex.interrupted else "")
-            messages.append({"role": "assistant", "content": reply})
-        messages.append({"role": "user", "content": user_text})
-        try:
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception:
-            # Some templates (e.g. Gemma's) reject a system role: fold the persona into the first turn.
-            messages = messages[1:] if self.persona else messages
-            messages[0] = {"role": "user", "content": f"{self.persona}\n\n{messages[0]['content']}"}
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    def build(self, history: ConversationHistory, user_text: str, cues: str = "") -> str | None:
+        """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders)."""
+        user_text = _with_cues(user_text, cues)
+        if self.style == "chat":
+            if self.tokenizer is None:
+                return None
+            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text))
+        return self._transcript(history, user_text)
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:
         lines = [f"Below is a transcript of a friendly phone call with {ASSISTANT}, a helpful voice assistant. "
@@ -103,3 +133,27 @@ class PromptBuilder:
             lines += [f"{USER}: {_one_line(ex.user)}", f"{ASSISTANT}: {reply}"]
         lines += [f"{USER}: {user_text}", f"{ASSISTANT}:"]
         return "\n".join(lines)
+
+
+class OmniPromptBuilder:
+    """Prompts for models that hear and see (omni mode): this turn's audio and frames become the model's own
+    placeholders, rendered by its processor's chat template; earlier turns stay as text."""
+
+    def __init__(self, processor: Any, persona: str):
+        self.processor = processor
+        self.persona = persona.strip()
+        self.style = "omni"
+
+    stop: list[str] = []
+
+    def messages(self, history: ConversationHistory, typed_text: str, images: int, audio: bool
+                 ) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = [{"type": "image"} for _ in range(images)]
+        if audio:
+            parts.append({"type": "audio"})
+        if typed_text.strip():
+            parts.append({"type": "text", "text": _one_line(typed_text)})
+        return chat_messages(self.persona, history, parts)
+
+    def build(self, messages: list[dict[str, Any]]) -> str | None:
+        return render_chat(self.processor, messages) if self.processor is not None else None

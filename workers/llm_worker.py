@@ -1,7 +1,8 @@
-"""LLM worker process: cascade ASR, per-session prompts, vLLM async streaming, pieces to the TTS queue.
+"""LLM worker process: cascade ASR (or omni input), per-session prompts, streaming, pieces to the TTS queue.
 
-Turns from all sessions run as concurrent tasks against one engine (vLLM batches them). A CancelTurn cancels
-the turn's task, which aborts its vLLM request; history then keeps only what was handed to TTS.
+Turns from all sessions run as concurrent tasks against one engine (vLLM batches them), in process or remote
+(``--llm_url``). A CancelTurn cancels the turn's task, which aborts its request; history then keeps only
+what was handed to TTS.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from vita.logs import turn_ids
@@ -29,9 +31,20 @@ from vita.messages import (
     TurnTimings,
     WorkerState,
 )
-from vita.prompting import ConversationHistory, Exchange, PromptBuilder
+from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from vita.speech_pieces import PieceSplitter
 from workers.common import StatusReporter, prepare_process, run_stage
+from workers.generation import EnginePrompt, SamplingSettings, TextEngine
+from workers.local_engine import LocalVllmEngine
+from workers.omni import (
+    InputMode,
+    detect_input_mode,
+    frames_to_images,
+    load_processor,
+    read_model_config,
+    utterance_audio,
+)
+from workers.remote_engine import RemoteEngine, RemoteEngineError
 
 NAME = "llm"
 
@@ -53,10 +66,12 @@ class LlmWorker:
         self.config = config
         self.inbox, self.tts, self.outbox = inbox, tts, outbox
         self.report = report
-        self.engine = None
+        self.engine: TextEngine | None = None
+        self.mode = InputMode(False)
         self.asr = None
         self.cues = None
         self.prompts: PromptBuilder | None = None
+        self.omni_prompts: OmniPromptBuilder | None = None
         self.histories: dict[str, ConversationHistory] = {}
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
@@ -64,6 +79,7 @@ class LlmWorker:
 
     # --- setup -------------------------------------------------------------------------------------------
     def setup(self) -> None:
+        """Models this process runs itself; the engine starts in serve(), inside the event loop."""
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
         from workers.asr import WhisperTranscriber
@@ -72,52 +88,65 @@ class LlmWorker:
         self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
                                       cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size)
         self.cues = FaceCues()
-        self.report(WorkerState.LOADING, f"starting vLLM engine on {cfg.llm_model_path()} (about a minute on CPU)")
-        from vllm import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         llm = cfg.llm
-        kwargs: dict[str, Any] = dict(
-            model=str(cfg.llm_model_path()), dtype=llm.dtype, max_model_len=llm.max_model_len,
-            enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size,
-            disable_log_stats=True,
-        )
-        if llm.device == "cuda":
-            kwargs["gpu_memory_utilization"] = llm.gpu_memory_utilization
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
-        tokenizer = self._tokenizer()
-        self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona)
-        self.report(WorkerState.LOADING, f"warming up (prompt style: {self.prompts.style})")
+        if llm.url:
+            self.engine = RemoteEngine(llm.url, llm.remote_model, llm.api_key, llm.ready_timeout_s)
+        else:
+            self.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
+            self.engine = LocalVllmEngine(cfg, omni=self.mode.omni)
 
-    def _tokenizer(self) -> Any:
+    async def _start_engine(self) -> None:
+        await self.engine.start(self.report)
+        llm = self.config.llm
+        model_dir = self.config.llm_model_path() if not llm.url else (
+            Path(llm.model_path).expanduser() if llm.model_path else getattr(self.engine, "model_root", None))
+        if llm.url:
+            self.mode = detect_input_mode(read_model_config(model_dir) if model_dir else {}, llm.input_mode)
+        if self.mode.omni:
+            self.omni_prompts = OmniPromptBuilder(load_processor(model_dir) if model_dir else None, llm.persona)
+        tokenizer = self._tokenizer(model_dir) if model_dir else None
+        self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona)
+
+    @staticmethod
+    def _tokenizer(model_dir: Path) -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(self.config.llm_model_path()))
+        return AutoTokenizer.from_pretrained(str(model_dir))
 
-    def _sampling(self) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+    def _sampling(self) -> SamplingSettings:
+        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature)
 
-        llm = self.config.llm
-        return SamplingParams(temperature=llm.temperature, max_tokens=llm.max_tokens, stop=self.prompts.stop,
-                              output_kind=RequestOutputKind.DELTA)
+    def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "") -> EnginePrompt:
+        p = self.prompts
+        return EnginePrompt(p.build(history, user_text, cues), p.messages(history, user_text, cues), tuple(p.stop))
 
     async def _warm_up(self) -> None:
-        prompt = self.prompts.build(ConversationHistory(0), "Hello!")
-        async for _ in self.engine.generate(prompt, self._sampling(), "warmup"):
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!"), self._sampling(),
+                                          "warmup"):
             pass
+
+    def describe(self) -> str:
+        style = "omni" if self.mode.omni else self.prompts.style
+        return f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}"
 
     def close(self) -> None:
         self.stop.set()
         self.blocking.shutdown(wait=False, cancel_futures=True)
         if self.engine is not None:
-            self.engine.shutdown()
-            self.engine = None
+            self.engine.close()
 
     # --- message loop ------------------------------------------------------------------------------------
     async def serve(self) -> None:
-        await self._warm_up()
-        self.report(WorkerState.READY, f"prompt style {self.prompts.style}")
+        try:
+            await self._start_engine()
+            self.report(WorkerState.LOADING, "warming up")
+            await self._warm_up()
+            self.report(WorkerState.READY, self.describe())
+            await self._serve_inbox()
+        finally:
+            await self.engine.aclose()
+
+    async def _serve_inbox(self) -> None:
         loop = asyncio.get_running_loop()
         mailbox: asyncio.Queue = asyncio.Queue()
         reader = threading.Thread(target=self._read_inbox, args=(loop, mailbox), name="llm-inbox", daemon=True)
@@ -176,40 +205,36 @@ class LlmWorker:
         user_text = ""
         request_id = f"{sid}:{tid}"
         generating = False
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            transcript = ""
-            if req.audio:
-                transcript = await loop.run_in_executor(self.blocking, self.asr.transcribe, req.audio,
-                                                        req.sample_rate)
-                timings["asr_s"] = time.monotonic() - started
-                self._emit(Transcript(sid, tid, transcript))
-            user_text = " ".join(t for t in (transcript, req.text.strip()) if t)
-            if not user_text:
-                self._emit(TurnEnded(sid, tid, NAME, "no speech recognised"))
-                return
-            cues = ""
-            if req.frames:
-                cues = await loop.run_in_executor(self.blocking, self.cues.describe, req.frames)
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
+            if self.mode.omni:
+                prompt, transcribing = self._omni_prompt(req, history)
+                user_text = req.text.strip() or "(spoken)"
+            else:
+                transcribing = None
+                user_text = await self._cascade_text(req, timings, started)
+                if not user_text:
+                    self._emit(TurnEnded(sid, tid, NAME, "no speech recognised"))
+                    return
+                cues = await self._in_thread(self.cues.describe, req.frames) if req.frames else ""
+                prompt = self._text_prompt(history, user_text, cues)
             timings["context_turns"] = float(len(history))
-            prompt = self.prompts.build(history, user_text, cues)
             splitter = PieceSplitter()
             streaming = req.reply_mode != "full"
             held: list[str] = []  # full mode: pieces wait for the end of generation
             gen_started = time.monotonic()
             tokens = 0
             generating = True
-            async for output in self.engine.generate(prompt, self._sampling(), request_id):
-                completion = output.outputs[0]
-                tokens += len(completion.token_ids)
-                if "first_token_s" not in timings:
+            async for delta in self.engine.stream(prompt, self._sampling(), request_id):
+                tokens += delta.tokens
+                if delta.prompt_tokens is not None:
+                    timings["prompt_tokens"] = float(delta.prompt_tokens)
+                if "first_token_s" not in timings and (delta.text or delta.tokens):
                     timings["first_token_s"] = time.monotonic() - gen_started
-                    timings["prompt_tokens"] = float(len(output.prompt_token_ids or ()))
-                if completion.text:
-                    self._emit(ReplyText(sid, tid, completion.text))
-                for piece in splitter.feed(completion.text):
+                if delta.text:
+                    self._emit(ReplyText(sid, tid, delta.text))
+                for piece in splitter.feed(delta.text):
                     if streaming:
                         self._send_piece(req, spoken, piece, timings, gen_started)
                     else:
@@ -225,6 +250,8 @@ class LlmWorker:
             timings["generate_s"] = time.monotonic() - gen_started
             timings["tokens"] = float(tokens)
             timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+            if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
+                user_text = await transcribing or user_text
             history.add(Exchange(user_text, " ".join(spoken)))
             self._emit(ReplyText(sid, tid, "", done=True))
             self._emit(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in timings.items()}))
@@ -238,8 +265,39 @@ class LlmWorker:
             self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn failed", extra=turn_ids(sid, tid))
-            self._emit(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {exc}"))
+            reason = str(exc) if isinstance(exc, RemoteEngineError) else f"{exc.__class__.__name__}: {exc}"
+            self._emit(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self._emit(TurnEnded(sid, tid, NAME, "error"))
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
+
+    async def _cascade_text(self, req: TurnRequest, timings: dict[str, float], started: float) -> str:
+        """Cascade: the utterance through ASR, joined with any typed text."""
+        transcript = ""
+        if req.audio:
+            transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
+            timings["asr_s"] = time.monotonic() - started
+            self._emit(Transcript(req.session_id, req.turn_id, transcript))
+        return " ".join(t for t in (transcript, req.text.strip()) if t)
+
+    def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
+                     ) -> tuple[EnginePrompt, asyncio.Future | None]:
+        """Audio and frames go to the model as they are; ASR runs beside it only for the page and history."""
+        llm = self.config.llm
+        audio = (utterance_audio(req.audio, req.sample_rate),) if req.audio else ()
+        images = frames_to_images(req.frames, llm.limit_images_per_prompt) if self.mode.images else ()
+        messages = self.omni_prompts.messages(history, req.text, len(images), bool(audio))
+        prompt = EnginePrompt(self.omni_prompts.build(messages), messages, (), audio, images)
+        transcribing = None
+        if req.audio:
+            transcribing = asyncio.ensure_future(self._omni_transcript(req))
+        return prompt, transcribing
+
+    async def _omni_transcript(self, req: TurnRequest) -> str:
+        transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
+        self._emit(Transcript(req.session_id, req.turn_id, transcript))
+        return " ".join(t for t in (transcript, req.text.strip()) if t)
 
     def _send_piece(self, req: TurnRequest, spoken: list[str], piece: str, timings: dict[str, float],
                     gen_started: float) -> None:

@@ -1,0 +1,66 @@
+"""The contract between the LLM worker and the engine that generates: an in-process vLLM or a remote server.
+
+Both engines take the same ``EnginePrompt`` and yield the same ``Delta`` stream, so the worker's streaming,
+cancellation (cancel the task that iterates) and timings do not depend on where the model runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnginePrompt:
+    """What to generate from.
+
+    ``text`` is the prompt rendered by the model's own tokenizer or processor (None when there is no local
+    copy of it: a remote chat model renders ``messages`` itself). ``audio`` is float32 mono at its rate;
+    ``images`` are RGB arrays; both are only given to models that take them (omni mode).
+    """
+
+    text: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    stop: tuple[str, ...] = ()
+    audio: tuple[tuple[np.ndarray, int], ...] = ()
+    images: tuple[np.ndarray, ...] = ()
+
+    @property
+    def has_media(self) -> bool:
+        return bool(self.audio or self.images)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New reply text since the last delta; tokens counts the tokens behind it when the engine says so."""
+
+    text: str
+    tokens: int = 0
+    prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    max_tokens: int
+    temperature: float
+
+
+class TextEngine(Protocol):
+    description: str
+
+    async def start(self, report: Any) -> None:
+        """Load or connect; report(WorkerState.LOADING, detail) shows progress on /health and the page."""
+
+    def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str) -> AsyncIterator[Delta]:
+        """Yield the reply as it is generated; cancelling the consuming task must stop the generation."""
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def aclose(self) -> None:
+        """Release connections inside the worker's event loop, before it ends."""
+
+    def close(self) -> None:
+        """Last-resort release when the loop is gone (setup failed, or the worker is stopping)."""

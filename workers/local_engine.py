@@ -1,0 +1,80 @@
+"""vLLM's async engine inside the LLM worker process: the default, and the GPU box's 7B path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from vita.messages import WorkerState
+from workers.generation import Delta, EnginePrompt, SamplingSettings
+
+
+def engine_kwargs(config: Any, omni: bool) -> dict[str, Any]:
+    """AsyncEngineArgs for this config; omni models also get their per-prompt media limits."""
+    llm = config.llm
+    kwargs: dict[str, Any] = dict(
+        model=str(config.llm_model_path()), dtype=llm.dtype, max_model_len=llm.max_model_len,
+        enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size, disable_log_stats=True,
+    )
+    if llm.device == "cuda":
+        kwargs["gpu_memory_utilization"] = llm.gpu_memory_utilization
+    if omni:
+        kwargs["limit_mm_per_prompt"] = {"audio": llm.limit_audios_per_prompt,
+                                         "image": llm.limit_images_per_prompt}
+    return kwargs
+
+
+def vllm_input(prompt: EnginePrompt) -> Any:
+    """A plain string, or vLLM's multi-modal prompt dict (audio as (array, rate) pairs, images as PIL)."""
+    if not prompt.has_media:
+        return prompt.text
+    data: dict[str, list] = {}
+    if prompt.audio:
+        data["audio"] = list(prompt.audio)
+    if prompt.images:
+        from PIL import Image
+
+        data["image"] = [Image.fromarray(image) for image in prompt.images]
+    return {"prompt": prompt.text, "multi_modal_data": data}
+
+
+class LocalVllmEngine:
+    def __init__(self, config: Any, omni: bool = False):
+        self.config = config
+        self.omni = omni
+        self.engine = None
+        self.description = f"vLLM in process ({config.llm_model_path().name})"
+
+    async def start(self, report: Any) -> None:
+        report(WorkerState.LOADING, f"starting vLLM engine on {self.config.llm_model_path()} "
+                                    "(about a minute on CPU)")
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(self.config, self.omni)))
+
+    async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
+                     request_id: str) -> AsyncIterator[Delta]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_tokens,
+                                stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA)
+        first = True
+        async for output in self.engine.generate(vllm_input(prompt), params, request_id):
+            completion = output.outputs[0]
+            prompt_tokens = len(output.prompt_token_ids or ()) if first else None
+            first = False
+            yield Delta(completion.text, len(completion.token_ids), prompt_tokens)
+
+    async def abort(self, request_id: str) -> None:
+        if self.engine is not None:
+            await self.engine.abort(request_id)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
