@@ -29,6 +29,7 @@ from vita.messages import (
     TurnEnded,
     TurnRequest,
     TurnTimings,
+    WorkerStatus,
 )
 from workers.common import StatusReporter
 
@@ -63,6 +64,9 @@ class LlmHarness:
         self.readers = [threading.Thread(target=self._read, args=(q,), daemon=True) for q in (self.tts, self.outbox)]
         for r in self.readers:
             r.start()
+        # The engine starts inside serve(): wait for it, as the front does before it sends any turn.
+        assert self.wait(lambda: any(isinstance(m, WorkerStatus) and m.state in ("ready", "failed")
+                                     for _, m in self.events), 300), self.events
 
     def _read(self, source: queue.Queue) -> None:
         while True:

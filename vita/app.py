@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
 from vita.logs import turn_ids
+from vita.message_queue import QueueProbe, socketio_options
 from vita.messages import REPLY_MODES, EndSession, ResetHistory
 from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.sessions import Session, SessionRegistry
@@ -37,6 +39,7 @@ class FrontApp:
         self.graph = graph
         self.sessions = SessionRegistry(config.server.max_users)
         self.started_at = time.time()
+        self.front_id = f"{socket.gethostname()}:{config.server.port}"
         self.voices = available_voices(config.models_path())
         self.flask = Flask(__name__, static_folder=None)
         # async_handlers=False: a client's events run in order on its own connection thread, so audio chunks
@@ -45,10 +48,13 @@ class FrontApp:
         self.guard = AccessGuard(config.access_token())
         # A 10 s ping (engine.io's default is 25 s) frees the seat of a client that vanished without closing
         # (a laptop lid, a dropped network) within 20 s, which matters with a small --max_users.
+        queue_url = config.server.message_queue
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
                                  ping_interval=PING_INTERVAL_S, ping_timeout=10,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20),
-                                 cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None)
+                                 cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None,
+                                 **socketio_options(queue_url))
+        self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
@@ -61,10 +67,13 @@ class FrontApp:
     def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
         if event == "error" and isinstance(payload, dict):
             self.metrics.errors.labels(str(payload.get("code"))).inc()
+        options: dict[str, Any] = {"to": to}
+        if self.queue_probe is not None and to is not None and self.sessions.get(to) is not None:
+            options["ignore_queue"] = True  # our own session: deliver here, no Redis round trip (see message_queue)
         if payload is None:
-            self.socketio.emit(event, to=to)
+            self.socketio.emit(event, **options)
         else:
-            self.socketio.emit(event, payload, to=to)
+            self.socketio.emit(event, payload, **options)
 
     def _put(self, queue_name: str, message: Any) -> None:
         self.graph.queues[queue_name].put(message, timeout=2)
@@ -160,6 +169,8 @@ class FrontApp:
                 "turn_log": {"path": str(self.turn_log.path) if self.turn_log.path else None,
                              "ok": self.turn_log.error is None, "error": self.turn_log.error,
                              "written": self.turn_log.written},
+                "message_queue": self.queue_probe.status() if self.queue_probe else None,
+                "front": self.front_id,
             })
 
         @app.get("/metrics")
@@ -198,7 +209,8 @@ class FrontApp:
             self.turns.attach_listener(session)
             log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
             self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
-                                        "session": self.turn_log.pseudonym(request.sid)}, to=request.sid)
+                                        "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
+                      to=request.sid)
 
         @sio.on("disconnect")
         def on_disconnect(*_):

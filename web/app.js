@@ -265,6 +265,7 @@ class App {
     s.on("server_status", (status) => this.serverStatus(status));
     s.on("too_many_users", () => this.banner("The assistant is busy with other users right now. Try again later."));
     s.on("out_time", () => this.banner("You were disconnected after a long silence. Reload the page to talk again."));
+    s.on("notice", (m) => m && m.message && this.banner(`Notice: ${m.message}`));
     s.on("audio", (bytes) => this.player.play(bytes));
     s.on("stop_tts", () => this.player.stop());
     s.on("state", (m) => this.setState(m.state));
