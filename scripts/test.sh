@@ -3,15 +3,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VITA_EXTRAS=test bash scripts/setup.sh
-# The page test drives a real browser: Debian's Chromium (the test tools cannot download their own here).
-if ! command -v chromium >/dev/null 2>&1; then
+# System programs the tests start for real: Debian's Chromium for the page test (the test tools cannot download
+# their own browser here) and Debian's redis-server for the several-front-processes test.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-dejavu-core)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing Debian's chromium for the page test"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core \
-            >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
+        echo "installing Debian's ${missing[*]} for the tests"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null || {
+            apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
     else
-        echo "chromium is missing: install it (Debian: apt-get install chromium) for the page test" >&2
+        echo "missing for the tests: ${missing[*]} (Debian: apt-get install ${missing[*]})" >&2
         exit 1
     fi
 fi

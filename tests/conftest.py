@@ -199,6 +199,6 @@ def pytest_collection_modifyitems(items):
             return 3
         if "small_server" in names or "vllm_api" in names:
             return 2
-        return 1 if "llm" in names else 0
+        return 1 if names & {"llm", "omni_llm"} else 0
 
     items.sort(key=rank)

@@ -80,6 +80,7 @@ class LlmConfig:
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
+    load_format: str = "auto"
     prompt_style: str = "auto"
     persona: str = (
         "Vita is a helpful, friendly voice assistant. Vita answers in one or two short, clear sentences."
@@ -159,6 +160,7 @@ LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
 _PROMPT_STYLES = ("auto", "chat", "transcript")
 _INPUT_MODES = ("auto", "text", "omni")
+_LOAD_FORMATS = ("auto", "safetensors", "pt", "dummy")
 _DEVICES = ("cpu", "cuda")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -263,6 +265,7 @@ def validate(config: Config) -> Config:
     _check(1 <= llm.max_tokens <= llm.max_model_len, "llm.max_tokens", "must be between 1 and max_model_len")
     _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
     _check(llm.ready_timeout_s > 0, "llm.ready_timeout_s", "must be positive")
+    _check(llm.load_format in _LOAD_FORMATS, "llm.load_format", f"must be one of {', '.join(_LOAD_FORMATS)}")
     _check(llm.input_mode in _INPUT_MODES, "llm.input_mode", f"must be one of {', '.join(_INPUT_MODES)}")
     _check(0 <= llm.limit_images_per_prompt <= 64, "llm.limit_images_per_prompt", "must be between 0 and 64")
     _check(1 <= llm.limit_audios_per_prompt <= 8, "llm.limit_audios_per_prompt", "must be between 1 and 8")

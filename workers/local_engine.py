@@ -16,6 +16,8 @@ def engine_kwargs(config: Any, omni: bool) -> dict[str, Any]:
         model=str(config.llm_model_path()), dtype=llm.dtype, max_model_len=llm.max_model_len,
         enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size, disable_log_stats=True,
     )
+    if llm.load_format != "auto":
+        kwargs["load_format"] = llm.load_format
     if llm.device == "cuda":
         kwargs["gpu_memory_utilization"] = llm.gpu_memory_utilization
     if omni:
@@ -44,6 +46,8 @@ class LocalVllmEngine:
         self.omni = omni
         self.engine = None
         self.description = f"vLLM in process ({config.llm_model_path().name})"
+        if config.llm.load_format == "dummy":
+            self.description += " with RANDOM weights (load_format dummy): replies are noise"
 
     async def start(self, report: Any) -> None:
         report(WorkerState.LOADING, f"starting vLLM engine on {self.config.llm_model_path()} "
