@@ -27,6 +27,8 @@ def run_server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["--models_dir", "/no/models"], "--models_dir"),
     (["--log_level", "loud"], "--log_level"),
     (["--log_format", "xml"], "--log_format"),
+    (["--llm_url", "gpu-box:8000"], "--llm_url"),
+    (["--message_queue", "localhost:6379"], "--message_queue"),
 ])
 def test_bad_value_exits_with_one_line_naming_the_option(args, option):
     result = run_server(*args)
@@ -66,3 +68,13 @@ def test_turn_log_flag_sets_the_path_or_turns_it_off(tmp_path):
     path = tmp_path / "t.sqlite3"
     assert config_from_args(["--turn_log", str(path)]).turn_log_path() == path
     assert config_from_args(["--state_dir", str(tmp_path)]).turn_log_path() == tmp_path / "turns.sqlite3"
+
+
+def test_a_remote_engine_needs_no_local_llm(tmp_path):
+    """--llm_url replaces the bundled model: a models folder without it is fine, the other models still count."""
+    from vita.cli import config_from_args
+
+    config = config_from_args(["--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path)])
+    assert config.llm.url == "http://127.0.0.1:8000/v1"
+    result = run_server("--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path))
+    assert result.returncode == 2 and "whisper-base" in result.stderr and "gemma-3-270m" not in result.stderr
