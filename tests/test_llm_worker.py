@@ -104,6 +104,14 @@ class LlmHarness:
         assert self.wait(ended, timeout), self.events
         return self.of(session, TurnEnded)[0][1]
 
+    def ask_spoken(self, session: str, question: str = "What is the capital of France?") -> Transcript:
+        """Speak a question as one turn, wait until it is answered, and return its transcript."""
+        audio = np.concatenate([silence(0.3), spoken(question), silence(0.3)])
+        self.inbox.put(TurnRequest(session, 1, audio=audio.tobytes(), sample_rate=RATE))
+        assert self.wait_ended(session).reason == "done"
+        (_, transcript), = self.of(session, Transcript)
+        return transcript
+
     def close(self) -> None:
         self.inbox.put(Shutdown())
         self.loop_thread.join(15)
@@ -126,10 +134,7 @@ def pieces(llm: LlmHarness, session: str) -> list[tuple[float, TtsPiece]]:
 
 
 def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
-    audio = np.concatenate([silence(0.3), spoken("What is the capital of France?"), silence(0.3)])
-    llm.inbox.put(TurnRequest("spoken", 1, audio=audio.tobytes(), sample_rate=RATE))
-    assert llm.wait_ended("spoken").reason == "done"
-    (_, transcript), = llm.of("spoken", Transcript)
+    transcript = llm.ask_spoken("spoken")
     assert "capital of france" in transcript.text.lower()
     reply = "".join(m.delta for _, m in llm.of("spoken", ReplyText))
     assert reply.strip()

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.speech import RATE, silence, spoken
 from tests.test_llm_worker import LONG_REPLY, LlmHarness, pieces
 from vita.config import Config
-from vita.messages import CancelTurn, ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
+from vita.messages import CancelTurn, ReplyText, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
 from workers.generation import EnginePrompt, SamplingSettings
 from workers.remote_engine import RemoteEngine, RemoteEngineError, openai_messages
 
@@ -38,10 +37,7 @@ def test_worker_answers_a_spoken_question_through_the_remote_server(remote_llm, 
     # The server runs from a folder this machine has, so the prompt is rendered here, exactly as in process.
     assert vllm_api.url in ready.detail and "prompt style transcript" in ready.detail, ready.detail
     tokens_before = vllm_api.metric("vllm:generation_tokens_total")
-    audio = np.concatenate([silence(0.3), spoken("What is the capital of France?"), silence(0.3)])
-    remote_llm.inbox.put(TurnRequest("far", 1, audio=audio.tobytes(), sample_rate=RATE))
-    assert remote_llm.wait_ended("far").reason == "done"
-    (_, transcript), = remote_llm.of("far", Transcript)
+    transcript = remote_llm.ask_spoken("far")
     assert "capital of france" in transcript.text.lower()
     reply = "".join(m.delta for _, m in remote_llm.of("far", ReplyText))
     said = pieces(remote_llm, "far")
