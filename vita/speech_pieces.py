@@ -78,3 +78,37 @@ class PieceSplitter:
     def _is_abbreviation(head: str) -> bool:
         words = head.split()
         return bool(words) and words[-1].lower() in _ABBREVIATIONS
+
+
+_FINAL_PUNCTUATION = (".", "!", "?", "…")
+
+
+class WordBudget:
+    """Keeps a spoken reply within ``max_words``: whole sentences while they fit; a first sentence that is
+    already too long is cut at a word boundary. ``take`` says when to stop generating."""
+
+    def __init__(self, max_words: int):
+        self.max_words = max_words
+        self.words = 0
+
+    def take(self, piece: str) -> tuple[str, bool]:
+        """(what to speak of ``piece``, whether the reply is now complete)."""
+        words = piece.split()
+        if self.words + len(words) <= self.max_words:
+            self.words += len(words)
+            return piece, self.words >= self.max_words
+        if self.words > 0:  # earlier sentences already make a reply: end there
+            return "", True
+        kept = " ".join(words[: self.max_words]).rstrip(",;:—-")
+        self.words = self.max_words
+        return (kept if kept.endswith(_FINAL_PUNCTUATION) else kept + "."), True
+
+
+def end_cleanly(piece: str) -> str:
+    """The last piece of a reply cut off by the token limit: drop the word the limit may have split."""
+    piece = piece.rstrip()
+    if not piece or piece.endswith(_FINAL_PUNCTUATION):
+        return piece
+    words = piece.split()
+    kept = " ".join(words[:-1]).rstrip(",;:—-") if len(words) > 1 else ""
+    return kept + "." if kept else ""

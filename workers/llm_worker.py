@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from vita.cpu import omp_threads_bind, read_cpu
 from vita.logs import turn_ids
 from vita.messages import (
     CancelTurn,
@@ -32,7 +33,7 @@ from vita.messages import (
     WorkerState,
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from vita.speech_pieces import PieceSplitter
+from vita.speech_pieces import PieceSplitter, WordBudget, end_cleanly
 from workers.common import StatusReporter, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.local_engine import LocalVllmEngine
@@ -56,6 +57,9 @@ def device_env(config: Any) -> dict[str, str]:
     if llm.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["VLLM_CPU_KVCACHE_SPACE"] = str(llm.kv_cache_space_gib)
+        bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
+        if bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
     elif llm.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
     return env
@@ -86,7 +90,8 @@ class LlmWorker:
         from workers.camera_cues import FaceCues
 
         self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
-                                      cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size)
+                                      cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
+                                      short_window=cfg.asr.short_window)
         self.cues = FaceCues()
         llm = cfg.llm
         if llm.url:
@@ -105,7 +110,7 @@ class LlmWorker:
         if self.mode.omni:
             self.omni_prompts = OmniPromptBuilder(load_processor(model_dir) if model_dir else None, llm.persona)
         tokenizer = self._tokenizer(model_dir) if model_dir else None
-        self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona)
+        self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona, llm.history_tokens)
 
     @staticmethod
     def _tokenizer(model_dir: Path) -> Any:
@@ -221,10 +226,12 @@ class LlmWorker:
                 prompt = self._text_prompt(history, user_text, cues)
             timings["context_turns"] = float(len(history))
             splitter = PieceSplitter()
+            budget = WordBudget(self.config.llm.max_reply_words)
             streaming = req.reply_mode != "full"
             held: list[str] = []  # full mode: pieces wait for the end of generation
             gen_started = time.monotonic()
             tokens = 0
+            complete = False
             generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), request_id):
                 tokens += delta.tokens
@@ -235,12 +242,30 @@ class LlmWorker:
                 if delta.text:
                     self._emit(ReplyText(sid, tid, delta.text))
                 for piece in splitter.feed(delta.text):
-                    if streaming:
-                        self._send_piece(req, spoken, piece, timings, gen_started)
-                    else:
+                    piece, complete = budget.take(piece)
+                    if piece:
                         held.append(piece)
+                    if complete:
+                        break
+                if streaming:
+                    for piece in held:
+                        self._send_piece(req, spoken, piece, timings, gen_started)
+                    held.clear()
+                if complete:  # long enough to speak: stop generating
+                    with contextlib.suppress(Exception):
+                        await self.engine.abort(request_id)
+                    break
             generating = False
-            held += splitter.flush()
+            if not complete:
+                rest = splitter.flush()
+                if rest and tokens >= self.config.llm.max_tokens:  # cut by the token limit, maybe mid-word
+                    rest[-1] = end_cleanly(rest[-1])
+                for piece in rest:
+                    piece, done = budget.take(piece)
+                    if piece:
+                        held.append(piece)
+                    if done:
+                        break
             if streaming:
                 for piece in held:
                     self._send_piece(req, spoken, piece, timings, gen_started)
@@ -260,7 +285,7 @@ class LlmWorker:
             if generating:
                 with contextlib.suppress(Exception):
                     await self.engine.abort(request_id)
-            if user_text and sid in self.histories:
+            if user_text and spoken and sid in self.histories:  # nothing said: nothing to remember
                 self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True))
             self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down

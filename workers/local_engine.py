@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from vita.cpu import CpuFeatures, cpu_dtype, read_cpu
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 
 
-def engine_kwargs(config: Any, omni: bool) -> dict[str, Any]:
-    """AsyncEngineArgs for this config; omni models also get their per-prompt media limits."""
+def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
+    """AsyncEngineArgs for this config; omni models also get their per-prompt media limits.
+
+    On a CPU, dtype 'auto' follows the CPU (bf16 only where native). A 32-token KV block lets prefix caching
+    keep the persona's tokens between turns (with vLLM's 128 the short fixed prefix never fills a block).
+    """
     llm = config.llm
+    dtype = cpu_dtype(llm.dtype, cpu or read_cpu()) if llm.device == "cpu" else llm.dtype
     kwargs: dict[str, Any] = dict(
-        model=str(config.llm_model_path()), dtype=llm.dtype, max_model_len=llm.max_model_len,
+        model=str(config.llm_model_path()), dtype=dtype, max_model_len=llm.max_model_len,
         enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size, disable_log_stats=True,
+        block_size=llm.block_size, enable_prefix_caching=llm.prefix_caching,
     )
     if llm.load_format != "auto":
         kwargs["load_format"] = llm.load_format
@@ -45,7 +53,13 @@ class LocalVllmEngine:
         self.config = config
         self.omni = omni
         self.engine = None
-        self.description = f"vLLM in process ({config.llm_model_path().name})"
+        self.cpu = read_cpu()
+        self.kwargs = engine_kwargs(config, omni, self.cpu)
+        self.description = f"vLLM in process ({config.llm_model_path().name}, {self.kwargs['dtype']}"
+        if config.llm.device == "cpu":
+            threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
+            self.description += f", cores {threads}; CPU {self.cpu.summary()}"
+        self.description += ")"
         if config.llm.load_format == "dummy":
             self.description += " with RANDOM weights (load_format dummy): replies are noise"
 
@@ -55,7 +69,7 @@ class LocalVllmEngine:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(self.config, self.omni)))
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.kwargs))
 
     async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
                      request_id: str) -> AsyncIterator[Delta]:

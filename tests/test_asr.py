@@ -1,0 +1,30 @@
+"""Whisper's encoder window: pure logic, and the real model hearing real speech over the short window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.speech import noise, silence, spoken
+from vita.config import Config
+from workers.asr import WhisperTranscriber, window_seconds
+
+
+@pytest.mark.parametrize(("audio_s", "short", "window"), [
+    (2.0, True, 10.0), (9.0, True, 10.0), (12.5, True, 13.5), (28.9, True, 29.9), (29.0, True, None),
+    (2.0, False, None),
+])
+def test_window_is_at_least_ten_seconds_and_long_utterances_take_whispers_own_path(audio_s, short, window):
+    assert window_seconds(audio_s, short) == window
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    return WhisperTranscriber(Config().models_path() / "whisper-base", "int8", 2, "en", 1)
+
+
+def test_short_window_hears_the_words_and_nothing_in_silence_or_noise(whisper):
+    question = np.concatenate([silence(0.2), spoken("How many legs does a spider have?"), silence(0.3)])
+    assert whisper.transcribe(question.tobytes()) == "How many legs does a spider have?"
+    assert whisper.transcribe(silence(1.0).tobytes()) == ""
+    assert whisper.transcribe(noise(1.0).tobytes()) == ""

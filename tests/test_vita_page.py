@@ -1,0 +1,94 @@
+"""A page that speaks VITA-1.5's own web-demo protocol, in real Chromium with a fake microphone: it loads
+VITA's worklet from `../static/js/audio-processor.js`, streams JSON `audio` events, plays the binary 24 kHz
+replies, shows `response_text` and stops on `stop_tts`, using only what our server serves. Once served at `/` of
+the shared server (the browser is handed the page, every other request goes to the server), once from a folder
+given to `--web_root`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.browser import chromium, open_page, write_wav
+from tests.conftest import ROOT, running_server
+from tests.speech import silence, spoken
+
+VITA_PAGE = ROOT / "tests" / "data" / "vita_page"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    wav = tmp_path_factory.mktemp("mic") / "question.wav"
+    write_wav(wav, np.concatenate([silence(1.0), spoken("What is the capital of France?"), silence(6.0)]))
+    # A page handed over by request interception has no address of its own, so Chromium's Local Network Access
+    # check would treat it as public and refuse its WebSocket to 127.0.0.1 (socket.io then falls back to long
+    # polling). Pages the server itself serves (the --web_root test) pass the check either way.
+    with chromium(microphone_wav=wav, extra_args=["--disable-features=LocalNetworkAccessChecks"]) as browser:
+        yield browser
+
+
+def spoken_turn(page) -> dict:
+    """Start the dialogue, wait for a played reply and its text, stop: what the page saw."""
+    page.wait_for_function("window.probe && window.io && document.readyState === 'complete'", timeout=10000)
+    page.click("#startButton")
+    page.wait_for_function("window.probe.audioSent > 0", timeout=10000)
+    page.wait_for_function("window.probe.samplesPlayed > 0 && window.probe.responseText", timeout=60000)
+    stops_before = page.evaluate("window.probe.stopTts")
+    page.click("#stopButton")
+    page.wait_for_function(f"window.probe.stopTts > {stops_before}", timeout=10000)
+    return page.evaluate("window.probe")
+
+
+def check_turn(probe: dict, page) -> None:
+    assert probe["audioSent"] > 100, probe  # ~125 JSON events a second while recording
+    assert probe["audioReceived"] > 0 and probe["samplesPlayed"] > 2400, probe  # at least 0.1 s of 24 kHz audio
+    assert probe["responseText"].strip(), probe
+    assert probe["events"] == [], probe
+    assert not page.problems, page.problems
+    print(f"VITA page: first reply audio {(probe['firstAudioAt'] - probe['startedAt']) / 1000:.2f} s after "
+          f"recording started; reply {probe['responseText']!r}")
+
+
+def test_worklet_is_served_where_vitas_page_looks_for_it(server):
+    response = server.get("/static/js/audio-processor.js")
+    assert response.status_code == 200
+    assert "javascript" in response.headers["Content-Type"]
+    assert "registerProcessor(\"audio-processor\"" in response.text
+
+
+def test_vita_protocol_page_completes_a_spoken_turn(browser, server):
+    html = (VITA_PAGE / "index.html").read_text()
+    context = browser.new_context(ignore_https_errors=True)
+    try:
+        context.route(server.url + "/", lambda route: route.fulfill(status=200, content_type="text/html",
+                                                                    body=html))
+        page = context.new_page()
+        page.problems = []
+        page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))
+        page.on("pageerror", lambda e: page.problems.append(str(e)))
+        page.goto(server.url + "/")
+        check_turn(spoken_turn(page), page)
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def web_root_server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("web-root"), "--web_root", str(VITA_PAGE),
+                        "--turn_log", "off") as running:
+        yield running
+
+
+def test_web_root_serves_the_operators_page_and_falls_back_to_ours(web_root_server):
+    assert "VITA protocol page" in web_root_server.get("/").text
+    assert web_root_server.get("/static/vendor/socket.io.min.js").status_code == 200  # ours: the page has none
+    for path in ("/static/../server.py", "/static/%2e%2e/server.py", "/static/..%2fREADME.md",
+                 "/static//etc/passwd", "/static/vendor/../../vita/app.py"):
+        response = web_root_server.get(path)
+        assert response.status_code == 404, path
+
+
+def test_vita_protocol_page_through_web_root(browser, web_root_server):
+    with open_page(browser, web_root_server.url + "/") as page:
+        check_turn(spoken_turn(page), page)

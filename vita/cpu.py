@@ -1,0 +1,61 @@
+"""What this CPU can do, read once at start: machines of one kind differ (most AVX2-only, some AVX512-BF16/AMX),
+and the fastest LLM dtype depends on it (bf16 is native with AVX512-BF16 or AMX, emulated and slower without).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    model: str
+    cores: int
+    flags: frozenset[str]
+
+    @property
+    def native_bf16(self) -> bool:
+        return "avx512_bf16" in self.flags or "amx_bf16" in self.flags
+
+    def summary(self) -> str:
+        isa = [name for name in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if name in self.flags]
+        return f"{self.model}, {self.cores} cores, {' '.join(isa) or 'no AVX2'}"
+
+
+def read_cpu(cpuinfo: str | None = None) -> CpuFeatures:
+    """Parse /proc/cpuinfo (or the given text): the first processor's model name and flags."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = "unknown CPU", frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model == "unknown CPU":
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = frozenset(value.split())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return CpuFeatures(model, cores, flags)
+
+
+def cpu_dtype(configured: str, cpu: CpuFeatures) -> str:
+    """llm.dtype 'auto' on a CPU: bfloat16 where it is native, else float32 (NOTES §5: emulated bf16 is slower)."""
+    if configured != "auto":
+        return configured
+    return "bfloat16" if cpu.native_bf16 else "float32"
+
+
+def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
+    """VLLM_CPU_OMP_THREADS_BIND: 'all' binds every core this process may use; 'vllm' leaves vLLM's own choice
+    (one thread on 2 cores); anything else is passed through (e.g. '0-1')."""
+    if configured == "vllm":
+        return None
+    if configured == "all":
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(cpu.cores)
+        return ",".join(str(c) for c in allowed)
+    return configured

@@ -1,0 +1,48 @@
+"""Which folder serves the page and its static files: an operator's own (``--web_root``) over ours.
+
+An operator migrating from VITA points ``--web_root`` at their page folder. Its page (``index.html``, else
+``demo.html``, also under ``resources/`` as in VITA's ``vita_html/web``) is served at ``/``; ``/static/NAME``
+looks in the operator's ``static/`` folder, then the folder itself, then ours, so a page that lacks the
+socket.io client or VITA's ``audio-processor`` worklet gets them from us. Only files under those folders can
+be reached: Flask's ``safe_join`` refuses ``..`` and absolute paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from werkzeug.security import safe_join
+
+PAGE_NAMES = ("index.html", "demo.html", "resources/index.html", "resources/demo.html")
+
+
+class WebRoot:
+    def __init__(self, ours: Path, theirs: Path | None = None):
+        self.ours = ours
+        self.theirs = theirs
+        self.page = self._find_page()
+        self.static_dirs = tuple(d for d in ((theirs / "static", theirs) if theirs else ()) if d.is_dir()) + (ours,)
+
+    def _find_page(self) -> Path:
+        if self.theirs is not None:
+            for name in PAGE_NAMES:
+                if (self.theirs / name).is_file():
+                    return self.theirs / name
+        return self.ours / "index.html"
+
+    def static(self, name: str) -> Path | None:
+        """The first existing file called ``name`` in the static folders, or None (also for unsafe names)."""
+        for folder in self.static_dirs:
+            joined = safe_join(str(folder), name)
+            if joined is not None and Path(joined).is_file():
+                return Path(joined)
+        return None
+
+
+def page_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be a web root, for the CLI's one-line error; None when it can."""
+    if not folder.is_dir():
+        return f"no folder at {folder}"
+    if not any((folder / name).is_file() for name in PAGE_NAMES):
+        return f"{folder} has none of {', '.join(PAGE_NAMES)}"
+    return None
