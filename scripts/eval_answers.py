@@ -85,12 +85,14 @@ def heard_ok(question: str, transcript: str) -> bool:
     return all(f" {w} " in text for w in key_words(question))
 
 
-def mark_repeats(results: list[Result]) -> None:
-    """A reply equal (after normalising) to an earlier reply to a different question in the same run."""
+def mark_repeats(results: list[Result], questions: dict[str, dict]) -> None:
+    """A reply equal (after normalising) to an earlier reply to a different question in the same run; a
+    follow-up may repeat the answer it follows ("Please say that again.")."""
     seen: dict[str, Result] = {}
     for r in results:
         key = _norm(r.reply).strip()
-        if key and key in seen and _norm(seen[key].question) != _norm(r.question):
+        if key and key in seen and _norm(seen[key].question) != _norm(r.question) \
+                and questions[r.id].get("after") != seen[key].id:
             r.repeat_of = seen[key].id
         seen.setdefault(key, r)
 
@@ -102,7 +104,7 @@ def score(results: list[Result], questions: dict[str, dict]) -> None:
         r.right = is_right(q, r.reply) and r.words <= q.get("max_words", MAX_WORDS)
         if r.heard is not None:
             r.heard_ok = heard_ok(r.question, r.heard)
-    mark_repeats(results)
+    mark_repeats(results, questions)
 
 
 def summary(results: list[Result]) -> dict:
