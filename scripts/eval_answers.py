@@ -152,7 +152,7 @@ async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     from transformers import AutoTokenizer
 
     from vita.prompting import ConversationHistory, Exchange, PromptBuilder
-    from vita.speech_pieces import PieceSplitter, WordBudget, end_cleanly
+    from vita.speech_pieces import ReplyShaper
     from workers.generation import EnginePrompt, SamplingSettings
     from workers.local_engine import LocalVllmEngine
 
@@ -168,29 +168,16 @@ async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
         user = q["q"]
         prompt = EnginePrompt(prompts.build(history, user, q.get("camera", "")),
                               prompts.messages(history, user, q.get("camera", "")), tuple(prompts.stop))
-        splitter, budget, spoken, tokens = PieceSplitter(), WordBudget(llm.max_reply_words), [], 0
+        shaper, spoken, tokens = ReplyShaper(llm.max_reply_words, llm.first_piece_words), [], 0
         started, first = time.monotonic(), None
-        done = False
         async for delta in engine.stream(prompt, sampling, f"eval-{n}"):
             tokens += delta.tokens
             first = first if first is not None else time.monotonic() - started
-            for piece in splitter.feed(delta.text):
-                piece, done = budget.take(piece)
-                spoken += [piece] if piece else []
-                if done:
-                    break
-            if done:
+            spoken += shaper.feed(delta.text)
+            if shaper.complete:
                 await engine.abort(f"eval-{n}")
                 break
-        if not done:
-            rest = splitter.flush()
-            if rest and tokens >= llm.max_tokens:
-                rest[-1] = end_cleanly(rest[-1])
-            for piece in rest:
-                piece, stop = budget.take(piece)
-                spoken += [piece] if piece else []
-                if stop:
-                    break
+        spoken += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
         reply = " ".join(spoken)
         history.add(Exchange(user, reply))
         return Result(q["id"], q["kind"], user, reply, first_token_s=first)

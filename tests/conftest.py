@@ -159,7 +159,8 @@ def vllm_api(tmp_path_factory) -> VllmApiServer:
     config = Config()
     port = free_port()
     log_path = tmp / "api_server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(config.llm_model_path()),
+    gemma = config.models_path() / "gemma-3-270m"  # a base model, answered well through the transcript template
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(gemma),
            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
            "--dtype", "float32", "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
     env = {**BASE_ENV, **device_env(config), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}

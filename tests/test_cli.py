@@ -73,8 +73,9 @@ def test_turn_log_flag_sets_the_path_or_turns_it_off(tmp_path):
 def test_a_remote_engine_needs_no_local_llm(tmp_path):
     """--llm_url replaces the bundled model: a models folder without it is fine, the other models still count."""
     from vita.cli import config_from_args
+    from vita.models import DEFAULT_LLM
 
     config = config_from_args(["--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path)])
     assert config.llm.url == "http://127.0.0.1:8000/v1"
     result = run_server("--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path))
-    assert result.returncode == 2 and "whisper-base" in result.stderr and "gemma-3-270m" not in result.stderr
+    assert result.returncode == 2 and "whisper-base" in result.stderr and DEFAULT_LLM not in result.stderr

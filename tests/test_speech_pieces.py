@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from vita.speech_pieces import PieceSplitter, WordBudget, clean_for_speech, end_cleanly
+from vita.speech_pieces import PieceSplitter, ReplyShaper, WordBudget, clean_for_speech, end_cleanly
 
 
 def stream(text: str, step: int = 3) -> list[str]:
@@ -45,7 +45,43 @@ def test_word_budget_keeps_whole_sentences_and_cuts_a_long_first_one_at_a_word()
     assert exact.take("Yes, it is.") == ("Yes, it is.", True)
 
 
+def test_word_budget_finishes_a_sentence_begun_by_an_early_first_piece():
+    budget = WordBudget(6)
+    assert budget.take("The capital of France") == ("The capital of France", False)
+    assert budget.take("is Paris, a city of lights.") == ("is Paris.", True)
+
+
+def test_first_piece_may_be_its_first_words_when_no_clause_ends_sooner():
+    def pieces(text: str) -> list[str]:
+        splitter = PieceSplitter(first_piece_words=4)
+        out = []
+        for i in range(0, len(text), 2):
+            out += splitter.feed(text[i:i + 2])
+        return out + splitter.flush()
+
+    assert pieces("The capital of France is Paris.") == ["The capital of France", "is Paris."]
+    assert pieces("Yes, it is. Fish swim.") == ["Yes,", "it is.", "Fish swim."]  # a clause came first
+    assert pieces("It is Paris.") == ["It is Paris."]  # short replies stay whole
+
+
 def test_a_reply_cut_by_the_token_limit_loses_its_possibly_split_last_word():
     assert end_cleanly("The capital of Fra") == "The capital of."
     assert end_cleanly("It is Paris.") == "It is Paris."
     assert end_cleanly("Hmm") == ""
+
+
+def test_reply_shaper_stops_a_run_on_reply_at_its_word_budget():
+    shaper = ReplyShaper(max_words=10, first_piece_words=4)
+    said = []
+    for token in ("The ", "sky ", "is ", "blue ", "today. ", "It ", "has ", "no ", "clouds ", "at ", "all. ",
+                  "And ", "the ", "sun ", "shines."):
+        said += shaper.feed(token)
+    assert said == ["The sky is blue", "today."]  # "It has no clouds at all." would pass 10 words
+    assert shaper.complete  # the worker aborts generation here
+    assert shaper.feed("More words. ") == [] and shaper.finish(cut_by_token_limit=False) == []
+
+
+def test_reply_shaper_ends_a_token_limited_reply_on_a_whole_word():
+    shaper = ReplyShaper(max_words=25)
+    assert shaper.feed("Paris is the capital of Fra") == []
+    assert shaper.finish(cut_by_token_limit=True) == ["Paris is the capital of."]

@@ -33,7 +33,7 @@ from vita.messages import (
     WorkerState,
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from vita.speech_pieces import PieceSplitter, WordBudget, end_cleanly
+from vita.speech_pieces import ReplyShaper
 from workers.common import StatusReporter, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.local_engine import LocalVllmEngine
@@ -225,13 +225,12 @@ class LlmWorker:
                 cues = await self._in_thread(self.cues.describe, req.frames) if req.frames else ""
                 prompt = self._text_prompt(history, user_text, cues)
             timings["context_turns"] = float(len(history))
-            splitter = PieceSplitter()
-            budget = WordBudget(self.config.llm.max_reply_words)
+            llm = self.config.llm
+            shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
             streaming = req.reply_mode != "full"
             held: list[str] = []  # full mode: pieces wait for the end of generation
             gen_started = time.monotonic()
             tokens = 0
-            complete = False
             generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), request_id):
                 tokens += delta.tokens
@@ -241,31 +240,17 @@ class LlmWorker:
                     timings["first_token_s"] = time.monotonic() - gen_started
                 if delta.text:
                     self._emit(ReplyText(sid, tid, delta.text))
-                for piece in splitter.feed(delta.text):
-                    piece, complete = budget.take(piece)
-                    if piece:
-                        held.append(piece)
-                    if complete:
-                        break
+                held += shaper.feed(delta.text)
                 if streaming:
                     for piece in held:
                         self._send_piece(req, spoken, piece, timings, gen_started)
                     held.clear()
-                if complete:  # long enough to speak: stop generating
+                if shaper.complete:  # long enough to speak: stop generating
                     with contextlib.suppress(Exception):
                         await self.engine.abort(request_id)
                     break
             generating = False
-            if not complete:
-                rest = splitter.flush()
-                if rest and tokens >= self.config.llm.max_tokens:  # cut by the token limit, maybe mid-word
-                    rest[-1] = end_cleanly(rest[-1])
-                for piece in rest:
-                    piece, done = budget.take(piece)
-                    if piece:
-                        held.append(piece)
-                    if done:
-                        break
+            held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
             if streaming:
                 for piece in held:
                     self._send_piece(req, spoken, piece, timings, gen_started)
