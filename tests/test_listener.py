@@ -112,3 +112,21 @@ def test_a_full_buffer_drops_audio_instead_of_blocking():
     target = listener(recorder, max_buffered=4)  # never started: nothing drains it
     results = [target.push(silence(0.01), 16000) for _ in range(6)]
     assert results == [True] * 4 + [False] * 2
+
+
+def test_ticks_keep_coming_while_room_noise_streams_in():
+    """The idle timeout is checked on ticks: a microphone that never stops sending must not hold them off."""
+    from tests.speech import noise
+
+    recorder = Recorder()
+    target = listener(recorder, tick_s=0.1)
+    target.start()
+    try:
+        room = noise(2.0, level=100)
+        started = threading.Event()
+        for i in range(0, len(room), 512):  # real-time pace: 32 ms frames
+            assert target.push(room[i:i + 512], 16000)
+            started.wait(0.032)
+        assert recorder.ticks >= 10 and not recorder.utterances
+    finally:
+        target.stop()

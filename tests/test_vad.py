@@ -85,3 +85,39 @@ def test_sessions_sharing_one_model_keep_their_own_state(speech):
         assert a_shared.probability(a) == pytest.approx(a_alone.probability(a), abs=1e-6)
         assert b_shared.probability(b) == pytest.approx(b_alone.probability(b), abs=1e-6)
     assert not np.allclose(a_shared.state, b_shared.state)
+
+
+def events_of(stream: np.ndarray, step: int = 512) -> list[str]:
+    """What the segmenter reports, in order: start, pause, resume, end."""
+    seg, seen = segmenter(), []
+    for i in range(0, len(stream), step):
+        started, done = seg.feed(stream[i:i + step])
+        seen += ["start"] * started + [kind for kind, _ in seg.take_turn_events()] + ["end"] * len(done)
+    return seen
+
+
+def test_a_short_pause_then_more_speech_is_a_pause_and_a_resume_in_one_utterance():
+    def voiced(audio: np.ndarray) -> np.ndarray:  # without Piper's own leading and trailing silence
+        first, last = voiced_span(audio)
+        return audio[round(first * SAMPLE_RATE):round(last * SAMPLE_RATE)]
+
+    first, second = voiced(spoken("What is the capital")), voiced(spoken("of France?"))
+    # 200 ms of silence: longer than the 128 ms pause, shorter than the 300 ms end of speech.
+    stream = np.concatenate([silence(0.5), first, silence(0.2), second, silence(1.0)])
+    seen = events_of(stream)
+    assert seen[0] == "start" and seen[-1] == "end" and seen.count("end") == 1
+    assert "pause" in seen and "resume" in seen and seen.index("pause") < seen.index("resume")
+
+
+def test_the_pause_before_the_end_carries_the_speech_so_far():
+    question = spoken("What is the capital of France?")
+    seg, paused, ended = segmenter(), [], []
+    stream = np.concatenate([silence(0.5), question, silence(1.0)])
+    for i in range(0, len(stream), 512):
+        _, done = seg.feed(stream[i:i + 512])
+        paused += [u for kind, u in seg.take_turn_events() if kind == "pause"]
+        ended += done
+    (pause,), (end,) = paused, ended
+    assert pause.speech_end_sample == end.speech_end_sample and pause.start_sample == end.start_sample
+    assert end.end_sample - pause.end_sample == (seg.end_silence_chunks - seg.pause_chunks) * CHUNK
+    assert end.pcm.startswith(pause.pcm)

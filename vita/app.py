@@ -24,6 +24,7 @@ from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.sessions import Session, SessionRegistry
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
+from vita.turn_taking import Connected, Disconnected, RecordingToggled
 from vita.web_root import WebRoot
 from workers.tts_worker import available_voices
 
@@ -94,7 +95,7 @@ class FrontApp:
     def notify_shutdown(self) -> None:
         """SIGTERM: end every turn in flight with a notice before the workers go."""
         for session in self.sessions.all():
-            self.turns.cancel_active_turn(session, "server stopping")
+            self.turns.interrupt(session, "server stopping")
             self.emit("error", {"code": "server_stopping",
                                 "message": "The server is shutting down; please reconnect in a minute."},
                       to=session.sid)
@@ -111,7 +112,7 @@ class FrontApp:
         what = {"llm": "speech recognition and the language model", "tts": "the voice"}.get(worker, worker)
         status = {"ready": False, "workers": self.graph.health()}
         for session in self.sessions.all():
-            if self.turns.cancel_active_turn(session, "worker failed") is not None:
+            if self.turns.interrupt(session, "worker failed"):
                 self.emit("error", {"code": "worker_failed",
                                     "message": f"The assistant lost {what} and is restarting it; "
                                                "please ask again in a moment."}, to=session.sid)
@@ -218,13 +219,14 @@ class FrontApp:
             self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
                                         "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
                       to=request.sid)
+            self.turns.handle(session, Connected(time.monotonic()))
 
         @sio.on("disconnect")
         def on_disconnect(*_):
             session = self.sessions.close(request.sid)
             if session is None:
                 return
-            self.turns.detach(session)
+            self.turns.detach(session, Disconnected(time.monotonic()))
             for name in ("requests", "tts"):
                 self._put(name, EndSession(session.sid))
             log.info("disconnected", extra=turn_ids(session.sid))
@@ -317,7 +319,7 @@ class FrontApp:
             session = self._session()
             if session is None:
                 return
-            self.turns.cancel_active_turn(session, "reset")
+            self.turns.interrupt(session, "reset")
             self._put("requests", ResetHistory(session.sid))
             self.emit("history_cleared", to=session.sid)
 
@@ -334,7 +336,5 @@ class FrontApp:
         session = self._session()
         if session is None:
             return
-        session.touch()
-        if self.turns.cancel_active_turn(session, reason) is None:
-            self.emit("stop_tts", to=session.sid)
+        self.turns.handle(session, RecordingToggled(time.monotonic(), reason))
         session.listener.reset()

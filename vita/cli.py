@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     graph.start()
     front.turn_log.start()
     dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, graph.on_status,
-                                  front.metrics, front.turn_log)
+                                  front.metrics, front.turn_log, front.turns)
     dispatcher.start()
     scheme = "https" if ssl_context else "http"
     log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, s.ip, s.port)

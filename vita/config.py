@@ -52,6 +52,7 @@ class VadConfig:
     pre_roll_ms: int = 300
     min_utterance_ms: int = 250
     barge_in_ms: int = 64
+    speculative_pause_ms: int = 128
     max_utterance_s: float = 30.0
 
 
@@ -270,6 +271,8 @@ def validate(config: Config) -> Config:
     _check(0 <= v.pre_roll_ms <= 2000, "vad.pre_roll_ms", "must be between 0 and 2000")
     _check(0 <= v.min_utterance_ms <= 5000, "vad.min_utterance_ms", "must be between 0 and 5000")
     _check(32 <= v.barge_in_ms <= 2000, "vad.barge_in_ms", "must be between 32 and 2000")
+    _check(v.speculative_pause_ms == 0 or 32 <= v.speculative_pause_ms < v.end_silence_ms,
+           "vad.speculative_pause_ms", "must be 0 (off) or between 32 and vad.end_silence_ms")
     _check(1 <= v.max_utterance_s <= 120, "vad.max_utterance_s", "must be between 1 and 120")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from vita.logs import turn_ids
 from vita.messages import (
     ReplyText,
     SessionError,
@@ -21,8 +21,10 @@ from vita.messages import (
     WorkerStatus,
 )
 from vita.metrics import FrontMetrics
-from vita.sessions import Session, SessionRegistry, SessionState
+from vita.sessions import Session, SessionRegistry
+from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
+from vita.turn_taking import AudioSent, ReplyComplete, Route, TurnUnanswered
 
 log = logging.getLogger("vita.dispatch")
 
@@ -34,13 +36,16 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
 
 class OutputDispatcher:
     def __init__(self, outputs: Any, sessions: SessionRegistry, emit: Emit,
-                 on_status: Callable[[WorkerStatus], None], metrics: FrontMetrics, turn_log: TurnLogger):
+                 on_status: Callable[[WorkerStatus], None], metrics: FrontMetrics, turn_log: TurnLogger,
+                 turns: TurnController):
         self.outputs = outputs
         self.sessions = sessions
         self.emit = emit
         self.on_status = on_status
         self.metrics = metrics
         self.turn_log = turn_log
+        self.turns = turns
+        turns.release_held = self.release
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="output-dispatcher", daemon=True)
 
@@ -64,23 +69,6 @@ class OutputDispatcher:
             except Exception:  # a bad message must not stop delivery for every other session
                 log.exception("could not deliver %s", type(message).__name__)
 
-    def _finish_turn(self, session: Session, turn_id: int) -> None:
-        if session.end_turn(turn_id):
-            self.metrics.turns_completed.inc()
-            self.turn_log.front_ended(session.sid, turn_id, "done")
-            log.info("turn completed", extra=turn_ids(session.sid, turn_id))
-            self.emit("state", {"state": "listening", "turn_id": turn_id}, to=session.sid)
-
-    def _first_audio(self, session: Session, turn_id: int) -> None:
-        times = session.first_audio(turn_id)
-        if times is None:
-            return
-        for key, seconds in times.items():
-            self.metrics.observe_stage(key[:-2], seconds)
-        self.turn_log.update(session.sid, turn_id, timings=times)
-        self.emit("timings", {"turn_id": turn_id, "stage": "front", **{k: round(v, 4) for k, v in times.items()}},
-                  to=session.sid)
-
     def _record(self, message: Any) -> None:
         """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
         sid = message.session_id
@@ -102,30 +90,38 @@ class OutputDispatcher:
         if isinstance(message, WorkerStatus):
             self.on_status(message)
             return
-        self._record(message)
         session = self.sessions.get(message.session_id)
         if session is None:
+            self._record(message)
             return
-        sid = session.sid
-        turn_id = getattr(message, "turn_id", None)
-        if isinstance(message, SessionError):
-            self.emit("error", {"code": message.code, "message": message.message, "turn_id": turn_id}, to=sid)
-            return
-        if turn_id is not None and not session.is_current(turn_id):
-            return  # a cancelled or superseded turn
+        with session.turn_lock:
+            turn_id = getattr(message, "turn_id", None)
+            decision = session.turns.route(turn_id) if session.turns is not None else Route.DROP
+            if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
+                session.held.append(message)
+                return
+            self._record(message)
+            if isinstance(message, SessionError):
+                self.emit("error", {"code": message.code, "message": message.message, "turn_id": turn_id},
+                          to=session.sid)
+            elif decision is Route.DELIVER:
+                self._deliver(session, message)
+
+    def release(self, session: Session) -> None:
+        """A speculative turn was committed: deliver what it produced meanwhile, in order."""
+        with session.turn_lock:
+            held, session.held = session.held, []
+            for message in held:
+                self.route(message)
+
+    def _deliver(self, session: Session, message: Any) -> None:
+        sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
-            if message.pcm:
-                if session.state is not SessionState.SPEAKING:
-                    session.state = SessionState.SPEAKING
-                    self.emit("state", {"state": "speaking", "turn_id": turn_id}, to=sid)
-                self._first_audio(session, turn_id)
-                session.add_playback(len(message.pcm) / 2 / message.sample_rate)
+            if message.pcm:  # the state and first-audio timing go out before the audio they announce
+                self.turns.handle(session, AudioSent(now, turn_id, len(message.pcm) / 2 / message.sample_rate))
                 self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
             if message.last:
-                # The turn stays interruptible until the client has played what it was sent.
-                timer = threading.Timer(session.playback_left(), self._finish_turn, args=(session, turn_id))
-                timer.daemon = True
-                timer.start()
+                self.turns.handle(session, ReplyComplete(now, turn_id))
         elif isinstance(message, Transcript):
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
@@ -136,8 +132,6 @@ class OutputDispatcher:
                 self.emit("reply_delta", {"turn_id": turn_id, "text": message.delta}, to=sid)
         elif isinstance(message, TurnTimings):
             self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
-        elif (isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done"
-              and session.end_turn(turn_id)):
+        elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
-            self.turn_log.front_ended(sid, turn_id, message.reason)
-            self.emit("state", {"state": "listening", "turn_id": turn_id, "reason": message.reason}, to=sid)
+            self.turns.handle(session, TurnUnanswered(now, turn_id, message.reason))

@@ -1,8 +1,8 @@
 """One VAD thread per session: reads the session's bounded PCM buffer, resamples to 16 kHz, segments speech.
 
 The socket handler only decodes and enqueues (microseconds); Silero runs here, so a slow VAD step delays this
-session alone. The thread wakes at least every `tick_s` even when no audio arrives, which is when the owner
-checks the idle timeout.
+session alone. `on_tick` runs every `tick_s`, whether audio keeps arriving (a microphone streaming room noise)
+or not: that is when the owner checks the idle timeout.
 """
 
 from __future__ import annotations
@@ -38,11 +38,16 @@ class ListenerEvents:
     on_speech_dropped: Callable[[], None]  # a reported start turned out to be a cough or a click
     on_utterance: Callable[[HeardUtterance], None]
     on_tick: Callable[[], None]
+    on_pause: Callable[[HeardUtterance], None] = lambda _heard: None  # a short silence in a kept utterance
+    on_resume: Callable[[], None] = lambda: None  # speech went on after a pause
     on_lag: Callable[[float], None] = lambda _seconds: None  # arrival of a message → end of its VAD step
 
 
 class _Reset:
     """Marker: forget any half-heard speech (recording restarted)."""
+
+
+_NOTHING = object()  # the inbox stayed empty until the next tick
 
 
 class SpeechListener:
@@ -84,11 +89,16 @@ class SpeechListener:
             self.thread.join(timeout)
 
     def _run(self) -> None:
+        next_tick = time.monotonic() + self.tick_s
         while not self.stopping.is_set():
             try:
-                item = self.inbox.get(timeout=self.tick_s)
+                item = self.inbox.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
+                item = _NOTHING
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.tick_s
                 self.events.on_tick()
+            if item is _NOTHING:
                 continue
             if item is None:
                 break
@@ -117,8 +127,17 @@ class SpeechListener:
         if started:
             self.events.on_speech_start()
         position = self.segmenter.position + self.segmenter.pending.size
-        for utterance in done:
+
+        def heard(utterance: Utterance) -> HeardUtterance:
             ended_at = arrived - (position - utterance.speech_end_sample) / SAMPLE_RATE
             started_at = arrived - (position - utterance.start_sample) / SAMPLE_RATE
-            self.events.on_utterance(HeardUtterance(utterance, started_at, ended_at))
+            return HeardUtterance(utterance, started_at, ended_at)
+
+        for kind, utterance in self.segmenter.take_turn_events():
+            if kind == "pause":
+                self.events.on_pause(heard(utterance))
+            else:
+                self.events.on_resume()
+        for utterance in done:
+            self.events.on_utterance(heard(utterance))
         self.events.on_lag(time.monotonic() - arrived)

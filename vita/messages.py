@@ -27,7 +27,8 @@ class TurnRequest:
     """A finished user turn: an utterance (16 kHz int16 mono PCM), sampled camera frames, typed text.
 
     reply_mode "stream" speaks each clause as soon as it is generated; "full" generates the whole reply
-    before handing it to TTS (VITA's way, kept for comparison).
+    before handing it to TTS (VITA's way, kept for comparison). A speculative turn starts at a pause in speech;
+    the front holds its outputs until the end of speech commits it, or discards it with CancelTurn(forget).
     """
 
     session_id: str
@@ -38,7 +39,7 @@ class TurnRequest:
     text: str = ""
     voice: str | None = None
     reply_mode: str = "stream"
-    created_at: float = field(default_factory=time.time)
+    speculative: bool = False
 
 
 REPLY_MODES = ("stream", "full")
@@ -51,6 +52,7 @@ class CancelTurn:
     session_id: str
     turn_id: int
     reason: str = "barge-in"
+    forget: bool = False  # a discarded speculative turn: it never happened (no history)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,6 @@ class TtsPiece:
     text: str
     last: bool = False
     voice: str | None = None
-    created_at: float = field(default_factory=time.time)
 
 
 # --- workers -> front ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ class Exchange:
     user: str
     assistant: str
     interrupted: bool = False
+    turn_id: int = 0
 
 
 class ConversationHistory:
@@ -45,6 +46,12 @@ class ConversationHistory:
 
     def clear(self) -> None:
         self._exchanges.clear()
+
+    def drop_turn(self, turn_id: int) -> None:
+        """Take back the exchange of a turn that turned out never to have happened."""
+        kept = [ex for ex in self._exchanges if ex.turn_id != turn_id]
+        self._exchanges.clear()
+        self._exchanges.extend(kept)
 
     def __iter__(self):
         return iter(tuple(self._exchanges))

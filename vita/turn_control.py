@@ -1,25 +1,50 @@
-"""Turn-taking for every session: what speech onset, end of speech, typed text and idleness do.
+"""The front's adapter around each session's turn-taking state machine (``vita/turn_taking.py``).
 
-Called from socket handlers and from each session's VAD thread; it talks to the client through `emit` and to
-the workers through `put`, so it has no Flask in it.
+Socket handlers, the session's VAD thread and the output dispatcher turn what happened into events; the machine
+decides; this module carries out its actions: TurnRequests and CancelTurns to the workers, events to the client,
+the turn log and metrics, timers, closing the session. Every call for one session runs under its turn lock, so
+the machine sees one event at a time and actions leave in the order it gave them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import wave
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vita import messages
 from vita.config import Config
 from vita.listener import HeardUtterance, ListenerEvents, SpeechListener
 from vita.logs import turn_ids
-from vita.messages import CancelTurn, TurnRequest
 from vita.metrics import FrontMetrics
-from vita.sessions import Session, SessionState
+from vita.sessions import Session
 from vita.turn_log import TurnLogger
+from vita.turn_taking import (
+    Action,
+    CancelTurn,
+    CloseSession,
+    CommitTurn,
+    Event,
+    FinishAfter,
+    Interrupted,
+    PlaybackDone,
+    Send,
+    Speech,
+    SpeechDropped,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    StartTurn,
+    TextTyped,
+    Tick,
+    TurnDone,
+    TurnTaking,
+    UtteranceEnded,
+)
 from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
 
 log = logging.getLogger("vita.turns")
@@ -27,6 +52,16 @@ log = logging.getLogger("vita.turns")
 Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
 Put = Callable[[str, Any], None]  # put(queue_name, message)
 FRAMES_PER_TURN = 4
+TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
+
+
+def _speech(heard: HeardUtterance) -> Speech:
+    u = heard.utterance
+    details = {"audio_s": round((u.end_sample - u.start_sample) / SAMPLE_RATE, 3),
+               "start_s": round(u.start_sample / SAMPLE_RATE, 3),
+               "end_s": round(u.end_sample / SAMPLE_RATE, 3),
+               "speech_end_s": round(u.speech_end_sample / SAMPLE_RATE, 3)}
+    return Speech(u.pcm, heard.started_at, heard.ended_at, details)
 
 
 class TurnController:
@@ -39,116 +74,139 @@ class TurnController:
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
+        self.release_held: Callable[[Session], None] = lambda _session: None  # set by the output dispatcher
         self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD thread
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
     # --- session lifetime --------------------------------------------------------------------------------
     def attach_listener(self, session: Session) -> None:
+        session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
+                                   speculative=self.config.vad.speculative_pause_ms > 0)
         segmenter = VadSegmenter.from_config(self.config.vad, self.vad_model)
+        now = time.monotonic
         events = ListenerEvents(
-            on_speech_start=lambda: self.on_speech_start(session),
-            on_speech_dropped=lambda: self.emit("vad", {"speaking": False, "dropped": True}, to=session.sid),
-            on_utterance=lambda heard: self.on_utterance(session, heard),
-            on_tick=lambda: self.on_tick(session),
+            on_speech_start=lambda: self.handle(session, SpeechStarted(now())),
+            on_speech_dropped=lambda: self.handle(session, SpeechDropped(now())),
+            on_pause=lambda heard: self.handle(session, SpeechPaused(now(), _speech(heard))),
+            on_resume=lambda: self.handle(session, SpeechResumed(now())),
+            on_utterance=lambda heard: self.handle(session, UtteranceEnded(now(), _speech(heard))),
+            on_tick=lambda: self.handle(session, Tick(now(), self.workers_ready())),
             on_lag=self.metrics.vad_lag.observe,
         )
         tick = min(1.0, self.config.server.timeout / 4)
         session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)
         session.listener.start()
 
-    def detach(self, session: Session) -> None:
+    def detach(self, session: Session, event: Event) -> None:
         if session.listener is not None:
             session.listener.stop()
-        turn, _ = session.cancel_turn()
-        if turn is not None:
-            self.metrics.turns_interrupted.labels("disconnect").inc()
-            self.turn_log.front_ended(session.sid, turn, "disconnect", interrupted=True)
+        self.handle(session, event)
 
     def report(self, session: Session, code: str, message: str) -> None:
         if session.should_report(code):
             self.emit("error", {"code": code, "message": message}, to=session.sid)
 
-    # --- turns -------------------------------------------------------------------------------------------
-    def cancel_active_turn(self, session: Session, reason: str) -> int | None:
-        """Stop whatever the assistant is doing for this session: client playback, LLM and TTS."""
-        turn, busy = session.cancel_turn()
-        if turn is None:
-            return None
-        self.emit("stop_tts", to=session.sid)
-        cancel = CancelTurn(session.sid, turn, reason)
+    def on_text(self, session: Session, text: str) -> None:
+        self.handle(session, TextTyped(time.monotonic(), text))
+
+    def interrupt(self, session: Session, reason: str) -> bool:
+        """Stop whatever the assistant is doing for this session; True if the user had a turn in flight."""
+        actions = self.handle(session, Interrupted(time.monotonic(), reason))
+        return any(isinstance(a, CancelTurn) and a.audible for a in actions)
+
+    # --- the machine and its actions ---------------------------------------------------------------------
+    def handle(self, session: Session, event: Event) -> list[Action]:
+        with session.turn_lock:
+            if session.turns is None:
+                return []
+            actions = session.turns.handle(event)
+            for action in actions:
+                self._carry_out(session, action)
+            return actions
+
+    def _carry_out(self, session: Session, action: Action) -> None:
+        sid = session.sid
+        if isinstance(action, Send):
+            if action.payload is None:
+                self.emit(action.event, to=sid)
+            else:
+                self.emit(action.event, action.payload, to=sid)
+            if action.event == "timings" and action.payload.get("stage") == "front":
+                self._first_audio(session, action.payload)
+        elif isinstance(action, StartTurn):
+            self._start(session, action)
+        elif isinstance(action, CommitTurn):
+            self._commit(session, action)
+        elif isinstance(action, CancelTurn):
+            self._cancel(session, action)
+        elif isinstance(action, FinishAfter):
+            timer = threading.Timer(action.delay, self._playback_done, args=(session, action.turn_id))
+            timer.daemon = True
+            timer.start()
+        elif isinstance(action, TurnDone):
+            if action.reason == "done":
+                self.metrics.turns_completed.inc()
+                log.info("turn completed", extra=turn_ids(sid, action.turn_id))
+            self.turn_log.front_ended(sid, action.turn_id, action.reason)
+        elif isinstance(action, CloseSession):
+            log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
+            self.disconnect(sid)
+
+    def _playback_done(self, session: Session, turn_id: int) -> None:
+        self.handle(session, PlaybackDone(time.monotonic(), turn_id))
+
+    def _start(self, session: Session, action: StartTurn) -> None:
+        now = time.monotonic()
+        speech = action.speech
+        if speech is not None:
+            frames = session.frames.sample(speech.started_at, speech.ended_at, FRAMES_PER_TURN)
+        else:
+            frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
+        session.turn_frames = len(frames)
+        session.reply = ""
+        self.put("requests", messages.TurnRequest(
+            session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
+            text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,
+            speculative=action.speculative))
+        if action.speculative:
+            log.debug("speculative turn started", extra=turn_ids(session.sid, action.turn_id))
+
+    def _commit(self, session: Session, action: CommitTurn) -> None:
+        sid, turn_id, speech = session.sid, action.turn_id, action.speech
+        source = "speech" if speech is not None else "text"
+        self.turn_log.begin(sid, turn_id, source, typed_text=action.text)
+        self.metrics.turns_started.labels(source).inc()
+        log.info("turn started (%s, %d frames)", source, session.turn_frames, extra=turn_ids(sid, turn_id))
+        self.emit("turn", {"turn_id": turn_id, "source": source, "text": action.text,
+                           "frames": session.turn_frames, **(speech.details if speech else {})}, to=sid)
+        if speech is not None:
+            end_of_speech = time.monotonic() - speech.ended_at
+            self.metrics.observe_stage("end_of_speech", end_of_speech)
+            self.turn_log.update(sid, turn_id, timings={"end_of_speech_s": end_of_speech})
+            self.emit("timings", {"turn_id": turn_id, "stage": "vad", "end_of_speech_s": round(end_of_speech, 4)},
+                      to=sid)
+            if self.save_dir is not None:
+                self._save(session, turn_id, speech.pcm)
+        self.release_held(session)
+
+    def _cancel(self, session: Session, action: CancelTurn) -> None:
+        cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
         self.put("requests", cancel)
         self.put("tts", cancel)
-        self.emit("turn_cancelled", {"turn_id": turn, "reason": reason}, to=session.sid)
-        self.metrics.turns_interrupted.labels(reason).inc()
-        self.turn_log.front_ended(session.sid, turn, reason, interrupted=True)
-        log.info("turn cancelled (%s)", reason, extra=turn_ids(session.sid, turn))
-        if busy:
-            self.emit("state", {"state": "listening", "turn_id": turn, "reason": reason}, to=session.sid)
-        return turn
-
-    def submit_turn(self, session: Session, audio: bytes = b"", text: str = "", frames: tuple[bytes, ...] = (),
-                    details: dict | None = None, speech_end: float | None = None) -> int:
-        self.cancel_active_turn(session, "new turn")
-        turn_id = session.new_turn(speech_end)
-        source = "speech" if audio else "text"
-        self.turn_log.begin(session.sid, turn_id, source, typed_text=text)
-        self.metrics.turns_started.labels(source).inc()
-        if speech_end is not None:
-            end_of_speech = time.monotonic() - speech_end
-            self.metrics.observe_stage("end_of_speech", end_of_speech)
-            self.turn_log.update(session.sid, turn_id, timings={"end_of_speech_s": end_of_speech})
-        self.put("requests", TurnRequest(session.sid, turn_id, audio=audio, sample_rate=SAMPLE_RATE, text=text,
-                                         frames=frames, voice=session.voice, reply_mode=session.reply_mode))
-        log.info("turn started (%s, %d frames)", source, len(frames), extra=turn_ids(session.sid, turn_id))
-        info = {"turn_id": turn_id, "source": source, "text": text,
-                "frames": len(frames), **(details or {})}
-        self.emit("turn", info, to=session.sid)
-        if speech_end is not None:
-            self.emit("timings", {"turn_id": turn_id, "stage": "vad", "end_of_speech_s": round(end_of_speech, 4)},
-                      to=session.sid)
-        self.emit("state", {"state": "thinking", "turn_id": turn_id}, to=session.sid)
-        return turn_id
-
-    def on_text(self, session: Session, text: str) -> None:
-        session.touch()
-        listener = session.listener
-        if listener is not None and listener.speaking:
-            with session.lock:  # the user is mid-sentence: the text joins that turn
-                session.pending_text = f"{session.pending_text} {text}".strip()
-            self.emit("text_queued", {"text": text}, to=session.sid)
+        session.held.clear()
+        if action.forget:
+            log.debug("speculative turn discarded (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
             return
-        self.submit_turn(session, text=text, frames=session.frames.sample(time.monotonic() - 2, time.monotonic()))
+        self.metrics.turns_interrupted.labels(action.reason).inc()
+        self.turn_log.front_ended(session.sid, action.turn_id, action.reason, interrupted=True)
+        log.info("turn cancelled (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
 
-    # --- called from the session's VAD thread ------------------------------------------------------------
-    def on_speech_start(self, session: Session) -> None:
-        session.touch()
-        self.emit("vad", {"speaking": True}, to=session.sid)
-        if session.state is not SessionState.LISTENING:
-            self.cancel_active_turn(session, "barge-in")
-
-    def on_utterance(self, session: Session, heard: HeardUtterance) -> None:
-        u = heard.utterance
-        session.touch()
-        self.emit("vad", {"speaking": False}, to=session.sid)
-        frames = session.frames.sample(heard.started_at, heard.ended_at, FRAMES_PER_TURN)
-        details = {"audio_s": round((u.end_sample - u.start_sample) / SAMPLE_RATE, 3),
-                   "start_s": round(u.start_sample / SAMPLE_RATE, 3),
-                   "end_s": round(u.end_sample / SAMPLE_RATE, 3),
-                   "speech_end_s": round(u.speech_end_sample / SAMPLE_RATE, 3)}
-        turn_id = self.submit_turn(session, audio=u.pcm, text=session.take_pending_text(), frames=frames,
-                                   details=details, speech_end=heard.ended_at)
-        if self.save_dir is not None:
-            self._save(session, turn_id, u.pcm)
-
-    def on_tick(self, session: Session) -> None:
-        if not self.workers_ready() or session.state is not SessionState.LISTENING:
-            session.touch()  # waiting for the models or for an answer is not the user being idle
-            return
-        if session.idle_for() > self.config.server.timeout:
-            log.info("idle for %.0f s: timing out", session.idle_for(), extra=turn_ids(session.sid))
-            self.emit("out_time", to=session.sid)
-            self.disconnect(session.sid)
+    def _first_audio(self, session: Session, times: dict) -> None:
+        measured = {k: v for k, v in times.items() if k.endswith("_s")}
+        for key, seconds in measured.items():
+            self.metrics.observe_stage(key[:-2], seconds)
+        self.turn_log.update(session.sid, times["turn_id"], timings=measured)
 
     def _save(self, session: Session, turn_id: int, pcm: bytes) -> None:
         try:

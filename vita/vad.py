@@ -78,10 +78,16 @@ class VadSegmenter:
     """
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
-                 pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64):
+                 pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64,
+                 pause_ms: int = 0):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
+        # A shorter silence inside a kept utterance is a pause: a speculative turn may start there (0 = never).
+        pause_chunks = max(1, round(pause_ms * SAMPLE_RATE / 1000 / CHUNK)) if pause_ms > 0 else 0
+        self.pause_chunks = pause_chunks if pause_chunks < self.end_silence_chunks else 0
+        self.pause_reported = False
+        self.turn_events: list[tuple[str, Utterance | None]] = []  # ("pause", speech so far) / ("resume", None)
         self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
@@ -102,7 +108,7 @@ class VadSegmenter:
     def from_config(cls, v: VadConfig, model: SileroModel | Path) -> VadSegmenter:
         """A segmenter with its own Silero state, tuned by the config's `vad` section."""
         return cls(SileroVad(model), v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
-                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms)
+                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms)
 
     def reset(self) -> None:
         self.vad.reset()
@@ -112,6 +118,13 @@ class VadSegmenter:
         self.confirmed = self.onset_reported = False
         self.speech = []
         self.silent_chunks = 0
+        self.pause_reported = False
+        self.turn_events = []
+
+    def take_turn_events(self) -> list[tuple[str, Utterance | None]]:
+        """Pauses and resumptions seen since the last call, in order."""
+        events, self.turn_events = self.turn_events, []
+        return events
 
     def feed(self, pcm: np.ndarray) -> tuple[bool, list[Utterance]]:
         """Feed int16 samples; return (start of speech reported in this feed, finished utterances)."""
@@ -139,7 +152,13 @@ class VadSegmenter:
             self.speech.append(chunk)
             if p < self.end_threshold:
                 self.silent_chunks += 1
+                if self.silent_chunks == self.pause_chunks and self.confirmed and not self.pause_reported:
+                    self.pause_reported = True
+                    self.turn_events.append(("pause", self._so_far()))
             else:
+                if self.pause_reported:
+                    self.pause_reported = False
+                    self.turn_events.append(("resume", None))
                 self.silent_chunks = 0
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
@@ -159,8 +178,13 @@ class VadSegmenter:
         self.onset_reported = True
         return True
 
+    def _so_far(self) -> Utterance:
+        return Utterance(np.concatenate(self.speech).tobytes(), self.speech_start, self.position,
+                         self.last_voiced_end)
+
     def _close(self) -> Utterance | None:
         self.speaking = False
+        self.pause_reported = False
         audio = np.concatenate(self.speech)
         self.speech = []
         self.silent_chunks = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,7 @@ from workers.omni import (
 from workers.remote_engine import RemoteEngine, RemoteEngineError
 
 NAME = "llm"
+ALL_TURNS = sys.maxsize  # CancelTurn up to this id: every turn of the session
 
 
 def device_env(config: Any) -> dict[str, str]:
@@ -78,6 +80,7 @@ class LlmWorker:
         self.omni_prompts: OmniPromptBuilder | None = None
         self.histories: dict[str, ConversationHistory] = {}
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
+        self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self.stop = threading.Event()
 
@@ -183,11 +186,13 @@ class LlmWorker:
             self._cancel(message.session_id, message.turn_id - 1)  # a newer turn supersedes the running one
             task = asyncio.create_task(self._run_turn(message))
             self.running[message.session_id] = (message.turn_id, task)
-            task.add_done_callback(lambda _t, m=message: self._forget(m.session_id, m.turn_id))
+            task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
         elif isinstance(message, CancelTurn):
+            if message.forget:
+                self._forget(message.session_id, message.turn_id)
             self._cancel(message.session_id, message.turn_id)
         elif isinstance(message, (ResetHistory, EndSession)):
-            self._cancel(message.session_id, 1 << 62)
+            self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
 
     def _cancel(self, session_id: str, up_to_turn: int) -> None:
@@ -196,6 +201,16 @@ class LlmWorker:
             current[1].cancel()
 
     def _forget(self, session_id: str, turn_id: int) -> None:
+        """A discarded speculative turn: if it is still running it will leave no history; if it already
+        finished (a very short reply), its exchange is taken back."""
+        current = self.running.get(session_id)
+        if current and current[0] == turn_id:
+            self.forgotten.add((session_id, turn_id))
+        elif session_id in self.histories:
+            self.histories[session_id].drop_turn(turn_id)
+
+    def _done(self, session_id: str, turn_id: int) -> None:
+        self.forgotten.discard((session_id, turn_id))
         current = self.running.get(session_id)
         if current and current[0] == turn_id:
             del self.running[session_id]
@@ -262,7 +277,7 @@ class LlmWorker:
             timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 user_text = await transcribing or user_text
-            history.add(Exchange(user_text, " ".join(spoken)))
+            history.add(Exchange(user_text, " ".join(spoken), turn_id=tid))
             self._emit(ReplyText(sid, tid, "", done=True))
             self._emit(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in timings.items()}))
             self._emit(TurnEnded(sid, tid, NAME, spoken=" ".join(spoken)))
@@ -270,8 +285,10 @@ class LlmWorker:
             if generating:
                 with contextlib.suppress(Exception):
                     await self.engine.abort(request_id)
-            if user_text and spoken and sid in self.histories:  # nothing said: nothing to remember
-                self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True))
+            forgotten = (sid, tid) in self.forgotten
+            self.forgotten.discard((sid, tid))
+            if user_text and spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
+                self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True, turn_id=tid))
             self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn failed", extra=turn_ids(sid, tid))

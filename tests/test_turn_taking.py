@@ -1,0 +1,252 @@
+"""The turn-taking state machine, event by event: pure logic, no model, no thread, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from vita.turn_taking import (
+    DISCARDED,
+    AudioSent,
+    CancelTurn,
+    CloseSession,
+    CommitTurn,
+    Connected,
+    Disconnected,
+    FinishAfter,
+    Interrupted,
+    Phase,
+    PlaybackDone,
+    RecordingToggled,
+    ReplyComplete,
+    Route,
+    Send,
+    Speech,
+    SpeechDropped,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    StartTurn,
+    TextTyped,
+    Tick,
+    TurnDone,
+    TurnTaking,
+    TurnUnanswered,
+    UtteranceEnded,
+)
+
+SPEECH = Speech(b"\0\0" * 1600, started_at=0.5, ended_at=2.0)
+LONGER = Speech(b"\0\0" * 3200, started_at=0.5, ended_at=3.0)
+
+
+def sent(actions) -> list[str]:
+    return [a.event for a in actions if isinstance(a, Send)]
+
+
+def of(actions, kind) -> list:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def machine(speculative: bool = True) -> TurnTaking:
+    return TurnTaking(idle_timeout_s=60, now=0.0, speculative=speculative)
+
+
+def spoken_turn(m: TurnTaking, speech: Speech = SPEECH, now: float = 2.3) -> int:
+    m.handle(SpeechStarted(speech.started_at))
+    actions = m.handle(UtteranceEnded(now, speech))
+    return of(actions, CommitTurn)[0].turn_id
+
+
+def speaking(m: TurnTaking) -> int:
+    turn = spoken_turn(m)
+    m.handle(AudioSent(3.0, turn, 1.0))
+    return turn
+
+
+# --- a turn's ordinary life ----------------------------------------------------------------------------------
+def test_end_of_speech_starts_and_commits_a_turn_that_thinks_speaks_and_ends_after_playback():
+    m = machine(speculative=False)
+    assert sent(m.handle(SpeechStarted(0.5))) == ["vad"]
+    actions = m.handle(UtteranceEnded(2.3, SPEECH))
+    (start,), (commit,) = of(actions, StartTurn), of(actions, CommitTurn)
+    assert start.speech == SPEECH and not start.speculative and commit.turn_id == start.turn_id
+    assert sent(actions) == ["vad", "state"] and m.phase is Phase.THINKING
+    assert m.route(start.turn_id) is Route.DELIVER
+    first = m.handle(AudioSent(3.0, start.turn_id, 1.0))
+    timings = [a.payload for a in first if isinstance(a, Send) and a.event == "timings"][0]
+    assert timings["voice_to_voice_s"] == pytest.approx(1.0) and timings["first_audio_s"] == pytest.approx(0.7)
+    assert m.phase is Phase.SPEAKING
+    assert sent(m.handle(AudioSent(3.1, start.turn_id, 1.0))) == []  # timings once, state once
+    assert m.handle(ReplyComplete(3.2, start.turn_id)) == [FinishAfter(start.turn_id, pytest.approx(1.8))]
+    assert m.phase is Phase.SPEAKING  # still interruptible while the client plays
+    done = m.handle(PlaybackDone(5.0, start.turn_id))
+    assert of(done, TurnDone) == [TurnDone(start.turn_id, "done")] and m.phase is Phase.LISTENING
+    assert m.route(start.turn_id) is Route.DROP
+
+
+def test_reply_complete_after_playback_already_ran_out_ends_at_once():
+    m = machine()
+    turn = speaking(m)
+    assert of(m.handle(ReplyComplete(10.0, turn)), TurnDone) == [TurnDone(turn, "done")]
+
+
+def test_typed_text_is_a_turn_of_its_own_without_speech_times():
+    m = machine()
+    actions = m.handle(TextTyped(1.0, "hello"))
+    (start,) = of(actions, StartTurn)
+    assert start.text == "hello" and start.speech is None and of(actions, CommitTurn)
+    timings = [a.payload for a in m.handle(AudioSent(2.0, start.turn_id, 0.5)) if getattr(a, "event", "") == "timings"]
+    assert "voice_to_voice_s" not in timings[0]
+
+
+def test_unanswered_turn_goes_back_to_listening_with_the_reason():
+    m = machine()
+    turn = spoken_turn(m)
+    actions = m.handle(TurnUnanswered(3.0, turn, "no speech recognised"))
+    assert of(actions, TurnDone) == [TurnDone(turn, "no speech recognised")]
+    assert [a.payload["reason"] for a in actions if isinstance(a, Send)] == ["no speech recognised"]
+
+
+# --- barge-in and cancels ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("busy", ["thinking", "speaking"])
+def test_speech_onset_while_busy_cancels_the_turn_audibly(busy):
+    m = machine()
+    turn = spoken_turn(m) if busy == "thinking" else speaking(m)
+    actions = m.handle(SpeechStarted(4.0))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)]
+    assert sent(actions) == ["vad", "stop_tts", "turn_cancelled", "state"]
+    assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
+
+
+def test_outputs_of_a_cancelled_or_superseded_turn_are_dropped_and_change_nothing():
+    m = machine()
+    old = spoken_turn(m)
+    new = spoken_turn(m, now=5.0)
+    assert new == old + 1 and m.route(old) is Route.DROP and m.route(new) is Route.DELIVER
+    assert m.handle(AudioSent(5.1, old, 1.0)) == [] and m.phase is Phase.THINKING
+    assert m.handle(ReplyComplete(5.2, old)) == [] and m.handle(TurnUnanswered(5.2, old, "error")) == []
+    assert m.handle(PlaybackDone(5.3, old)) == [] and m.active_turn == new
+
+
+def test_text_during_an_utterance_joins_it():
+    m = machine(speculative=False)
+    m.handle(SpeechStarted(0.5))
+    assert sent(m.handle(TextTyped(1.0, "and Germany?"))) == ["text_queued"]
+    (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
+    assert start.text == "and Germany?" and start.speech == SPEECH
+    (later,) = of(m.handle(UtteranceEnded(9.0, SPEECH)), StartTurn)  # taken once
+    assert later.text == ""
+
+
+@pytest.mark.parametrize(("event", "reason"), [(RecordingToggled(4.0, "recording started"), "recording started"),
+                                               (Interrupted(4.0, "reset"), "reset"),
+                                               (Interrupted(4.0, "worker failed"), "worker failed")])
+def test_recording_toggle_reset_and_worker_failure_cancel_the_turn(event, reason):
+    m = machine()
+    turn = speaking(m)
+    assert of(m.handle(event), CancelTurn) == [CancelTurn(turn, reason, audible=True)]
+
+
+def test_recording_toggle_without_a_turn_still_stops_playback():
+    assert sent(machine().handle(RecordingToggled(1.0, "recording stopped"))) == ["stop_tts"]
+
+
+def test_a_dropped_start_is_reported_and_is_not_speech():
+    m = machine()
+    m.handle(SpeechStarted(1.0))
+    assert [a.payload for a in m.handle(SpeechDropped(1.1))] == [{"speaking": False, "dropped": True}]
+    assert not m.user_speaking
+
+
+def test_disconnect_cancels_the_turn_silently():
+    m = machine()
+    turn = speaking(m)
+    assert m.handle(Disconnected(4.0)) == [CancelTurn(turn, "disconnect", audible=False)]
+
+
+# --- speculative turn start ----------------------------------------------------------------------------------
+def test_a_pause_starts_a_speculative_turn_whose_outputs_are_held():
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    actions = m.handle(SpeechPaused(2.15, SPEECH))
+    assert actions == [StartTurn(1, SPEECH, "", speculative=True)]  # nothing reaches the client yet
+    assert m.route(1) is Route.HOLD and m.phase is Phase.LISTENING
+    assert m.handle(AudioSent(2.2, 1, 0.5)) == []  # held audio is not accounted
+
+
+def test_the_real_end_of_speech_commits_the_speculative_turn_without_redoing_it():
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(2.15, SPEECH))
+    actions = m.handle(UtteranceEnded(2.3, SPEECH))
+    assert of(actions, StartTurn) == [] and of(actions, CancelTurn) == []
+    assert of(actions, CommitTurn) == [CommitTurn(1, SPEECH, "")]
+    assert m.route(1) is Route.DELIVER and m.phase is Phase.THINKING and m.speech_end_at == SPEECH.ended_at
+
+
+def test_speech_resuming_after_a_pause_discards_the_speculative_turn_then_a_new_one_follows():
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(2.15, SPEECH))
+    discarded = m.handle(SpeechResumed(2.25))
+    assert discarded == [CancelTurn(1, DISCARDED, audible=False, forget=True)]  # no stop_tts: nothing was heard
+    assert m.route(1) is Route.DROP
+    assert m.handle(SpeechPaused(3.15, LONGER)) == [StartTurn(2, LONGER, "", speculative=True)]
+    assert of(m.handle(UtteranceEnded(3.3, LONGER)), CommitTurn) == [CommitTurn(2, LONGER, "")]
+
+
+def test_text_typed_while_speaking_discards_the_speculative_turn_that_lacks_it():
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(2.15, SPEECH))
+    assert of(m.handle(TextTyped(2.2, "in Paris")), CancelTurn) == [CancelTurn(1, DISCARDED, False, True)]
+    (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
+    assert start.text == "in Paris" and not start.speculative
+
+
+def test_speculative_turn_that_heard_nothing_is_forgotten_and_the_end_starts_afresh():
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(2.15, SPEECH))
+    assert m.handle(TurnUnanswered(2.2, 1, "no speech recognised")) == [CancelTurn(1, DISCARDED, False, True)]
+    (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
+    assert start.turn_id == 2 and not start.speculative
+
+
+def test_speculation_can_be_switched_off():
+    m = machine(speculative=False)
+    m.handle(SpeechStarted(0.5))
+    assert m.handle(SpeechPaused(2.15, SPEECH)) == []
+
+
+# --- idle timeout --------------------------------------------------------------------------------------------
+def test_idle_timeout_fires_on_ticks_while_nothing_the_user_does_arrives():
+    m = TurnTaking(idle_timeout_s=10, now=0.0)
+    assert m.handle(Tick(9.0, workers_ready=True)) == []
+    assert m.handle(Tick(10.5, workers_ready=True)) == [Send("out_time"), CloseSession("idle")]
+
+
+def test_the_idle_clock_starts_when_the_client_is_told_it_is_connected():
+    m = TurnTaking(idle_timeout_s=10, now=0.0)
+    m.handle(Connected(0.5))
+    assert m.handle(Tick(10.2, workers_ready=True)) == []
+    assert of(m.handle(Tick(10.6, workers_ready=True)), CloseSession)
+
+
+def test_waiting_for_models_or_an_answer_is_not_idleness():
+    m = TurnTaking(idle_timeout_s=10, now=0.0)
+    assert m.handle(Tick(30.0, workers_ready=False)) == []
+    assert m.handle(Tick(35.0, workers_ready=True)) == []  # the clock restarted when the models came up
+    turn = spoken_turn(m, now=36.0)
+    assert m.handle(Tick(60.0, workers_ready=True)) == []  # thinking
+    m.handle(TurnUnanswered(60.0, turn, "error"))
+    assert m.handle(Tick(69.0, workers_ready=True)) == []
+    assert of(m.handle(Tick(71.0, workers_ready=True)), CloseSession)
+
+
+def test_speech_typing_and_recording_count_as_activity():
+    for event in (SpeechStarted(8.0), TextTyped(8.0, "hi"), RecordingToggled(8.0, "recording started")):
+        m = TurnTaking(idle_timeout_s=10, now=0.0)
+        m.handle(event)
+        m.handle(Interrupted(8.0, "reset"))
+        m.user_speaking = False
+        assert m.handle(Tick(15.0, workers_ready=True)) == [], event

@@ -1,0 +1,415 @@
+"""One session's turn-taking, decided in one place.
+
+What speech onset, a pause, end of speech, typed text, recording start/stop, reset, the workers' outputs and the
+clock do to the assistant's turn. Pure: no threads, no I/O, the time comes with each event. ``TurnTaking.handle``
+takes an event and returns the actions the front carries out (``vita/turn_control.py``); ``route`` says whether a
+worker output for a turn is delivered, held or dropped.
+
+A turn's life: LISTENING → (start) THINKING → (first audio) SPEAKING → (client played the last audio) LISTENING.
+Speech onset while THINKING or SPEAKING cancels the turn (barge-in). A pause in speech may start a *speculative*
+turn (ASR and generation run while the end-of-speech wait goes on); its outputs are held. The end of speech
+commits it without redoing anything; speech resuming discards it: no audio, no history, no turn-log row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    LISTENING = "listening"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+
+
+class Route(StrEnum):
+    DELIVER = "deliver"  # the committed active turn's output
+    HOLD = "hold"  # the speculative turn's output: kept until it is committed or discarded
+    DROP = "drop"  # a cancelled, discarded or superseded turn's output
+
+
+DISCARDED = "speech resumed"  # the reason a speculative turn is dropped
+
+
+@dataclass(frozen=True)
+class Speech:
+    """Audio of the user's speech and when it was spoken (monotonic seconds)."""
+
+    pcm: bytes
+    started_at: float
+    ended_at: float
+    details: dict = field(default_factory=dict, compare=False)
+
+
+# --- events ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpeechStarted:
+    now: float
+
+
+@dataclass(frozen=True)
+class SpeechDropped:
+    """A reported start was too short to keep (a cough, a click)."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class SpeechPaused:
+    """The speech so far, once the user has paused briefly: a candidate for a speculative turn."""
+
+    now: float
+    speech: Speech
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    now: float
+
+
+@dataclass(frozen=True)
+class UtteranceEnded:
+    now: float
+    speech: Speech
+
+
+@dataclass(frozen=True)
+class TextTyped:
+    now: float
+    text: str
+
+
+@dataclass(frozen=True)
+class RecordingToggled:
+    now: float
+    reason: str  # "recording started" / "recording stopped"
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The front stops the turn: "reset" (history cleared), "worker failed", "server stopping"."""
+
+    now: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class AudioSent:
+    """Reply audio for turn_id went to the client; it plays gap-free from when it arrives."""
+
+    now: float
+    turn_id: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReplyComplete:
+    """The voice sent the turn's last audio."""
+
+    now: float
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class PlaybackDone:
+    """The time a FinishAfter asked for has come."""
+
+    now: float
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class TurnUnanswered:
+    """The LLM ended the turn with nothing to say (no speech recognised, an error)."""
+
+    now: float
+    turn_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+    workers_ready: bool
+
+
+@dataclass(frozen=True)
+class Connected:
+    """The client has been told it is connected: the idle clock starts here."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    now: float
+
+
+Event = (SpeechStarted | SpeechDropped | SpeechPaused | SpeechResumed | UtteranceEnded | TextTyped
+         | RecordingToggled | Interrupted | AudioSent | ReplyComplete | PlaybackDone | TurnUnanswered | Tick
+         | Connected | Disconnected)
+
+
+# --- actions ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StartTurn:
+    """Send a TurnRequest to the workers (speculative: its outputs are held until CommitTurn)."""
+
+    turn_id: int
+    speech: Speech | None
+    text: str
+    speculative: bool = False
+
+
+@dataclass(frozen=True)
+class CommitTurn:
+    """The turn is real: tell the client, log it, release its held outputs."""
+
+    turn_id: int
+    speech: Speech | None
+    text: str
+
+
+@dataclass(frozen=True)
+class CancelTurn:
+    """Stop the turn in the workers. ``audible``: the client knew of it (stop_tts, turn_cancelled, state);
+    ``forget``: it never happened (a discarded speculative turn: no history, no log)."""
+
+    turn_id: int
+    reason: str
+    audible: bool
+    forget: bool = False
+
+
+@dataclass(frozen=True)
+class Send:
+    event: str
+    payload: object = None
+
+
+@dataclass(frozen=True)
+class FinishAfter:
+    """Deliver PlaybackDone(turn_id) after ``delay`` seconds: the client is still playing the reply."""
+
+    turn_id: int
+    delay: float
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """The turn ended with its reply played (or nothing to play): count and log it."""
+
+    turn_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    reason: str
+
+
+Action = StartTurn | CommitTurn | CancelTurn | Send | FinishAfter | TurnDone | CloseSession
+
+
+class TurnTaking:
+    """The turn state of one session. Not thread-safe: its owner serialises calls."""
+
+    def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True):
+        self.idle_timeout_s = idle_timeout_s
+        self.speculative_enabled = speculative
+        self.phase = Phase.LISTENING
+        self.active_turn: int | None = None
+        self.speculative = False  # the active turn is speculative (not yet committed)
+        self.user_speaking = False
+        self.pending_text = ""  # typed while the user was speaking: joins the spoken turn
+        self.last_activity = now
+        self.playback_ends_at = 0.0
+        self.turn_started_at = 0.0  # when the active turn became real
+        self.speech_end_at: float | None = None  # the active turn's last voiced sample
+        self.first_audio_sent = False
+        self._last_turn = 0
+        self._speculative_speech: Speech | None = None
+
+    # --- queries -----------------------------------------------------------------------------------------------
+    def route(self, turn_id: int | None) -> Route:
+        if turn_id is None or turn_id != self.active_turn:
+            return Route.DROP
+        return Route.HOLD if self.speculative else Route.DELIVER
+
+    def idle_for(self, now: float) -> float:
+        return now - self.last_activity
+
+    # --- the machine -------------------------------------------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        handler = getattr(self, f"_on_{type(event).__name__}")
+        return handler(event)
+
+    def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
+        self.last_activity = e.now
+        self.user_speaking = True
+        actions: list[Action] = [Send("vad", {"speaking": True})]
+        if self.active_turn is not None and not self.speculative:
+            actions += self._cancel("barge-in")
+        return actions
+
+    def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
+        self.user_speaking = False
+        return [Send("vad", {"speaking": False, "dropped": True})]
+
+    def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
+        if not self.speculative_enabled or not self.user_speaking:
+            return []
+        actions = self._cancel("new turn") if self.active_turn is not None else []
+        turn_id = self._new_turn()
+        self.speculative = True
+        self._speculative_speech = e.speech
+        return actions + [StartTurn(turn_id, e.speech, "", speculative=True)]
+
+    def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
+        self.last_activity = e.now
+        if self.active_turn is None or not self.speculative:
+            return []
+        return self._cancel(DISCARDED)
+
+    def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
+        self.last_activity = e.now
+        self.user_speaking = False
+        text, self.pending_text = self.pending_text, ""
+        actions: list[Action] = [Send("vad", {"speaking": False})]
+        if self.active_turn is not None and self.speculative and not text:
+            turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
+            self.speculative = False
+            self._speculative_speech = None
+            return actions + self._commit(turn_id, e.speech, text, e.now)
+        if self.active_turn is not None:
+            actions += self._cancel("new turn")
+        turn_id = self._new_turn()
+        return actions + [StartTurn(turn_id, e.speech, text)] + self._commit(turn_id, e.speech, text, e.now)
+
+    def _on_TextTyped(self, e: TextTyped) -> list[Action]:
+        self.last_activity = e.now
+        if self.user_speaking:  # the user is mid-sentence: the text joins that turn
+            self.pending_text = f"{self.pending_text} {e.text}".strip()
+            actions: list[Action] = [Send("text_queued", {"text": e.text})]
+            if self.speculative and self.active_turn is not None:
+                actions += self._cancel(DISCARDED)  # the speculative turn did not have this text
+            return actions
+        actions = self._cancel("new turn") if self.active_turn is not None else []
+        turn_id = self._new_turn()
+        return actions + [StartTurn(turn_id, None, e.text)] + self._commit(turn_id, None, e.text, e.now)
+
+    def _on_RecordingToggled(self, e: RecordingToggled) -> list[Action]:
+        self.last_activity = e.now
+        self.user_speaking = False
+        self.pending_text = ""
+        if self.active_turn is not None and not self.speculative:
+            return self._cancel(e.reason)
+        actions = self._cancel(DISCARDED) if self.active_turn is not None else []
+        return actions + [Send("stop_tts")]
+
+    def _on_Interrupted(self, e: Interrupted) -> list[Action]:
+        return self._cancel(e.reason)
+
+    def _on_AudioSent(self, e: AudioSent) -> list[Action]:
+        if self.route(e.turn_id) is not Route.DELIVER:
+            return []
+        actions: list[Action] = []
+        if self.phase is not Phase.SPEAKING:
+            self.phase = Phase.SPEAKING
+            actions.append(Send("state", {"state": "speaking", "turn_id": e.turn_id}))
+        if not self.first_audio_sent:
+            self.first_audio_sent = True
+            times = {"first_audio_s": e.now - self.turn_started_at}
+            if self.speech_end_at is not None:
+                times["voice_to_voice_s"] = e.now - self.speech_end_at
+            actions.append(Send("timings", {"turn_id": e.turn_id, "stage": "front", **times}))
+        self.playback_ends_at = max(self.playback_ends_at, e.now) + e.seconds
+        return actions
+
+    def _on_ReplyComplete(self, e: ReplyComplete) -> list[Action]:
+        if self.route(e.turn_id) is not Route.DELIVER:
+            return []
+        left = self.playback_ends_at - e.now
+        if left > 0:  # the turn stays interruptible until the client has played what it was sent
+            return [FinishAfter(e.turn_id, left)]
+        return self._finish(e.turn_id, "done", e.now)
+
+    def _on_PlaybackDone(self, e: PlaybackDone) -> list[Action]:
+        if self.route(e.turn_id) is not Route.DELIVER:
+            return []
+        return self._finish(e.turn_id, "done", e.now)
+
+    def _on_TurnUnanswered(self, e: TurnUnanswered) -> list[Action]:
+        if e.turn_id != self.active_turn:
+            return []
+        if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
+            self.active_turn = None
+            self.speculative = False
+            return [CancelTurn(e.turn_id, DISCARDED, audible=False, forget=True)]
+        return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
+
+    def _on_Tick(self, e: Tick) -> list[Action]:
+        if not e.workers_ready or self.phase is not Phase.LISTENING or self.active_turn is not None:
+            self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
+            return []
+        if self.idle_for(e.now) > self.idle_timeout_s:
+            return [Send("out_time"), CloseSession("idle")]
+        return []
+
+    def _on_Connected(self, e: Connected) -> list[Action]:
+        self.last_activity = e.now
+        return []
+
+    def _on_Disconnected(self, e: Disconnected) -> list[Action]:
+        self.user_speaking = False
+        if self.active_turn is None:
+            return []
+        speculative, turn_id = self.speculative, self.active_turn
+        self._reset_turn()
+        return [CancelTurn(turn_id, DISCARDED if speculative else "disconnect", audible=False,
+                           forget=speculative)]
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+    def _new_turn(self) -> int:
+        self._last_turn += 1
+        self.active_turn = self._last_turn
+        self.speculative = False
+        self.first_audio_sent = False
+        self.playback_ends_at = 0.0
+        return self._last_turn
+
+    def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:
+        self.phase = Phase.THINKING
+        self.turn_started_at = now
+        self.speech_end_at = speech.ended_at if speech is not None else None
+        return [CommitTurn(turn_id, speech, text), Send("state", {"state": "thinking", "turn_id": turn_id})]
+
+    def _reset_turn(self) -> None:
+        self.active_turn = None
+        self.speculative = False
+        self._speculative_speech = None
+        self.phase = Phase.LISTENING
+        self.playback_ends_at = 0.0
+
+    def _cancel(self, reason: str) -> list[Action]:
+        """Cancel the active turn; the client hears of it only if it had been told of the turn."""
+        turn_id, speculative, busy = self.active_turn, self.speculative, self.phase is not Phase.LISTENING
+        if turn_id is None:
+            return []
+        self._reset_turn()
+        if speculative:
+            return [CancelTurn(turn_id, DISCARDED, audible=False, forget=True)]
+        actions: list[Action] = [Send("stop_tts"), CancelTurn(turn_id, reason, audible=True),
+                                 Send("turn_cancelled", {"turn_id": turn_id, "reason": reason})]
+        if busy:
+            actions.append(Send("state", {"state": "listening", "turn_id": turn_id, "reason": reason}))
+        return actions
+
+    def _finish(self, turn_id: int, reason: str, now: float, reason_in_state: bool = False) -> list[Action]:
+        self._reset_turn()
+        self.last_activity = now
+        state = {"state": "listening", "turn_id": turn_id}
+        if reason_in_state:
+            state["reason"] = reason
+        return [TurnDone(turn_id, reason), Send("state", state)]
