@@ -59,9 +59,18 @@ def load_questions(which: str) -> list[dict]:
     return [q for q in qs if which == "all" or q["set"] == which]
 
 
+_NUMBERS = {w: str(i) for i, w in enumerate(
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"])}
+
+
 def _norm(text: str) -> str:
     text = text.lower().replace("’", "'")
     return " " + re.sub(r"[^a-z0-9' ]+", " ", text.replace("-", " ")) + " "
+
+
+def _digits(text: str) -> str:
+    """Number words as digits, so "ten" and "10" (as Whisper writes it) are one word."""
+    return " ".join(_NUMBERS.get(w, w) for w in text.split())
 
 
 def _has(text: str, phrase: str) -> bool:
@@ -76,12 +85,13 @@ def is_right(question: dict, reply: str) -> bool:
 
 
 def key_words(question: str) -> list[str]:
-    words = [w for w in _norm(question).split() if len(w) >= 4 and w not in _STOP]
-    return sorted(words, key=len, reverse=True)[:2]
+    """The question's two longest content words (numbers count whatever their length)."""
+    words = [w for w in _digits(_norm(question)).split() if (len(w) >= 4 or w.isdigit()) and w not in _STOP]
+    return sorted(words, key=lambda w: (w.isdigit(), len(w)), reverse=True)[:2]
 
 
 def heard_ok(question: str, transcript: str) -> bool:
-    text = _norm(transcript)
+    text = f" {_digits(_norm(transcript))} "
     return all(f" {w} " in text for w in key_words(question))
 
 
@@ -90,6 +100,7 @@ def mark_repeats(results: list[Result], questions: dict[str, dict]) -> None:
     follow-up may repeat the answer it follows ("Please say that again.")."""
     seen: dict[str, Result] = {}
     for r in results:
+        r.repeat_of = None
         key = _norm(r.reply).strip()
         if key and key in seen and _norm(seen[key].question) != _norm(r.question) \
                 and questions[r.id].get("after") != seen[key].id:
