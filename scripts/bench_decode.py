@@ -1,0 +1,64 @@
+"""Benchmark the LLM engine alone: first token and decode tokens/s with this config (dtype, compilation...).
+
+Usage: .venv/bin/python scripts/bench_decode.py [--config FILE]   e.g. a file with `llm: {dtype: bfloat16}`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer day at the beach.",
+           "Explain how a car engine works.", "What is the capital of France?"]
+
+
+async def measure(config) -> None:
+    from transformers import AutoTokenizer
+
+    from vita.prompting import ConversationHistory, PromptBuilder
+    from workers.generation import EnginePrompt, SamplingSettings
+    from workers.local_engine import LocalVllmEngine
+
+    started = time.monotonic()
+    engine = LocalVllmEngine(config)
+    await engine.start(lambda *_: None)
+    print(f"{engine.description}: engine loaded in {time.monotonic() - started:.0f} s", flush=True)
+    builder = PromptBuilder(AutoTokenizer.from_pretrained(str(config.llm_model_path())), config.llm.prompt_style,
+                            config.llm.persona)
+    firsts, rates = [], []
+    for i, question in enumerate(PROMPTS * 2):
+        prompt = EnginePrompt(builder.build(ConversationHistory(0), question), None, tuple(builder.stop))
+        sent, first, tokens = time.monotonic(), None, 0
+        async for delta in engine.stream(prompt, SamplingSettings(48, 0.0), f"bench-{i}"):
+            tokens += delta.tokens
+            first = first if first is not None else time.monotonic() - sent
+        total = time.monotonic() - sent
+        if i and tokens > 1:  # the first request warms up
+            firsts.append(first)
+            rates.append((tokens - 1) / (total - first))
+    print(f"first token p50 {statistics.median(firsts):.3f} s, decode p50 {statistics.median(rates):.1f} tokens/s")
+    engine.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+    args = parser.parse_args()
+    from vita.config import load_config
+    from workers.llm_worker import device_env
+
+    config = load_config(args.config)
+    os.environ.update(device_env(config))  # before vLLM is imported: threads, KV cache space
+    asyncio.run(measure(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
