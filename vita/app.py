@@ -21,12 +21,12 @@ from vita.logs import turn_ids
 from vita.message_queue import QueueProbe, socketio_options
 from vita.messages import REPLY_MODES, EndSession, ResetHistory
 from vita.metrics import CONTENT_TYPE, FrontMetrics
+from vita.models import available_voices
 from vita.sessions import Session, SessionRegistry
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
 from vita.turn_taking import Connected, Disconnected, RecordingToggled
 from vita.web_root import WebRoot
-from workers.tts_worker import available_voices
 
 log = logging.getLogger("vita.app")
 WEB_DIR = PROJECT_ROOT / "web"

@@ -9,9 +9,11 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from vita.config import Config, ConfigError, load_config, validate
+from vita.process_graph import WorkerSpec
 
 log = logging.getLogger("vita.server")
 
@@ -90,7 +92,8 @@ def _family(ip: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in ip else socket.AF_INET
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
+    """Run the server with these worker processes (server.py names them: vita/ never imports workers/)."""
     try:
         config = config_from_args(argv)
         _check_models(config)
@@ -106,10 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from vita.app import FrontApp
     from vita.dispatcher import OutputDispatcher
-    from vita.process_graph import ProcessGraph, WorkerSpec
+    from vita.process_graph import ProcessGraph
     from vita.tls import ensure_self_signed, server_context
-    from workers.llm_worker import run_llm_worker
-    from workers.tts_worker import run_tts_worker
 
     s = config.server
     ssl_context = None
@@ -122,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         ssl_context = server_context(cert, key)
 
     try:  # bind before starting workers: a busy port is an operator error, not a crash a minute later
-        graph = ProcessGraph(config, [WorkerSpec("llm", run_llm_worker, "requests"),
-                                      WorkerSpec("tts", run_tts_worker, "tts", daemon=True)])
+        graph = ProcessGraph(config, list(workers))
         front = FrontApp(config, graph)
         listener = socket.create_server((s.ip, s.port), family=_family(s.ip), reuse_port=False)
         server = make_server(s.ip, s.port, front.flask, threaded=True, ssl_context=ssl_context,

@@ -247,6 +247,12 @@ def _selected(names: tuple[str, ...] | None, extra: tuple[str, ...] = ()) -> lis
     return [m for m in EMBEDDED_MODELS if not m.optional or m.name in extra]
 
 
+def available_voices(models_dir: Path) -> list[str]:
+    """The Piper voices assembled under models_dir (the front lists them, the TTS worker loads them)."""
+    root = models_dir / "piper"
+    return sorted(p.name for p in root.iterdir() if (p / "voice.onnx").is_file()) if root.is_dir() else []
+
+
 def missing_models(models_dir: Path, names: tuple[str, ...] | None = None) -> list[str]:
     """Names of models (all but the optional ones, or ``names``) whose folder does not match the manifest
     (absent, partial, or resized files)."""

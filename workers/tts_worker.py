@@ -27,6 +27,7 @@ from vita.messages import (
     TurnTimings,
     WorkerState,
 )
+from vita.models import available_voices
 from workers.common import StatusReporter, prepare_process, run_stage
 from workers.tts_text import normalize_for_speech
 
@@ -45,11 +46,6 @@ class PiperEngine:
     def synthesize(self, text: str) -> Iterator[np.ndarray]:
         for chunk in self.voice.synthesize(text):
             yield np.frombuffer(chunk.audio_int16_bytes, dtype=np.int16)
-
-
-def available_voices(models_dir: Path) -> list[str]:
-    root = models_dir / "piper"
-    return sorted(p.name for p in root.iterdir() if (p / "voice.onnx").is_file()) if root.is_dir() else []
 
 
 @dataclass
