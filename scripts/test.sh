@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Set up (with the test tools) if needed, then lint and run the whole test suite. Extra arguments go to pytest.
+#   --fast: only the tests that load no model and start no server (pure logic, seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VITA_EXTRAS=test bash scripts/setup.sh
+VENV=${VITA_VENV:-.venv}
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    "$VENV/bin/ruff" check .
+    exec "$VENV/bin/python" -m pytest -m fast "$@"
+fi
 # System programs the tests start for real: Debian's Chromium for the page test (the test tools cannot download
 # their own browser here) and Debian's redis-server for the several-front-processes test.
 missing=()
@@ -19,6 +26,5 @@ if [ ${#missing[@]} -gt 0 ]; then
         exit 1
     fi
 fi
-VENV=${VITA_VENV:-.venv}
 "$VENV/bin/ruff" check .
 exec "$VENV/bin/python" -m pytest "$@"

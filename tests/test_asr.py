@@ -10,6 +10,7 @@ from vita.config import Config
 from workers.asr import WhisperTranscriber, window_seconds
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("audio_s", "short", "window"), [
     (2.0, True, 10.0), (9.0, True, 10.0), (12.5, True, 13.5), (28.9, True, 29.9), (29.0, True, None),
     (2.0, False, None),

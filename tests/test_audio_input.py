@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from vita.audio_input import AudioFormatError, decode_audio_message
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 LIMIT = 64_000
 PCM = np.array([0, 1, -1, 32767, -32768, 1234], dtype=np.int16)
 

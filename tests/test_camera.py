@@ -10,6 +10,8 @@ import pytest
 
 from vita.camera import FrameBuffer, FrameError, decode_frame
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 
 def data_url(image: bytes, media: str = "image/jpeg") -> str:
     return f"data:{media};base64," + base64.b64encode(image).decode()

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 
 def run_server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "server.py"), *args], cwd=ROOT, capture_output=True,

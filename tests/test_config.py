@@ -5,6 +5,8 @@ import pytest
 from vita.cli import config_from_args
 from vita.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, validate
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 
 def test_default_yaml_equals_builtin_defaults():
     # The YAML documents the defaults; both must agree or the comments lie.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vita.cpu import cpu_dtype, omp_threads_bind, read_cpu
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma\n"
 AVX512_BF16 = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_bf16\n"

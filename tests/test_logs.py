@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
 from vita.logs import JsonFormatter, TextFormatter, turn_ids
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def record(message: str, **extra) -> logging.LogRecord:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vita.process_graph import RestartBackoff
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def test_a_worker_that_keeps_dying_is_restarted_less_and_less_often():

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from vita.sessions import Session, SessionRegistry
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def test_repeated_errors_are_rate_limited_per_code():

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import pytest
+
 from vita.speech_pieces import PieceSplitter, ReplyShaper, WordBudget, clean_for_speech, end_cleanly
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def stream(text: str, step: int = 3) -> list[str]:

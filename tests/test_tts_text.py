@@ -4,6 +4,8 @@ import pytest
 
 from workers.tts_text import normalize_for_speech, number_to_words
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 
 @pytest.mark.parametrize(("text", "spoken"), [
     ("3.5 km", "three point five kilometers"),

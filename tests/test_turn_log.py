@@ -9,8 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT
 from vita.turn_log import TurnLogger, open_db, prune, read_turns
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def wait_written(logger: TurnLogger, count: int, timeout: float = 5.0) -> None:

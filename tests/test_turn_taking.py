@@ -34,6 +34,8 @@ from vita.turn_taking import (
     UtteranceEnded,
 )
 
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
 SPEECH = Speech(b"\0\0" * 1600, started_at=0.5, ended_at=2.0)
 LONGER = Speech(b"\0\0" * 3200, started_at=0.5, ended_at=3.0)
 
