@@ -1,0 +1,158 @@
+"""The LLM worker's own logic against a scripted TextEngine: reply budget, piece cutting, cancel, discarded
+speculative turns, history, timings. No model is loaded; the real engine is in tests/test_llm_worker.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+
+import pytest
+
+from vita.config import Config
+from vita.messages import CancelTurn, ReplyText, TtsPiece, TurnEnded, TurnRequest, TurnTimings
+from vita.prompting import PromptBuilder
+from workers.common import StatusReporter
+from workers.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm_worker import LlmWorker
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+
+class ScriptedEngine:
+    """A TextEngine that 'generates' the given words, one token each, a few milliseconds apart."""
+
+    description = "scripted engine (unit tests)"
+
+    def __init__(self, words: list[str], step_s: float = 0.002):
+        self.words, self.step_s = words, step_s
+        self.aborted: list[str] = []
+        self.prompts: list[EnginePrompt] = []
+
+    async def start(self, report) -> None:
+        return None
+
+    async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str):
+        self.prompts.append(prompt)
+        for i, word in enumerate(self.words[: sampling.max_tokens]):
+            await asyncio.sleep(self.step_s)
+            yield Delta(("" if i == 0 else " ") + word, 1, 20 if i == 0 else None)
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    async def aclose(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def make_worker(words: list[str], **llm) -> tuple[LlmWorker, ScriptedEngine]:
+    config = Config()
+    for key, value in llm.items():
+        setattr(config.llm, key, value)
+    outbox: queue.Queue = queue.Queue()
+    worker = LlmWorker(config, queue.Queue(), queue.Queue(), outbox,
+                       StatusReporter("llm", outbox, logging.getLogger("test.llm-logic")))
+    worker.engine = engine = ScriptedEngine(words)
+    worker.prompts = PromptBuilder(None, "chat", config.llm.persona)  # no tokenizer: messages only
+    return worker, engine
+
+
+def drained(q: queue.Queue) -> list:
+    out = []
+    while not q.empty():
+        out.append(q.get_nowait())
+    return out
+
+
+def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None = None,
+             cancel_after_pieces: int = 1) -> None:
+    async def scenario() -> None:
+        task = asyncio.create_task(worker._run_turn(request))
+        worker.running[request.session_id] = (request.turn_id, task)
+        if cancel is not None:
+            while sum(1 for m in list(worker.tts.queue) if isinstance(m, TtsPiece) and m.text) < cancel_after_pieces:
+                await asyncio.sleep(0.001)
+            worker._handle(cancel)
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def spoken_text(pieces: list) -> str:
+    return " ".join(p.text for p in pieces if isinstance(p, TtsPiece) and p.text)
+
+
+def test_a_run_on_reply_stops_at_the_word_budget_and_the_generation_is_aborted():
+    words = ("The sky is blue today. " + "It has no clouds and the sun shines on every single hill. " * 6).split()
+    worker, engine = make_worker(words, max_reply_words=12, first_piece_words=4, max_tokens=64)
+    run_turn(worker, TurnRequest("s", 1, text="How is the weather?"))
+    pieces = drained(worker.tts)
+    said = [p.text for p in pieces if isinstance(p, TtsPiece) and p.text]
+    assert said[0] == "The sky is blue" and " ".join(said) == "The sky is blue today."
+    assert pieces[-1].last and engine.aborted == ["s:1"]
+    (exchange,) = worker.histories["s"]
+    assert exchange.assistant == "The sky is blue today." and not exchange.interrupted
+
+
+def test_a_reply_cut_by_the_token_limit_ends_on_a_whole_word():
+    worker, _ = make_worker(["Paris", "is", "the", "capital", "of", "Fra"], max_tokens=6, first_piece_words=0)
+    run_turn(worker, TurnRequest("s", 1, text="Capital of France?"))
+    assert spoken_text(drained(worker.tts)) == "Paris is the capital of."
+
+
+def test_timings_and_the_reply_text_are_reported():
+    worker, _ = make_worker(["Hello", "there,", "friend."])
+    run_turn(worker, TurnRequest("s", 1, text="Hi"))
+    outputs = drained(worker.outbox)
+    (timings,) = [m for m in outputs if isinstance(m, TurnTimings)]
+    for key in ("first_token_s", "first_piece_s", "generate_s", "tokens", "prompt_tokens", "context_turns"):
+        assert key in timings.timings, key
+    assert "".join(m.delta for m in outputs if isinstance(m, ReplyText)) == "Hello there, friend."
+    assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["done"]
+
+
+def test_a_cancelled_turn_keeps_what_was_said_marked_interrupted():
+    worker, _ = make_worker(("Well, " + "this is a long answer that goes on. " * 5).split(), first_piece_words=0)
+    worker.engine.step_s = 0.01
+    run_turn(worker, TurnRequest("s", 1, text="Tell me"), CancelTurn("s", 1, "barge-in"))
+    said = spoken_text(drained(worker.tts))
+    (exchange,) = worker.histories["s"]
+    assert exchange.interrupted and exchange.assistant == said and said.startswith("Well,")
+    assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
+
+
+def test_a_discarded_speculative_turn_leaves_no_history_even_if_it_spoke():
+    worker, _ = make_worker(("Well, " + "this is a long answer that goes on. " * 5).split(), first_piece_words=0)
+    worker.engine.step_s = 0.01
+    run_turn(worker, TurnRequest("s", 1, text="Tell me", speculative=True),
+             CancelTurn("s", 1, "speech resumed", forget=True))
+    assert spoken_text(drained(worker.tts)).startswith("Well,")  # held by the front, never played
+    assert list(worker.histories["s"]) == [] and not worker.forgotten
+
+
+def test_a_speculative_turn_discarded_after_it_finished_is_taken_back_from_history():
+    worker, _ = make_worker(["Yes."])
+    run_turn(worker, TurnRequest("s", 1, text="Ready?", speculative=True))
+    run_turn(worker, TurnRequest("s", 2, text="Ready now?"))
+    assert [ex.turn_id for ex in worker.histories["s"]] == [1, 2]
+    worker._handle(CancelTurn("s", 1, "speech resumed", forget=True))
+    assert [ex.turn_id for ex in worker.histories["s"]] == [2]
+
+
+def test_nothing_said_before_a_cancel_leaves_no_history():
+    worker, engine = make_worker(["word"] * 40, first_piece_words=0)
+    engine.step_s = 0.01
+
+    async def scenario() -> None:
+        task = asyncio.create_task(worker._run_turn(TurnRequest("s", 1, text="Hi")))
+        worker.running["s"] = (1, task)
+        await asyncio.sleep(0.03)  # a few tokens in, no piece yet (no boundary)
+        worker._handle(CancelTurn("s", 1, "barge-in"))
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert not spoken_text(drained(worker.tts)) and list(worker.histories["s"]) == []
