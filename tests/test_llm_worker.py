@@ -186,8 +186,8 @@ def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
 
 def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     llm.inbox.put(TurnRequest("cut", 1, text=LONG_REPLY))
-    # Cancel as soon as the first piece is out, or failing that the first tokens: mid-generation either way.
-    assert llm.wait(lambda: bool(pieces(llm, "cut")) or len(llm.of("cut", ReplyText)) >= 3, 60)
+    # Cancel as soon as the first piece is out: mid-generation, with something said to keep in history.
+    assert llm.wait(lambda: bool(pieces(llm, "cut")), 60)
     cancelled_at = time.monotonic()
     llm.inbox.put(CancelTurn("cut", 1, "barge-in"))
     assert llm.wait_ended("cut").reason == "cancelled"
