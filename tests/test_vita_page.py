@@ -12,15 +12,17 @@ import pytest
 
 from tests.browser import chromium, open_page, write_wav
 from tests.conftest import ROOT, running_server
-from tests.speech import silence, spoken
+from tests.speech import silence, spoken, voiced_span
 
 VITA_PAGE = ROOT / "tests" / "data" / "vita_page"
+QUESTION = "What is the capital of France?"
+LEAD_S = 1.0
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     wav = tmp_path_factory.mktemp("mic") / "question.wav"
-    write_wav(wav, np.concatenate([silence(1.0), spoken("What is the capital of France?"), silence(6.0)]))
+    write_wav(wav, np.concatenate([silence(LEAD_S), spoken(QUESTION), silence(6.0)]))
     # A page handed over by request interception has no address of its own, so Chromium's Local Network Access
     # check would treat it as public and refuse its WebSocket to 127.0.0.1 (socket.io then falls back to long
     # polling). Pages the server itself serves (the --web_root test) pass the check either way.
@@ -46,8 +48,10 @@ def check_turn(probe: dict, page) -> None:
     assert probe["responseText"].strip(), probe
     assert probe["events"] == [], probe
     assert not page.problems, page.problems
-    print(f"VITA page: first reply audio {(probe['firstAudioAt'] - probe['startedAt']) / 1000:.2f} s after "
-          f"recording started; reply {probe['responseText']!r}")
+    question_ends = LEAD_S + voiced_span(spoken(QUESTION))[1]  # in the fake microphone's timeline
+    after = (probe["firstAudioAt"] - probe["startedAt"]) / 1000 - question_ends
+    print(f"VITA page: first reply audio ~{after:.2f} s after the question's last voiced sample (the fake microphone "
+          f"starts with the recording); reply {probe['responseText']!r}")
 
 
 def test_worklet_is_served_where_vitas_page_looks_for_it(server):
