@@ -229,7 +229,6 @@ class TurnTaking:
         self.speech_end_at: float | None = None  # the active turn's last voiced sample
         self.first_audio_sent = False
         self._last_turn = 0
-        self._speculative_speech: Speech | None = None
 
     # --- queries -----------------------------------------------------------------------------------------------
     def route(self, turn_id: int | None) -> Route:
@@ -263,7 +262,6 @@ class TurnTaking:
         actions = self._cancel("new turn") if self.active_turn is not None else []
         turn_id = self._new_turn()
         self.speculative = True
-        self._speculative_speech = e.speech
         return actions + [StartTurn(turn_id, e.speech, "", speculative=True)]
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
@@ -280,7 +278,6 @@ class TurnTaking:
         if self.active_turn is not None and self.speculative and not text:
             turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
             self.speculative = False
-            self._speculative_speech = None
             return actions + self._commit(turn_id, e.speech, text, e.now)
         if self.active_turn is not None:
             actions += self._cancel("new turn")
@@ -388,7 +385,6 @@ class TurnTaking:
     def _reset_turn(self) -> None:
         self.active_turn = None
         self.speculative = False
-        self._speculative_speech = None
         self.phase = Phase.LISTENING
         self.playback_ends_at = 0.0
 
