@@ -105,10 +105,10 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
     setup_logging("front", config.server.log_level, config.server.log_format)
 
-    from werkzeug.serving import make_server
 
     from vita.app import FrontApp
     from vita.dispatcher import OutputDispatcher
+    from vita.http_server import FrontServer
     from vita.process_graph import ProcessGraph
     from vita.tls import ensure_self_signed, server_context
 
@@ -126,8 +126,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
         graph = ProcessGraph(config, list(workers))
         front = FrontApp(config, graph)
         listener = socket.create_server((s.ip, s.port), family=_family(s.ip), reuse_port=False)
-        server = make_server(s.ip, s.port, front.flask, threaded=True, ssl_context=ssl_context,
-                             fd=listener.fileno())
+        server = FrontServer(s.ip, s.port, front.flask, ssl_context, fd=listener.fileno())
     except OSError as exc:
         print(f"server.py: error: --port: cannot listen on {s.ip}:{s.port} ({exc.strerror})", file=sys.stderr)
         return 2
