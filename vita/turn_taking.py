@@ -189,6 +189,14 @@ class Send:
 
 
 @dataclass(frozen=True)
+class FirstAudio:
+    """The turn's first reply audio went out: report these times (first_audio_s, voice_to_voice_s)."""
+
+    turn_id: int
+    times: dict
+
+
+@dataclass(frozen=True)
 class FinishAfter:
     """Deliver PlaybackDone(turn_id) after ``delay`` seconds: the client is still playing the reply."""
 
@@ -209,7 +217,7 @@ class CloseSession:
     reason: str
 
 
-Action = StartTurn | CommitTurn | CancelTurn | Send | FinishAfter | TurnDone | CloseSession
+Action = StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession
 
 
 class TurnTaking:
@@ -320,7 +328,7 @@ class TurnTaking:
             times = {"first_audio_s": e.now - self.turn_started_at}
             if self.speech_end_at is not None:
                 times["voice_to_voice_s"] = e.now - self.speech_end_at
-            actions.append(Send("timings", {"turn_id": e.turn_id, "stage": "front", **times}))
+            actions.append(FirstAudio(e.turn_id, times))
         self.playback_ends_at = max(self.playback_ends_at, e.now) + e.seconds
         return actions
 
@@ -341,9 +349,7 @@ class TurnTaking:
         if e.turn_id != self.active_turn:
             return []
         if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
-            self.active_turn = None
-            self.speculative = False
-            return [CancelTurn(e.turn_id, DISCARDED, audible=False, forget=True)]
+            return self._cancel(DISCARDED)
         return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
 
     def _on_Tick(self, e: Tick) -> list[Action]:

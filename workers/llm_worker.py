@@ -205,8 +205,8 @@ class LlmWorker:
         finished (a very short reply), its exchange is taken back."""
         current = self.running.get(session_id)
         if current and current[0] == turn_id:
-            self.forgotten.add((session_id, turn_id))
-        elif session_id in self.histories:
+            self.forgotten.add((session_id, turn_id))  # cleared by _done when the task ends
+        if session_id in self.histories:
             self.histories[session_id].drop_turn(turn_id)
 
     def _done(self, session_id: str, turn_id: int) -> None:
@@ -286,7 +286,6 @@ class LlmWorker:
                 with contextlib.suppress(Exception):
                     await self.engine.abort(request_id)
             forgotten = (sid, tid) in self.forgotten
-            self.forgotten.discard((sid, tid))
             if user_text and spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
                 self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True, turn_id=tid))
             self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))

@@ -14,8 +14,9 @@ from workers.generation import Delta, EnginePrompt, SamplingSettings
 def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
     """AsyncEngineArgs for this config; omni models also get their per-prompt media limits.
 
-    On a CPU, dtype 'auto' follows the CPU (bf16 only where native). A 32-token KV block lets prefix caching
-    keep the persona's tokens between turns (with vLLM's 128 the short fixed prefix never fills a block).
+    On a CPU, dtype 'auto' follows the CPU (bf16 only where measured faster: AMX). A 32-token KV block lets
+    prefix caching keep the persona's tokens between turns (with vLLM's 128 the short fixed prefix never fills
+    a block).
     """
     llm = config.llm
     dtype = cpu_dtype(llm.dtype, cpu or read_cpu()) if llm.device == "cpu" else llm.dtype
