@@ -8,6 +8,7 @@ one SSL socket from two threads, which now and then kills a wss:// connection wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -85,3 +86,83 @@ class RecordingClient:
 
     def wait_event(self, event: str, timeout: float) -> bool:
         return self.wait_for(lambda evs: any(name == event for _, name, _ in evs), timeout)
+
+
+class RawSocketIO:
+    """Socket.IO spoken by hand over a real WSS socket (websocket-client), for packets a well-behaved client
+    library refuses to send: reserved event names, extra arguments, repeated CONNECTs, lying binary headers."""
+
+    def __init__(self, url: str, headers: list[str] | None = None, join: bool = True):
+        import ssl
+
+        import websocket
+
+        ws_url = url.replace("https://", "wss://").replace("http://", "ws://")
+        self.ws = websocket.create_connection(f"{ws_url}/socket.io/?EIO=4&transport=websocket", timeout=10,
+                                              sslopt={"cert_reqs": ssl.CERT_NONE}, header=headers or [],
+                                              enable_multithread=True)
+        self.handshake = self.ws.recv()  # engine.io OPEN: 0{"sid": ...}
+        self.events: list[tuple[str, object]] = []
+        if join:
+            self.ws.send("40")
+            self.until(lambda packet: packet.startswith("40"))
+
+    def response_header(self, name: str) -> str | None:
+        return (self.ws.getheaders() or {}).get(name.lower())
+
+    def send(self, packet: str | bytes) -> None:
+        if isinstance(packet, bytes):
+            self.ws.send_binary(packet)
+        else:
+            self.ws.send(packet)
+
+    def emit(self, *args: object) -> None:
+        import json
+
+        self.send("42" + json.dumps(list(args)))
+
+    def until(self, predicate, timeout: float = 10) -> str:
+        """Read packets (answering pings, recording events) until one matches; raises when the server closes."""
+        import json
+
+        import websocket
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.ws.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                packet = self.ws.recv()
+            except websocket.WebSocketTimeoutException:
+                continue
+            if packet == "2":
+                self.ws.send("3")
+                continue
+            if isinstance(packet, str) and packet.startswith("42"):
+                name, *data = json.loads(packet[2:])
+                self.events.append((name, data[0] if data else None))
+            if predicate(packet):
+                return packet
+        raise TimeoutError("no matching packet")
+
+    def error_codes(self) -> list[str]:
+        return [data["code"] for name, data in self.events if name == "error" and isinstance(data, dict)]
+
+    def wait_error(self, code: str, timeout: float = 10) -> None:
+        self.until(lambda _packet: code in self.error_codes(), timeout)
+
+    def closed_within(self, timeout: float) -> bool:
+        """True once the server has closed the connection (engine.io CLOSE or the socket ending)."""
+        import websocket
+
+        try:
+            self.until(lambda packet: packet in ("1", "") or packet.startswith("41"), timeout)
+            while True:  # a Socket.IO DISCONNECT may come first: the socket itself must end too
+                self.until(lambda packet: packet in ("1", ""), timeout)
+        except (websocket.WebSocketConnectionClosedException, ConnectionError, OSError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close()

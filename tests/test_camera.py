@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from vita.camera import FrameBuffer, FrameError, decode_frame
+from vita.camera import FrameBuffer, FrameError, decode_frame, image_dimensions
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -33,12 +33,41 @@ def test_a_real_jpeg_decodes_to_its_bytes():
     ("data:text/plain;base64,aGk=", "base64 data URL of"),
     ("data:image/jpeg,rawdata", "base64 data URL of"),
     ("data:image/jpeg;base64,@@@@", "not valid base64"),
-    (data_url(b"\xff\xd8\xff\xe0 truncated"), "does not decode"),
+    (data_url(b"\xff\xd8\xff\xe0 truncated"), "JPEG without a readable frame header"),
+    (data_url(b"GIF89a\x01\x00\x01\x00"), "must be one of"),
     (data_url(jpeg()[: len(jpeg()) // 3]), "does not decode"),
 ])
 def test_bad_frames_are_named(value, needle):
     with pytest.raises(FrameError, match=needle):
         decode_frame(value, 1_000_000)
+
+
+def image_bomb(kind: str) -> bytes:
+    """A few hundred bytes whose header claims 30000 x 30000 pixels (header patched, no pixel data)."""
+    ok, data = cv2.imencode(kind, np.zeros((8, 8, 3), dtype=np.uint8))
+    data = bytearray(data.tobytes())
+    if kind == ".png":
+        data[16:24] = (30000).to_bytes(4, "big") * 2
+    else:
+        sof = data.index(b"\xff\xc0")
+        data[sof + 5:sof + 9] = (30000).to_bytes(2, "big") * 2
+    return bytes(data[:600])
+
+
+@pytest.mark.parametrize("kind, media", [(".png", "image/png"), (".jpg", "image/jpeg")])
+def test_an_image_bomb_is_refused_from_its_header(kind, media):
+    bomb = image_bomb(kind)
+    assert image_dimensions(bomb) == (30000, 30000)
+    with pytest.raises(FrameError, match="30000x30000"):
+        decode_frame(data_url(bomb, media), 1_000_000, max_pixels=12_000_000)
+
+
+@pytest.mark.parametrize("kind, params", [(".jpg", []), (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]), (".png", []),
+                                          (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]),
+                                          (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101])])
+def test_dimensions_come_from_the_header_of_each_format(kind, params):
+    ok, data = cv2.imencode(kind, np.zeros((37, 53, 3), dtype=np.uint8), params)
+    assert image_dimensions(data.tobytes()) == (53, 37)
 
 
 def test_oversized_frames_are_refused_before_decoding():

@@ -11,7 +11,7 @@ import queue
 import pytest
 
 from vita.config import Config
-from vita.messages import CancelTurn, ReplyText, TtsPiece, TurnEnded, TurnRequest, TurnTimings
+from vita.messages import CancelTurn, ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
 from vita.prompting import PromptBuilder
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
@@ -157,3 +157,15 @@ def test_nothing_said_before_a_cancel_leaves_no_history():
 
     asyncio.run(scenario())
     assert not spoken_text(drained(worker.tts)) and list(worker.histories["s"]) == []
+
+
+def test_a_stuck_voice_fails_only_this_turn_with_a_readable_error():
+    worker, _ = make_worker(["Paris", "is", "the", "capital."], first_piece_words=0)
+    worker.tts = queue.Queue(maxsize=1)
+    worker.tts.put("a piece the stuck voice never took")
+    worker.tts_put_timeout_s = 0.01
+    run_turn(worker, TurnRequest("s", 1, text="Capital of France?"))
+    outputs = drained(worker.outbox)
+    assert [m.code for m in outputs if isinstance(m, SessionError)] == ["tts_busy"]
+    assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tts_busy"]
+    assert list(worker.histories["s"]) == [] and not worker.running  # nothing said, nothing kept, no task left

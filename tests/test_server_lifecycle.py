@@ -16,7 +16,7 @@ import socketio
 
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
-from tests.helpers import RecordingClient
+from tests.helpers import RawSocketIO, RecordingClient
 from tests.speech import noise, silence, spoken, stream
 from tests.test_llm_worker import LONG_REPLY
 from vita.turn_log import read_turns
@@ -178,7 +178,7 @@ def test_a_spoken_turn_is_logged_with_its_texts_and_timings(small_server):
         assert 0 < row["timings"][key] < 30, (key, row["timings"])
 
 
-def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int) -> None:
+def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int, restarts: int) -> None:
     """kill -9 one worker while a typed turn is in flight; the session hears about it within seconds."""
     client.sio.emit("text_input", {"text": LONG_REPLY})
     assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "thinking", "turn_id": turn_id}
@@ -200,7 +200,7 @@ def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int) ->
         assert health["state"] in ("starting", "loading"), health
     wait_ready(server, timeout=240)
     health = server.get("/health").json()["workers"][worker]
-    assert health["restarts"] == 1 and health["pid"] != pid
+    assert health["restarts"] == restarts and health["pid"] != pid
     gone, alive = psutil.wait_procs(engine, timeout=5)
     assert not alive, [(p.pid, p.name()) for p in alive]  # vLLM's engine core went with its worker
 
@@ -208,10 +208,11 @@ def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int) ->
 def test_killed_workers_are_restarted_and_the_next_turn_is_answered(small_server):
     wait_ready(small_server)
     assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    restarts = {name: w["restarts"] for name, w in small_server.get("/health").json()["workers"].items()}
     client = RecordingClient(small_server.url).connect()
     try:
-        kill_mid_turn(small_server, client, "tts", 1)
-        kill_mid_turn(small_server, client, "llm", 2)
+        kill_mid_turn(small_server, client, "tts", 1, restarts["tts"] + 1)
+        kill_mid_turn(small_server, client, "llm", 2, restarts["llm"] + 1)
         client.sio.emit("text_input", {"text": "Hello, how are you today?"})
         assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "listening", "turn_id": 3}
                                                for _, n, d in evs), 60), client.events
@@ -221,7 +222,33 @@ def test_killed_workers_are_restarted_and_the_next_turn_is_answered(small_server
         assert any(n == "audio" and t >= spoken_at for t, n, _ in client.events)
         metrics = small_server.get("/metrics").text
         for worker in ("llm", "tts"):
-            assert f'vita_worker_restarts_total{{worker="{worker}"}} 1.0' in metrics
+            assert f'vita_worker_restarts_total{{worker="{worker}"}} {restarts[worker] + 1}.0' in metrics
+    finally:
+        client.close()
+
+
+def test_a_frozen_voice_worker_is_found_restarted_and_speaks_again(small_server):
+    """SIGSTOP: the process lives but answers nothing. Its heartbeats stop; it is killed, restarted, and the next
+    turn is spoken."""
+    wait_ready(small_server)
+    before = small_server.get("/health").json()["workers"]["tts"]
+    frozen_at = time.monotonic()
+    os.kill(before["pid"], signal.SIGSTOP)
+    try:
+        stuck = wait_health(small_server, lambda h: h["workers"]["tts"]["pid"] != before["pid"], timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(before["pid"], signal.SIGCONT)
+    assert stuck["workers"]["tts"]["pid"] != before["pid"], stuck
+    assert 5 < time.monotonic() - frozen_at < 30  # found by its silence (liveness 10 s), not at once
+    assert "tts worker sent nothing for" in small_server.log()
+    wait_ready(small_server, timeout=120)
+    assert small_server.get("/health").json()["workers"]["tts"]["restarts"] == before["restarts"] + 1
+    assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    client = RecordingClient(small_server.url).connect()
+    try:
+        client.sio.emit("text_input", {"text": "Hello, how are you today?"})
+        assert client.wait_for(lambda evs: any(n == "audio" for _, n, _ in evs), 60), client.events
     finally:
         client.close()
 
@@ -262,7 +289,8 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
         wait_ready(again)
         # Access: the page, /metrics and Socket.IO need the token; /health and /ready stay open for probes.
         assert again.get("/").status_code == 401
-        assert again.get("/?token=wrong-token-123").status_code == 401
+        wrong = again.get("/?token=wrong-token-123", allow_redirects=False)
+        assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers  # a wrong link plants no cookie
         assert again.get("/metrics").status_code == 401
         assert again.get("/health").status_code == 200 and again.get("/ready").status_code == 200
         link = again.get(f"/?token={TOKEN}", allow_redirects=False)
@@ -279,6 +307,13 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
             assert [e["code"] for e in stranger.named("error")] == ["unauthorized"]
         finally:
             stranger.close()
+        # A refused client is closed entirely, not only its namespace; a lone surrogate is just a wrong token.
+        raw = RawSocketIO(again.url, join=False)
+        try:
+            raw.send('40{"token": "\\ud800"}')
+            assert raw.closed_within(5) and raw.error_codes() == ["unauthorized"]
+        finally:
+            raw.close()
         # The turn log of the first life is still there, and this life's turns join it.
         said = speak_one_turn(again, auth={"token": TOKEN})
         deadline = time.monotonic() + 5
@@ -289,6 +324,7 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
         assert [r["session"] for r in after[len(before):]] == [said["session"]]
         log = again.log()
         assert "token=[redacted]" in log  # werkzeug's debug request lines, redacted
+        assert "UnicodeEncodeError" not in log
         assert TOKEN not in log.replace(f"--access_token {TOKEN}", "")
     finally:
         stop_server(again)

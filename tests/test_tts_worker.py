@@ -11,6 +11,7 @@ import pytest
 
 from vita.config import Config
 from vita.messages import CancelTurn, Shutdown, TtsChunk, TtsPiece, TurnEnded, TurnTimings, WorkerState, WorkerStatus
+from vita.process_graph import QUEUES
 from workers.tts_worker import run_tts_worker
 
 SENTENCE = "The capital of France is Paris, and it is a beautiful city to visit in the spring."
@@ -20,22 +21,22 @@ class TtsHarness:
     def __init__(self):
         ctx = multiprocessing.get_context("spawn")
         self.manager = ctx.Manager()
-        self.queues = {name: self.manager.Queue() for name in ("requests", "tts", "outputs")}
+        self.queues = {name: self.manager.Queue() for name in QUEUES}
         self.process = ctx.Process(target=run_tts_worker, args=(Config(), self.queues["tts"], self.queues),
                                    daemon=True)
         self.process.start()
-        self.wait(lambda m: isinstance(m, WorkerStatus) and m.state is WorkerState.READY, 60)
+        self.wait(lambda m: isinstance(m, WorkerStatus) and m.state is WorkerState.READY, 60, "status")
 
     def put(self, message) -> None:
         self.queues["tts"].put(message)
 
-    def wait(self, predicate, timeout: float) -> list:
+    def wait(self, predicate, timeout: float, queue_name: str = "outputs") -> list:
         """Collect outputs until one matches predicate; return everything collected."""
         seen = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                message = self.queues["outputs"].get(timeout=0.2)
+                message = self.queues[queue_name].get(timeout=0.2)
             except queue.Empty:
                 continue
             seen.append(message)

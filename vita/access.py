@@ -25,7 +25,10 @@ class AccessGuard:
     def check(self, offered: str | None) -> bool:
         if self._token is None:
             return True
-        return offered is not None and hmac.compare_digest(offered.encode(), self._token)
+        if not isinstance(offered, str):
+            return False
+        # surrogatepass: a token with a lone surrogate (valid JSON, not valid UTF-8) is just a wrong token.
+        return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), self._token)
 
     @staticmethod
     def offered(request: Any, auth: Any = None) -> str | None:

@@ -17,18 +17,22 @@ from vita.access import COOKIE, OPEN_PATHS, AccessGuard
 from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
+from vita.connections import ConnectionTable
 from vita.logs import turn_ids
 from vita.message_queue import QueueProbe, socketio_options
 from vita.messages import REPLY_MODES, EndSession, ResetHistory
 from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.models import available_voices
 from vita.sessions import Session, SessionRegistry
+from vita.socket_guard import SocketGuard
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
 from vita.turn_taking import Connected, RecordingToggled
 from vita.web_root import WebRoot
+from vita.web_security import ForwardedHeaders, security_headers
 
 log = logging.getLogger("vita.app")
+PUT_TIMEOUT_S = 2.0  # a worker queue still full after this long is stuck: the message is dropped, never waited on
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
@@ -57,9 +61,17 @@ class FrontApp:
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
                                  ping_interval=PING_INTERVAL_S, ping_timeout=10,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20),
+                                 # Loggers of ours: the libraries' defaults add a second handler (every line twice).
+                                 logger=logging.getLogger("socketio.server"),
+                                 engineio_logger=logging.getLogger("engineio.server"),
                                  cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None,
                                  **socketio_options(queue_url))
+        self.socket_guard = SocketGuard(self.socketio.server, self._bad_event, config.limits.max_attachments)
+        self.socket_guard.install()
+        self.flask.wsgi_app = ForwardedHeaders(self.flask.wsgi_app, config.trusted_proxies())  # outermost
+        self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
+        self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
@@ -80,12 +92,20 @@ class FrontApp:
         else:
             self.socketio.emit(event, payload, **options)
 
-    def _put(self, queue_name: str, message: Any) -> None:
-        self.graph.queues[queue_name].put(message, timeout=2)
+    def _put(self, queue_name: str, message: Any) -> bool:
+        """Hand a message to a worker; False (message dropped, logged) when its queue stays full or is gone."""
+        try:
+            self.graph.queues[queue_name].put(message, timeout=PUT_TIMEOUT_S)
+            return True
+        except Exception as exc:  # queue.Full, or the manager is gone while stopping
+            log.warning("%s queue: %s dropped (%s)", queue_name, type(message).__name__,
+                        type(exc).__name__ if not str(exc) else exc)
+            self.metrics.queue_drops.labels(queue_name).inc()
+            return False
 
-    def _session(self) -> Session | None:
+    def _session(self, sid: str | None = None) -> Session | None:
         """The caller's session, or None when it has none or is over its event rate (the event is dropped)."""
-        session = self.sessions.get(request.sid)
+        session = self.sessions.get(sid or request.sid)
         if session is not None and not session.take_event(self.config.limits.max_events_per_s):
             self.metrics.events_dropped.inc()
             self.turns.report(session, "rate_limited", "Too many messages per second; some were dropped.")
@@ -104,7 +124,19 @@ class FrontApp:
         self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
 
     def _disconnect(self, sid: str) -> None:
-        self.socketio.server.disconnect(sid)
+        """Close the client's whole connection, not only its namespace (a client may ignore the latter and keep
+        answering pings)."""
+        server = self.socketio.server
+        eio_sid = server.manager.eio_sid_from_sid(sid, "/")
+        server.disconnect(sid)
+        if eio_sid is not None:
+            self.socket_guard.close(eio_sid)
+
+    def _bad_event(self, sid: str, code: str, message: str) -> None:
+        """A rejected event (socket_guard): counted by the session's rate limit, then answered with an error."""
+        session = self._session(sid)
+        if session is not None:
+            self.turns.report(session, code, message)
 
     def on_worker_death(self, worker: str, detail: str) -> None:
         """A worker died (the graph restarts it): end the turns it took with it and tell every session."""
@@ -144,11 +176,12 @@ class FrontApp:
 
         @app.after_request
         def keep_token(response):
-            # The link's token moves into an HttpOnly cookie and out of the address bar and history.
-            if self.guard.enabled and request.path == "/" and request.args.get("token"):
+            # A valid link's token moves into an HttpOnly cookie and out of the address bar and history.
+            token = request.args.get("token")
+            if self.guard.enabled and request.path == "/" and token and self.guard.check(token):
                 response = redirect("/", code=303)
-                response.set_cookie(COOKIE, request.args["token"], httponly=True, samesite="Strict",
-                                    secure=self.config.server.tls)
+                response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=self.config.server.tls)
+            response.headers.update(self.security_headers)
             return response
 
         @app.get("/")
@@ -176,8 +209,9 @@ class FrontApp:
                 "uptime_s": round(time.time() - self.started_at, 1),
                 "turn_log": {"path": str(self.turn_log.path) if self.turn_log.path else None,
                              "ok": self.turn_log.error is None, "error": self.turn_log.error,
-                             "written": self.turn_log.written},
+                             "written": self.turn_log.written, "dropped": self.turn_log.dropped},
                 "message_queue": self.queue_probe.status() if self.queue_probe else None,
+                "connections": self.connections.counts() if self.connections else None,
                 "front": self.front_id,
             })
 
@@ -279,7 +313,7 @@ class FrontApp:
             if session is None:
                 return
             try:
-                image = decode_frame(data, self.config.limits.max_frame_bytes)
+                image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
             except FrameError as exc:
                 self.turns.report(session, "bad_frame", str(exc))
                 return

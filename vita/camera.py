@@ -17,7 +17,44 @@ class FrameError(ValueError):
     """The frame cannot be used; the text is shown to the user as is."""
 
 
-def decode_frame(data_url: object, max_bytes: int) -> bytes:
+def image_dimensions(image: bytes) -> tuple[int, int]:
+    """(width, height) from a JPEG, PNG or WebP header, without decoding: a 500-byte file may claim 30000x30000
+    pixels, and decoders allocate for the claim before they find the data missing."""
+    if image[:8] == b"\x89PNG\r\n\x1a\n" and image[12:16] == b"IHDR":
+        return int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
+    if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
+        chunk = image[12:16]
+        if chunk == b"VP8X":
+            return 1 + int.from_bytes(image[24:27], "little"), 1 + int.from_bytes(image[27:30], "little")
+        if chunk == b"VP8L" and image[20:21] == b"\x2f":
+            bits = int.from_bytes(image[21:25], "little")
+            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+        if chunk == b"VP8 " and image[23:26] == b"\x9d\x01\x2a":
+            return int.from_bytes(image[26:28], "little") & 0x3FFF, int.from_bytes(image[28:30], "little") & 0x3FFF
+        raise FrameError("video_frame is not a WebP image we can read")
+    if image[:2] == b"\xff\xd8":
+        at = 2
+        while at + 9 <= len(image):
+            if image[at] != 0xFF:
+                break
+            marker = image[at + 1]
+            if marker == 0xFF:  # fill byte
+                at += 1
+                continue
+            if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+                at += 2
+                continue
+            length = int.from_bytes(image[at + 2:at + 4], "big")
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+                return int.from_bytes(image[at + 7:at + 9], "big"), int.from_bytes(image[at + 5:at + 7], "big")
+            if length < 2:
+                break
+            at += 2 + length
+        raise FrameError("video_frame is a JPEG without a readable frame header")
+    raise FrameError(f"video_frame must be one of {', '.join(ACCEPTED_TYPES)}")
+
+
+def decode_frame(data_url: object, max_bytes: int, max_pixels: int = 12_000_000) -> bytes:
     """A `data:image/jpeg;base64,...` string → the image file's bytes, checked to really decode."""
     if not isinstance(data_url, str) or not data_url.startswith("data:"):
         raise FrameError("video_frame must be a data URL such as data:image/jpeg;base64,...")
@@ -31,6 +68,9 @@ def decode_frame(data_url: object, max_bytes: int) -> bytes:
         image = base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
         raise FrameError("video_frame is not valid base64") from None
+    width, height = image_dimensions(image)
+    if width * height > max_pixels or not width or not height:
+        raise FrameError(f"video_frame is {width}x{height}; at most {max_pixels} pixels, please")
     import cv2
 
     # Decoding at 1/8 size checks the whole entropy-coded stream at a fraction of the cost.
@@ -62,10 +102,6 @@ class FrameBuffer:
             if self._frames and at - self._frames[-1].at > self.gap_s:
                 self._frames.clear()
             self._frames.append(Frame(image, at))
-
-    def clear(self) -> None:
-        with self._lock:
-            self._frames.clear()
 
     def __len__(self) -> int:
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import socket
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from vita.config import Config, ConfigError, load_config, validate
 from vita.process_graph import WorkerSpec
@@ -49,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "front processes behind a sticky load balancer")
     p.add_argument("--web_root", help="serve your own page folder (e.g. VITA's vita_html/web): its index.html "
                                       "or demo.html at /, its files under /static/, ours where it has none")
+    p.add_argument("--trusted_proxies", help="comma-separated reverse-proxy addresses whose X-Forwarded-* headers "
+                                             "are believed (from anyone else they are removed)")
     return p
 
 
@@ -63,6 +67,7 @@ def config_from_args(argv: list[str] | None = None) -> Config:
         ("log_level", s, "log_level"), ("log_format", s, "log_format"), ("access_token", s, "access_token"),
         ("allowed_origins", s, "allowed_origins"), ("llm_url", config.llm, "url"),
         ("message_queue", s, "message_queue"), ("web_root", s, "web_root"),
+        ("trusted_proxies", s, "trusted_proxies"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -105,32 +110,43 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
     setup_logging("front", config.server.log_level, config.server.log_format)
 
-
     from vita.app import FrontApp
-    from vita.dispatcher import OutputDispatcher
     from vita.http_server import FrontServer
     from vita.process_graph import ProcessGraph
-    from vita.tls import ensure_self_signed, server_context
 
     s = config.server
-    ssl_context = None
-    if s.tls:
-        if s.certfile:
-            cert, key = Path(s.certfile), Path(s.keyfile)
-        else:
-            cert, key = ensure_self_signed(config.state_path() / "tls", s.ip)
-            log.info("using self-signed certificate %s", cert)
-        ssl_context = server_context(cert, key)
-
+    ssl_context = _tls_context(config)
     try:  # bind before starting workers: a busy port is an operator error, not a crash a minute later
         graph = ProcessGraph(config, list(workers))
         front = FrontApp(config, graph)
         listener = socket.create_server((s.ip, s.port), family=_family(s.ip), reuse_port=False)
-        server = FrontServer(s.ip, s.port, front.flask, ssl_context, fd=listener.fileno())
+        server = FrontServer(s.ip, s.port, front.flask, ssl_context, fd=listener.fileno(),
+                             limits=config.limits, uncapped=config.trusted_proxies())
+        front.connections = server.connections
     except OSError as exc:
         print(f"server.py: error: --port: cannot listen on {s.ip}:{s.port} ({exc.strerror})", file=sys.stderr)
         return 2
+    _stop_on_signals(front, server)
+    _serve(config, graph, front, server, "https" if ssl_context else "http")
+    return 0
 
+
+def _tls_context(config: Config) -> Any:
+    from vita.tls import ensure_self_signed, server_context
+
+    s = config.server
+    if not s.tls:
+        return None
+    if s.certfile:
+        cert, key = Path(s.certfile), Path(s.keyfile)
+    else:
+        cert, key = ensure_self_signed(config.state_path() / "tls", s.ip)
+        log.info("using self-signed certificate %s", cert)
+    return server_context(cert, key)
+
+
+def _stop_on_signals(front: Any, server: Any) -> None:
+    """SIGTERM / Ctrl-C: tell every user, then stop serving (the workers stop after the server loop ends)."""
     stopping = threading.Event()
 
     def request_stop(signum, _frame):
@@ -147,14 +163,19 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # kill -USR2: every thread's stack to the log
+
+
+def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> None:
+    from vita.dispatcher import OutputDispatcher
 
     graph.start()
     front.turn_log.start()
-    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, graph.on_status,
-                                  front.metrics, front.turn_log, front.turns)
+    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, front.metrics,
+                                  front.turn_log, front.turns)
     dispatcher.start()
-    scheme = "https" if ssl_context else "http"
-    log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, s.ip, s.port)
+    log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, config.server.ip,
+             config.server.port)
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
@@ -164,4 +185,3 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
         dispatcher.stop()
         front.turn_log.stop()
         log.info("stopped in %.1f s", time.monotonic() - started)
-    return 0

@@ -42,6 +42,7 @@ class ServerConfig:
     allowed_origins: str | None = None
     message_queue: str | None = None
     web_root: str | None = None
+    trusted_proxies: str | None = None
 
 
 @dataclass
@@ -114,6 +115,12 @@ class LimitsConfig:
     max_frame_bytes: int = 2_000_000
     max_text_chars: int = 2000
     max_events_per_s: float = 400.0
+    max_image_pixels: int = 12_000_000
+    max_attachments: int = 2
+    max_connections: int = 512
+    max_connections_per_ip: int = 64
+    handshake_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
     save_utterances_dir: str | None = None
 
 
@@ -136,6 +143,10 @@ class Config:
     turn_log: TurnLogConfig = field(default_factory=TurnLogConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
+    def trusted_proxies(self) -> frozenset[str]:
+        listed = self.server.trusted_proxies or ""
+        return frozenset(a.strip() for a in listed.split(",") if a.strip())
+
     def models_path(self) -> Path:
         env = os.environ.get("VITA_MODELS_DIR")
         path = Path(env or self.models_dir).expanduser()
@@ -322,4 +333,12 @@ def validate(config: Config) -> Config:
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")
     _check(lim.max_events_per_s >= 10, "limits.max_events_per_s", "must be at least 10")
+    _check(lim.max_image_pixels >= 64 * 64, "limits.max_image_pixels", "must be at least 4096")
+    _check(0 <= lim.max_attachments <= 64, "limits.max_attachments", "must be between 0 and 64")
+    _check(lim.max_connections >= 16, "limits.max_connections", "must be at least 16")
+    _check(1 <= lim.max_connections_per_ip <= lim.max_connections, "limits.max_connections_per_ip",
+           "must be between 1 and limits.max_connections")
+    _check(1 <= lim.handshake_timeout_s <= 120, "limits.handshake_timeout_s", "must be between 1 and 120")
+    _check(lim.read_timeout_s >= 25, "limits.read_timeout_s",
+           "must be at least 25 (longer than Socket.IO's ping interval and timeout)")
     return config

@@ -5,7 +5,6 @@ session only, dropping what belongs to a turn that is no longer current.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -14,11 +13,12 @@ from typing import Any
 from vita.messages import (
     ReplyText,
     SessionError,
+    Shutdown,
     Transcript,
     TtsChunk,
     TurnEnded,
     TurnTimings,
-    WorkerStatus,
+    read_messages,
 )
 from vita.metrics import FrontMetrics
 from vita.sessions import Session, SessionRegistry
@@ -35,13 +35,11 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
 
 
 class OutputDispatcher:
-    def __init__(self, outputs: Any, sessions: SessionRegistry, emit: Emit,
-                 on_status: Callable[[WorkerStatus], None], metrics: FrontMetrics, turn_log: TurnLogger,
-                 turns: TurnController):
+    def __init__(self, outputs: Any, sessions: SessionRegistry, emit: Emit, metrics: FrontMetrics,
+                 turn_log: TurnLogger, turns: TurnController):
         self.outputs = outputs
         self.sessions = sessions
         self.emit = emit
-        self.on_status = on_status
         self.metrics = metrics
         self.turn_log = turn_log
         self.turns = turns
@@ -57,12 +55,8 @@ class OutputDispatcher:
         self.thread.join(timeout=2)
 
     def _run(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                message = self.outputs.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError):  # manager gone: the server is shutting down
+        for message in read_messages(self.outputs, self.stop_event, poll_s=0.5):
+            if isinstance(message, Shutdown):
                 return
             try:
                 self.route(message)
@@ -87,9 +81,6 @@ class OutputDispatcher:
                 self.metrics.turns_unanswered.labels(message.reason).inc()
 
     def route(self, message: Any) -> None:
-        if isinstance(message, WorkerStatus):
-            self.on_status(message)
-            return
         session = self.sessions.get(message.session_id)
         if session is None:
             self._record(message)

@@ -1,9 +1,16 @@
-"""The front's threaded HTTP(S) server: werkzeug's, with the TLS handshake moved out of the accept loop.
+"""The front's HTTP(S) server: werkzeug's threaded server, hardened for clients on the internet.
 
-werkzeug wraps the listening socket, so ``accept()`` performs each client's TLS handshake before the next client
-is accepted: one TCP connection that sends nothing (or stops mid-handshake) stalled every new connection and
-``/health`` for everyone. Here the listening socket stays plain and each accepted connection does its handshake
-in its own thread, with a time limit.
+werkzeug's own server is a development server: it does each client's TLS handshake inside its accept loop (one
+silent TCP connection stalled every user), has no read timeouts, no connection caps and names its versions.
+Here, with the same thread-per-connection model that gunicorn's threaded worker uses (which Flask-SocketIO's
+threading mode needs for its long-lived WebSockets):
+
+- the listening socket stays plain; each connection does its TLS handshake in its own thread, with a time limit;
+- a request's headers must arrive within ``handshake_timeout_s``; a request body or a WebSocket that sends nothing
+  for ``read_timeout_s`` is closed (Socket.IO pings every 10 s, so live clients never hit it);
+- open connections are capped in all and per client address (``vita.connections``): idle ones make room, busy
+  ones are never dropped for a newcomer;
+- the ``Server`` header says ``vita``, without versions.
 """
 
 from __future__ import annotations
@@ -12,35 +19,115 @@ import contextlib
 import logging
 import socket
 import ssl
+import threading
+import time
 from typing import Any
 
-from werkzeug.serving import ThreadedWSGIServer
+from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+from vita.connections import ConnectionTable
 
 log = logging.getLogger("vita.http")
-HANDSHAKE_TIMEOUT_S = 10.0  # a client that has not finished its TLS handshake by then is dropped
+SERVER_NAME = "vita"
+
+
+class FrontRequestHandler(WSGIRequestHandler):
+    server: FrontServer
+
+    @property
+    def server_version(self) -> str:  # type: ignore[override]
+        return SERVER_NAME
+
+    def version_string(self) -> str:
+        return SERVER_NAME
+
+    def handle_one_request(self) -> None:
+        # Waiting for a request line and headers: idle, and on the short clock.
+        self.server.connections.set_busy(self._key, False)
+        self.connection.settimeout(self.server.limits.handshake_timeout_s)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:  # a whole request's headers: busy until it is answered (a WebSocket, for its life)
+            self.server.connections.set_busy(self._key, True)
+            self.connection.settimeout(self.server.limits.read_timeout_s)
+        return ok
+
+    def run_wsgi(self) -> None:
+        try:
+            super().run_wsgi()
+        finally:
+            if self.headers.get("Upgrade", "").lower() == "websocket":
+                # The socket carried WebSocket frames: never read what is left of them as a next HTTP request.
+                self.close_connection = True
+
+    @property
+    def _key(self) -> int:
+        return self.server.current_key()
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            super().log_request(code, size)
+
+    def log_error(self, format: str, *args: Any) -> None:
+        # Timeouts, resets and garbage requests from clients are their business, not an operator's error.
+        log.debug("%s: " + format, self.address_string(), *args)
 
 
 class FrontServer(ThreadedWSGIServer):
-    def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None, fd: int):
-        super().__init__(host, port, app, ssl_context=None, fd=fd)  # plain listening socket: accept never waits
+    def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None, fd: int, limits: Any,
+                 uncapped: frozenset[str] = frozenset()):
+        super().__init__(host, port, app, handler=FrontRequestHandler, ssl_context=None, fd=fd)
         self.ssl_context = tls  # werkzeug reads it for wsgi.url_scheme and its SSL error handling
+        self.limits = limits
+        self.connections = ConnectionTable(limits.max_connections, limits.max_connections_per_ip, uncapped)
+        self._thread_state = threading.local()
 
-    def finish_request(self, request: socket.socket, client_address: Any) -> None:
-        """Runs in the connection's own thread: the TLS handshake happens here, never in the accept loop."""
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        """Runs in the accept loop: admit (closing the idle connections in the way) or refuse, never wait."""
+        admission = self.connections.admit(client_address[0], time.monotonic(), request)
+        for evicted in admission.evicted:
+            with contextlib.suppress(OSError):
+                evicted.handle.shutdown(socket.SHUT_RDWR)  # its thread sees the close and ends
+        if not admission.admitted:
+            log.warning("refused a connection from %s (%s)", client_address[0], admission.reason)
+            with contextlib.suppress(OSError):
+                request.close()
             return
-        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        threading.Thread(target=self._serve_connection, args=(request, client_address, admission.key),
+                         name="http-connection", daemon=True).start()
+
+    def current_key(self) -> int:
+        """The connection table's key of the connection this thread serves."""
+        return getattr(self._thread_state, "key", 0)
+
+    def _serve_connection(self, request: socket.socket, client_address: Any, key: int) -> None:
+        self._thread_state.key = key
+        try:
+            self._finish(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.connections.release(key)
+
+    def _finish(self, request: socket.socket, client_address: Any) -> None:
+        """The TLS handshake happens here, in the connection's own thread, never in the accept loop."""
+        if self.ssl_context is None:
+            self.finish_request(request, client_address)
+            return
+        request.settimeout(self.limits.handshake_timeout_s)
         try:
             connection = self.ssl_context.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError) as exc:  # timed out, not TLS, or closed mid-handshake
             log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
-            with contextlib.suppress(OSError):
-                request.close()
             return
-        connection.settimeout(None)
         try:
-            super().finish_request(connection, client_address)
+            self.finish_request(connection, client_address)
         finally:
             with contextlib.suppress(OSError):
                 connection.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s ended with an error", client_address[0], exc_info=True)

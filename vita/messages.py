@@ -6,9 +6,16 @@ Cancellation is by (session_id, turn_id): a stage drops any message whose turn i
 
 from __future__ import annotations
 
+import queue
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+ALL_TURNS = sys.maxsize  # CancelTurn up to this id: every turn of the session
 
 
 class WorkerState(StrEnum):
@@ -151,6 +158,8 @@ class SessionError:
     message: str
 
 
+# --- workers -> front, on the status queue (never mixed with a session's outputs) ---------------------
+
 @dataclass(frozen=True)
 class WorkerStatus:
     worker: str
@@ -158,3 +167,29 @@ class WorkerStatus:
     detail: str = ""
     pid: int = 0
     at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class WorkerHeartbeat:
+    """Sent from a worker's main loop (not a side thread), so its absence means the loop is stuck."""
+
+    worker: str
+    pid: int
+
+
+def read_messages(inbox: Any, stop: threading.Event, poll_s: float = 1.0) -> Iterator[Any]:
+    """Every stage's queue loop: blocking reads until ``stop`` is set or a Shutdown arrives (which is yielded).
+
+    ``poll_s`` only bounds how long a set ``stop`` goes unnoticed. A Manager that has gone away (the server is
+    stopping) reads as a Shutdown.
+    """
+    while not stop.is_set():
+        try:
+            message = inbox.get(timeout=poll_s)
+        except queue.Empty:
+            continue
+        except (EOFError, OSError):  # BrokenPipeError and ConnectionError are OSErrors
+            message = Shutdown()
+        yield message
+        if isinstance(message, Shutdown):
+            return

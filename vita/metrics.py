@@ -66,6 +66,8 @@ class FrontMetrics:
         self.errors = Counter("vita_errors", "Error events sent to clients", ["code"], registry=r)
         self.events_dropped = Counter("vita_events_rate_limited", "Inbound events dropped by the per-session rate "
                                       "limit", registry=r)
+        self.queue_drops = Counter("vita_queue_drops", "Messages dropped because a worker queue stayed full",
+                                   ["queue"], registry=r)
         self.worker_restarts = Counter("vita_worker_restarts", "Worker processes that died and were restarted",
                                        ["worker"], registry=r)
         for name in ("llm", "tts"):

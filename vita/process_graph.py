@@ -1,6 +1,6 @@
-"""The worker processes behind the front: a Manager with the three queues, the LLM and TTS workers,
-their states for /health, restarts with backoff when one dies, and a shutdown that leaves no process behind
-(vLLM's own children included).
+"""The worker processes behind the front: a Manager with the queues, the LLM and TTS workers, their states
+for /health (from the status queue), restarts with backoff when one dies or stops sending heartbeats, and a
+shutdown that leaves no process behind (vLLM's own children included).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 
 import psutil
 
-from vita.messages import Shutdown, WorkerState, WorkerStatus
+from vita.messages import Shutdown, WorkerHeartbeat, WorkerState, WorkerStatus, read_messages
 
 log = logging.getLogger("vita.graph")
 
 QUEUE_BOUND = 256  # per queue; a stuck consumer makes producers block briefly instead of eating memory
+QUEUES = ("requests", "tts", "outputs", "status")  # front -> LLM, LLM -> TTS, workers -> front (x2)
 
 
 def _manager_init() -> None:
@@ -41,6 +42,8 @@ class WorkerSpec:
     inbox: str  # name of the queue the worker reads
     # vLLM's engine starts processes of its own, which a daemonic process may not do.
     daemon: bool = False
+    # A ready worker silent this long (no heartbeat) is stuck: it is killed and restarted. None = not watched.
+    liveness_s: float | None = None
 
 
 @dataclass
@@ -75,6 +78,7 @@ class WorkerHandle:
     restarts: int = 0
     backoff: RestartBackoff = field(default_factory=RestartBackoff)
     descendants: list[psutil.Process] = field(default_factory=list)  # vLLM's engine core, once ready
+    heard_at: float = field(default_factory=time.monotonic)  # last status or heartbeat
 
     def set_state(self, state: WorkerState, detail: str) -> None:
         self.state, self.detail, self.since = state, detail, time.time()
@@ -103,12 +107,18 @@ class ProcessGraph:
     def start(self) -> None:
         self.manager = SyncManager(ctx=self._ctx)
         self.manager.start(_manager_init)
-        self.queues = {name: self.manager.Queue(QUEUE_BOUND) for name in ("requests", "tts", "outputs")}
+        self.queues = {name: self.manager.Queue(QUEUE_BOUND) for name in QUEUES}
         for spec in self._specs:
             self._workers[spec.name] = WorkerHandle(spec)
             self._spawn(self._workers[spec.name])
         self._monitor = threading.Thread(target=self._watch, name="worker-monitor", daemon=True)
         self._monitor.start()
+        threading.Thread(target=self._read_status, name="worker-status", daemon=True).start()
+
+    def _read_status(self) -> None:
+        for message in read_messages(self.queues["status"], self._stopping, poll_s=0.5):
+            if isinstance(message, (WorkerStatus, WorkerHeartbeat)):
+                self.on_status(message)
 
     def _spawn(self, handle: WorkerHandle) -> None:
         spec = handle.spec
@@ -124,6 +134,7 @@ class ProcessGraph:
             handle.started_at = time.time()
             handle.ready_after_s = None
             handle.descendants = []
+            handle.heard_at = time.monotonic()
             handle.set_state(WorkerState.STARTING, f"pid {process.pid}")
         log.info("started %s worker (pid %d)", spec.name, process.pid)
         with contextlib.suppress(OSError):
@@ -131,12 +142,14 @@ class ProcessGraph:
 
     def _watch(self) -> None:
         """Block on the workers' sentinels: a worker that exits while we are not stopping is dead, and is
-        restarted after a backoff delay."""
+        restarted after a backoff delay. Once a second, a ready worker that stopped sending heartbeats is killed
+        (its sentinel then fires)."""
         while not self._stopping.is_set():
             with self._lock:
                 live = {h.process.sentinel: h for h in self._workers.values()
                         if h.process is not None and h.state not in (WorkerState.DEAD, WorkerState.STOPPED)}
-            ready = multiprocessing.connection.wait([*live, self._wake_r])
+            self._kill_silent(live.values())
+            ready = multiprocessing.connection.wait([*live, self._wake_r], timeout=1.0)
             for sentinel in ready:
                 if sentinel is self._wake_r:
                     with contextlib.suppress(OSError):
@@ -146,6 +159,18 @@ class ProcessGraph:
                 if handle is None or self._stopping.is_set():
                     continue
                 self._on_exit(handle)
+
+    def _kill_silent(self, handles: Any) -> None:
+        now = time.monotonic()
+        for handle in handles:
+            limit = handle.spec.liveness_s
+            if limit is None or handle.state is not WorkerState.READY or now - handle.heard_at <= limit:
+                continue
+            log.error("%s worker sent nothing for %.0f s: stuck; killing it", handle.spec.name, now - handle.heard_at)
+            with self._lock:
+                handle.set_state(WorkerState.FAILED, f"stuck: no heartbeat for {limit:g} s")
+            with contextlib.suppress(Exception):
+                handle.process.kill()
 
     def _on_exit(self, handle: WorkerHandle) -> None:
         handle.process.join(timeout=1)
@@ -175,13 +200,16 @@ class ProcessGraph:
             log.error("could not restart %s worker: %s", handle.spec.name, exc)
             self._restart_after(handle, handle.backoff.next_delay(0))
 
-    def on_status(self, status: WorkerStatus) -> None:
+    def on_status(self, status: WorkerStatus | WorkerHeartbeat) -> None:
         with self._lock:
             handle = self._workers.get(status.worker)
             if handle is None or handle.state in (WorkerState.DEAD, WorkerState.STOPPED):
                 return
             if handle.process is not None and status.pid and status.pid != handle.process.pid:
                 return  # a late report from a previous incarnation
+            handle.heard_at = time.monotonic()
+            if isinstance(status, WorkerHeartbeat):
+                return
             handle.set_state(status.state, status.detail)
             process = handle.process
         if status.state is WorkerState.READY and process is not None:

@@ -20,7 +20,24 @@ _WORD_THEN_SPACE = re.compile(r"\S+(?=\s)")
 # (so "3.5" or "e.g." mid-stream are not cut at the dot).
 _SENTENCE_END = re.compile(r"[.!?…](?=\s)")
 _CLAUSE_END = re.compile(r"[.!?…,;:—](?=\s)")
-_ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "vs.", "e.g.", "i.e.", "etc.", "no.", "jr.", "sr."}
+# The one list of abbreviations: a piece is never cut after one, and the voice reads each as its words.
+ABBREVIATIONS = {
+    "Dr.": "Doctor",
+    "Mr.": "Mister",
+    "Mrs.": "Missus",
+    "Ms.": "Miz",
+    "St.": "Saint",
+    "Prof.": "Professor",
+    "vs.": "versus",
+    "e.g.": "for example",
+    "i.e.": "that is",
+    "etc.": "et cetera",
+    "approx.": "approximately",
+    "Jr.": "Junior",
+    "Sr.": "Senior",
+    "No.": "number",
+}
+_ABBREVIATIONS_LOWER = {abbr.lower() for abbr in ABBREVIATIONS}
 
 MIN_FIRST_PIECE_CHARS = 4  # "Hi," alone would be a tiny, choppy first sound; "Sure," is fine
 
@@ -37,7 +54,7 @@ class PieceSplitter:
 
     def __init__(self, max_piece_chars: int = 220, first_piece_words: int = 0):
         self._buffer = ""
-        self._emitted = 0
+        self._pieces_cut = 0
         self.max_piece_chars = max_piece_chars
         self.first_piece_words = first_piece_words  # 0: the first piece waits for a clause boundary
 
@@ -52,28 +69,28 @@ class PieceSplitter:
             self._buffer = self._buffer[cut:]
             if piece:
                 pieces.append(piece)
-                self._emitted += 1
+                self._pieces_cut += 1
         return pieces
 
     def flush(self) -> list[str]:
         piece = clean_for_speech(self._buffer)
         self._buffer = ""
         if piece:
-            self._emitted += 1
+            self._pieces_cut += 1
             return [piece]
         return []
 
     def _find_cut(self) -> int | None:
-        pattern = _CLAUSE_END if self._emitted == 0 else _SENTENCE_END
+        pattern = _CLAUSE_END if self._pieces_cut == 0 else _SENTENCE_END
         for match in pattern.finditer(self._buffer):
             end = match.end()
             head = self._buffer[:end]
             if self._is_abbreviation(head):
                 continue
-            if self._emitted == 0 and len(clean_for_speech(head)) < MIN_FIRST_PIECE_CHARS:
+            if self._pieces_cut == 0 and len(clean_for_speech(head)) < MIN_FIRST_PIECE_CHARS:
                 continue
             return end
-        if self._emitted == 0 and self.first_piece_words > 0:
+        if self._pieces_cut == 0 and self.first_piece_words > 0:
             words = list(_WORD_THEN_SPACE.finditer(self._buffer))
             if len(words) >= self.first_piece_words and not self._is_abbreviation(
                     self._buffer[:words[self.first_piece_words - 1].end()]):
@@ -86,7 +103,7 @@ class PieceSplitter:
     @staticmethod
     def _is_abbreviation(head: str) -> bool:
         words = head.split()
-        return bool(words) and words[-1].lower() in _ABBREVIATIONS
+        return bool(words) and words[-1].lower() in _ABBREVIATIONS_LOWER
 
 
 _FINAL_PUNCTUATION = (".", "!", "?", "…")

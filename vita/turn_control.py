@@ -45,6 +45,7 @@ from vita.turn_taking import (
     Tick,
     TurnDone,
     TurnTaking,
+    TurnUnanswered,
     UtteranceEnded,
 )
 from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
@@ -52,7 +53,7 @@ from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
 log = logging.getLogger("vita.turns")
 
 Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
-Put = Callable[[str, Any], None]  # put(queue_name, message)
+Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
 
@@ -143,9 +144,7 @@ class TurnController:
         elif isinstance(action, FirstAudio):
             self._first_audio(session, action)
         elif isinstance(action, FinishAfter):
-            timer = threading.Timer(action.delay, self._playback_done, args=(session, action.turn_id))
-            timer.daemon = True
-            timer.start()
+            self._later(action.delay, session, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
             if action.reason == "done":
                 self.metrics.turns_completed.inc()
@@ -155,8 +154,11 @@ class TurnController:
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
 
-    def _playback_done(self, session: Session, turn_id: int) -> None:
-        self.handle(session, PlaybackDone(time.monotonic(), turn_id))
+    def _later(self, delay: float, session: Session, event: Event) -> None:
+        """Feed an event after the current actions are carried out (never from inside handle())."""
+        timer = threading.Timer(delay, self.handle, args=(session, event))
+        timer.daemon = True
+        timer.start()
 
     def _start(self, session: Session, action: StartTurn) -> None:
         now = time.monotonic()
@@ -167,11 +169,15 @@ class TurnController:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
         session.reply = ""
-        self.put("requests", messages.TurnRequest(
+        sent = self.put("requests", messages.TurnRequest(
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,
             speculative=action.speculative))
-        if action.speculative:
+        if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only
+            self.report(session, "server_busy", "The assistant is overloaded and dropped what you said; "
+                                                "please say it again.")
+            self._later(0.0, session, TurnUnanswered(now, action.turn_id, "server busy"))
+        elif action.speculative:
             log.debug("speculative turn started", extra=turn_ids(session.sid, action.turn_id))
 
     def _commit(self, session: Session, action: CommitTurn) -> None:

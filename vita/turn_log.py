@@ -103,7 +103,7 @@ class TurnLogger:
         self._stop = threading.Event()
         self.error: str | None = None
         self.written = 0
-        self.dropped = 0
+        self.dropped = 0  # rows lost because the writer fell max_backlog behind (shown in /health)
         self._thread = threading.Thread(target=self._run, name="turn-log", daemon=True)
 
     @property

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from vita.messages import WorkerState, WorkerStatus
+from vita.messages import WorkerHeartbeat, WorkerState, WorkerStatus
 
 _PR_SET_PDEATHSIG = 1
 
@@ -51,6 +51,11 @@ class StatusReporter:
     def __call__(self, state: WorkerState, detail: str = "") -> None:
         self.log.info("%s%s", state.value, f": {detail}" if detail else "")
         self.outbox.put(WorkerStatus(self.worker, state, detail, os.getpid()))
+
+    def heartbeat(self) -> None:
+        """Call from the worker's main loop: the front restarts a worker whose heartbeats stop."""
+        with contextlib.suppress(Exception):  # a full or vanished status queue: the front will notice anyway
+            self.outbox.put(WorkerHeartbeat(self.worker, os.getpid()), timeout=1.0)
 
 
 def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable[[], None],

@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vita.cpu import omp_threads_bind, read_cpu
 from vita.logs import turn_ids
 from vita.messages import (
+    ALL_TURNS,
     CancelTurn,
     EndSession,
     ReplyText,
@@ -32,6 +33,7 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
     WorkerState,
+    read_messages,
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from vita.speech_pieces import ReplyShaper
@@ -49,7 +51,12 @@ from workers.omni import (
 from workers.remote_engine import RemoteEngine, RemoteEngineError
 
 NAME = "llm"
-ALL_TURNS = sys.maxsize  # CancelTurn up to this id: every turn of the session
+TTS_PUT_TIMEOUT_S = 1.0
+HEARTBEAT_S = 2.0
+
+
+class TtsBusy(Exception):
+    """The TTS queue stayed full: the TTS worker is stuck or far behind."""
 
 
 def device_env(config: Any) -> dict[str, str]:
@@ -67,12 +74,29 @@ def device_env(config: Any) -> dict[str, str]:
     return env
 
 
+@dataclass
+class TurnRun:
+    """What one turn has produced so far: read by the cancel path to keep the history true."""
+
+    request_id: str
+    started: float
+    user_text: str = ""
+    spoken: list[str] = field(default_factory=list)  # pieces handed to TTS
+    timings: dict[str, float] = field(default_factory=dict)
+    generating: bool = False
+
+    @property
+    def said(self) -> str:
+        return " ".join(self.spoken)
+
+
 class LlmWorker:
     def __init__(self, config: Any, inbox: Any, tts: Any, outbox: Any, report: StatusReporter):
         self.config = config
         self.inbox, self.tts, self.outbox = inbox, tts, outbox
         self.report = report
         self.engine: TextEngine | None = None
+        self.tts_put_timeout_s = TTS_PUT_TIMEOUT_S
         self.mode = InputMode(False)
         self.asr = None
         self.cues = None
@@ -82,6 +106,8 @@ class LlmWorker:
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
+        self.vision = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vision")
         self.stop = threading.Event()
 
     # --- setup -------------------------------------------------------------------------------------------
@@ -140,6 +166,7 @@ class LlmWorker:
     def close(self) -> None:
         self.stop.set()
         self.blocking.shutdown(wait=False, cancel_futures=True)
+        self.vision.shutdown(wait=False, cancel_futures=True)
         if self.engine is not None:
             self.engine.close()
 
@@ -150,9 +177,17 @@ class LlmWorker:
             self.report(WorkerState.LOADING, "warming up")
             await self._warm_up()
             self.report(WorkerState.READY, self.describe())
+            beating = asyncio.create_task(self._beat())
             await self._serve_inbox()
+            beating.cancel()
         finally:
             await self.engine.aclose()
+
+    async def _beat(self) -> None:
+        """Heartbeats from the event loop every turn runs on: they stop if the loop is stuck."""
+        while True:
+            await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def _serve_inbox(self) -> None:
         loop = asyncio.get_running_loop()
@@ -170,16 +205,8 @@ class LlmWorker:
             await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
 
     def _read_inbox(self, loop: asyncio.AbstractEventLoop, mailbox: asyncio.Queue) -> None:
-        while not self.stop.is_set():
-            try:
-                message = self.inbox.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError, BrokenPipeError):  # the manager is gone: the server is stopping
-                message = Shutdown()
+        for message in read_messages(self.inbox, self.stop):
             loop.call_soon_threadsafe(mailbox.put_nowait, message)
-            if isinstance(message, Shutdown):
-                return
 
     def _handle(self, message: Any) -> None:
         if isinstance(message, TurnRequest):
@@ -215,85 +242,110 @@ class LlmWorker:
         if current and current[0] == turn_id:
             del self.running[session_id]
 
-    def _emit(self, message: Any) -> None:
+    def _publish(self, message: Any) -> None:
         self.outbox.put(message)
 
     async def _run_turn(self, req: TurnRequest) -> None:
+        """One turn's life in this worker: its text, the prompt, generation, then the history; a cancel (barge-in)
+        or a failure ends it with a TurnEnded that says so."""
         sid, tid = req.session_id, req.turn_id
-        timings: dict[str, float] = {}
-        spoken: list[str] = []
-        user_text = ""
-        request_id = f"{sid}:{tid}"
-        generating = False
-        started = time.monotonic()
+        run = TurnRun(request_id=f"{sid}:{tid}", started=time.monotonic())
         try:
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
-            if self.mode.omni:
-                prompt, transcribing = self._omni_prompt(req, history)
-                user_text = req.text.strip() or "(spoken)"
-            else:
-                transcribing = None
-                user_text = await self._cascade_text(req, timings, started)
-                if not user_text:
-                    self._emit(TurnEnded(sid, tid, NAME, "no speech recognised"))
-                    return
-                cues = await self._in_thread(self.cues.describe, req.frames) if req.frames else ""
-                prompt = self._text_prompt(history, user_text, cues)
-            timings["context_turns"] = float(len(history))
-            llm = self.config.llm
-            shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
-            streaming = req.reply_mode != "full"
-            held: list[str] = []  # full mode: pieces wait for the end of generation
-            gen_started = time.monotonic()
-            tokens = 0
-            generating = True
-            async for delta in self.engine.stream(prompt, self._sampling(), request_id):
-                tokens += delta.tokens
-                if delta.prompt_tokens is not None:
-                    timings["prompt_tokens"] = float(delta.prompt_tokens)
-                if "first_token_s" not in timings and (delta.text or delta.tokens):
-                    timings["first_token_s"] = time.monotonic() - gen_started
-                if delta.text:
-                    self._emit(ReplyText(sid, tid, delta.text))
-                held += shaper.feed(delta.text)
-                if streaming:
-                    for piece in held:
-                        self._send_piece(req, spoken, piece, timings, gen_started)
-                    held.clear()
-                if shaper.complete:  # long enough to speak: stop generating
-                    with contextlib.suppress(Exception):
-                        await self.engine.abort(request_id)
-                    break
-            generating = False
-            held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
-            if streaming:
-                for piece in held:
-                    self._send_piece(req, spoken, piece, timings, gen_started)
-            elif held:
-                self._send_piece(req, spoken, " ".join(held), timings, gen_started)
-            self.tts.put(TtsPiece(sid, tid, len(spoken), "", last=True, voice=req.voice))
-            timings["generate_s"] = time.monotonic() - gen_started
-            timings["tokens"] = float(tokens)
-            timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+            prepared = await self._prepare(req, run, history)
+            if prepared is None:
+                self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
+                return
+            prompt, transcribing = prepared
+            await self._generate(req, run, prompt)
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
-                user_text = await transcribing or user_text
-            history.add(Exchange(user_text, " ".join(spoken), turn_id=tid))
-            self._emit(ReplyText(sid, tid, "", done=True))
-            self._emit(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in timings.items()}))
-            self._emit(TurnEnded(sid, tid, NAME, spoken=" ".join(spoken)))
+                run.user_text = await transcribing or run.user_text
+            history.add(Exchange(run.user_text, run.said, turn_id=tid))
+            self._publish(ReplyText(sid, tid, "", done=True))
+            self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
+            self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
         except asyncio.CancelledError:
-            if generating:
+            if run.generating:
                 with contextlib.suppress(Exception):
-                    await self.engine.abort(request_id)
+                    await self.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
-            if user_text and spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
-                self.histories[sid].add(Exchange(user_text, " ".join(spoken), interrupted=True, turn_id=tid))
-            self._emit(TurnEnded(sid, tid, NAME, "cancelled", spoken=" ".join(spoken)))
+            if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
+                self.histories[sid].add(Exchange(run.user_text, run.said, interrupted=True, turn_id=tid))
+            self._publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
+        except TtsBusy as exc:
+            self.report.log.error("turn dropped: %s", exc, extra=turn_ids(sid, tid))
+            self._publish(SessionError(sid, tid, "tts_busy", f"The assistant could not speak: {exc}."))
+            self._publish(TurnEnded(sid, tid, NAME, "tts_busy", spoken=run.said))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn failed", extra=turn_ids(sid, tid))
             reason = str(exc) if isinstance(exc, RemoteEngineError) else f"{exc.__class__.__name__}: {exc}"
-            self._emit(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
-            self._emit(TurnEnded(sid, tid, NAME, "error"))
+            self._publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
+            self._publish(TurnEnded(sid, tid, NAME, "error"))
+
+    async def _prepare(self, req: TurnRequest, run: TurnRun, history: ConversationHistory
+                       ) -> tuple[EnginePrompt, Any] | None:
+        """The prompt, and (omni) the task transcribing the audio; None when the user said nothing."""
+        transcribing = None
+        if self.mode.omni:
+            prompt, transcribing = self._omni_prompt(req, history)
+            run.user_text = req.text.strip() or "(spoken)"
+        else:
+            loop = asyncio.get_running_loop()
+            cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
+            run.user_text = await self._cascade_text(req, run.timings, run.started)  # meanwhile, the frames
+            if not run.user_text:
+                return None
+            prompt = self._text_prompt(history, run.user_text, await cues if cues else "")
+        run.timings["context_turns"] = float(len(history))
+        return prompt, transcribing
+
+    async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt) -> None:
+        """Stream the reply: text deltas to the page, pieces to TTS as they become speakable (or all at the end in
+        "full" mode), stopping the engine once the reply is long enough to speak."""
+        sid, tid, timings = req.session_id, req.turn_id, run.timings
+        llm = self.config.llm
+        shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
+        streaming = req.reply_mode != "full"
+        held: list[str] = []  # full mode: pieces wait for the end of generation
+        gen_started = time.monotonic()
+        tokens = 0
+        run.generating = True
+        async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
+            tokens += delta.tokens
+            if delta.prompt_tokens is not None:
+                timings["prompt_tokens"] = float(delta.prompt_tokens)
+            if "first_token_s" not in timings and (delta.text or delta.tokens):
+                timings["first_token_s"] = time.monotonic() - gen_started
+            if delta.text:
+                self._publish(ReplyText(sid, tid, delta.text))
+            held += shaper.feed(delta.text)
+            if streaming:
+                for piece in held:
+                    self._send_piece(req, run.spoken, piece, timings, gen_started)
+                held.clear()
+            if shaper.complete:  # long enough to speak: stop generating
+                with contextlib.suppress(Exception):
+                    await self.engine.abort(run.request_id)
+                break
+        run.generating = False
+        held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
+        if streaming:
+            for piece in held:
+                self._send_piece(req, run.spoken, piece, timings, gen_started)
+        elif held:
+            self._send_piece(req, run.spoken, " ".join(held), timings, gen_started)
+        self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        timings["generate_s"] = time.monotonic() - gen_started
+        timings["tokens"] = float(tokens)
+        timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+
+    def _to_tts(self, piece: TtsPiece) -> None:
+        """Drop policy: a TTS queue still full after TTS_PUT_TIMEOUT_S means the voice is stuck; this turn fails
+        (the session gets ``tts_busy``), and no other session's turn waits longer than that."""
+        try:
+            self.tts.put(piece, timeout=self.tts_put_timeout_s)
+        except queue.Full:
+            raise TtsBusy("the voice is not keeping up; the reply was dropped") from None
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
@@ -304,7 +356,7 @@ class LlmWorker:
         if req.audio:
             transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
             timings["asr_s"] = time.monotonic() - started
-            self._emit(Transcript(req.session_id, req.turn_id, transcript))
+            self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
     def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
@@ -322,21 +374,21 @@ class LlmWorker:
 
     async def _omni_transcript(self, req: TurnRequest) -> str:
         transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
-        self._emit(Transcript(req.session_id, req.turn_id, transcript))
+        self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
     def _send_piece(self, req: TurnRequest, spoken: list[str], piece: str, timings: dict[str, float],
                     gen_started: float) -> None:
         if not spoken:
             timings["first_piece_s"] = time.monotonic() - gen_started
-        self.tts.put(TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice))
+        self._to_tts(TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice))
         spoken.append(piece)
 
 
 def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
     log = prepare_process(NAME, device_env(config), config.server)
-    report = StatusReporter(NAME, queues["outputs"], log)
+    report = StatusReporter(NAME, queues["status"], log)
     report(WorkerState.LOADING, "importing libraries")
     worker = LlmWorker(config, inbox, queues["tts"], queues["outputs"], report)
     run_stage(report, worker.setup, lambda: asyncio.run(worker.serve()), worker.close)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from vita.speech_pieces import ABBREVIATIONS
+
 _ONES = [
     "zero",
     "one",
@@ -109,22 +111,6 @@ _INVARIANT = {
     "kilohertz",
 }
 _CURRENCIES = {"$": ("dollar", "cent"), "€": ("euro", "cent"), "£": ("pound", "penny")}
-_ABBREVIATIONS = {
-    "Dr.": "Doctor",
-    "Mr.": "Mister",
-    "Mrs.": "Missus",
-    "Ms.": "Miz",
-    "St.": "Saint",
-    "Prof.": "Professor",
-    "vs.": "versus",
-    "e.g.": "for example",
-    "i.e.": "that is",
-    "etc.": "et cetera",
-    "approx.": "approximately",
-    "Jr.": "Junior",
-    "Sr.": "Senior",
-    "No.": "number",
-}
 _SYMBOLS = {
     "&": " and ",
     "+": " plus ",
@@ -215,7 +201,7 @@ def _year(m: re.Match) -> str:
 
 
 def normalize_for_speech(text: str) -> str:
-    for abbr, full in _ABBREVIATIONS.items():
+    for abbr, full in ABBREVIATIONS.items():
         text = re.sub(r"(?<![\w.])" + re.escape(abbr) + r"(?=\s|$)", full, text)
     text = _TIME.sub(_time, text)
     text = _MONEY.sub(_money, text)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from vita.messages import (
+    ALL_TURNS,
     CancelTurn,
     EndSession,
     SessionError,
@@ -26,12 +27,14 @@ from vita.messages import (
     TurnEnded,
     TurnTimings,
     WorkerState,
+    read_messages,
 )
 from vita.models import available_voices
 from workers.common import StatusReporter, prepare_process, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
+HEARTBEAT_S = 1.0  # the synthesis loop says it is alive at least this often (the front kills a silent worker)
 
 
 class PiperEngine:
@@ -88,22 +91,14 @@ class TtsWorker:
 
     # --- inbox -------------------------------------------------------------------------------------------
     def read_inbox(self) -> None:
-        while not self.stop.is_set():
-            try:
-                message = self.inbox.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            except (EOFError, OSError):
-                message = Shutdown()
+        for message in read_messages(self.inbox, self.stop):
             if isinstance(message, CancelTurn):
                 self._mark_cancelled(message.session_id, message.turn_id)
             elif isinstance(message, EndSession):
-                self._mark_cancelled(message.session_id, 1 << 62)
+                self._mark_cancelled(message.session_id, ALL_TURNS)
                 self.pieces.put(message)
             else:
                 self.pieces.put(message)
-            if isinstance(message, Shutdown):
-                return
 
     def _mark_cancelled(self, session_id: str, turn_id: int) -> None:
         with self.cancel_lock:
@@ -118,8 +113,15 @@ class TtsWorker:
         reader = threading.Thread(target=self.read_inbox, name="tts-inbox", daemon=True)
         reader.start()
         self.report(WorkerState.READY, f"voices: {', '.join(self.engines)}")
+        beat_at = 0.0
         while True:
-            message = self.pieces.get()
+            if time.monotonic() - beat_at >= HEARTBEAT_S:
+                self.report.heartbeat()
+                beat_at = time.monotonic()
+            try:
+                message = self.pieces.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                continue
             if isinstance(message, Shutdown):
                 break
             if isinstance(message, EndSession):
@@ -159,13 +161,13 @@ class TtsWorker:
             for audio in engine.synthesize(text):
                 turn.synth_s += time.monotonic() - started
                 turn.audio_s += audio.size / engine.sample_rate
-                if not self._emit(key, turn, turn.resampler.resample_chunk(audio)):
+                if not self._send_whole_chunks(key, turn, turn.resampler.resample_chunk(audio)):
                     self._end_cancelled(key)
                     return
                 started = time.monotonic()
         if piece.last:
             tail = turn.resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
-            if not self._emit(key, turn, tail, final=True):
+            if not self._send_whole_chunks(key, turn, tail, final=True):
                 self._end_cancelled(key)
                 return
             del self.turns[key]
@@ -181,7 +183,7 @@ class TtsWorker:
     def _engine(self, voice: str | None) -> PiperEngine:
         return self.engines.get(voice or "", self.engines[self.config.tts.voice])
 
-    def _emit(self, key: tuple[str, int], turn: TurnAudio, audio: np.ndarray, final: bool = False) -> bool:
+    def _send_whole_chunks(self, key: tuple[str, int], turn: TurnAudio, audio: np.ndarray, final: bool = False) -> bool:
         """Send whole chunks (and the remainder if final); False if the turn was cancelled meanwhile."""
         turn.pending = np.concatenate([turn.pending, audio]) if turn.pending.size else audio
         while turn.pending.size >= self.chunk_samples or (final and turn.pending.size):
@@ -205,7 +207,7 @@ class TtsWorker:
 def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
     log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, config.server)
-    report = StatusReporter(NAME, queues["outputs"], log)
+    report = StatusReporter(NAME, queues["status"], log)
     worker = TtsWorker(config, inbox, queues["outputs"], report)
     report(WorkerState.LOADING, "loading voices")
     run_stage(report, worker.setup, worker.serve, worker.stop.set)
