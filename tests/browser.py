@@ -42,9 +42,12 @@ def chromium(microphone_wav: Path | None = None, extra_args: list[str] | None = 
 
 
 @contextlib.contextmanager
-def open_page(browser, url: str):
-    """A fresh page; page.problems collects console errors and uncaught exceptions."""
-    context = browser.new_context(ignore_https_errors=True, viewport={"width": 1100, "height": 760})
+def open_page(browser, url: str, enforce_csp: bool = False):
+    """A fresh page; page.problems collects console errors and uncaught exceptions (a content security policy
+    violation is one). Playwright's wait_for_function evaluates strings in the page, which our policy forbids
+    ('unsafe-eval'): pages that must keep the policy (enforce_csp) are waited on with selectors only."""
+    context = browser.new_context(ignore_https_errors=True, viewport={"width": 1100, "height": 760},
+                                  bypass_csp=not enforce_csp)
     page = context.new_page()
     page.problems = []
     page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))

@@ -144,12 +144,22 @@ def metric(text: str, name: str, **labels: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def wait_metrics(server, predicate, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        text = server.get("/metrics").text
+        if predicate(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
 def test_metrics_move_with_real_turns(server, client):
     before = server.get("/metrics").text
     ask_aloud(client, "What is the capital of France?", binary=True)
     assert turn_done(client, 1)
-    time.sleep(0.2)
-    after = server.get("/metrics").text
+    # The dispatcher counts a completed turn just after the client hears of it.
+    after = wait_metrics(server, lambda text: metric(text, "vita_turns_completed_total")
+                         > metric(before, "vita_turns_completed_total"))
     assert metric(after, "vita_turns_started_total", source="speech") == \
         metric(before, "vita_turns_started_total", source="speech") + 1
     assert metric(after, "vita_turns_completed_total") == metric(before, "vita_turns_completed_total") + 1
@@ -167,8 +177,8 @@ def test_metrics_move_with_real_turns(server, client):
     assert 'vita_queue_depth{queue="requests"}' in after
     client.sio.emit("reply_mode", {"mode": "nonsense"})
     assert client.wait_event("error", 5)
-    time.sleep(0.2)
-    assert metric(server.get("/metrics").text, "vita_errors_total", code="bad_reply_mode") >= 1
+    assert metric(wait_metrics(server, lambda text: 'code="bad_reply_mode"' in text), "vita_errors_total",
+                  code="bad_reply_mode") >= 1
 
 
 def test_an_unwritable_turn_log_is_one_clear_error_and_turns_go_on(server, client):

@@ -9,10 +9,12 @@ import time
 
 import cv2
 import numpy as np
+import requests
 
 from tests.conftest import wait_no_sessions
 from tests.helpers import RecordingClient
 from tests.speech import RATE, noise, silence, spoken, stream, voiced_span
+from tests.test_conversation import metric
 
 QUESTION = "What is the capital of France?"
 LEAD_S = 1.0  # silence before the speech in every stream
@@ -30,6 +32,20 @@ def jpeg_data_url(shade: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(jpeg.tobytes()).decode()
 
 
+def heard_everything(client: RecordingClient, timeout: float = 10) -> None:
+    """Barrier instead of a sleep: every audio message handled so far went through its VAD step (the two
+    /metrics counters meet), and every event that caused has reached the client (an echo sent after them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = requests.get(client.url + "/metrics", verify=False, timeout=5).text
+        if metric(text, "vita_audio_handler_seconds_count") == metric(text, "vita_vad_lag_seconds_count"):
+            break
+        time.sleep(0.05)
+    echoes = len(client.named("reply_mode"))
+    client.sio.emit("reply_mode", {"mode": "stream"})
+    assert client.wait_for(lambda evs: sum(n == "reply_mode" for _, n, _ in evs) > echoes, 5)
+
+
 def check_turn_covers_speech(turn: dict, speech: np.ndarray, lead_s: float = LEAD_S) -> None:
     first, last = voiced_span(speech)
     truth_start, truth_end = lead_s + first, lead_s + last
@@ -43,7 +59,7 @@ def test_vita_json_audio_makes_exactly_one_turn_covering_the_speech(client):
     speech = spoken(QUESTION)
     stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.5)]))  # VITA: JSON, 8 ms
     assert client.wait_event("turn", 2)
-    time.sleep(0.5)
+    heard_everything(client)
     assert len(turns(client)) == 1, turns(client)
     check_turn_covers_speech(turns(client)[0], speech)
     # The utterance really reached the LLM worker: its transcript comes back to this session.
@@ -58,7 +74,7 @@ def test_binary_audio_at_48khz_is_resampled_and_makes_one_turn(client):
     audio = np.concatenate([silence(LEAD_S, 48000), speech, silence(1.5, 48000)])
     stream(client.sio, audio, rate=48000, chunk_ms=20, binary=True)
     assert client.wait_event("turn", 2)
-    time.sleep(0.5)
+    heard_everything(client)
     assert len(turns(client)) == 1, turns(client)
     check_turn_covers_speech(turns(client)[0], spoken(QUESTION))
 
@@ -67,7 +83,7 @@ def test_binary_audio_at_16khz_in_40ms_frames(client):
     speech = spoken("Hello there.")
     stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=40, binary=True)
     assert client.wait_event("turn", 2)
-    time.sleep(0.5)
+    heard_everything(client)
     assert len(turns(client)) == 1
     check_turn_covers_speech(turns(client)[0], speech)
 
@@ -76,7 +92,7 @@ def test_two_utterances_a_second_apart_make_two_turns(client):
     a, b = spoken("Good morning."), spoken("How are you today?")
     stream(client.sio, np.concatenate([silence(0.5), a, silence(1.0), b, silence(1.0)]), chunk_ms=32, binary=True)
     assert client.wait_for(lambda evs: sum(n == "turn" for _, n, _ in evs) >= 2, 2)
-    time.sleep(0.5)
+    heard_everything(client)
     got = turns(client)
     assert [t["turn_id"] for t in got] == [1, 2]
     assert got[0]["end_s"] < got[1]["start_s"]
@@ -84,7 +100,7 @@ def test_two_utterances_a_second_apart_make_two_turns(client):
 
 def test_silence_and_noise_make_no_turn(client):
     stream(client.sio, np.concatenate([silence(1.0), noise(2.5), silence(1.0)]), chunk_ms=32, binary=True)
-    time.sleep(1.0)
+    heard_everything(client)
     assert not turns(client)
     assert not client.named("vad")
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from vita.logs import JsonFormatter, TextFormatter, turn_ids
+from vita.logs import JsonFormatter, RedactSecrets, TextFormatter, turn_ids
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -30,3 +30,12 @@ def test_json_lines_are_objects_with_session_and_turn():
     assert entry["process"] == "llm" and entry["level"] == "info" and entry["message"] == "turn failed"
     plain = json.loads(JsonFormatter("front").format(record("serving")))
     assert "session" not in plain and "turn_id" not in plain
+
+
+def test_tokens_are_redacted_wherever_a_library_logs_them():
+    line = logging.LogRecord("engineio.server", logging.INFO, __file__, 1,
+                             'GET /?token=abc123&x=1 Authorization: Bearer zzz9 packet 0{"token":"s3cret-1"}', (), None)
+    RedactSecrets().filter(line)
+    message = line.getMessage()
+    assert "abc123" not in message and "zzz9" not in message and "s3cret-1" not in message
+    assert message.count("[redacted]") == 3 and "&x=1" in message

@@ -27,10 +27,17 @@ def page(browser, server):
         yield page
 
 
-def test_page_loads_and_shows_its_ui_without_errors(page, server):
+def test_page_loads_and_shows_its_ui_without_errors(browser, server):
+    """Under the server's own content security policy: every script, style, worklet and socket of the page
+    must come from its own origin, or the browser reports a violation (a problem) and the page breaks."""
     ARTIFACTS.mkdir(exist_ok=True)
-    page.wait_for_function("document.querySelector('#connection').textContent === 'connected'", timeout=10000)
-    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    with open_page(browser, server.url + "/", enforce_csp=True) as page:
+        check_ready_page(page)
+
+
+def check_ready_page(page) -> None:
+    page.wait_for_selector("#connection:text-is('connected')", timeout=10000)
+    page.wait_for_selector("#state[data-state='listening']", state="attached", timeout=10000)
     for selector in ("#talk", "#camera", "#reset", "#text", "#send"):
         assert page.is_enabled(selector), selector
     assert page.is_hidden("#loading")

@@ -339,6 +339,5 @@ def validate(config: Config) -> Config:
     _check(1 <= lim.max_connections_per_ip <= lim.max_connections, "limits.max_connections_per_ip",
            "must be between 1 and limits.max_connections")
     _check(1 <= lim.handshake_timeout_s <= 120, "limits.handshake_timeout_s", "must be between 1 and 120")
-    _check(lim.read_timeout_s >= 25, "limits.read_timeout_s",
-           "must be at least 25 (longer than Socket.IO's ping interval and timeout)")
+    _check(lim.read_timeout_s >= 5, "limits.read_timeout_s", "must be at least 5")
     return config

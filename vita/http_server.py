@@ -6,8 +6,8 @@ Here, with the same thread-per-connection model that gunicorn's threaded worker 
 threading mode needs for its long-lived WebSockets):
 
 - the listening socket stays plain; each connection does its TLS handshake in its own thread, with a time limit;
-- a request's headers must arrive within ``handshake_timeout_s``; a request body or a WebSocket that sends nothing
-  for ``read_timeout_s`` is closed (Socket.IO pings every 10 s, so live clients never hit it);
+- a request's headers must arrive within ``handshake_timeout_s``; a request body that stalls for ``read_timeout_s``
+  is closed; a WebSocket that stops answering engine.io's pings is closed by engine.io (10 s + 10 s);
 - open connections are capped in all and per client address (``vita.connections``): idle ones make room, busy
   ones are never dropped for a newcomer;
 - the ``Server`` header says ``vita``, without versions.
@@ -51,7 +51,13 @@ class FrontRequestHandler(WSGIRequestHandler):
         ok = super().parse_request()
         if ok:  # a whole request's headers: busy until it is answered (a WebSocket, for its life)
             self.server.connections.set_busy(self._key, True)
-            self.connection.settimeout(self.server.limits.read_timeout_s)
+            if self.headers.get("Upgrade", "").lower() == "websocket":
+                # Blocking again: a reader and a writer thread share this TLS socket, and a socket with a timeout
+                # is non-blocking underneath, which OpenSSL does not allow across threads (the connection broke
+                # under load). A silent WebSocket is closed by engine.io's ping timeout instead (20 s).
+                self.connection.settimeout(None)
+            else:
+                self.connection.settimeout(self.server.limits.read_timeout_s)
         return ok
 
     def run_wsgi(self) -> None:

@@ -53,13 +53,14 @@ class JsonFormatter(logging.Formatter):
 
 
 class RedactSecrets(logging.Filter):
-    """Access tokens never reach a log line (werkzeug logs request lines with their query at debug level)."""
+    """Access tokens never reach a log line (werkzeug logs request lines with their query, and engine.io the
+    Socket.IO CONNECT packet with its auth, at debug level)."""
 
-    PATTERN = re.compile(r"(token=|Bearer\s+)[^&\s\"']+")
+    PATTERN = re.compile(r"(token=|Bearer\s+|[\"']token[\"']\s*:\s*[\"'])[^&\s\"']+")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if "token=" in message or "Bearer" in message:
+        if "token" in message or "Bearer" in message:
             record.msg, record.args = self.PATTERN.sub(r"\1[redacted]", message), ()
         return True
 

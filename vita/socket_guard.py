@@ -170,7 +170,10 @@ class SocketGuard:
         if len(data) > 2:
             self._reject(eio_sid, "bad_event", f"{name} takes one argument, got {len(data) - 1}")
             return
-        self._handle_event(eio_sid, namespace, id, data)
+        try:
+            self._handle_event(eio_sid, namespace, id, data)
+        except Exception:  # a bug of ours in a handler: logged, and never mistaken for a malformed packet
+            log.exception("the %r handler failed", name)
 
     # --- helpers -----------------------------------------------------------------------------------------
     def _sid(self, eio_sid: str) -> str | None:
