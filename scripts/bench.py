@@ -106,6 +106,34 @@ def voice_to_voice(url: str, runs: int, questions: list[str], modes: tuple[str, 
     return rows
 
 
+def voice_to_voice_pairs(url: str, runs: int, questions: list[str]) -> list[float]:
+    """Two sessions ask at the same moment (streaming replies): each one's voice-to-voice, as in voice_to_voice."""
+    times = []
+    for _run in range(runs):
+        for i, question in enumerate(questions):
+            pair = [connect_in_mode(url, "stream") for _ in range(2)]
+            asked = [question, questions[(i + 1) % len(questions)]]
+            voiced = [0.0, 0.0]
+
+            def ask(k: int, pair=pair, asked=asked, voiced=voiced) -> None:
+                voiced[k] = send_speech(pair[k], spoken(asked[k]))
+
+            threads = [threading.Thread(target=ask, args=(k,)) for k in range(2)]
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                for k, client in enumerate(pair):
+                    audio_at, _ = first_after(client, "audio", voiced[k])
+                    times.append(audio_at - voiced[k])
+            finally:
+                for client in pair:
+                    client.close()
+            time.sleep(0.5)
+    return times
+
+
 TYPED_LONG = ["Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, autumn "
               "and winter?", "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
 
@@ -319,7 +347,7 @@ def main() -> int:
     parser.add_argument("--stream_s", type=float, default=20.0)
     parser.add_argument("--url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--parts", default="mics,v2v,typed,barge,turns",
+    parser.add_argument("--parts", default="mics,v2v,pairs,typed,barge,turns",
                         help="which measurements to run (wire cost is always computed)")
     args = parser.parse_args()
     counts = [int(x) for x in args.sessions.split(",") if x]
@@ -334,13 +362,15 @@ def main() -> int:
         wait_ready(server)
         url = server.url
     parts = set(args.parts.split(","))
-    wire, v2v, typed, barge, load, mics = {}, [], [], [], [], []
+    wire, v2v, typed, barge, load, mics, pairs = {}, [], [], [], [], [], []
     try:
         wire = wire_cost()
         if "mics" in parts:  # first, on an idle server: turns leave ASR/LLM work behind that would load it
             mics = streaming_load(url, streams, args.stream_s, server.process.pid if server else None)
         if "v2v" in parts:
             v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS)
+        if "pairs" in parts:
+            pairs = voice_to_voice_pairs(url, args.runs, QUESTIONS)
         if "typed" in parts:
             typed = typed_first_audio(url, args.runs)
         if "barge" in parts:
@@ -379,6 +409,9 @@ def main() -> int:
                    for m in ("stream", "full")}
         ratios["typed_long"] = medians["stream"] / medians["full"]
         print(f"typed multi-clause: streaming / full-reply first audio (p50) = {ratios['typed_long']:.2f}")
+    if pairs:
+        print(f"voice-to-voice, two sessions asking at once (streaming): p50 {statistics.median(pairs):.3f} s, "
+              f"p90 {percentile(pairs, 0.9):.3f} s over {len(pairs)} turns")
     if barge:
         print(f"barge-in (speech onset sent → stop_tts received): p50 {statistics.median(barge) * 1000:.0f} ms, "
               f"p90 {percentile(barge, 0.9) * 1000:.0f} ms over {len(barge)}")
@@ -392,7 +425,8 @@ def main() -> int:
         print_mics(r)
     if args.json:
         Path(args.json).write_text(json.dumps({"voice_to_voice": v2v, "stream_full_ratio": ratios, "typed": typed,
-                                               "barge_in_s": barge, "wire": wire, "concurrency": load,
+                                               "barge_in_s": barge,
+                                               "pairs_voice_to_voice_s": pairs, "wire": wire, "concurrency": load,
                                                "open_mics": mics}, indent=2))
     return 0
 

@@ -34,7 +34,8 @@ from workers.common import StatusReporter, prepare_process, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
-HEARTBEAT_S = 1.0  # the synthesis loop says it is alive at least this often (the front kills a silent worker)
+HEARTBEAT_S = 1.0
+LOCAL_BOUND = 64  # the synthesis loop says it is alive at least this often (the front kills a silent worker)
 
 
 class PiperEngine:
@@ -69,7 +70,9 @@ class TtsWorker:
         self.config = config
         self.inbox, self.outbox, self.report = inbox, outbox, report
         self.engines: dict[str, PiperEngine] = {}
-        self.pieces: queue.Queue = queue.Queue()
+        # Bounded: a synthesis loop that falls behind stops the reader, so the Manager queue fills and the LLM
+        # worker's put times out (its drop policy) instead of pieces piling up here.
+        self.pieces: queue.Queue = queue.Queue(maxsize=LOCAL_BOUND)
         self.cancelled: dict[str, int] = {}  # session -> highest cancelled turn id
         self.cancel_lock = threading.Lock()
         self.turns: dict[tuple[str, int], TurnAudio] = {}
