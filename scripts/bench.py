@@ -347,6 +347,8 @@ def main() -> int:
     parser.add_argument("--stream_s", type=float, default=20.0)
     parser.add_argument("--url", help="use this running server instead of starting one")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--stream_only", action="store_true",
+                        help="voice-to-voice in streaming mode only (no full-reply comparison): quicker tuning runs")
     parser.add_argument("--parts", default="mics,v2v,pairs,typed,barge,turns",
                         help="which measurements to run (wire cost is always computed)")
     args = parser.parse_args()
@@ -368,7 +370,8 @@ def main() -> int:
         if "mics" in parts:  # first, on an idle server: turns leave ASR/LLM work behind that would load it
             mics = streaming_load(url, streams, args.stream_s, server.process.pid if server else None)
         if "v2v" in parts:
-            v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS)
+            modes = ("stream",) if args.stream_only else ("stream", "full")
+            v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS, modes)
         if "pairs" in parts:
             pairs = voice_to_voice_pairs(url, args.runs, QUESTIONS)
         if "typed" in parts:
@@ -386,6 +389,8 @@ def main() -> int:
     for kind in ("short", "long") if v2v else ():
         for mode in ("stream", "full"):
             rows = [r for r in v2v if r["mode"] == mode and r["set"] == kind]
+            if not rows:
+                continue
             print(f"\nvoice-to-voice, {kind} replies, reply mode {mode} (last voiced sample sent → first reply "
                   f"audio received), {len(rows)} turns:")
             print("  " + " ".join(f"{k[:-2]:>17}" for k in keys))
@@ -393,11 +398,17 @@ def main() -> int:
                 vals = [statistics.median([r[k] for r in rows]) if q == "p50" else
                         percentile([r[k] for r in rows], 0.9) for k in keys]
                 print(f"{q} " + " ".join(f"{v:>16.3f}s" for v in vals))
+        if args.stream_only:
+            continue
         medians = {m: statistics.median([r["voice_to_voice_s"] for r in v2v if r["mode"] == m and r["set"] == kind])
                    for m in ("stream", "full")}
         ratios[kind] = medians["stream"] / medians["full"]
         print(f"{kind} replies: streaming / full-reply first audio (p50): {medians['stream']:.3f} / "
               f"{medians['full']:.3f} s = {ratios[kind]:.2f}")
+    streamed = [r["voice_to_voice_s"] for r in v2v if r["mode"] == "stream"]
+    if streamed:
+        print(f"voice-to-voice, all streaming turns: p50 {statistics.median(streamed):.3f} s, "
+              f"p90 {percentile(streamed, 0.9):.3f} s over {len(streamed)}")
     if typed:
         for mode in ("stream", "full"):
             rows = [r for r in typed if r["mode"] == mode]

@@ -19,9 +19,9 @@ def test_flags_and_model_are_read_from_the_first_processor():
     assert "avx512_bf16" in cpu.summary() and len(cpu.cores) >= 1
 
 
-def test_auto_dtype_is_bf16_only_where_it_was_measured_faster():
+def test_auto_dtype_is_bf16_only_where_the_cpu_has_bf16_instructions():
     assert cpu_dtype("auto", read_cpu(AVX2)) == "float32"
-    assert cpu_dtype("auto", read_cpu(AVX512_BF16)) == "float32"
+    assert cpu_dtype("auto", read_cpu(AVX512_BF16)) == "bfloat16"
     assert cpu_dtype("auto", read_cpu(AMX)) == "bfloat16"
     assert cpu_dtype("bfloat16", read_cpu(AVX2)) == "bfloat16"  # an explicit choice stands
 

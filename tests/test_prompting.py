@@ -45,11 +45,17 @@ def test_instruct_tokenizer_gets_its_chat_template(base_tokenizer):
         base_tokenizer.chat_template = None
 
 
-def test_history_keeps_only_the_limit():
-    history = ConversationHistory(2)
-    for i in range(5):
+def test_history_keeps_at_most_the_limit_dropping_the_older_half_at_once():
+    history = ConversationHistory(4)
+    seen = []
+    for i in range(9):
         history.add(Exchange(f"q{i}", f"a{i}"))
-    assert [e.user for e in history] == ["q3", "q4"]
+        seen.append([e.user for e in history])
+    assert max(len(s) for s in seen) == 4 and seen[-1][-1] == "q8"
+    assert seen[4] == ["q2", "q3", "q4"] and seen[5] == ["q2", "q3", "q4", "q5"] and seen[6] == ["q4", "q5", "q6"]
+    # Between two trims each history starts with the whole previous one: the engine's prefix cache keeps it.
+    grew = sum(1 for before, after in zip(seen, seen[1:], strict=False) if after[:len(before)] == before)
+    assert grew >= len(seen) // 2 + 1
 
 
 def test_history_is_bounded_by_tokens_keeping_the_newest(base_tokenizer):

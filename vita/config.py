@@ -97,7 +97,7 @@ class LlmConfig:
     history_tokens: int = 400
     max_tokens: int = 64
     max_reply_words: int = 25
-    first_piece_words: int = 4
+    first_piece_words: int = 3
     temperature: float = 0.0
     ready_timeout_s: float = 600.0
 

@@ -35,14 +35,25 @@ class Exchange:
 
 
 class ConversationHistory:
-    """The last ``limit`` exchanges of one session."""
+    """At most ``limit`` recent exchanges of one session, trimmed in steps rather than one at a time.
+
+    A full history drops its older half at once (4 exchanges: back to 2, then 3, 4, back to 2 ...). Dropping one
+    exchange per turn would change the prompt right after the persona on every turn, so the engine's prefix cache
+    would never hold the history; stepped, each prompt starts with the whole of the previous turn's prompt on
+    all turns but every other one once full, and only the new exchange is prefilled.
+    """
 
     def __init__(self, limit: int):
-        self._exchanges: deque[Exchange] = deque(maxlen=limit if limit > 0 else 0)
+        self.limit = max(0, limit)
+        self._exchanges: deque[Exchange] = deque()
 
     def add(self, exchange: Exchange) -> None:
-        if self._exchanges.maxlen:
-            self._exchanges.append(exchange)
+        if not self.limit:
+            return
+        if len(self._exchanges) >= self.limit:
+            for _ in range(len(self._exchanges) - self.limit // 2):
+                self._exchanges.popleft()
+        self._exchanges.append(exchange)
 
     def clear(self) -> None:
         self._exchanges.clear()
@@ -65,7 +76,7 @@ class ConversationHistory:
             if used > max_tokens:
                 break
             kept.append(ex)
-        trimmed = ConversationHistory(len(kept))
+        trimmed = ConversationHistory(len(kept) + 1)  # room for all of them: adding never trims here
         for ex in reversed(kept):
             trimmed.add(ex)
         return trimmed
