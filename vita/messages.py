@@ -136,9 +136,9 @@ class TurnTimings:
 
 @dataclass(frozen=True)
 class TurnEnded:
-    """A stage has nothing more for this turn (answered, empty transcript, or cancelled).
-
-    From the LLM worker, spoken is the reply as handed to TTS (up to the interruption when cancelled).
+    """The LLM worker has nothing more for this turn (answered, empty transcript, cancelled, failed); spoken is the
+    reply as handed to TTS (up to the interruption when cancelled). The TTS worker's end of a turn is its last
+    TtsChunk.
     """
 
     session_id: str

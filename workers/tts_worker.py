@@ -24,7 +24,6 @@ from vita.messages import (
     Shutdown,
     TtsChunk,
     TtsPiece,
-    TurnEnded,
     TurnTimings,
     WorkerState,
     read_messages,
@@ -180,8 +179,7 @@ class TtsWorker:
                 timings["first_chunk_s"] = turn.first_chunk_s
             # Timings go before the last chunk: the front forgets the turn when the last chunk arrives.
             self.outbox.put(TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}))
-            self._put_chunk(key, turn, b"", last=True)
-            self.outbox.put(TurnEnded(*key, NAME))
+            self._put_chunk(key, turn, b"", last=True)  # the turn's end: nothing more comes for it
 
     def _engine(self, voice: str | None) -> PiperEngine:
         return self.engines.get(voice or "", self.engines[self.config.tts.voice])
@@ -203,8 +201,7 @@ class TtsWorker:
         turn.seq += 1
 
     def _end_cancelled(self, key: tuple[str, int]) -> None:
-        if self.turns.pop(key, None) is not None:
-            self.outbox.put(TurnEnded(*key, NAME, "cancelled"))
+        self.turns.pop(key, None)  # the front dropped the turn when it cancelled it: nothing to tell it
 
 
 def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
