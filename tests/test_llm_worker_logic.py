@@ -113,6 +113,8 @@ def test_timings_and_the_reply_text_are_reported():
     for key in ("first_token_s", "first_piece_s", "generate_s", "tokens", "prompt_tokens", "context_turns"):
         assert key in timings.timings, key
     assert "".join(m.delta for m in outputs if isinstance(m, ReplyText)) == "Hello there, friend."
+    (done,) = [m for m in outputs if isinstance(m, ReplyText) and m.done]
+    assert done.text == spoken_text(drained(worker.tts)) == "Hello there, friend."  # the page shows what was said
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["done"]
 
 

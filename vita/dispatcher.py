@@ -117,9 +117,8 @@ class OutputDispatcher:
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
             if message.done:
-                self.emit("response_text", {"text": session.reply.strip(), "turn_id": turn_id}, to=sid)
+                self.emit("response_text", {"text": message.text, "turn_id": turn_id}, to=sid)
             else:
-                session.reply += message.delta
                 self.emit("reply_delta", {"turn_id": turn_id, "text": message.delta}, to=sid)
         elif isinstance(message, TurnTimings):
             self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)

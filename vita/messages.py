@@ -116,12 +116,15 @@ class Transcript:
 
 @dataclass(frozen=True)
 class ReplyText:
-    """Reply text as it streams: delta is new text since the last message of this turn."""
+    """Reply text as it streams: delta is new text since the last message of this turn. The done message carries
+    the whole reply as it was spoken (the one source of the final text: generation may run a few tokens past
+    the last spoken word before it is stopped)."""
 
     session_id: str
     turn_id: int
     delta: str
     done: bool = False
+    text: str = ""
 
 
 @dataclass(frozen=True)

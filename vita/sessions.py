@@ -28,7 +28,6 @@ class Session:
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
-    reply: str = ""  # the current turn's reply text as delivered
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
     _allowance: float = -1.0  # token bucket of inbound events; -1 = full on first use

@@ -168,7 +168,6 @@ class TurnController:
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
-        session.reply = ""
         sent = self.put("requests", messages.TurnRequest(
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,

@@ -261,7 +261,7 @@ class LlmWorker:
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
             history.add(Exchange(run.user_text, run.said, turn_id=tid))
-            self._publish(ReplyText(sid, tid, "", done=True))
+            self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
             self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
             self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
         except asyncio.CancelledError:
