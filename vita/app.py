@@ -230,140 +230,142 @@ class FrontApp:
 
     # --- Socket.IO ---------------------------------------------------------------------------------------
     def _events(self) -> None:
-        sio = self.socketio
+        for event, handler in {
+            "connect": self.on_connect,
+            "disconnect": self.on_disconnect,
+            "audio": self.on_audio,
+            "audio_format": self.on_audio_format,
+            "reply_mode": self.on_reply_mode,
+            "video_frame": self.on_video_frame,
+            "text_input": self.on_text_input,
+            "set_voice": self.on_set_voice,
+            "reset_state": self.on_reset_state,
+            "recording-started": self.on_recording_started,
+            "recording-stopped": self.on_recording_stopped,
+        }.items():
+            self.socketio.on_event(event, handler)
 
-        @sio.on("connect")
-        def on_connect(auth=None):
-            if not self.guard.allows(request, auth):
-                log.warning("refused %s: no valid access token", request.sid)
-                self.emit("error", {"code": "unauthorized", "message": "This assistant needs an access token."},
-                          to=request.sid)
-                self._after_handshake(self._disconnect, request.sid)
-                return
-            session = self.sessions.open(request.sid)
-            if session is None:
-                self.metrics.sessions_refused.inc()
-                log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
-                # Accept, tell, then really disconnect (VITA only warned).
-                self._after_handshake(self._refuse, request.sid)
-                return
-            self.metrics.sessions_opened.inc()
-            self.turns.attach_listener(session)
-            log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
-            self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
-                                        "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
+    def on_connect(self, auth=None) -> None:
+        if not self.guard.allows(request, auth):
+            log.warning("refused %s: no valid access token", request.sid)
+            self.emit("error", {"code": "unauthorized", "message": "This assistant needs an access token."},
                       to=request.sid)
-            self.turns.handle(session, Connected(time.monotonic()))
+            self._after_handshake(self._disconnect, request.sid)
+            return
+        session = self.sessions.open(request.sid)
+        if session is None:
+            self.metrics.sessions_refused.inc()
+            log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
+            # Accept, tell, then really disconnect (VITA only warned).
+            self._after_handshake(self._refuse, request.sid)
+            return
+        self.metrics.sessions_opened.inc()
+        self.turns.attach_listener(session)
+        log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
+        self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
+                                    "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
+                  to=request.sid)
+        self.turns.handle(session, Connected(time.monotonic()))
 
-        @sio.on("disconnect")
-        def on_disconnect(*_):
-            session = self.sessions.close(request.sid)
-            if session is None:
-                return
-            self.turns.detach(session)
-            for name in ("requests", "tts"):
-                self._put(name, EndSession(session.sid))
-            log.info("disconnected", extra=turn_ids(session.sid))
+    def on_disconnect(self, *_) -> None:
+        session = self.sessions.close(request.sid)
+        if session is None:
+            return
+        self.turns.detach(session)
+        for name in ("requests", "tts"):
+            self._put(name, EndSession(session.sid))
+        log.info("disconnected", extra=turn_ids(session.sid))
 
-        @sio.on("audio")
-        def on_audio(data=None):
-            started = time.perf_counter()
-            session = self._session()
-            if session is None:
-                return
-            try:
-                pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
-            except AudioFormatError as exc:
-                self.turns.report(session, "bad_audio", str(exc))
-                return
-            if pcm.size and not session.listener.push(pcm, rate):
-                self.metrics.audio_dropped.inc()
-                self.turns.report(session, "audio_overrun",
-                                  "Audio is arriving faster than it can be processed; some was dropped.")
-            self.metrics.audio_seconds.inc(pcm.size / rate)
-            self.metrics.audio_handler.observe(time.perf_counter() - started)
+    def on_audio(self, data=None) -> None:
+        started = time.perf_counter()
+        session = self._session()
+        if session is None:
+            return
+        try:
+            pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
+        except AudioFormatError as exc:
+            self.turns.report(session, "bad_audio", str(exc))
+            return
+        if pcm.size and not session.listener.push(pcm, rate):
+            self.metrics.audio_dropped.inc()
+            self.turns.report(session, "audio_overrun",
+                              "Audio is arriving faster than it can be processed; some was dropped.")
+        self.metrics.audio_seconds.inc(pcm.size / rate)
+        self.metrics.audio_handler.observe(time.perf_counter() - started)
 
-        @sio.on("audio_format")
-        def on_audio_format(data=None):
-            session = self._session()
-            if session is None:
-                return
-            try:
-                session.audio_rate = check_rate(data.get("sample_rate") if isinstance(data, dict) else None)
-            except AudioFormatError as exc:
-                self.error("bad_audio_format", str(exc))
-                return
-            self.emit("audio_format", {"sample_rate": session.audio_rate}, to=session.sid)
+    def on_audio_format(self, data=None) -> None:
+        session = self._session()
+        if session is None:
+            return
+        try:
+            session.audio_rate = check_rate(data.get("sample_rate") if isinstance(data, dict) else None)
+        except AudioFormatError as exc:
+            self.error("bad_audio_format", str(exc))
+            return
+        self.emit("audio_format", {"sample_rate": session.audio_rate}, to=session.sid)
 
-        @sio.on("reply_mode")
-        def on_reply_mode(data=None):
-            session = self._session()
-            if session is None:
-                return
-            mode = data.get("mode") if isinstance(data, dict) else None
-            if mode not in REPLY_MODES:
-                self.error("bad_reply_mode", f"mode must be one of: {', '.join(REPLY_MODES)}")
-                return
-            session.reply_mode = mode
-            self.emit("reply_mode", {"mode": mode}, to=session.sid)
+    def on_reply_mode(self, data=None) -> None:
+        session = self._session()
+        if session is None:
+            return
+        mode = data.get("mode") if isinstance(data, dict) else None
+        if mode not in REPLY_MODES:
+            self.error("bad_reply_mode", f"mode must be one of: {', '.join(REPLY_MODES)}")
+            return
+        session.reply_mode = mode
+        self.emit("reply_mode", {"mode": mode}, to=session.sid)
 
-        @sio.on("video_frame")
-        def on_video_frame(data=None):
-            session = self._session()
-            if session is None:
-                return
-            try:
-                image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
-            except FrameError as exc:
-                self.turns.report(session, "bad_frame", str(exc))
-                return
-            session.frames.add(image, time.monotonic())
+    def on_video_frame(self, data=None) -> None:
+        session = self._session()
+        if session is None:
+            return
+        try:
+            image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
+        except FrameError as exc:
+            self.turns.report(session, "bad_frame", str(exc))
+            return
+        session.frames.add(image, time.monotonic())
 
-        @sio.on("text_input")
-        def on_text_input(data=None):
-            session = self._session()
-            if session is None:
-                return
-            text = data.get("text") if isinstance(data, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                self.error("bad_text", "text_input needs {\"text\": \"...\"} with some text")
-                return
-            if len(text) > self.config.limits.max_text_chars:
-                self.error("text_too_long", f"text is longer than {self.config.limits.max_text_chars} characters")
-                return
-            if not self.graph.ready():
-                self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
-                return
-            self.turns.on_text(session, text.strip())
+    def on_text_input(self, data=None) -> None:
+        session = self._session()
+        if session is None:
+            return
+        text = data.get("text") if isinstance(data, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            self.error("bad_text", "text_input needs {\"text\": \"...\"} with some text")
+            return
+        if len(text) > self.config.limits.max_text_chars:
+            self.error("text_too_long", f"text is longer than {self.config.limits.max_text_chars} characters")
+            return
+        if not self.graph.ready():
+            self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
+            return
+        self.turns.on_text(session, text.strip())
 
-        @sio.on("set_voice")
-        def on_set_voice(data=None):
-            session = self._session()
-            if session is None:
-                return
-            voice = data.get("voice") if isinstance(data, dict) else None
-            if voice not in self.voices:
-                self.error("unknown_voice", f"voice must be one of: {', '.join(self.voices)}")
-                return
-            session.voice = voice
-            self.emit("voice", {"voice": voice}, to=session.sid)
+    def on_set_voice(self, data=None) -> None:
+        session = self._session()
+        if session is None:
+            return
+        voice = data.get("voice") if isinstance(data, dict) else None
+        if voice not in self.voices:
+            self.error("unknown_voice", f"voice must be one of: {', '.join(self.voices)}")
+            return
+        session.voice = voice
+        self.emit("voice", {"voice": voice}, to=session.sid)
 
-        @sio.on("reset_state")
-        def on_reset_state(*_):
-            session = self._session()
-            if session is None:
-                return
-            self.turns.interrupt(session, "reset")
-            self._put("requests", ResetHistory(session.sid))
-            self.emit("history_cleared", to=session.sid)
+    def on_reset_state(self, *_) -> None:
+        session = self._session()
+        if session is None:
+            return
+        self.turns.interrupt(session, "reset")
+        self._put("requests", ResetHistory(session.sid))
+        self.emit("history_cleared", to=session.sid)
 
-        @sio.on("recording-started")
-        def on_recording_started(*_):
-            self._restart_listening("recording started")
+    def on_recording_started(self, *_) -> None:
+        self._restart_listening("recording started")
 
-        @sio.on("recording-stopped")
-        def on_recording_stopped(*_):
-            self._restart_listening("recording stopped")
+    def on_recording_stopped(self, *_) -> None:
+        self._restart_listening("recording stopped")
 
     def _restart_listening(self, reason: str) -> None:
         """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
