@@ -66,7 +66,7 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
                 break
             if not self.ws.connected:
                 return None
-        if data is not None and len(data) > self.limit:
+        if len(data) > self.limit:
             error = {"code": "message_too_big", "message": f"A message may be at most {self.limit} bytes."}
             with contextlib.suppress(Exception):
                 self.ws.send("42" + json.dumps(["error", error]))
@@ -86,7 +86,6 @@ class SocketGuard:
         self.on_bad_event = on_bad_event
         self.max_attachments = max_attachments
         self.join_timeout_s = join_timeout_s
-        self.rejected = 0
 
     def install(self) -> None:
         eio = self.eio
@@ -180,7 +179,6 @@ class SocketGuard:
         return self.server.manager.sid_from_eio_sid(eio_sid, "/")
 
     def _reject(self, eio_sid: str, code: str, message: str) -> None:
-        self.rejected += 1
         sid = self._sid(eio_sid)
         if sid is not None:
             with contextlib.suppress(Exception):
