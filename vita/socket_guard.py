@@ -185,14 +185,11 @@ class SocketGuard:
                 self.on_bad_event(sid, code, message)
 
     def close(self, eio_sid: str) -> None:
-        """Close a client's engine.io connection from any thread, without waiting on the client: engine.io's own
-        disconnect() waits until a polling client fetches its CLOSE packet, forever if it never polls again."""
-        socket = self.eio.sockets.get(eio_sid)
-        if socket is None:
-            return
-        with contextlib.suppress(Exception):
-            if socket.upgraded:  # a WebSocket: its writer thread sends the CLOSE at once
-                self.eio.disconnect(eio_sid)
-            else:
+        """Close a client's engine.io connection from any thread, never waiting on the client: engine.io's own
+        disconnect() waits until the CLOSE packet is written, which is forever for a polling client that never
+        polls again, or for a WebSocket whose writer has already ended (a VAD thread closing an idle session hung
+        there)."""
+        socket = self.eio.sockets.pop(eio_sid, None)
+        if socket is not None:
+            with contextlib.suppress(Exception):
                 socket.close(wait=False, reason=self.eio.reason.SERVER_DISCONNECT)
-                self.eio.sockets.pop(eio_sid, None)
