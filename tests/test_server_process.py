@@ -14,9 +14,11 @@ WORKERS = {"llm", "tts"}
 
 
 def test_health_answers_at_once_while_models_load(server):
-    # Recorded by the fixture on the first successful /health, seconds after start: vLLM needs ~1 min.
+    # Recorded by the fixture on the first successful /health, seconds after start: vLLM needs ~1 min. The first
+    # request pays a TLS handshake on two cores busy importing three model stacks (0.3-1.2 s measured); a front
+    # blocked by the loading would answer after the minute. The behaviour is the state it reports, below.
     health = server.first_health
-    assert server.first_health_latency_s < 1.0
+    assert server.first_health_latency_s < 3.0
     assert set(health["workers"]) == WORKERS
     assert health["workers"]["llm"]["state"] in {"starting", "loading"}
     assert health["status"] == "starting"
