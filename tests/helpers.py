@@ -166,3 +166,13 @@ class RawSocketIO:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.ws.close()
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01) -> bool:
+    """For state that announces no event (a server's counters): check until true or the time is up."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
+import threading
 import time
 from urllib.parse import urlparse
 
+import pytest
+
 from tests.conftest import wait_no_sessions
-from tests.helpers import RecordingClient
+from tests.helpers import RecordingClient, wait_until
+from vita.config import LimitsConfig
+from vita.http_server import FrontServer
+from vita.tls import ensure_self_signed, server_context
 
 # The first bytes of a TLS ClientHello record, then nothing: a client that stalls mid-handshake.
 PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")
@@ -37,3 +44,61 @@ def test_idle_and_half_handshaken_sockets_do_not_block_health_or_new_sessions(se
         for sock in stalled:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+@pytest.fixture
+def tiny_tls_server(tmp_path):
+    """The front's real HTTPS server around a one-route WSGI app, with a per-address cap of 3 and a long
+    handshake clock: only eviction, not a timeout, can close an idle connection during a test."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    cert, key = ensure_self_signed(tmp_path, "127.0.0.1")
+    limits = LimitsConfig(max_connections=8, max_connections_per_ip=3, handshake_timeout_s=60.0)
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    server = FrontServer("127.0.0.1", port, app, server_context(cert, key), fd=listener.fileno(), limits=limits)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _closed_by_peer(sock: socket.socket, within_s: float) -> bool:
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize("stall", ["before_tls", "mid_handshake"])
+def test_an_idle_connection_in_the_way_is_really_closed(tiny_tls_server, stall):
+    """At the per-address cap a newcomer gets in, and the oldest idle connection is closed, not just forgotten
+    (TLS wrapping detaches the TCP socket the cap used to shut down, which left the connection open)."""
+    server, port = tiny_tls_server
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+    try:
+        if stall == "mid_handshake":
+            for sock in idle:
+                sock.sendall(PARTIAL_CLIENT_HELLO)
+        assert wait_until(lambda: server.connections.counts()["open"] == 3)
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert tls.recv(4096).startswith(b"HTTP/1.1 200")
+        assert _closed_by_peer(idle[0], 5.0)
+        assert not _closed_by_peer(idle[2], 0.2)  # only as many as needed make room
+    finally:
+        for sock in idle:
+            sock.close()

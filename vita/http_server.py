@@ -52,9 +52,9 @@ class FrontRequestHandler(WSGIRequestHandler):
         if ok:  # a whole request's headers: busy until it is answered (a WebSocket, for its life)
             self.server.connections.set_busy(self._key, True)
             if self.headers.get("Upgrade", "").lower() == "websocket":
-                # Blocking again: a reader and a writer thread share this TLS socket, and a socket with a timeout
-                # is non-blocking underneath, which OpenSSL does not allow across threads (the connection broke
-                # under load). A silent WebSocket is closed by engine.io's ping timeout instead (20 s).
+                # No read clock: simple-websocket's reader waits as long as the client is quiet (over TLS the
+                # socket is shared through vita.shared_tls, which sets its own). A silent WebSocket is closed by
+                # engine.io's ping timeout instead (20 s).
                 self.connection.settimeout(None)
             else:
                 self.connection.settimeout(self.server.limits.read_timeout_s)
@@ -81,6 +81,33 @@ class FrontRequestHandler(WSGIRequestHandler):
         log.debug("%s: " + format, self.address_string(), *args)
 
 
+class ConnectionSocket:
+    """What eviction shuts down: a connection's TCP socket and, once TLS wraps it, the TLS socket (wrapping
+    detaches the TCP socket object, so shutting that one down afterwards would do nothing)."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def replace(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            if self._shut:  # evicted while it was being wrapped
+                self._shutdown()
+
+    def shutdown(self) -> None:
+        """Wakes the connection's thread from any read; never closes (only the owner thread closes, so the OS
+        cannot hand the descriptor number to a new connection while this one's thread still uses it)."""
+        with self._lock:
+            self._shut = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        with contextlib.suppress(OSError):  # the TCP socket's own shutdown: TLS state stays its owner's business
+            socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+
 class FrontServer(ThreadedWSGIServer):
     def __init__(self, host: str, port: int, app: Any, tls: ssl.SSLContext | None, fd: int, limits: Any,
                  uncapped: frozenset[str] = frozenset()):
@@ -92,44 +119,51 @@ class FrontServer(ThreadedWSGIServer):
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
         """Runs in the accept loop: admit (closing the idle connections in the way) or refuse, never wait."""
-        admission = self.connections.admit(client_address[0], time.monotonic(), request)
+        handle = ConnectionSocket(request)
+        admission = self.connections.admit(client_address[0], time.monotonic(), handle)
         for evicted in admission.evicted:
-            with contextlib.suppress(OSError):
-                evicted.handle.shutdown(socket.SHUT_RDWR)  # its thread sees the close and ends
+            evicted.handle.shutdown()  # its thread sees the end of the stream and closes
         if not admission.admitted:
             log.warning("refused a connection from %s (%s)", client_address[0], admission.reason)
             with contextlib.suppress(OSError):
                 request.close()
             return
-        threading.Thread(target=self._serve_connection, args=(request, client_address, admission.key),
+        threading.Thread(target=self._serve_connection, args=(request, client_address, admission.key, handle),
                          name="http-connection", daemon=True).start()
 
     def current_key(self) -> int:
         """The connection table's key of the connection this thread serves."""
         return getattr(self._thread_state, "key", 0)
 
-    def _serve_connection(self, request: socket.socket, client_address: Any, key: int) -> None:
+    def _serve_connection(self, request: socket.socket, client_address: Any, key: int,
+                          handle: ConnectionSocket) -> None:
         self._thread_state.key = key
         try:
-            self._finish(request, client_address)
+            self._finish(request, client_address, handle)
         except Exception:
             self.handle_error(request, client_address)
         finally:
             self.shutdown_request(request)
             self.connections.release(key)
 
-    def _finish(self, request: socket.socket, client_address: Any) -> None:
+    def _finish(self, request: socket.socket, client_address: Any, handle: ConnectionSocket) -> None:
         """The TLS handshake happens here, in the connection's own thread, never in the accept loop."""
         if self.ssl_context is None:
             self.finish_request(request, client_address)
             return
         request.settimeout(self.limits.handshake_timeout_s)
-        try:
-            connection = self.ssl_context.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as exc:  # timed out, not TLS, or closed mid-handshake
-            log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+        try:  # wrapping detaches `request`: from here on `connection` owns the descriptor
+            connection = self.ssl_context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except OSError as exc:
+            log.debug("TLS with %s failed: %s", client_address[0], exc)
             return
         try:
+            handle.replace(connection)  # a half-handshaken connection in the way can be evicted too
+            try:
+                connection.do_handshake()
+            except OSError as exc:  # timed out, not TLS, closed or evicted mid-handshake
+                log.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+                return
             self.finish_request(connection, client_address)
         finally:
             with contextlib.suppress(OSError):

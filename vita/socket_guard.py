@@ -21,6 +21,8 @@ import io
 import json
 import logging
 import re
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,8 @@ from urllib.parse import parse_qs
 import simple_websocket
 from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 from engineio.payload import Payload
+
+from vita.shared_tls import SharedTlsSocket
 
 log = logging.getLogger("vita.socket")
 
@@ -45,6 +49,7 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
     """
 
     HARD_LIMIT_FACTOR = 4
+    CLOSE_REPLY_S = 1.0
 
     def __init__(self, handler: Callable, server: Any, **kwargs: Any):
         self.limit = server.max_http_buffer_size
@@ -52,7 +57,28 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)  # offer no extension: wsproto then accepts none
-        return super().__call__(environ, start_response)
+        if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # a reader and a writer thread share it
+            environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
+        try:
+            return super().__call__(environ, start_response)
+        finally:
+            self._end_reader()
+
+    def _end_reader(self) -> None:
+        """simple-websocket's reader thread can still be inside a read on this socket when engine.io is done with
+        it (waiting for the client's reply to our close). The HTTP server closes the socket next, and the OS
+        gives that descriptor number to the next connection: a TLS read still in flight then takes bytes from,
+        and sends alerts to, a stranger (a client's handshake failed with "unexpected message"). So the reader
+        ends before anyone closes: the client has a moment to answer the close, then the stream is shut."""
+        ws = getattr(self, "ws", None)
+        reader = getattr(ws, "thread", None)
+        if reader is None or reader is threading.current_thread():
+            return
+        reader.join(self.CLOSE_REPLY_S)
+        if reader.is_alive():
+            with contextlib.suppress(OSError):
+                ws.sock.shutdown(socket.SHUT_RDWR)  # wakes the read; closing stays with the reader
+            reader.join(self.CLOSE_REPLY_S)
 
     def wait(self) -> Any:
         # Wake up every second: when simple-websocket refuses a message over its limit it wakes the reader

@@ -1,0 +1,89 @@
+"""A TLS socket that a WebSocket's reader thread and its writer threads share safely.
+
+OpenSSL allows one call at a time on a connection. simple-websocket reads in its own thread while engine.io's
+writer thread sends, and concurrent TLS reads and writes corrupted the front's heap (glibc aborted the whole
+process: "double free or corruption") or sent one connection's TLS records to another (a client's handshake got
+"unexpected message"), with sessions closing while others connected. Here every OpenSSL call holds one lock and
+never waits inside it: the socket is non-blocking, and a call that cannot go on gives the lock back and waits
+for the socket outside it. So a reader waiting for a quiet client never holds up a writer, a writer waiting for
+a slow client never holds up the reader, and a close (which takes the lock too) never frees the descriptor
+under a call in flight.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import ssl
+import threading
+import time
+
+
+class SharedTlsSocket:
+    """The socket-like object simple-websocket is given: recv, send, close and shutdown."""
+
+    WAIT_S = 1.0  # the longest wait for the socket before a call looks again (it may have been closed)
+
+    def __init__(self, sock: ssl.SSLSocket, write_timeout_s: float = 30.0):
+        self._sock = sock
+        self._io = threading.Lock()  # one OpenSSL call at a time
+        self._writing = threading.Lock()  # one send at a time: a send that must wait is retried with its bytes
+        self.write_timeout_s = write_timeout_s
+
+    def recv(self, size: int) -> bytes:
+        """Blocks until data or the end of the stream (b""), like a blocking socket's recv."""
+        while True:
+            with self._io:
+                try:
+                    self._sock.settimeout(0.0)
+                    return self._sock.recv(size)
+                except ssl.SSLWantReadError:
+                    wanted = select.POLLIN
+                except ssl.SSLWantWriteError:
+                    wanted = select.POLLOUT
+                fd = self._sock.fileno()
+            self._wait(fd, wanted, self.WAIT_S)
+
+    def send(self, data: bytes) -> int:
+        """Sends everything or raises: a client that takes nothing for ``write_timeout_s`` is gone."""
+        deadline = time.monotonic() + self.write_timeout_s
+        with self._writing:
+            while True:
+                with self._io:
+                    try:
+                        self._sock.settimeout(0.0)
+                        self._sock.send(data)  # all of it: OpenSSL writes whole records or asks to retry
+                        return len(data)
+                    except ssl.SSLWantWriteError:
+                        wanted = select.POLLOUT
+                    except ssl.SSLWantReadError:
+                        wanted = select.POLLIN
+                    fd = self._sock.fileno()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the client took nothing for %.0f s" % self.write_timeout_s)
+                self._wait(fd, wanted, min(left, self.WAIT_S))
+
+    sendall = send
+
+    def shutdown(self, how: int) -> None:
+        """The TCP stream's shutdown, without the lock: it wakes a waiting call, which then sees the end."""
+        socket.socket.shutdown(self._sock, how)
+
+    def close(self) -> None:
+        with self._io:
+            self._sock.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    @staticmethod
+    def _wait(fd: int, wanted: int, timeout_s: float) -> None:
+        # The descriptor may be closed (and its number reused) meanwhile: that only ends this wait early; the
+        # next OpenSSL call, under the lock, then fails on the closed socket and touches nobody else's.
+        if fd < 0:
+            raise OSError(errno.EBADF, "the socket is closed")
+        poller = select.poll()
+        poller.register(fd, wanted)
+        poller.poll(timeout_s * 1000)
