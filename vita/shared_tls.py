@@ -62,7 +62,7 @@ class SharedTlsSocket:
                     fd = self._sock.fileno()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError("the client took nothing for %.0f s" % self.write_timeout_s)
+                    raise TimeoutError(f"the client took nothing for {self.write_timeout_s:.0f} s")
                 self._wait(fd, wanted, min(left, self.WAIT_S))
 
     sendall = send
