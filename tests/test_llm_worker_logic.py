@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import threading
 
 import pytest
 
+from tests.helpers import wait_until
 from vita.config import Config
 from vita.messages import CancelTurn, ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
 from vita.prompting import PromptBuilder
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
-from workers.llm_worker import LlmWorker
+from workers.llm_worker import MAILBOX_BOUND, LlmWorker
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -171,3 +173,26 @@ def test_a_stuck_voice_fails_only_this_turn_with_a_readable_error():
     assert [m.code for m in outputs if isinstance(m, SessionError)] == ["tts_busy"]
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tts_busy"]
     assert list(worker.histories["s"]) == [] and not worker.running  # nothing said, nothing kept, no task left
+
+
+def test_the_inbox_hand_over_waits_while_the_event_loop_is_behind():
+    """Messages wait in the bounded Manager queue, not in an unbounded one inside the worker."""
+    worker, _ = make_worker(["hi"])
+    loop = asyncio.new_event_loop()
+    mailbox: asyncio.Queue = asyncio.Queue(MAILBOX_BOUND)  # nothing takes from it: a loop that is behind
+    running = threading.Thread(target=loop.run_forever, daemon=True)
+    running.start()
+    for turn in range(MAILBOX_BOUND * 2):
+        worker.inbox.put(CancelTurn("s", turn))
+    reader = threading.Thread(target=worker._read_inbox, args=(loop, mailbox), daemon=True)
+    reader.start()
+    try:
+        assert wait_until(lambda: mailbox.qsize() == MAILBOX_BOUND)
+        assert wait_until(lambda: worker.inbox.qsize() == MAILBOX_BOUND - 1)  # one more waits in the reader
+        assert reader.is_alive()
+    finally:
+        worker.stop.set()
+        reader.join(3)
+        loop.call_soon_threadsafe(loop.stop)
+        running.join(3)
+    assert not reader.is_alive()

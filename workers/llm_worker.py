@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from workers.remote_engine import RemoteEngine, RemoteEngineError
 NAME = "llm"
 TTS_PUT_TIMEOUT_S = 1.0
 HEARTBEAT_S = 2.0
+MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
 
 
 class TtsBusy(Exception):
@@ -191,7 +193,7 @@ class LlmWorker:
 
     async def _serve_inbox(self) -> None:
         loop = asyncio.get_running_loop()
-        mailbox: asyncio.Queue = asyncio.Queue()
+        mailbox: asyncio.Queue = asyncio.Queue(MAILBOX_BOUND)
         reader = threading.Thread(target=self._read_inbox, args=(loop, mailbox), name="llm-inbox", daemon=True)
         reader.start()
         while True:
@@ -205,8 +207,16 @@ class LlmWorker:
             await asyncio.gather(*(t for _, t in self.running.values()), return_exceptions=True)
 
     def _read_inbox(self, loop: asyncio.AbstractEventLoop, mailbox: asyncio.Queue) -> None:
+        """Bounded hand-over: while the event loop is behind, this thread waits and the Manager queue (bounded
+        too) fills, so the front's puts time out into ``server_busy`` instead of memory growing here."""
         for message in read_messages(self.inbox, self.stop):
-            loop.call_soon_threadsafe(mailbox.put_nowait, message)
+            handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
+            while not self.stop.is_set():
+                with contextlib.suppress(FutureTimeout):
+                    handed.result(timeout=1.0)
+                    break
+            else:
+                handed.cancel()  # stopping: the message goes with the worker
 
     def _handle(self, message: Any) -> None:
         if isinstance(message, TurnRequest):
