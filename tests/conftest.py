@@ -112,11 +112,19 @@ def server(tmp_path_factory) -> RunningServer:
         yield running
 
 
+def wait_health(server: RunningServer, predicate, timeout: float = 10.0) -> dict:
+    """/health once predicate(health) holds, or the last one at the deadline (the caller asserts on it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        health = server.get("/health").json()
+        if predicate(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.1)
+
+
 def wait_no_sessions(server: RunningServer) -> None:
     """The shared server is between tests once the last test's client is gone."""
-    deadline = time.monotonic() + 5
-    while server.get("/health").json()["sessions"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_health(server, lambda h: not h["sessions"], timeout=5)
 
 
 @pytest.fixture
@@ -162,7 +170,8 @@ def vllm_api(tmp_path_factory) -> VllmApiServer:
     gemma = config.models_path() / "gemma-3-270m"  # a base model, answered well through the transcript template
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(gemma),
            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
-           "--dtype", "float32", "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
+           "--dtype", "float32", "--distributed-executor-backend", "uni",
+           "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
     env = {**BASE_ENV, **device_env(config), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(cmd, cwd=tmp, stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)

@@ -15,7 +15,7 @@ import numpy as np
 import requests
 import websocket
 
-from tests.conftest import wait_no_sessions
+from tests.conftest import wait_health, wait_no_sessions
 from tests.helpers import RawSocketIO, RecordingClient
 from tests.speech import silence, spoken, stream
 from tests.test_camera import image_bomb
@@ -25,15 +25,6 @@ PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")  # the first bytes of a TLS
 
 def health(server) -> dict:
     return server.get("/health").json()
-
-
-def wait_health(server, predicate, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        current = health(server)
-        if predicate(current) or time.monotonic() > deadline:
-            return current
-        time.sleep(0.1)
 
 
 def quiet(server) -> dict:

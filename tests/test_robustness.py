@@ -14,10 +14,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import wait_no_sessions
+from tests.conftest import wait_health, wait_no_sessions
 from tests.helpers import RecordingClient
 from tests.speech import silence, spoken, stream
-from vita.app import PING_INTERVAL_S
 
 FUZZ_EVENTS = int(os.environ.get("VITA_FUZZ_EVENTS", "10000"))
 CHURN_CYCLES = int(os.environ.get("VITA_CHURN_CYCLES", "200"))
@@ -110,14 +109,13 @@ def test_connect_speak_disconnect_churn_leaves_nothing_behind(server):
         finally:
             c.close()
 
-    def settled() -> dict:
-        """Health once the sessions are gone and engine.io's per-connection ping threads (which wake every
-        ping interval to notice their socket closed) have ended."""
-        deadline = time.monotonic() + 10
-        while server.get("/health").json()["sessions"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(PING_INTERVAL_S + 2)
-        return server.get("/health").json()
+    def settled(threads_at_most: int | None = None) -> dict:
+        """Health once the sessions and their connections are gone (the front's /health counts engine.io's
+        ping timers apart: each sleeps out its interval after its connection closed)."""
+        def quiet(h: dict) -> bool:
+            return (h["sessions"] == 0 and h["vad_threads"] == 0 and h["connections"]["open"] <= 1
+                    and (threads_at_most is None or h["threads"] <= threads_at_most))
+        return wait_health(server, quiet, timeout=15)
 
     wait_no_sessions(server)
     for _ in range(10):  # warm-up: first-use allocations are not leaks
@@ -125,7 +123,7 @@ def test_connect_speak_disconnect_churn_leaves_nothing_behind(server):
     baseline = settled()
     for _ in range(CHURN_CYCLES):
         cycle()
-    after = settled()
+    after = settled(threads_at_most=baseline["threads"])
     assert after["sessions"] == 0 and after["vad_threads"] == 0
     assert after["threads"] <= baseline["threads"], (baseline, after)
     assert after["rss_mb"] - baseline["rss_mb"] < 20, (baseline, after)

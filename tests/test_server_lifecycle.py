@@ -15,7 +15,7 @@ import pytest
 import socketio
 
 from tests.browser import chromium, open_page
-from tests.conftest import ARTIFACTS, start_server, stop_server, wait_ready
+from tests.conftest import ARTIFACTS, start_server, stop_server, wait_health, wait_ready
 from tests.helpers import RawSocketIO, RecordingClient
 from tests.speech import noise, silence, spoken, stream
 from tests.test_llm_worker import LONG_REPLY
@@ -57,15 +57,6 @@ def test_page_tells_the_user_while_models_load(small_server):
         assert page.is_hidden("#loading")
         assert page.inner_text("#connection") == "connected"
         assert not page.problems, page.problems
-
-
-def wait_health(server, predicate, timeout: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        health = server.get("/health").json()
-        if predicate(health) or time.monotonic() > deadline:
-            return health
-        time.sleep(0.1)
 
 
 def test_extra_client_is_told_and_disconnected(small_server):

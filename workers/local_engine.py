@@ -25,6 +25,8 @@ def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> di
         enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size, disable_log_stats=True,
         block_size=llm.block_size, enable_prefix_caching=llm.prefix_caching,
     )
+    if llm.device == "cpu" and llm.tensor_parallel_size == 1:
+        kwargs["distributed_executor_backend"] = "uni"  # the model runs in the engine core's process
     if llm.load_format != "auto":
         kwargs["load_format"] = llm.load_format
     if llm.device == "cuda":
