@@ -26,15 +26,16 @@ def start_worker(target: Any, inbox: str, config: Any, daemon: bool) -> tuple[An
     import time
 
     from vita.messages import WorkerState, WorkerStatus
+    from vita.process_graph import QUEUES
 
     ctx = multiprocessing.get_context("spawn")
     manager = ctx.Manager()
-    queues = {name: manager.Queue() for name in ("requests", "tts", "outputs")}
+    queues = {name: manager.Queue() for name in QUEUES}
     process = ctx.Process(target=target, args=(config, queues[inbox], queues), daemon=daemon)
     started = time.monotonic()
     process.start()
     while True:
-        message = queues["outputs"].get(timeout=config.llm.ready_timeout_s)
+        message = queues["status"].get(timeout=config.llm.ready_timeout_s)
         if isinstance(message, WorkerStatus) and message.state is WorkerState.READY:
             return manager, queues, process, time.monotonic() - started
         if isinstance(message, WorkerStatus) and message.state is WorkerState.FAILED:

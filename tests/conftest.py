@@ -207,7 +207,7 @@ def pytest_collection_modifyitems(items):
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
             return 3
-        if names & {"small_server", "vllm_api", "web_root_server"}:
+        if names & {"small_server", "small_server_lives", "vllm_api", "web_root_server"}:
             return 2
         return 1 if names & {"llm", "omni_llm"} else 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 
 import numpy as np
@@ -60,14 +61,16 @@ def vita_message(pcm: np.ndarray, rate: int = RATE) -> str:
 
 
 def stream(sio, audio: np.ndarray, rate: int = RATE, chunk_ms: float = 8, binary: bool = False,
-           between=None) -> None:
-    """Send `audio` on the `audio` event at real-time pace, like a microphone.
+           between=None, stop: threading.Event | None = None) -> None:
+    """Send `audio` on the `audio` event at real-time pace, like a microphone, until it ends or `stop` is set.
 
     between(t) is called after each chunk with the stream time in seconds (for sending camera frames).
     """
     step = int(rate * chunk_ms / 1000)
     started = time.monotonic()
     for i in range(0, len(audio), step):
+        if stop is not None and stop.is_set():
+            return
         chunk = audio[i:i + step]
         sio.emit("audio", chunk.astype("<i2").tobytes() if binary else vita_message(chunk, rate))
         if between is not None:

@@ -24,17 +24,53 @@ from vita.turn_log import read_turns
 TIMEOUT_S = 3
 
 
+class SmallServerLives:
+    """The small server's lives: one is started at once, and another when a test finds the last one stopped
+    (after the SIGTERM test) or needs one that is still loading and it is not. In this file's order one life
+    serves every test; in any other order the tests still pass, paying a start where they need one."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.lives: list = []
+        self._start()
+
+    def current(self):
+        if self.lives[-1].process.poll() is not None:
+            self._start()
+        return self.lives[-1]
+
+    def loading(self):
+        """A life no test has waited on yet (it is still loading its models)."""
+        if self.lives[-1].ready_after_s or self.lives[-1].process.poll() is not None:
+            self._start()
+        return self.lives[-1]
+
+    def stop(self) -> None:
+        for life in self.lives:
+            stop_server(life)
+
+    def _start(self) -> None:
+        self.lives.append(start_server(self.tmp_path_factory.mktemp("small"), "--max_users", "1",
+                                       "--timeout", str(TIMEOUT_S)))
+
+
 @pytest.fixture(scope="module")
-def small_server(tmp_path_factory):
-    """Started, not yet ready: the first test sees it loading; the others wait for it."""
-    server = start_server(tmp_path_factory.mktemp("small"), "--max_users", "1", "--timeout", str(TIMEOUT_S))
+def small_server_lives(tmp_path_factory):
+    lives = SmallServerLives(tmp_path_factory)
     try:
-        yield server
+        yield lives
     finally:
-        stop_server(server)
+        lives.stop()
 
 
-def test_page_tells_the_user_while_models_load(small_server):
+@pytest.fixture
+def small_server(small_server_lives):
+    """The small server (--max_users 1, --timeout 3), possibly still loading: tests wait for it themselves."""
+    return small_server_lives.current()
+
+
+def test_page_tells_the_user_while_models_load(small_server_lives):
+    small_server = small_server_lives.loading()
     ARTIFACTS.mkdir(exist_ok=True)
     deadline = time.monotonic() + 30
     while True:  # the front answers within seconds; vLLM takes about a minute more
@@ -104,12 +140,12 @@ def test_a_microphone_streaming_room_noise_is_still_timed_out(small_server):
     wait_ready(small_server)
     assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
     client = RecordingClient(small_server.url).connect()
-    streaming = threading.Event()
+    streaming, done = threading.Event(), threading.Event()
 
     def room_noise() -> None:
         streaming.set()
         with contextlib.suppress(Exception):  # the server closes the connection mid-stream
-            stream(client.sio, noise(TIMEOUT_S + 4, level=150), chunk_ms=32, binary=True)
+            stream(client.sio, noise(TIMEOUT_S + 4, level=150), chunk_ms=32, binary=True, stop=done)
 
     sender = threading.Thread(target=room_noise, daemon=True)
     sender.start()
@@ -119,6 +155,7 @@ def test_a_microphone_streaming_room_noise_is_still_timed_out(small_server):
         assert sender.is_alive()  # out_time came while the noise was still streaming
         assert not client.named("turn")
     finally:
+        done.set()
         client.close()
         sender.join(TIMEOUT_S + 6)
 
@@ -249,7 +286,8 @@ def test_a_frozen_voice_worker_is_found_restarted_and_speaks_again(small_server)
 
 
 def test_sigterm_stops_everything_within_15_s(small_server):
-    # Runs last in this module: the server does not survive it.
+    # The server does not survive it: a later test on the small server gets a new life.
+    wait_ready(small_server)
     front = psutil.Process(small_server.process.pid)
     family = front.children(recursive=True)
     names = " ".join(p.name() for p in family)
@@ -275,7 +313,9 @@ def test_sigterm_stops_everything_within_15_s(small_server):
 TOKEN = "s3cret-token-for-tests"
 
 
-def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything(small_server):
+def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything(small_server, vllm_api):
+    """The second life generates on the shared vLLM API server (`--llm_url`): what it checks does not depend on
+    where the tokens come from, and it starts without loading a second in-process engine."""
     if not turn_log_of(small_server):  # this test alone: give the first life a turn to remember
         wait_ready(small_server)
         speak_one_turn(small_server)
@@ -283,7 +323,7 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
     before = turn_log_of(small_server)
     assert before, "the first life logged a turn"
     again = start_server(small_server.state_dir.parent, "--max_users", "1", "--timeout", str(TIMEOUT_S),
-                         "--access_token", TOKEN, "--log_level", "debug")
+                         "--access_token", TOKEN, "--log_level", "debug", "--llm_url", vllm_api.url)
     try:
         wait_ready(again)
         # Access: the page, /metrics and Socket.IO need the token; /health and /ready stay open for probes.

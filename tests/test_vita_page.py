@@ -78,9 +78,10 @@ def test_vita_protocol_page_completes_a_spoken_turn(browser, server):
 
 
 @pytest.fixture(scope="module")
-def web_root_server(tmp_path_factory):
+def web_root_server(tmp_path_factory, vllm_api):
+    """Generating on the shared vLLM API server: the page's protocol, not the engine, is under test here."""
     with running_server(tmp_path_factory.mktemp("web-root"), "--web_root", str(VITA_PAGE),
-                        "--turn_log", "off") as running:
+                        "--turn_log", "off", "--llm_url", vllm_api.url) as running:
         yield running
 
 
