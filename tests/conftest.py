@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,9 +154,8 @@ class VllmApiServer:
                    if line.startswith(name + "{") or line.startswith(name + " "))
 
 
-@pytest.fixture(scope="session")
-def vllm_api(tmp_path_factory) -> VllmApiServer:
-    """A real vLLM API server on loopback serving the bundled Gemma 3 270M (ready after ~95 s here).
+def launch_vllm_api(folder: Path) -> VllmApiServer:
+    """Start a real vLLM API server on loopback serving the bundled Gemma 3 270M; it is ready ~35 s later.
 
     It is started with a chat template of ours (the transcript format the base model answers well in), so both
     of its endpoints can be exercised: /v1/completions and /v1/chat/completions.
@@ -163,45 +163,66 @@ def vllm_api(tmp_path_factory) -> VllmApiServer:
     from vita.config import Config
     from workers.llm_worker import device_env
 
-    tmp = tmp_path_factory.mktemp("vllm-api")
     config = Config()
     port = free_port()
-    log_path = tmp / "api_server.log"
+    log_path = folder / "api_server.log"
     gemma = config.models_path() / "gemma-3-270m"  # a base model, answered well through the transcript template
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(gemma),
            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
            "--dtype", "float32", "--distributed-executor-backend", "uni",
            "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
     env = {**BASE_ENV, **device_env(config), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(cmd, cwd=tmp, stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
+    process = subprocess.Popen(cmd, cwd=folder, stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
-    api = VllmApiServer(process, f"http://127.0.0.1:{port}/v1", log_path)
+    return VllmApiServer(process, f"http://127.0.0.1:{port}/v1", log_path)
+
+
+def wait_vllm_api(api: VllmApiServer) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        if api.process.poll() is not None:
+            raise RuntimeError(f"vLLM API server exited {api.process.returncode}:\n{api.log_path.read_text()[-4000:]}")
+        with contextlib.suppress(requests.ConnectionError):
+            if requests.get(api.url + "/models", timeout=5).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"vLLM API server not ready:\n{api.log_path.read_text()[-4000:]}")
+        time.sleep(1)
+
+
+def stop_vllm_api(api: VllmApiServer) -> None:
+    if api.process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(api.process.pid, signal.SIGTERM)
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vLLM API server exited {process.returncode}:\n{log_path.read_text()[-4000:]}")
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(api.url + "/models", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vLLM API server not ready:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
+        api.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(api.process.pid, signal.SIGKILL)
+        api.process.wait()
+
+
+EARLY_VLLM_API = pytest.StashKey[VllmApiServer]()
+
+
+@pytest.fixture(scope="session")
+def vllm_api(request, tmp_path_factory) -> VllmApiServer:
+    """The vLLM API server, launched while the run's first tests ran if any selected test needs it."""
+    api = request.config.stash.get(EARLY_VLLM_API, None) or launch_vllm_api(tmp_path_factory.mktemp("vllm-api"))
+    try:
+        wait_vllm_api(api)
         yield api
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_vllm_api(api)
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
+def pytest_collection_modifyitems(config, items):
     """Fast tests first, then those with an engine of their own, then the shared server (kept to the end).
 
-    Besides failing fast, this keeps at most two vLLM engines in memory at any time.
+    Besides failing fast, this keeps at most two in-process vLLM engines in memory at any time. The vLLM API
+    server (Gemma 270M, ~3 GB), when a selected test needs it, is launched now: its ~35 s start, mostly
+    one-core imports, overlaps the tests that come first instead of adding to the run.
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
@@ -212,3 +233,12 @@ def pytest_collection_modifyitems(items):
         return 1 if names & {"llm", "omni_llm"} else 0
 
     items.sort(key=rank)
+    if not config.option.collectonly and any("vllm_api" in getattr(i, "fixturenames", ()) for i in items):
+        config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
+
+
+def pytest_unconfigure(config):
+    """A run that ends before any test used the early API server (a failure with -x, Ctrl-C) still stops it."""
+    api = config.stash.get(EARLY_VLLM_API, None)
+    if api is not None:
+        stop_vllm_api(api)
