@@ -18,6 +18,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 class SharedTlsSocket:
@@ -34,36 +36,23 @@ class SharedTlsSocket:
     def recv(self, size: int) -> bytes:
         """Blocks until data or the end of the stream (b""), like a blocking socket's recv."""
         while True:
-            with self._io:
-                try:
-                    self._sock.settimeout(0.0)
-                    return self._sock.recv(size)
-                except ssl.SSLWantReadError:
-                    wanted = select.POLLIN
-                except ssl.SSLWantWriteError:
-                    wanted = select.POLLOUT
-                fd = self._sock.fileno()
-            self._wait(fd, wanted, self.WAIT_S)
+            data, wait = self._attempt(self._sock.recv, size)
+            if wait is None:
+                return data
+            self._wait(*wait, self.WAIT_S)
 
     def send(self, data: bytes) -> int:
         """Sends everything or raises: a client that takes nothing for ``write_timeout_s`` is gone."""
         deadline = time.monotonic() + self.write_timeout_s
         with self._writing:
             while True:
-                with self._io:
-                    try:
-                        self._sock.settimeout(0.0)
-                        self._sock.send(data)  # all of it: OpenSSL writes whole records or asks to retry
-                        return len(data)
-                    except ssl.SSLWantWriteError:
-                        wanted = select.POLLOUT
-                    except ssl.SSLWantReadError:
-                        wanted = select.POLLIN
-                    fd = self._sock.fileno()
+                _, wait = self._attempt(self._sock.send, data)  # all of it: OpenSSL writes whole records
+                if wait is None:
+                    return len(data)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"the client took nothing for {self.write_timeout_s:.0f} s")
-                self._wait(fd, wanted, min(left, self.WAIT_S))
+                self._wait(*wait, min(left, self.WAIT_S))
 
     sendall = send
 
@@ -77,6 +66,18 @@ class SharedTlsSocket:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    def _attempt(self, call: Callable[[Any], Any], arg: Any) -> tuple[Any, tuple[int, int] | None]:
+        """One non-blocking OpenSSL call under the lock: (its result, None), or (None, (descriptor, poll event))
+        when it must wait for the socket."""
+        with self._io:
+            try:
+                self._sock.settimeout(0.0)
+                return call(arg), None
+            except ssl.SSLWantReadError:
+                return None, (self._sock.fileno(), select.POLLIN)
+            except ssl.SSLWantWriteError:
+                return None, (self._sock.fileno(), select.POLLOUT)
 
     @staticmethod
     def _wait(fd: int, wanted: int, timeout_s: float) -> None:
