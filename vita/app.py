@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +238,9 @@ class FrontApp:
 
     # --- Socket.IO ---------------------------------------------------------------------------------------
     def _events(self) -> None:
+        self.socketio.on_event("connect", self.on_connect)
+        self.socketio.on_event("disconnect", self.on_disconnect)
         for event, handler in {
-            "connect": self.on_connect,
-            "disconnect": self.on_disconnect,
             "audio": self.on_audio,
             "audio_format": self.on_audio_format,
             "reply_mode": self.on_reply_mode,
@@ -250,7 +251,16 @@ class FrontApp:
             "recording-started": self.on_recording_started,
             "recording-stopped": self.on_recording_stopped,
         }.items():
-            self.socketio.on_event(event, handler)
+            self.socketio.on_event(event, self._in_session(handler))
+
+    def _in_session(self, handler: Callable[[Session, Any], None]) -> Callable[..., None]:
+        """A session event's handler gets the caller's session; without one, or over its event rate, the event
+        is dropped (SocketGuard has already refused events with more than one argument)."""
+        def run(data: Any = None) -> None:
+            session = self._session()
+            if session is not None:
+                handler(session, data)
+        return run
 
     def on_connect(self, auth=None) -> None:
         if not self.guard.allows(request, auth):
@@ -283,11 +293,8 @@ class FrontApp:
             self._put(name, EndSession(session.sid))
         log.info("disconnected", extra=turn_ids(session.sid))
 
-    def on_audio(self, data=None) -> None:
+    def on_audio(self, session: Session, data: Any) -> None:
         started = time.perf_counter()
-        session = self._session()
-        if session is None:
-            return
         try:
             pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
         except AudioFormatError as exc:
@@ -300,10 +307,7 @@ class FrontApp:
         self.metrics.audio_seconds.inc(pcm.size / rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
 
-    def on_audio_format(self, data=None) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_audio_format(self, session: Session, data: Any) -> None:
         try:
             session.audio_rate = check_rate(data.get("sample_rate") if isinstance(data, dict) else None)
         except AudioFormatError as exc:
@@ -311,10 +315,7 @@ class FrontApp:
             return
         self.emit("audio_format", {"sample_rate": session.audio_rate}, to=session.sid)
 
-    def on_reply_mode(self, data=None) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_reply_mode(self, session: Session, data: Any) -> None:
         mode = data.get("mode") if isinstance(data, dict) else None
         if mode not in REPLY_MODES:
             self.error("bad_reply_mode", f"mode must be one of: {', '.join(REPLY_MODES)}")
@@ -322,10 +323,7 @@ class FrontApp:
         session.reply_mode = mode
         self.emit("reply_mode", {"mode": mode}, to=session.sid)
 
-    def on_video_frame(self, data=None) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_video_frame(self, session: Session, data: Any) -> None:
         try:
             image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
         except FrameError as exc:
@@ -333,10 +331,7 @@ class FrontApp:
             return
         session.frames.add(image, time.monotonic())
 
-    def on_text_input(self, data=None) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_text_input(self, session: Session, data: Any) -> None:
         text = data.get("text") if isinstance(data, dict) else None
         if not isinstance(text, str) or not text.strip():
             self.error("bad_text", "text_input needs {\"text\": \"...\"} with some text")
@@ -349,10 +344,7 @@ class FrontApp:
             return
         self.turns.on_text(session, text.strip())
 
-    def on_set_voice(self, data=None) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_set_voice(self, session: Session, data: Any) -> None:
         voice = data.get("voice") if isinstance(data, dict) else None
         if voice not in self.voices:
             self.error("unknown_voice", f"voice must be one of: {', '.join(self.voices)}")
@@ -360,24 +352,18 @@ class FrontApp:
         session.voice = voice
         self.emit("voice", {"voice": voice}, to=session.sid)
 
-    def on_reset_state(self, *_) -> None:
-        session = self._session()
-        if session is None:
-            return
+    def on_reset_state(self, session: Session, _data: Any) -> None:
         self.turns.interrupt(session, "reset")
         self._put("requests", ResetHistory(session.sid))
         self.emit("history_cleared", to=session.sid)
 
-    def on_recording_started(self, *_) -> None:
-        self._restart_listening("recording started")
+    def on_recording_started(self, session: Session, _data: Any) -> None:
+        self._restart_listening(session, "recording started")
 
-    def on_recording_stopped(self, *_) -> None:
-        self._restart_listening("recording stopped")
+    def on_recording_stopped(self, session: Session, _data: Any) -> None:
+        self._restart_listening(session, "recording stopped")
 
-    def _restart_listening(self, reason: str) -> None:
+    def _restart_listening(self, session: Session, reason: str) -> None:
         """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
-        session = self._session()
-        if session is None:
-            return
         self.turns.handle(session, RecordingToggled(time.monotonic(), reason))
         session.listener.reset()
