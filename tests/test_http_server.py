@@ -55,9 +55,10 @@ def tiny_tls_server(tmp_path):
     cert, key = ensure_self_signed(tmp_path, "127.0.0.1")
     limits = LimitsConfig(max_connections=8, max_connections_per_ip=3, handshake_timeout_s=60.0)
 
-    def app(environ, start_response):
+    def app(environ, start_response):  # answers with the connection's TCP_NODELAY, as the server set it
+        nodelay = environ["werkzeug.socket"].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         start_response("200 OK", [("Content-Type", "text/plain")])
-        return [b"ok"]
+        return [b"nodelay=%d" % bool(nodelay)]
 
     server = FrontServer("127.0.0.1", port, app, server_context(cert, key), fd=listener.fileno(), limits=limits)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -80,6 +81,7 @@ def _closed_by_peer(sock: socket.socket, within_s: float) -> bool:
         return False
 
 
+@pytest.mark.fast  # the front's HTTPS server in this process around a one-route app: no model
 @pytest.mark.parametrize("stall", ["before_tls", "mid_handshake"])
 def test_an_idle_connection_in_the_way_is_really_closed(tiny_tls_server, stall):
     """At the per-address cap a newcomer gets in, and the oldest idle connection is closed, not just forgotten
@@ -102,3 +104,19 @@ def test_an_idle_connection_in_the_way_is_really_closed(tiny_tls_server, stall):
     finally:
         for sock in idle:
             sock.close()
+
+
+@pytest.mark.fast
+def test_responses_are_not_held_back_for_the_clients_ack(tiny_tls_server):
+    """TCP_NODELAY on every connection: without it the second small write of a response (or an event right after
+    another) waits for the client's delayed ACK, 40 ms on Linux."""
+    _, port = tiny_tls_server
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        response = b""
+        while chunk := tls.recv(4096):
+            response += chunk
+    assert response.startswith(b"HTTP/1.1 200") and b"\r\nnodelay=1\r\n" in response, response

@@ -119,6 +119,10 @@ class FrontServer(ThreadedWSGIServer):
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
         """Runs in the accept loop: admit (closing the idle connections in the way) or refuse, never wait."""
+        # Without it, a response's second write (or an event right after another) waits for the client's delayed
+        # ACK: measured 40 ms added to every HTTP request, and to Socket.IO events sent back to back.
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         handle = ConnectionSocket(request)
         admission = self.connections.admit(client_address[0], time.monotonic(), handle)
         for evicted in admission.evicted:
