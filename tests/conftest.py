@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ class RunningServer:
     first_health: dict = field(default_factory=dict)
     first_health_latency_s: float = 0.0
     ready_after_s: float = 0.0
+    probe: threading.Thread | None = None  # probe_first_health, for a server launched before its first test
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -59,18 +61,25 @@ def start_server(tmp: Path, *args: str) -> RunningServer:
     return RunningServer(process, f"https://127.0.0.1:{port}", state, log_path)
 
 
+def probe_first_health(server: RunningServer, deadline: float) -> None:
+    """Record the first /health the server answers (while its models load) and how long that request took."""
+    while not server.first_health and time.monotonic() < deadline and server.process.poll() is None:
+        try:
+            t = time.monotonic()
+            health = server.get("/health").json()
+            server.first_health_latency_s, server.first_health = time.monotonic() - t, health
+        except requests.ConnectionError:
+            time.sleep(0.2)
+
+
 def wait_ready(server: RunningServer, timeout: float = READY_TIMEOUT_S) -> None:
     started = time.monotonic()
     deadline = started + timeout
+    probe_first_health(server, deadline)
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()[-4000:]}")
         try:
-            t = time.monotonic()
-            health = server.get("/health")
-            if not server.first_health:
-                server.first_health = health.json()
-                server.first_health_latency_s = time.monotonic() - t
             if server.get("/ready").status_code == 200:
                 server.ready_after_s = time.monotonic() - started
                 return
@@ -100,17 +109,32 @@ def running_server(tmp: Path, *args: str):
         stop_server(running)
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory) -> RunningServer:
-    """The default server, shared by every test that does not stop or reconfigure it.
-
-    Its turn log points below a plain file, where no database can be made: every test on it thereby also shows
-    that a broken turn log costs one error line, not a single turn (test_conversation checks the line).
-    """
-    tmp = tmp_path_factory.mktemp("server")
+def launch_shared_server(tmp: Path) -> RunningServer:
+    """The default server with its turn log below a plain file, where no database can be made: every test on it
+    thereby also shows that a broken turn log costs one error line, not a single turn (test_conversation checks
+    the line). Its first /health is probed at once, while it loads."""
     (tmp / "not-a-folder").write_text("")
-    with running_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3")) as running:
+    running = start_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3"))
+    running.probe = threading.Thread(target=probe_first_health, name="first-health",
+                                     args=(running, time.monotonic() + READY_TIMEOUT_S), daemon=True)
+    running.probe.start()
+    return running
+
+
+EARLY_SERVER = pytest.StashKey[RunningServer]()
+
+
+@pytest.fixture(scope="session")
+def server(request, tmp_path_factory) -> RunningServer:
+    """The default server, shared by every test that does not stop or reconfigure it; launched while the run's
+    first tests ran if any selected test needs it."""
+    running = request.config.stash.get(EARLY_SERVER, None) or launch_shared_server(tmp_path_factory.mktemp("server"))
+    try:
+        running.probe.join()
+        wait_ready(running)
         yield running
+    finally:
+        stop_server(running)
 
 
 def wait_health(server: RunningServer, predicate, timeout: float = 10.0) -> dict:
@@ -216,29 +240,59 @@ def vllm_api(request, tmp_path_factory) -> VllmApiServer:
         stop_vllm_api(api)
 
 
+SMALL_SERVER = frozenset({"small_server", "small_server_lives"})
+LAUNCH_SERVER_LATER = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
-    """Fast tests first, then those with an engine of their own, then the shared server (kept to the end).
+    """The small server's tests first, then the tests that load no engine, then those with an engine of their
+    own, then those on the vLLM API server, then the shared server's.
 
-    Besides failing fast, this keeps at most two in-process vLLM engines in memory at any time. The vLLM API
-    server (Gemma 270M, ~3 GB), when a selected test needs it, is launched now: its ~35 s start, mostly
-    one-core imports, overlaps the tests that come first instead of adding to the run.
+    Loads overlap tests instead of adding to the run, and at most two servers with an in-process engine are in
+    memory at once: the vLLM API server (Gemma 270M, ~3 GB) is launched now and loads while the small server
+    does; the shared server (~7 GB) is launched once the small server's tests are over (at once if none run),
+    and loads while the tests in between run.
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
+            return 4
+        if names & SMALL_SERVER:
+            return 0
+        if names & {"vllm_api", "web_root_server"}:
             return 3
-        if names & {"small_server", "small_server_lives", "vllm_api", "web_root_server"}:
-            return 2
-        return 1 if names & {"llm", "omni_llm"} else 0
+        return 2 if names & {"llm", "omni_llm"} else 1
 
     items.sort(key=rank)
-    if not config.option.collectonly and any("vllm_api" in getattr(i, "fixturenames", ()) for i in items):
+    if config.option.collectonly:
+        return
+    needed = set().union(*(getattr(i, "fixturenames", ()) for i in items))
+    if "vllm_api" in needed:
         config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
+    if "server" in needed:
+        config.stash[LAUNCH_SERVER_LATER] = True
+        if not needed & SMALL_SERVER:
+            launch_early_server(config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The first test past the small server's (whose lives have just been stopped) launches the shared server."""
+    if item.config.stash.get(LAUNCH_SERVER_LATER, False) and not set(item.fixturenames) & SMALL_SERVER:
+        launch_early_server(item.config)
+
+
+def launch_early_server(config) -> None:
+    config.stash[LAUNCH_SERVER_LATER] = False
+    config.stash[EARLY_SERVER] = launch_shared_server(Path(tempfile.mkdtemp(prefix="vita-server-")))
 
 
 def pytest_unconfigure(config):
-    """A run that ends before any test used the early API server (a failure with -x, Ctrl-C) still stops it."""
+    """A run that ends before any test used an early server (a failure with -x, Ctrl-C) still stops it."""
     api = config.stash.get(EARLY_VLLM_API, None)
     if api is not None:
         stop_vllm_api(api)
+    running = config.stash.get(EARLY_SERVER, None)
+    if running is not None:
+        stop_server(running)

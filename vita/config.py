@@ -84,7 +84,7 @@ class LlmConfig:
     block_size: int = 32
     prefix_caching: bool = True
     max_model_len: int = 2048
-    kv_cache_space_gib: int = 2
+    kv_cache_space_gib: int = 1
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
