@@ -1,6 +1,6 @@
 """Whatever arrives, the server carries on: thousands of random and malformed events from a live client, then
 a real spoken turn still gets a real answer; and hundreds of connect/speak/disconnect cycles leave no threads
-or memory behind. Counts come from VITA_FUZZ_EVENTS (5,000) and VITA_CHURN_CYCLES (200).
+or memory behind. Counts come from VITA_FUZZ_EVENTS (5,000) and VITA_CHURN_CYCLES (100).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.helpers import RecordingClient
 from tests.speech import silence, spoken, stream
 
 FUZZ_EVENTS = int(os.environ.get("VITA_FUZZ_EVENTS", "5000"))
-CHURN_CYCLES = int(os.environ.get("VITA_CHURN_CYCLES", "200"))
+CHURN_CYCLES = int(os.environ.get("VITA_CHURN_CYCLES", "100"))
 PER_EXAMPLE = 25
 EVENTS_PER_S = 350  # under the default 400/s limit, so the handlers, not the limiter, see most events
 RESERVED = {"connect", "connect_error", "disconnect", "message"}  # the client library refuses these names
