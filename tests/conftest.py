@@ -231,7 +231,7 @@ EARLY_VLLM_API = pytest.StashKey[VllmApiServer]()
 
 @pytest.fixture(scope="session")
 def vllm_api(request, tmp_path_factory) -> VllmApiServer:
-    """The vLLM API server, launched while earlier tests ran if any selected test needs it."""
+    """The vLLM API server, launched while the run's first tests ran if any selected test needs it."""
     api = request.config.stash.get(EARLY_VLLM_API, None) or launch_vllm_api(tmp_path_factory.mktemp("vllm-api"))
     try:
         wait_vllm_api(api)
@@ -241,7 +241,6 @@ def vllm_api(request, tmp_path_factory) -> VllmApiServer:
 
 
 SMALL_SERVER = frozenset({"small_server", "small_server_lives"})
-LAUNCH_API_LATER = pytest.StashKey[bool]()
 LAUNCH_SERVER_LATER = pytest.StashKey[bool]()
 
 
@@ -251,9 +250,9 @@ def pytest_collection_modifyitems(config, items):
     own, then those on the vLLM API server, then the shared server's.
 
     Loads overlap tests instead of adding to the run, and at most two servers with an in-process engine are in
-    memory at once: the vLLM API server (Gemma 270M, ~3 GB) is launched with the first test that does not watch
-    a server load (`watches_loading`: the small server's page test), and the shared server (~7 GB) with the first
-    test past the small server's (whose lives are stopped by then); both load while the tests in between run.
+    memory at once: the vLLM API server (Gemma 270M, ~3 GB) is launched now and loads while the small server
+    does; the shared server (~7 GB) is launched once the small server's tests are over (at once if none run),
+    and loads while the tests in between run.
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
@@ -269,21 +268,24 @@ def pytest_collection_modifyitems(config, items):
     if config.option.collectonly:
         return
     needed = set().union(*(getattr(i, "fixturenames", ()) for i in items))
-    config.stash[LAUNCH_API_LATER] = "vllm_api" in needed
-    config.stash[LAUNCH_SERVER_LATER] = "server" in needed
+    if "vllm_api" in needed:
+        config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
+    if "server" in needed:
+        config.stash[LAUNCH_SERVER_LATER] = True
+        if not needed & SMALL_SERVER:
+            launch_early_server(config)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("watches_loading"):
-        return  # its server loads alone
-    config = item.config
-    if config.stash.get(LAUNCH_API_LATER, False):
-        config.stash[LAUNCH_API_LATER] = False
-        config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
-    if config.stash.get(LAUNCH_SERVER_LATER, False) and not set(item.fixturenames) & SMALL_SERVER:
-        config.stash[LAUNCH_SERVER_LATER] = False
-        config.stash[EARLY_SERVER] = launch_shared_server(Path(tempfile.mkdtemp(prefix="vita-server-")))
+    """The first test past the small server's (whose lives have just been stopped) launches the shared server."""
+    if item.config.stash.get(LAUNCH_SERVER_LATER, False) and not set(item.fixturenames) & SMALL_SERVER:
+        launch_early_server(item.config)
+
+
+def launch_early_server(config) -> None:
+    config.stash[LAUNCH_SERVER_LATER] = False
+    config.stash[EARLY_SERVER] = launch_shared_server(Path(tempfile.mkdtemp(prefix="vita-server-")))
 
 
 def pytest_unconfigure(config):

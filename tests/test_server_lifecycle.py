@@ -81,7 +81,6 @@ def small_server(small_server_lives):
     return small_server_lives.current()
 
 
-@pytest.mark.watches_loading
 def test_page_tells_the_user_while_models_load(small_server_lives):
     small_server = small_server_lives.loading()
     ARTIFACTS.mkdir(exist_ok=True)
