@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import urllib3
@@ -90,13 +91,25 @@ def wait_ready(server: RunningServer, timeout: float = READY_TIMEOUT_S) -> None:
 
 
 def stop_server(server: RunningServer) -> None:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    """SIGTERM, as an operator stops it. Every server a test starts thereby also shows that it stops within 15 s
+    and leaves no process behind (a server that does not is killed, then the test fails)."""
+    if server.process.poll() is not None:
+        return
+    family = psutil.Process(server.process.pid).children(recursive=True)
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+    took = time.monotonic() - started
+    _, left = psutil.wait_procs(family, timeout=5)
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    assert took < 15 and not left, (f"stopping took {took:.1f} s; left behind: "
+                                     f"{[p.pid for p in left]}\n{server.log()[-3000:]}")
 
 
 @contextlib.contextmanager
@@ -229,63 +242,58 @@ def stop_vllm_api(api: VllmApiServer) -> None:
 EARLY_VLLM_API = pytest.StashKey[VllmApiServer]()
 
 
+def vllm_api_launched(config) -> VllmApiServer:
+    """The vLLM API server, launched now if it was not yet; not waited for (a server given its URL waits itself)."""
+    if EARLY_VLLM_API not in config.stash:
+        config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
+    return config.stash[EARLY_VLLM_API]
+
+
 @pytest.fixture(scope="session")
-def vllm_api(request, tmp_path_factory) -> VllmApiServer:
-    """The vLLM API server, launched while the run's first tests ran if any selected test needs it."""
-    api = request.config.stash.get(EARLY_VLLM_API, None) or launch_vllm_api(tmp_path_factory.mktemp("vllm-api"))
-    try:
-        wait_vllm_api(api)
-        yield api
-    finally:
-        stop_vllm_api(api)
+def vllm_api_starting(request) -> VllmApiServer:
+    """The vLLM API server, perhaps still loading: for servers given its URL, which wait for it themselves.
+
+    (A fixture, not an import: test modules import this file as `tests.conftest`, a second copy whose stash
+    keys are not pytest's.)"""
+    return vllm_api_launched(request.config)
 
 
-SMALL_SERVER = frozenset({"small_server", "small_server_lives"})
-LAUNCH_SERVER_LATER = pytest.StashKey[bool]()
+@pytest.fixture(scope="session")
+def vllm_api(vllm_api_starting) -> VllmApiServer:
+    """The vLLM API server, ready; launched while earlier tests ran if any selected test needs it (stopped when
+    the run ends)."""
+    wait_vllm_api(vllm_api_starting)
+    return vllm_api_starting
 
 
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
-    """The small server's tests first, then the tests that load no engine, then those with an engine of their
-    own, then those on the vLLM API server, then the shared server's.
+    """The tests that start no server first, then the small server's, then those with an engine of their own,
+    then those on the vLLM API server, then the shared server's.
 
-    Loads overlap tests instead of adding to the run, and at most two servers with an in-process engine are in
-    memory at once: the vLLM API server (Gemma 270M, ~3 GB) is launched now and loads while the small server
-    does; the shared server (~7 GB) is launched once the small server's tests are over (at once if none run),
-    and loads while the tests in between run.
+    The vLLM API server (Gemma 270M, ~3 GB) and the shared server (~7 GB, an engine in process), when a selected
+    test needs them, are launched now: their ~40 s starts overlap the first tests instead of adding to the run.
+    Memory stays under ~19 GB: the small server (~1.5 GB) generates on the API server, and the in-process
+    engines of the LLM-worker tests come after it.
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
             return 4
-        if names & SMALL_SERVER:
-            return 0
+        if names & {"small_server", "small_server_lives"}:
+            return 1
         if names & {"vllm_api", "web_root_server"}:
             return 3
-        return 2 if names & {"llm", "omni_llm"} else 1
+        return 2 if names & {"llm", "omni_llm"} else 0
 
     items.sort(key=rank)
     if config.option.collectonly:
         return
     needed = set().union(*(getattr(i, "fixturenames", ()) for i in items))
-    if "vllm_api" in needed:
-        config.stash[EARLY_VLLM_API] = launch_vllm_api(Path(tempfile.mkdtemp(prefix="vita-vllm-api-")))
+    if "vllm_api_starting" in needed:
+        vllm_api_launched(config)
     if "server" in needed:
-        config.stash[LAUNCH_SERVER_LATER] = True
-        if not needed & SMALL_SERVER:
-            launch_early_server(config)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """The first test past the small server's (whose lives have just been stopped) launches the shared server."""
-    if item.config.stash.get(LAUNCH_SERVER_LATER, False) and not set(item.fixturenames) & SMALL_SERVER:
-        launch_early_server(item.config)
-
-
-def launch_early_server(config) -> None:
-    config.stash[LAUNCH_SERVER_LATER] = False
-    config.stash[EARLY_SERVER] = launch_shared_server(Path(tempfile.mkdtemp(prefix="vita-server-")))
+        config.stash[EARLY_SERVER] = launch_shared_server(Path(tempfile.mkdtemp(prefix="vita-server-")))
 
 
 def pytest_unconfigure(config):

@@ -28,10 +28,17 @@ TIMEOUT_S = 3
 class SmallServerLives:
     """The small server's lives: one is started at once, and another when a test finds the last one stopped
     (after the SIGTERM test) or needs one that is still loading and it is not. In this file's order one life
-    serves every test; in any other order the tests still pass, paying a start where they need one."""
+    serves every test; in any other order the tests still pass, paying a start where they need one.
 
-    def __init__(self, tmp_path_factory):
+    Each life generates on the vLLM API server (`--llm_url`, not waited for: a life loads until it answers):
+    what is tested here (supervision, timeouts, the turn log, signals) does not depend on where the tokens come
+    from, and a killed LLM worker is back in seconds instead of reloading an engine. The in-process engine's
+    own start and stop are the shared server's (tests/conftest.py stop_server checks every server's SIGTERM).
+    """
+
+    def __init__(self, tmp_path_factory, llm_url: str):
         self.tmp_path_factory = tmp_path_factory
+        self.llm_url = llm_url
         self.lives: list = []
         self._start()
 
@@ -63,12 +70,12 @@ class SmallServerLives:
 
     def _start(self) -> None:
         self.lives.append(start_server(self.tmp_path_factory.mktemp("small"), "--max_users", "1",
-                                       "--timeout", str(TIMEOUT_S)))
+                                       "--timeout", str(TIMEOUT_S), "--llm_url", self.llm_url))
 
 
 @pytest.fixture(scope="module")
-def small_server_lives(tmp_path_factory):
-    lives = SmallServerLives(tmp_path_factory)
+def small_server_lives(tmp_path_factory, vllm_api_starting):
+    lives = SmallServerLives(tmp_path_factory, vllm_api_starting.url)
     try:
         yield lives
     finally:
@@ -85,7 +92,7 @@ def test_page_tells_the_user_while_models_load(small_server_lives):
     small_server = small_server_lives.loading()
     ARTIFACTS.mkdir(exist_ok=True)
     deadline = time.monotonic() + 30
-    while True:  # the front answers within seconds; vLLM takes about a minute more
+    while True:  # the front answers within seconds; the language model is ready seconds later at best
         try:
             if small_server.get("/health").json()["status"] == "starting":
                 break
