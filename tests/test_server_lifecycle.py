@@ -68,9 +68,13 @@ class SmallServerLives:
         for life in self.lives:
             stop_server(life)
 
+    def start_in(self, folder, *extra: str):
+        """A small server (--max_users 1, --timeout 3, on the API server) in this folder, with extra flags."""
+        return start_server(folder, "--max_users", "1", "--timeout", str(TIMEOUT_S), "--llm_url", self.llm_url,
+                            *extra)
+
     def _start(self) -> None:
-        self.lives.append(start_server(self.tmp_path_factory.mktemp("small"), "--max_users", "1",
-                                       "--timeout", str(TIMEOUT_S), "--llm_url", self.llm_url))
+        self.lives.append(self.start_in(self.tmp_path_factory.mktemp("small")))
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +240,7 @@ def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int, re
     assert client.wait_for(lambda evs: any(n == "state" and d == {"state": "thinking", "turn_id": turn_id}
                                            for _, n, d in evs), 10)
     pid = server.get("/health").json()["workers"][worker]["pid"]
-    engine = psutil.Process(pid).children(recursive=True)
+    descendants = psutil.Process(pid).children(recursive=True)
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "worker_failed" and t > killed_at
@@ -253,7 +257,7 @@ def kill_mid_turn(server, client: RecordingClient, worker: str, turn_id: int, re
     wait_ready(server, timeout=240)
     health = server.get("/health").json()["workers"][worker]
     assert health["restarts"] == restarts and health["pid"] != pid
-    gone, alive = psutil.wait_procs(engine, timeout=5)
+    gone, alive = psutil.wait_procs(descendants, timeout=5)
     assert not alive, [(p.pid, p.name()) for p in alive]  # whatever the worker started went with it
 
 
@@ -333,15 +337,12 @@ def test_sigterm_stops_everything_within_15_s(small_server):
 TOKEN = "s3cret-token-for-tests"
 
 
-def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything(small_server_lives, vllm_api):
-    """The next life starts in the last one's state folder. It generates on the shared vLLM API server
-    (`--llm_url`): what it checks does not depend on where the tokens come from, and it starts without loading a
-    second in-process engine."""
+def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything(small_server_lives):
+    """The next life starts in the last one's state folder, now with an access token."""
     first = small_server_lives.ended()
     before = turn_log_of(first)
     assert before, "the first life logged a turn"
-    again = start_server(first.state_dir.parent, "--max_users", "1", "--timeout", str(TIMEOUT_S),
-                         "--access_token", TOKEN, "--log_level", "debug", "--llm_url", vllm_api.url)
+    again = small_server_lives.start_in(first.state_dir.parent, "--access_token", TOKEN, "--log_level", "debug")
     try:
         wait_ready(again)
         # Access: the page, /metrics and Socket.IO need the token; /health and /ready stay open for probes.

@@ -63,6 +63,10 @@ class _Add:
     outputs: asyncio.Queue
     loop: asyncio.AbstractEventLoop
 
+    def deliver(self, item: Any) -> None:
+        """From the engine thread: an output (or the exception that ends the turn) onto the turn's queue."""
+        self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+
 
 @dataclass(frozen=True)
 class _Abort:
@@ -144,7 +148,7 @@ class LocalVllmEngine:
                     engine.add_request(command.request_id, command.prompt, command.params)
                     turns[command.request_id] = command
                 except Exception as exc:  # a prompt the engine refuses fails its turn only
-                    command.loop.call_soon_threadsafe(command.outputs.put_nowait, exc)
+                    command.deliver(exc)
             if not engine.has_unfinished_requests():
                 continue
             try:
@@ -152,7 +156,7 @@ class LocalVllmEngine:
             except Exception as exc:
                 self.failure = exc
                 for turn in turns.values():
-                    turn.loop.call_soon_threadsafe(turn.outputs.put_nowait, exc)
+                    turn.deliver(exc)
                 raise
             for output in outputs:
                 turn = turns.get(output.request_id)
@@ -160,7 +164,7 @@ class LocalVllmEngine:
                     continue  # aborted while this step ran
                 if output.finished:
                     del turns[output.request_id]
-                turn.loop.call_soon_threadsafe(turn.outputs.put_nowait, output)
+                turn.deliver(output)
 
     async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
                      request_id: str) -> AsyncIterator[Delta]:
