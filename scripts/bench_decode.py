@@ -1,6 +1,7 @@
 """Benchmark the LLM engine alone: first token and decode tokens/s with this config (dtype, compilation...).
 
-Usage: .venv/bin/python scripts/bench_decode.py [--config FILE]   e.g. a file with `llm: {dtype: bfloat16}`
+Usage: .venv/bin/python scripts/bench_decode.py [--config FILE] [--model NAME|DIR] [--dtype DTYPE]
+(a config file e.g. with `llm: {enforce_eager: false}`)
 """
 
 from __future__ import annotations
@@ -50,11 +51,17 @@ async def measure(config) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML config (default: configs/default.yaml)")
+    parser.add_argument("--model", help="a bundled model's name or a model folder (default: the config's choice)")
+    parser.add_argument("--dtype", help="override llm.dtype (auto, bfloat16, float32)")
     args = parser.parse_args()
     from vita.config import load_config
     from workers.llm_worker import device_env
 
     config = load_config(args.config)
+    if args.model:
+        config.llm.model_path = args.model
+    if args.dtype:
+        config.llm.dtype = args.dtype
     os.environ.update(device_env(config))  # before vLLM is imported: threads, KV cache space
     asyncio.run(measure(config))
     return 0

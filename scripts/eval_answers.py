@@ -278,7 +278,7 @@ def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=("typed", "spoken"))
-    parser.add_argument("--set", default="report", choices=("report", "tune", "all"))
+    parser.add_argument("--set", default="report", choices=("report", "tune", "kinds", "heldout", "all"))
     parser.add_argument("--model", help="typed: a bundled model's name or a model folder (default: llm.model)")
     parser.add_argument("--config", help="YAML config (default: configs/default.yaml)")
     parser.add_argument("--url", help="spoken: a running server (default: start one with the default config)")

@@ -192,21 +192,21 @@ class VllmApiServer:
 
 
 def launch_vllm_api(folder: Path) -> VllmApiServer:
-    """Start a real vLLM API server on loopback serving the bundled Gemma 3 270M; it is ready ~35 s later.
+    """Start a real vLLM API server on loopback serving the bundled default model; it is ready ~40 s later.
 
-    It is started with a chat template of ours (the transcript format the base model answers well in), so both
-    of its endpoints can be exercised: /v1/completions and /v1/chat/completions.
+    It is started with a chat template of ours (a plain transcript, as a base model would need), so both of its
+    endpoints can be exercised: /v1/completions and /v1/chat/completions.
     """
     from vita.config import Config
+    from vita.cpu import cpu_dtype, read_cpu
     from workers.llm_worker import device_env
 
     config = Config()
     port = free_port()
     log_path = folder / "api_server.log"
-    gemma = config.models_path() / "gemma-3-270m"  # a base model, answered well through the transcript template
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(gemma),
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(config.llm_model_path()),
            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--enforce-eager",
-           "--dtype", "float32", "--distributed-executor-backend", "uni",
+           "--dtype", cpu_dtype("auto", read_cpu()), "--distributed-executor-backend", "uni",
            "--chat-template", str(ROOT / "tests" / "data" / "transcript_chat.jinja")]
     env = {**BASE_ENV, **device_env(config), "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(cmd, cwd=folder, stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
@@ -271,7 +271,7 @@ def pytest_collection_modifyitems(config, items):
     """The tests that start no server first, then the small server's, then those with an engine of their own,
     then those on the vLLM API server, then the shared server's.
 
-    The vLLM API server (Gemma 270M, ~3 GB) and the shared server (~7 GB, an engine in process), when a selected
+    The vLLM API server (the default model, ~5 GB) and the shared server (~7 GB, an engine in process), when a selected
     test needs them, are launched now: their ~40 s starts overlap the first tests instead of adding to the run.
     Memory stays under ~19 GB: the small server (~1.5 GB) generates on the API server, and the in-process
     engines of the LLM-worker tests come after it.

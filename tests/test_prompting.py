@@ -1,4 +1,5 @@
-"""Prompt styles, with a real base tokenizer (bundled Gemma) and a real chat template."""
+"""Prompt styles, with a real tokenizer (the bundled default's, its chat template taken away to make it a base
+model's) and a real chat template."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ CHAT_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def base_tokenizer():
-    return AutoTokenizer.from_pretrained(str(Config().models_path() / "gemma-3-270m"))
+    tokenizer = AutoTokenizer.from_pretrained(str(Config().llm_model_path()))
+    tokenizer.chat_template = None  # what a base model's tokenizer looks like
+    return tokenizer
 
 
 def test_base_model_gets_transcript_continuation(base_tokenizer):

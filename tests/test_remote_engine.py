@@ -119,7 +119,7 @@ def test_chat_endpoint_renders_on_the_server_when_no_tokenizer_is_here(vllm_api)
     assert "capital" in text.lower(), text
     template = jinja2.Template((ROOT / "tests" / "data" / "transcript_chat.jinja").read_text())
     rendered = template.render(messages=messages)
-    expected = len(AutoTokenizer.from_pretrained(str(Config().models_path() / "gemma-3-270m"))(rendered)["input_ids"])
+    expected = len(AutoTokenizer.from_pretrained(str(Config().llm_model_path()))(rendered)["input_ids"])
     (prompt_tokens,) = [d.prompt_tokens for d in deltas if d.prompt_tokens is not None]
     assert abs(prompt_tokens - expected) <= 1, (prompt_tokens, expected)
 

@@ -46,6 +46,19 @@ def thread_counts() -> dict[str, int]:
     return {"threads": threading.active_count() - timers, "ping_timers": timers}
 
 
+def llm_choice(config: Config) -> dict[str, str | None]:
+    """Which LLM serves and why, for /health and the start-up log (the LLM worker's ready detail adds the kernel
+    path it loaded)."""
+    if config.llm.url:
+        return {"model": config.llm.remote_model, "source": config.llm.url, "why": "--llm_url",
+                "summary": f"remote server {config.llm.url}"}
+    if config.bundled_llm():
+        name, why = config.chosen_llm()
+        return {"model": name, "source": str(config.llm_model_path()), "why": why, "summary": f"bundled {name} ({why})"}
+    path = str(config.llm_model_path())
+    return {"model": config.llm_model_path().name, "source": path, "why": "--model_path", "summary": path}
+
+
 class FrontApp:
     """Flask + Flask-SocketIO (threading mode) bound to one process graph and one session registry."""
 
@@ -80,6 +93,7 @@ class FrontApp:
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
+        self.llm_choice = llm_choice(config)
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
@@ -221,6 +235,7 @@ class FrontApp:
                 "message_queue": self.queue_probe.status() if self.queue_probe else None,
                 "connections": self.connections.counts() if self.connections else None,
                 "front": self.front_id,
+                "llm": self.llm_choice,
             })
 
         @app.get("/metrics")

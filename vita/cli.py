@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="server.py", description="Real-time multimodal voice-assistant server (VITA protocol).")
     p.add_argument("--config", help="YAML config (default: configs/default.yaml)")
     p.add_argument("--model_path", help="LLM folder for vLLM, or a bundled model's name "
-                                         "(default: the bundled Qwen2.5-Coder-0.5B-Instruct, llm.model)")
+                                         "(default: llm.model auto, the bundled model this CPU runs best: "
+                                         "Qwen2.5-Coder-1.5B-Instruct in int8)")
     p.add_argument("--ip", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8081)")
     p.add_argument("--max_users", type=int, help="concurrent sessions (default 2)")
@@ -176,6 +177,7 @@ def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> 
     dispatcher.start()
     log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, config.server.ip,
              config.server.port)
+    log.info("LLM: %s", front.llm_choice["summary"])
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

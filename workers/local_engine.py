@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import queue
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from vita.cpu import CpuFeatures, cpu_dtype, read_cpu
+from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, read_cpu
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 
@@ -39,6 +41,17 @@ def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> di
         kwargs["limit_mm_per_prompt"] = {"audio": llm.limit_audios_per_prompt,
                                          "image": llm.limit_images_per_prompt}
     return kwargs
+
+
+def weights_description(model_dir: Path, dtype: str, cpu: CpuFeatures) -> str:
+    """What the weights are and which matmul kernel runs them: int8 W8A8 models name vLLM's int8 path."""
+    try:
+        quant = json.loads((model_dir / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError):
+        quant = {}
+    if quant.get("quant_method") == "compressed-tensors" and quant.get("format") == "int-quantized":
+        return f"int8 W8A8 weights, {int8_kernel(cpu)}, {dtype} activations"
+    return f"{dtype} weights"
 
 
 def vllm_input(prompt: EnginePrompt) -> Any:
@@ -95,10 +108,13 @@ class LocalVllmEngine:
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
         self.failure: BaseException | None = None  # set when a step failed: every turn after it fails too
-        self.description = f"vLLM in process ({config.llm_model_path().name}, {self.kwargs['dtype']}"
+        self.description = f"vLLM in process ({config.llm_model_path().name}"
+        if config.bundled_llm():
+            self.description += f", chosen by {config.chosen_llm()[1]}"
+        self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
         if config.llm.device == "cpu":
             threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
-            self.description += f", cores {threads}; CPU {self.cpu.summary()}"
+            self.description += f"; cores {threads}; CPU {self.cpu.summary()}"
         self.description += ")"
         if config.llm.load_format == "dummy":
             self.description += " with RANDOM weights (load_format dummy): replies are noise"
@@ -114,6 +130,7 @@ class LocalVllmEngine:
 
     def _run(self, loop: asyncio.AbstractEventLoop, built: asyncio.Future) -> None:
         try:
+            apply_isa_cap()
             from vllm import EngineArgs
             from vllm.v1.engine.llm_engine import LLMEngine
 
