@@ -166,9 +166,9 @@ class Config:
         """The model's name and why it serves: --model_path, or the bundled model ``llm.model`` names ('auto' asks
         what this CPU runs well)."""
         if self.llm.model_path:
-            return self.llm_model_path().name, "--model_path"
+            return self.llm_model_path().name, "--model_path names it"
         if self.llm.model != "auto":
-            return self.llm.model, "llm.model in the configuration"
+            return self.llm.model, "llm.model in the configuration names it"
         from vita.cpu import choose_llm, read_cpu
 
         return choose_llm(read_cpu())

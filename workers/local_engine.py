@@ -110,7 +110,7 @@ class LocalVllmEngine:
         self.failure: BaseException | None = None  # set when a step failed: every turn after it fails too
         self.description = f"vLLM in process ({config.llm_model_path().name}"
         if config.bundled_llm():
-            self.description += f", chosen by {config.chosen_llm()[1]}"
+            self.description += f" because {config.chosen_llm()[1]}"
         self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
         if config.llm.device == "cpu":
             threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
