@@ -26,6 +26,7 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(failing_ll
         llm.inbox.put(TurnRequest(session, 1, text=LONG_REPLY))
     assert llm.wait(lambda: all(llm.of(s, TtsPiece) for s in sessions), 60), llm.events  # both are generating
     engine = llm.worker.engine
+    engine_thread = engine.thread
     engine.inject_fault(RuntimeError("injected step failure"))
     for session in sessions:
         ended = llm.wait_ended(session, timeout=15)
@@ -36,5 +37,5 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(failing_ll
     assert not llm.loop_thread.is_alive() and isinstance(llm.served, EngineFailed), llm.served
     assert "injected step failure" in str(llm.served)
     assert not engine.healthy()  # the heartbeats stopped with it
-    assert engine.thread is not None and not engine.thread.is_alive()
+    assert engine_thread is not None and not engine_thread.is_alive()
     assert all(len(llm.of(s, TurnEnded)) == 1 for s in sessions)  # one end per turn

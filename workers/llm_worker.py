@@ -208,6 +208,7 @@ class LlmWorker:
         turns = [task for _, task in self.running.values()]
         if turns:
             await asyncio.wait(turns, timeout=ENGINE_FAILURE_GRACE_S)
+        self.stop.set()  # the inbox reader stops taking messages: the restarted worker reads what is left
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serving
@@ -240,6 +241,8 @@ class LlmWorker:
         """Bounded hand-over: while the event loop is behind, this thread waits and the Manager queue (bounded
         too) fills, so the front's puts time out into ``server_busy`` instead of memory growing here."""
         for message in read_messages(self.inbox, self.stop):
+            if loop.is_closed():  # the worker is ending (its engine failed): this message is lost, and the front's
+                return  # turn watchdog ends its turn
             handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
             while not self.stop.is_set():
                 with contextlib.suppress(FutureTimeout):
