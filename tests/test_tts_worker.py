@@ -125,3 +125,23 @@ def test_cancelled_turn_delivers_no_further_chunk(tts):
     assert total_audio < 12.0, total_audio  # the whole text would be ~25 s of speech
     assert not any(c.last for c in late)  # a cancelled turn never completes
     assert any(isinstance(m, TtsChunk) and m.turn_id == 2 and m.pcm for m in rest)
+
+
+@pytest.mark.fast
+def test_cancelled_turns_are_remembered_for_a_bounded_number_of_sessions():
+    """One entry per session used to stay forever; the least recently cancelled now go first."""
+    import logging
+
+    from workers.common import StatusReporter
+    from workers.tts_worker import CANCELLED_KEPT, TtsWorker
+
+    worker = TtsWorker(Config(), queue.Queue(), queue.Queue(), StatusReporter("tts", queue.Queue(),
+                                                                                 logging.getLogger("test.tts")))
+    worker._mark_cancelled("active", 3)
+    for i in range(CANCELLED_KEPT + 100):
+        worker._mark_cancelled(f"ended-{i}", 10**9)
+        if i % 1000 == 0:
+            worker._mark_cancelled("active", 3)  # a live session keeps its entry fresh
+    assert len(worker.cancelled) == CANCELLED_KEPT
+    assert worker.is_cancelled("active", 3) and not worker.is_cancelled("active", 4)
+    assert not worker.is_cancelled("ended-0", 1) and worker.is_cancelled(f"ended-{CANCELLED_KEPT + 99}", 5)

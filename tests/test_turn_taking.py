@@ -6,6 +6,7 @@ import pytest
 
 from vita.turn_taking import (
     DISCARDED,
+    STALLED,
     AudioSent,
     CancelTurn,
     CloseSession,
@@ -236,7 +237,7 @@ def test_the_idle_clock_starts_when_the_client_is_told_it_is_connected():
 
 
 def test_waiting_for_models_or_an_answer_is_not_idleness():
-    m = TurnTaking(idle_timeout_s=10, now=0.0)
+    m = TurnTaking(idle_timeout_s=10, now=0.0, stall_s=100)
     assert m.handle(Tick(30.0, workers_ready=False)) == []
     assert m.handle(Tick(35.0, workers_ready=True)) == []  # the clock restarted when the models came up
     turn = spoken_turn(m, now=36.0)
@@ -253,3 +254,43 @@ def test_speech_typing_and_recording_count_as_activity():
         m.handle(Interrupted(8.0, "reset"))
         m.user_speaking = False
         assert m.handle(Tick(15.0, workers_ready=True)) == [], event
+
+
+# --- the watchdog: a turn always ends -------------------------------------------------------------------------
+def stalled_error(actions) -> bool:
+    return any(isinstance(a, Send) and a.event == "error" and a.payload["code"] == "turn_stalled" for a in actions)
+
+
+def test_a_turn_that_never_answers_is_cancelled_with_an_error_and_the_idle_clock_runs_again():
+    m = TurnTaking(idle_timeout_s=60, now=0.0, stall_s=15)
+    turn = spoken_turn(m, now=2.3)  # committed at 2.3: thinking, and nothing ever comes back
+    assert m.handle(Tick(17.0, workers_ready=True)) == []
+    actions = m.handle(Tick(17.5, workers_ready=True))
+    assert stalled_error(actions) and of(actions, CancelTurn) == [CancelTurn(turn, STALLED, audible=True)]
+    assert sent(actions)[-1] == "state" and actions[-1].payload["state"] == "listening"
+    assert m.phase is Phase.LISTENING and m.active_turn is None and m.route(turn) is Route.DROP
+    assert m.handle(Tick(77.0, workers_ready=True)) == []  # idle from the cancel on, not from the question
+    assert of(m.handle(Tick(78.0, workers_ready=True)), CloseSession)
+
+
+def test_a_reply_whose_end_is_lost_is_cancelled_once_its_audio_has_played_and_the_limit_passed():
+    m = TurnTaking(idle_timeout_s=600, now=0.0, stall_s=15)
+    turn = spoken_turn(m, now=2.3)
+    m.handle(AudioSent(3.0, turn, 10.0))  # 10 s of reply audio, playing until 13.0; its last chunk never comes
+    m.handle(AudioSent(4.0, turn, 2.0))  # ...until 15.0
+    assert m.handle(Tick(29.9, workers_ready=True)) == []  # 15 s after the audio the client is playing ran out
+    actions = m.handle(Tick(30.1, workers_ready=True))
+    assert stalled_error(actions) and of(actions, CancelTurn)[0].turn_id == turn and m.phase is Phase.LISTENING
+
+
+def test_reply_audio_is_progress_and_speculative_turns_are_not_watched():
+    m = TurnTaking(idle_timeout_s=600, now=0.0, stall_s=15)
+    turn = spoken_turn(m, now=2.3)
+    for t in (10.0, 20.0, 30.0):
+        m.handle(AudioSent(t, turn, 0.2))
+        assert m.handle(Tick(t + 14.0, workers_ready=True)) == []
+    assert m.phase is Phase.SPEAKING
+    m = TurnTaking(idle_timeout_s=600, now=0.0, stall_s=15)
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(1.0, SPEECH))  # speculative: the user is still talking; nothing to watch yet
+    assert not stalled_error(m.handle(Tick(40.0, workers_ready=True)))

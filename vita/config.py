@@ -121,6 +121,7 @@ class LimitsConfig:
     max_connections_per_ip: int = 64
     handshake_timeout_s: float = 10.0
     read_timeout_s: float = 30.0
+    turn_stall_s: float = 15.0
     save_utterances_dir: str | None = None
 
 
@@ -352,4 +353,5 @@ def validate(config: Config) -> Config:
            "must be between 1 and limits.max_connections")
     _check(1 <= lim.handshake_timeout_s <= 120, "limits.handshake_timeout_s", "must be between 1 and 120")
     _check(lim.read_timeout_s >= 5, "limits.read_timeout_s", "must be at least 5")
+    _check(2 <= lim.turn_stall_s <= 300, "limits.turn_stall_s", "must be between 2 and 300")
     return config

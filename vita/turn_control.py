@@ -56,6 +56,7 @@ Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
+LISTENER_JOIN_S = 2.0  # how long ending a session waits for its VAD thread
 
 
 def _speech(heard: HeardUtterance) -> Speech:
@@ -85,7 +86,8 @@ class TurnController:
     # --- session lifetime --------------------------------------------------------------------------------
     def attach_listener(self, session: Session) -> None:
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
-                                   speculative=self.config.vad.speculative_pause_ms > 0)
+                                   speculative=self.config.vad.speculative_pause_ms > 0,
+                                   stall_s=self.config.limits.turn_stall_s)
         segmenter = VadSegmenter.from_config(self.config.vad, self.vad_model)
         now = time.monotonic
         events = ListenerEvents(
@@ -97,13 +99,16 @@ class TurnController:
             on_tick=lambda: self.handle(session, Tick(now(), self.workers_ready())),
             on_lag=self.metrics.vad_lag.observe,
         )
-        tick = min(1.0, self.config.server.timeout / 4)
+        tick = min(1.0, self.config.server.timeout / 4, self.config.limits.turn_stall_s / 4)
         session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)
         session.listener.start()
 
     def detach(self, session: Session) -> None:
         if session.listener is not None:
             session.listener.stop()
+            # Joined (within one blocking read): a VAD step still running could otherwise start a turn after the
+            # session ended, and the LLM worker would keep that session's history for good.
+            session.listener.join(LISTENER_JOIN_S)
         self.handle(session, Disconnected(time.monotonic()))
 
     def report(self, session: Session, code: str, message: str) -> None:

@@ -30,6 +30,8 @@ class Route(StrEnum):
 
 
 DISCARDED = "speech resumed"  # the reason a speculative turn is dropped
+STALLED = "stalled"  # the reason the watchdog cancels a turn that made no progress
+STALLED_MESSAGE = "The assistant did not answer in time; please ask again."
 
 
 @dataclass(frozen=True)
@@ -223,8 +225,9 @@ Action = StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter |
 class TurnTaking:
     """The turn state of one session. Not thread-safe: its owner serialises calls."""
 
-    def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True):
+    def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True, stall_s: float = 15.0):
         self.idle_timeout_s = idle_timeout_s
+        self.stall_s = stall_s  # a committed turn with no reply audio for this long is cancelled (the watchdog)
         self.speculative_enabled = speculative
         self.phase = Phase.LISTENING
         self.active_turn: int | None = None
@@ -236,6 +239,7 @@ class TurnTaking:
         self.turn_started_at = 0.0  # when the active turn became real
         self.speech_end_at: float | None = None  # the active turn's last voiced sample
         self.first_audio_sent = False
+        self.progress_at = now  # the committed turn's start or its latest reply audio
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -246,6 +250,13 @@ class TurnTaking:
 
     def idle_for(self, now: float) -> float:
         return now - self.last_activity
+
+    def stalled(self, now: float) -> bool:
+        """The committed turn has had no reply audio for stall_s, counted from its start, its latest audio or the
+        end of what the client is still playing."""
+        if self.active_turn is None or self.speculative or self.phase is Phase.LISTENING:
+            return False
+        return now - max(self.progress_at, self.playback_ends_at) > self.stall_s
 
     # --- the machine -------------------------------------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -330,6 +341,7 @@ class TurnTaking:
                 times["voice_to_voice_s"] = e.now - self.speech_end_at
             actions.append(FirstAudio(e.turn_id, times))
         self.playback_ends_at = max(self.playback_ends_at, e.now) + e.seconds
+        self.progress_at = e.now
         return actions
 
     def _on_ReplyComplete(self, e: ReplyComplete) -> list[Action]:
@@ -353,6 +365,11 @@ class TurnTaking:
         return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
 
     def _on_Tick(self, e: Tick) -> list[Action]:
+        if self.stalled(e.now):  # a lost end or a stuck worker must not leave the session "thinking" forever
+            actions: list[Action] = [Send("error", {"code": "turn_stalled", "message": STALLED_MESSAGE})]
+            actions += self._cancel(STALLED)
+            self.last_activity = e.now
+            return actions
         if not e.workers_ready or self.phase is not Phase.LISTENING or self.active_turn is not None:
             self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
             return []
@@ -384,7 +401,7 @@ class TurnTaking:
 
     def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:
         self.phase = Phase.THINKING
-        self.turn_started_at = now
+        self.turn_started_at = self.progress_at = now
         self.speech_end_at = speech.ended_at if speech is not None else None
         return [CommitTurn(turn_id, speech, text), Send("state", {"state": "thinking", "turn_id": turn_id})]
 

@@ -6,13 +6,17 @@ import contextlib
 import ctypes
 import logging
 import os
+import queue
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from vita.messages import WorkerHeartbeat, WorkerState, WorkerStatus
 
 _PR_SET_PDEATHSIG = 1
+PUT_TIMEOUT_S = 2.0  # a worker's put to a front queue that stays full this long drops the message (logged)
+PUBLISH_BOUND = 1024  # messages an event loop has published and its publisher thread has not yet put
 
 
 def prepare_process(name: str, env: dict[str, str], server: Any = None) -> logging.Logger:
@@ -50,7 +54,7 @@ class StatusReporter:
 
     def __call__(self, state: WorkerState, detail: str = "") -> None:
         self.log.info("%s%s", state.value, f": {detail}" if detail else "")
-        self.outbox.put(WorkerStatus(self.worker, state, detail, os.getpid()))
+        put_or_drop(self.outbox, WorkerStatus(self.worker, state, detail, os.getpid()), self.log)
 
     def heartbeat(self) -> None:
         """Call from the worker's main loop: the front restarts a worker whose heartbeats stop."""
@@ -72,3 +76,55 @@ def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable
     finally:
         close()
     report.log.info("stopped")
+
+
+def put_or_drop(target: Any, message: Any, log: logging.Logger, timeout: float = PUT_TIMEOUT_S) -> bool:
+    """Put with a deadline: a stuck or full queue costs one dropped message and a log line, never a hung worker."""
+    try:
+        target.put(message, timeout=timeout)
+        return True
+    except Exception as exc:  # queue.Full, or the manager is gone while stopping
+        log.warning("dropped %s: the queue stayed full or is gone (%s)", type(message).__name__,
+                    type(exc).__name__ if not str(exc) else exc)
+        return False
+
+
+class Publisher:
+    """Puts for an event loop, from a thread of its own: ``publish`` never blocks (a bounded hand-over; when even
+    that is full the message is dropped and counted), so a full inter-process queue cannot stall the loop that
+    every turn runs on."""
+
+    def __init__(self, target: Any, log: logging.Logger, name: str, put_timeout: float = PUT_TIMEOUT_S):
+        self.target, self.log, self.put_timeout = target, log, put_timeout
+        self.pending: queue.Queue = queue.Queue(PUBLISH_BOUND)
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._forward, name=name, daemon=True)
+        self.thread.start()
+
+    def publish(self, message: Any) -> None:
+        try:
+            self.pending.put_nowait(message)
+        except queue.Full:
+            self.dropped += 1
+            self.log.warning("dropped %s: %d messages waiting to be sent", type(message).__name__, PUBLISH_BOUND)
+
+    def _forward(self) -> None:
+        while True:
+            message = self.pending.get()
+            try:
+                if message is None:
+                    return
+                if not put_or_drop(self.target, message, self.log, self.put_timeout):
+                    self.dropped += 1
+            finally:
+                self.pending.task_done()
+
+    def flush(self) -> None:
+        """Wait until everything published so far has been put (or dropped after its timeout)."""
+        self.pending.join()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is waiting (within ``timeout``), then stop the thread."""
+        with contextlib.suppress(queue.Full):
+            self.pending.put(None, timeout=timeout)
+        self.thread.join(timeout)

@@ -59,6 +59,13 @@ class TextEngine(Protocol):
 
     async def abort(self, request_id: str) -> None: ...
 
+    def healthy(self) -> bool:
+        """False once the engine cannot generate or is stuck: the worker then stops its heartbeats."""
+
+    async def wait_failed(self) -> BaseException:
+        """Returns the error once the engine has failed for good (the worker then exits and is restarted);
+        an engine that cannot fail that way waits forever."""
+
     async def aclose(self) -> None:
         """Release connections inside the worker's event loop, before it ends."""
 

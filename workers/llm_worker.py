@@ -39,9 +39,9 @@ from vita.messages import (
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from vita.speech_pieces import ReplyShaper
-from workers.common import StatusReporter, prepare_process, run_stage
+from workers.common import Publisher, StatusReporter, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
-from workers.local_engine import LocalVllmEngine
+from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.omni import (
     InputMode,
     detect_input_mode,
@@ -55,6 +55,7 @@ from workers.remote_engine import RemoteEngine, RemoteEngineError
 NAME = "llm"
 TTS_PUT_TIMEOUT_S = 1.0
 HEARTBEAT_S = 2.0
+ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
 
 
@@ -105,6 +106,7 @@ class LlmWorker:
         self.config = config
         self.inbox, self.tts, self.outbox = inbox, tts, outbox
         self.report = report
+        self.publisher = Publisher(outbox, report.log, "llm-publish")
         self.engine: TextEngine | None = None
         self.tts_put_timeout_s = TTS_PUT_TIMEOUT_S
         self.mode = InputMode(False)
@@ -175,6 +177,7 @@ class LlmWorker:
 
     def close(self) -> None:
         self.stop.set()
+        self.publisher.close()
         self.blocking.shutdown(wait=False, cancel_futures=True)
         self.vision.shutdown(wait=False, cancel_futures=True)
         if self.engine is not None:
@@ -188,15 +191,35 @@ class LlmWorker:
             await self._warm_up()
             self.report(WorkerState.READY, self.describe())
             beating = asyncio.create_task(self._beat())
-            await self._serve_inbox()
+            serving = asyncio.create_task(self._serve_inbox())
+            failing = asyncio.create_task(self.engine.wait_failed())
+            await asyncio.wait((serving, failing), return_when=asyncio.FIRST_COMPLETED)
             beating.cancel()
+            if failing.done():
+                await self._end_after_engine_failure(serving, failing.result())
+            failing.cancel()
+            await serving
         finally:
             await self.engine.aclose()
 
+    async def _end_after_engine_failure(self, serving: asyncio.Task, error: BaseException) -> None:
+        """Engine failure is worker failure: the turns in flight have their error (the engine handed it to each);
+        let them tell their sessions, then raise, so the worker reports FAILED, exits and is restarted."""
+        turns = [task for _, task in self.running.values()]
+        if turns:
+            await asyncio.wait(turns, timeout=ENGINE_FAILURE_GRACE_S)
+        self.stop.set()  # the inbox reader stops taking messages: the restarted worker reads what is left
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        raise error
+
     async def _beat(self) -> None:
-        """Heartbeats from the event loop every turn runs on: they stop if the loop is stuck."""
+        """Heartbeats from the event loop every turn runs on, while the engine is stepping: they stop if either
+        is stuck, and the supervisor restarts the worker."""
         while True:
-            await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
+            if self.engine.healthy():
+                await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _serve_inbox(self) -> None:
@@ -218,6 +241,8 @@ class LlmWorker:
         """Bounded hand-over: while the event loop is behind, this thread waits and the Manager queue (bounded
         too) fills, so the front's puts time out into ``server_busy`` instead of memory growing here."""
         for message in read_messages(self.inbox, self.stop):
+            if loop.is_closed():  # the worker is ending (its engine failed): this message is lost, and the front's
+                return  # turn watchdog ends its turn
             handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
             while not self.stop.is_set():
                 with contextlib.suppress(FutureTimeout):
@@ -261,7 +286,7 @@ class LlmWorker:
             del self.running[session_id]
 
     def _publish(self, message: Any) -> None:
-        self.outbox.put(message)
+        self.publisher.publish(message)  # never blocks the event loop
 
     async def _run_turn(self, req: TurnRequest) -> None:
         """One turn's life in this worker: its text, the prompt, generation, then the history; a cancel (barge-in)
@@ -297,6 +322,8 @@ class LlmWorker:
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn failed", extra=turn_ids(sid, tid))
             reason = str(exc) if isinstance(exc, RemoteEngineError) else f"{exc.__class__.__name__}: {exc}"
+            if isinstance(exc, EngineFailed):
+                reason = "its language model stopped and is being restarted; please ask again in a moment"
             self._publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self._publish(TurnEnded(sid, tid, NAME, "error"))
 
@@ -339,7 +366,7 @@ class LlmWorker:
             held += shaper.feed(delta.text)
             if streaming:
                 for piece in held:
-                    self._send_piece(req, run.spoken, piece, timings, gen_started)
+                    await self._send_piece(req, run.spoken, piece, timings, gen_started)
                 held.clear()
             if shaper.complete:  # long enough to speak: stop generating
                 with contextlib.suppress(Exception):
@@ -349,19 +376,20 @@ class LlmWorker:
         held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
         if streaming:
             for piece in held:
-                self._send_piece(req, run.spoken, piece, timings, gen_started)
+                await self._send_piece(req, run.spoken, piece, timings, gen_started)
         elif held:
-            self._send_piece(req, run.spoken, " ".join(held), timings, gen_started)
-        self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+            await self._send_piece(req, run.spoken, " ".join(held), timings, gen_started)
+        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
 
-    def _to_tts(self, piece: TtsPiece) -> None:
+    async def _to_tts(self, piece: TtsPiece) -> None:
         """Drop policy: a TTS queue still full after TTS_PUT_TIMEOUT_S means the voice is stuck; this turn fails
-        (the session gets ``tts_busy``), and no other session's turn waits longer than that."""
+        (the session gets ``tts_busy``). The put waits in a thread: the event loop, and every other session's
+        turn on it, never waits on the queue."""
         try:
-            self.tts.put(piece, timeout=self.tts_put_timeout_s)
+            await asyncio.to_thread(self.tts.put, piece, True, self.tts_put_timeout_s)
         except queue.Full:
             raise TtsBusy("the voice is not keeping up; the reply was dropped") from None
 
@@ -395,12 +423,15 @@ class LlmWorker:
         self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
-    def _send_piece(self, req: TurnRequest, spoken: list[str], piece: str, timings: dict[str, float],
-                    gen_started: float) -> None:
+    async def _send_piece(self, req: TurnRequest, spoken: list[str], piece: str, timings: dict[str, float],
+                          gen_started: float) -> None:
         if not spoken:
             timings["first_piece_s"] = time.monotonic() - gen_started
-        self._to_tts(TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice))
+        message = TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice)
+        # Recorded before the put: a cancel that lands while the put's thread runs does not stop the put, so the
+        # piece reaches the voice and belongs in the history of what was said.
         spoken.append(piece)
+        await self._to_tts(message)
 
 
 def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +88,20 @@ class _Abort:
     request_id: str
 
 
+@dataclass(frozen=True)
+class _Fault:
+    """Test hook (sent only by ``inject_fault``): the engine thread raises this error as a failing step would."""
+
+    error: BaseException
+
+
+class EngineFailed(RuntimeError):
+    """The engine thread ended with an error: nothing more can be generated until the worker is restarted."""
+
+
 _STOP = object()
+IDLE_WAKE_S = 1.0  # an idle engine thread wakes this often to show it is alive
+STALL_S = 30.0  # a step (or idle wait) longer than this means the engine is stuck: heartbeats stop
 
 
 class LocalVllmEngine:
@@ -107,7 +122,13 @@ class LocalVllmEngine:
         self.kwargs = engine_kwargs(config, omni, self.cpu)
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
-        self.failure: BaseException | None = None  # set when a step failed: every turn after it fails too
+        # Set once when the engine thread ends with an error; under `guard` with every put of a new turn, so a
+        # turn is either drained and failed by the thread, or refused here: none waits on a dead engine.
+        self.failure: BaseException | None = None
+        self.guard = threading.Lock()
+        self.turns: dict[str, _Add] = {}  # in flight: owned by the engine thread
+        self.progress_at = time.monotonic()  # the engine thread's last pass through its loop
+        self.failed: asyncio.Future | None = None  # resolved with the error when the engine thread fails
         self.description = f"vLLM in process ({config.llm_model_path().name}"
         if config.bundled_llm():
             self.description += f" because {config.chosen_llm()[1]}"
@@ -124,6 +145,7 @@ class LocalVllmEngine:
                                     "(about half a minute on CPU)")
         loop = asyncio.get_running_loop()
         built: asyncio.Future = loop.create_future()
+        self.failed = loop.create_future()
         self.thread = threading.Thread(target=self._run, args=(loop, built), name="vllm-engine", daemon=True)
         self.thread.start()
         await built
@@ -141,22 +163,47 @@ class LocalVllmEngine:
         loop.call_soon_threadsafe(_settle, built, None)
         try:
             self._step_until_stopped(engine)
+        except BaseException as exc:  # noqa: BLE001 - any end but _STOP is the engine's failure
+            self._fail(exc, loop)
         finally:
-            engine.engine_core.shutdown()
+            with contextlib.suppress(Exception):
+                engine.engine_core.shutdown()
 
-    def _step_until_stopped(self, engine: Any) -> None:
-        turns: dict[str, _Add] = {}
-        while True:
-            # Between steps take every waiting command; with nothing to generate, wait for one.
-            block = not engine.has_unfinished_requests()
+    def _fail(self, error: BaseException, loop: asyncio.AbstractEventLoop) -> None:
+        """Every turn in flight or queued gets the error; the worker learns through ``failed`` and exits."""
+        with self.guard:
+            self.failure = error
+            waiting = list(self.turns.values())
+            self.turns.clear()
             while True:
                 try:
-                    command = self.commands.get(block=block)
+                    command = self.commands.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(command, _Add):
+                    waiting.append(command)
+        failed = EngineFailed(f"the vLLM engine stopped: {error.__class__.__name__}: {error}")
+        for turn in waiting:
+            turn.deliver(failed)
+        loop.call_soon_threadsafe(_settle, self.failed, failed)
+
+    def _step_until_stopped(self, engine: Any) -> None:
+        turns = self.turns
+        while True:
+            # Between steps take every waiting command; with nothing to generate, wait for one (waking now and
+            # then, so that progress_at shows an idle engine is alive).
+            block = not engine.has_unfinished_requests()
+            while True:
+                self.progress_at = time.monotonic()
+                try:
+                    command = self.commands.get(timeout=IDLE_WAKE_S) if block else self.commands.get_nowait()
                 except queue.Empty:
                     break
                 block = False
                 if command is _STOP:
                     return
+                if isinstance(command, _Fault):
+                    raise command.error
                 if isinstance(command, _Abort):
                     if turns.pop(command.request_id, None) is not None:
                         engine.abort_request([command.request_id])
@@ -168,13 +215,8 @@ class LocalVllmEngine:
                     command.deliver(exc)
             if not engine.has_unfinished_requests():
                 continue
-            try:
-                outputs = engine.step()
-            except Exception as exc:
-                self.failure = exc
-                for turn in turns.values():
-                    turn.deliver(exc)
-                raise
+            outputs = engine.step()
+            self.progress_at = time.monotonic()
             for output in outputs:
                 turn = turns.get(output.request_id)
                 if turn is None:
@@ -183,17 +225,37 @@ class LocalVllmEngine:
                     del turns[output.request_id]
                 turn.deliver(output)
 
+    def healthy(self) -> bool:
+        """Alive and stepping: no failure, and no step or wait has taken longer than STALL_S (a stuck engine
+        stops the worker's heartbeats, and the supervisor restarts it)."""
+        return (self.failure is None and self.thread is not None and self.thread.is_alive()
+                and time.monotonic() - self.progress_at < STALL_S)
+
+    async def wait_failed(self) -> BaseException:
+        """Returns (never raises) the error once the engine thread has failed; waits forever otherwise."""
+        assert self.failed is not None, "start() first"
+        try:
+            await asyncio.shield(self.failed)
+        except EngineFailed as exc:
+            return exc
+        raise AssertionError("the failed future is only ever resolved with an error")
+
+    def inject_fault(self, error: BaseException) -> None:
+        """Tests only: the engine thread raises ``error`` between steps, as a failing step would."""
+        self.commands.put(_Fault(error))
+
     async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
                      request_id: str) -> AsyncIterator[Delta]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        if self.failure is not None:
-            raise RuntimeError(f"the vLLM engine failed: {self.failure!r}")
         params = SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_tokens,
                                 stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA)
         outputs: asyncio.Queue = asyncio.Queue()
-        self.commands.put(_Add(request_id, vllm_input(prompt), params, outputs, asyncio.get_running_loop()))
+        with self.guard:
+            if self.failure is not None:
+                raise EngineFailed(f"the vLLM engine stopped: {self.failure!r}")
+            self.commands.put(_Add(request_id, vllm_input(prompt), params, outputs, asyncio.get_running_loop()))
         finished, first = False, True
         try:
             while not finished:

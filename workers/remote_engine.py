@@ -188,6 +188,13 @@ class RemoteEngine:
             text = (choice.get("delta") or {}).get("content") or ""
         return Delta(text) if text else None
 
+    def healthy(self) -> bool:
+        return True  # a server that fails fails each request: the turn gets the error, the worker lives on
+
+    async def wait_failed(self) -> BaseException:
+        await asyncio.Event().wait()  # never set
+        raise AssertionError("unreachable")
+
     async def abort(self, request_id: str) -> None:
         """Nothing to send: the stream is closed by the cancelled task (see ``stream``)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +30,11 @@ from vita.messages import (
     read_messages,
 )
 from vita.models import available_voices
-from workers.common import StatusReporter, prepare_process, run_stage
+from workers.common import StatusReporter, prepare_process, put_or_drop, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
+CANCELLED_KEPT = 4096  # sessions whose cancelled turn ids the worker remembers
 HEARTBEAT_S = 1.0
 LOCAL_BOUND = 64  # the synthesis loop says it is alive at least this often (the front kills a silent worker)
 
@@ -72,7 +74,9 @@ class TtsWorker:
         # Bounded: a synthesis loop that falls behind stops the reader, so the Manager queue fills and the LLM
         # worker's put times out (its drop policy) instead of pieces piling up here.
         self.pieces: queue.Queue = queue.Queue(maxsize=LOCAL_BOUND)
-        self.cancelled: dict[str, int] = {}  # session -> highest cancelled turn id
+        # session -> highest cancelled turn id; the least recently cancelled go first past CANCELLED_KEPT, so ended
+        # sessions do not add up (an active session's entry is fresh: it was touched by its latest cancel)
+        self.cancelled: OrderedDict[str, int] = OrderedDict()
         self.cancel_lock = threading.Lock()
         self.turns: dict[tuple[str, int], TurnAudio] = {}
         self.stop = threading.Event()
@@ -105,6 +109,9 @@ class TtsWorker:
     def _mark_cancelled(self, session_id: str, turn_id: int) -> None:
         with self.cancel_lock:
             self.cancelled[session_id] = max(turn_id, self.cancelled.get(session_id, -1))
+            self.cancelled.move_to_end(session_id)
+            while len(self.cancelled) > CANCELLED_KEPT:
+                self.cancelled.popitem(last=False)
 
     def is_cancelled(self, session_id: str, turn_id: int) -> bool:
         with self.cancel_lock:
@@ -133,8 +140,8 @@ class TtsWorker:
                     self.speak(message)
                 except Exception as exc:  # a piece that cannot be spoken must not stop other sessions
                     self.report.log.exception("piece %s:%s failed", message.session_id, message.turn_id)
-                    self.outbox.put(SessionError(message.session_id, message.turn_id, "tts_failed",
-                                                 f"Could not speak the reply: {exc}"))
+                    put_or_drop(self.outbox, SessionError(message.session_id, message.turn_id, "tts_failed",
+                                                          f"Could not speak the reply: {exc}"), self.report.log)
                     self.turns.pop((message.session_id, message.turn_id), None)
         self.stop.set()
 
@@ -178,7 +185,8 @@ class TtsWorker:
             if turn.first_chunk_s is not None:
                 timings["first_chunk_s"] = turn.first_chunk_s
             # Timings go before the last chunk: the front forgets the turn when the last chunk arrives.
-            self.outbox.put(TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}))
+            put_or_drop(self.outbox, TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}),
+                        self.report.log)
             self._put_chunk(key, turn, b"", last=True)  # the turn's end: nothing more comes for it
 
     def _engine(self, voice: str | None) -> PiperEngine:
@@ -197,7 +205,7 @@ class TtsWorker:
     def _put_chunk(self, key: tuple[str, int], turn: TurnAudio, pcm: bytes, last: bool) -> None:
         if turn.first_chunk_s is None and pcm and turn.first_piece_at is not None:
             turn.first_chunk_s = time.monotonic() - turn.first_piece_at
-        self.outbox.put(TtsChunk(key[0], key[1], turn.seq, pcm, self.out_rate, last=last))
+        put_or_drop(self.outbox, TtsChunk(key[0], key[1], turn.seq, pcm, self.out_rate, last=last), self.report.log)
         turn.seq += 1
 
     def _end_cancelled(self, key: tuple[str, int]) -> None:
