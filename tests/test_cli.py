@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from vita.config import Config
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -75,9 +76,8 @@ def test_turn_log_flag_sets_the_path_or_turns_it_off(tmp_path):
 def test_a_remote_engine_needs_no_local_llm(tmp_path):
     """--llm_url replaces the bundled model: a models folder without it is fine, the other models still count."""
     from vita.cli import config_from_args
-    from vita.models import DEFAULT_LLM
-
     config = config_from_args(["--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path)])
     assert config.llm.url == "http://127.0.0.1:8000/v1"
     result = run_server("--llm_url", "http://127.0.0.1:8000/v1", "--models_dir", str(tmp_path))
-    assert result.returncode == 2 and "whisper-base" in result.stderr and DEFAULT_LLM not in result.stderr
+    chosen = Config().chosen_llm()[0]  # what this CPU would serve without --llm_url
+    assert result.returncode == 2 and "whisper-base" in result.stderr and chosen not in result.stderr

@@ -45,10 +45,13 @@ def test_the_int8_kernel_named_is_the_one_vllm_takes_on_that_cpu():
     assert "AVX2" in int8_kernel(read_cpu(AVX2))
 
 
-def test_auto_model_is_a_bundled_llm_with_a_reason_on_every_cpu_kind():
-    for text in (AVX2, AVX512_BF16, VNNI, AMX_INT8):
+def test_auto_model_is_the_int8_1_5b_with_int8_instructions_and_the_0_5b_without():
+    for text in (VNNI, AMX_INT8):
         name, why = choose_llm(read_cpu(text))
-        assert name in LLM_NAMES and len(why) > 20
+        assert name == "qwen2.5-coder-1.5b-instruct-int8" and "int8" in why and name in LLM_NAMES
+    for text in (AVX2, AVX512_BF16):  # no VNNI: vLLM's int8 path would crawl
+        name, why = choose_llm(read_cpu(text))
+        assert name == "qwen2.5-coder-0.5b-instruct" and "voice-to-voice" in why and name in LLM_NAMES
 
 
 def test_an_isa_cap_hides_everything_above_avx2(monkeypatch):

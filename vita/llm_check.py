@@ -14,11 +14,15 @@ QUESTION = "What is the capital of France?"
 EXPECTED = "paris"
 
 
-def check_env(cpu_cores: tuple[int, ...]) -> dict[str, str]:
-    """vLLM on the CPU, offline, in this process, with a small KV cache and every core this process may use."""
-    return {"CUDA_VISIBLE_DEVICES": "", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpu_cores)), "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def check_env(cpu_cores: tuple[int, ...], gpu: bool = False) -> dict[str, str]:
+    """vLLM offline; on the CPU (setup's VITA_TARGET=cpu) in this process, with a small KV cache and every core this
+    process may use; on a GPU machine vLLM's own defaults."""
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    if not gpu:
+        env.update(CUDA_VISIBLE_DEVICES="", VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
+                   VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cpu_cores)))
+    return env
 
 
 def answer(model_dir: Path) -> str:
@@ -26,12 +30,13 @@ def answer(model_dir: Path) -> str:
     from vita.cpu import apply_isa_cap, cpu_dtype, read_cpu
 
     cpu = read_cpu()
-    os.environ.update(check_env(cpu.cores))
+    gpu = os.environ.get("VITA_TARGET") == "gpu"  # set by scripts/setup.sh: the CUDA build of vLLM is installed
+    os.environ.update(check_env(cpu.cores, gpu))
     apply_isa_cap()
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(model_dir), dtype=cpu_dtype("auto", cpu), max_model_len=512, enforce_eager=True,
-              block_size=32, disable_log_stats=True)
+    llm = LLM(model=str(model_dir), dtype="auto" if gpu else cpu_dtype("auto", cpu), max_model_len=512,
+              enforce_eager=True, disable_log_stats=True, **({} if gpu else {"block_size": 32}))
     messages = [{"role": "system", "content": LlmConfig().persona}, {"role": "user", "content": QUESTION}]
     prompt = llm.get_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     out = llm.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0), use_tqdm=False)

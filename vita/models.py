@@ -21,6 +21,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 MANIFEST = "manifest.json"
+ANSWER_CHECK_TIMEOUT_S = 600  # vLLM's start plus one answer: ~30 s on 2 CPU cores
 
 
 def _package_data(package: str, sub: str = "data") -> Path:
@@ -215,10 +216,14 @@ def _check_served_llm(path: Path) -> None:
     import subprocess
 
     _check_llm(path)
-    result = subprocess.run([sys.executable, "-m", "vita.llm_check", str(path)], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
+    try:
+        result = subprocess.run([sys.executable, "-m", "vita.llm_check", str(path)], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent.parent, timeout=ANSWER_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"vLLM answer check did not finish within {ANSWER_CHECK_TIMEOUT_S} s") from None
     if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        errors = [line for line in result.stderr.splitlines() if "Error" in line or "answered" in line]
+        tail = (errors or result.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"vLLM answer check failed: {tail}")
     _say(f"  {(result.stdout.strip().splitlines() or [''])[-1]}")  # vLLM logs to stdout too: its last line is ours
 
@@ -369,19 +374,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--with: unknown optional model {unknown[0]!r}; choose from {', '.join(optional)}")
     if args.packages is not None:
         wanted = {n.strip() for n in args.packages.split(",") if n.strip()}
-        print(" ".join(p for m in EMBEDDED_MODELS if m.name in wanted for p in m.packages))
+        print(" ".join(dict.fromkeys(p for m in EMBEDDED_MODELS if m.name in wanted for p in m.packages)))
         return 0
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         parser.error(str(exc))
-    chosen = config.chosen_llm()[0]
-    if args.chosen:
-        print(chosen)
-        return 0
     if args.models_dir:
         config.models_dir = args.models_dir
-    if any(m.name == chosen for m in EMBEDDED_MODELS):
+    chosen = config.bundled_llm()  # None with llm.url or an operator's own model folder: no LLM to build
+    if args.chosen:
+        print(chosen or "")
+        return 0
+    if chosen and any(m.name == chosen for m in EMBEDDED_MODELS):
         _say(f"LLM for this CPU: {chosen} ({config.chosen_llm()[1]})")
         extra += (chosen,)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import re
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -164,7 +165,8 @@ def gguf_to_int8(gguf_path: Path, out: Path, workers: int = 2) -> list[Path]:
         hf_name(name)  # fail before any work on a tensor these tables do not know
     groups = split_evenly({name: t.elements for name, t in tensors.items()}, workers)
     files = [out / f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
-    with ProcessPoolExecutor(max_workers=len(groups)) as pool:
+    # Spawned, not forked: the process building models has CTranslate2 and onnxruntime threads by now.
+    with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
         jobs = [pool.submit(_write_shard, str(gguf_path), [tensors[n] for n in g], str(f))
                 for g, f in zip(groups, files, strict=True)]
         # The config and tokenizer are read from the GGUF's metadata while the workers dequantize.

@@ -9,6 +9,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +99,7 @@ class Publisher:
         self.target, self.log, self.put_timeout = target, log, put_timeout
         self.pending: queue.Queue = queue.Queue(PUBLISH_BOUND)
         self.dropped = 0
+        self.count_lock = threading.Lock()  # dropped is counted by the publishing and the forwarding thread
         self.thread = threading.Thread(target=self._forward, name=name, daemon=True)
         self.thread.start()
 
@@ -105,7 +107,8 @@ class Publisher:
         try:
             self.pending.put_nowait(message)
         except queue.Full:
-            self.dropped += 1
+            with self.count_lock:
+                self.dropped += 1
             self.log.warning("dropped %s: %d messages waiting to be sent", type(message).__name__, PUBLISH_BOUND)
 
     def _forward(self) -> None:
@@ -115,13 +118,22 @@ class Publisher:
                 if message is None:
                     return
                 if not put_or_drop(self.target, message, self.log, self.put_timeout):
-                    self.dropped += 1
+                    with self.count_lock:
+                        self.dropped += 1
             finally:
                 self.pending.task_done()
 
-    def flush(self) -> None:
-        """Wait until everything published so far has been put (or dropped after its timeout)."""
-        self.pending.join()
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything published so far has been put (or dropped after its timeout); False if
+        ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.pending.all_tasks_done:
+            while self.pending.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.pending.all_tasks_done.wait(left)
+        return True
 
     def close(self, timeout: float = 5.0) -> None:
         """Send what is waiting (within ``timeout``), then stop the thread."""

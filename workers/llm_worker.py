@@ -212,6 +212,8 @@ class LlmWorker:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serving
+        # The turns' errors go out before the FAILED report and the exit (which the front would report instead).
+        await asyncio.to_thread(self.publisher.flush, ENGINE_FAILURE_GRACE_S)
         raise error
 
     async def _beat(self) -> None:
@@ -241,9 +243,10 @@ class LlmWorker:
         """Bounded hand-over: while the event loop is behind, this thread waits and the Manager queue (bounded
         too) fills, so the front's puts time out into ``server_busy`` instead of memory growing here."""
         for message in read_messages(self.inbox, self.stop):
-            if loop.is_closed():  # the worker is ending (its engine failed): this message is lost, and the front's
-                return  # turn watchdog ends its turn
-            handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
+            try:
+                handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
+            except RuntimeError:  # the loop closed: the worker is ending (its engine failed); this message is lost
+                return  # and the front's turn watchdog ends its turn
             while not self.stop.is_set():
                 with contextlib.suppress(FutureTimeout):
                     handed.result(timeout=1.0)
@@ -431,7 +434,11 @@ class LlmWorker:
         # Recorded before the put: a cancel that lands while the put's thread runs does not stop the put, so the
         # piece reaches the voice and belongs in the history of what was said.
         spoken.append(piece)
-        await self._to_tts(message)
+        try:
+            await self._to_tts(message)
+        except TtsBusy:
+            spoken.pop()  # it was never handed over
+            raise
 
 
 def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
