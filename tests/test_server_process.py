@@ -9,6 +9,7 @@ import psutil
 import requests
 
 from tests.helpers import RecordingClient
+from vita.config import Config
 
 WORKERS = {"llm", "tts"}
 
@@ -33,6 +34,13 @@ def test_ready_after_workers_report_ready(server):
         assert worker["state"] == "ready", worker
         assert psutil.pid_exists(worker["pid"])
         assert worker["ready_after_s"] > 0
+    # Which model serves and why (llm.model auto picks by CPU), and which weights and kernel path it loaded.
+    model, why = Config().chosen_llm()
+    assert health["llm"]["model"] == model and health["llm"]["why"] == why
+    assert model in health["workers"]["llm"]["detail"] and "weights" in health["workers"]["llm"]["detail"]
+    if model.endswith("-int8"):
+        assert "int8 W8A8 weights, oneDNN int8" in health["workers"]["llm"]["detail"] \
+            or "AMX int8" in health["workers"]["llm"]["detail"]
 
 
 def test_https_serves_the_generated_self_signed_certificate(server):

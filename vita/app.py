@@ -52,11 +52,8 @@ def llm_choice(config: Config) -> dict[str, str | None]:
     if config.llm.url:
         return {"model": config.llm.remote_model, "source": config.llm.url, "why": "--llm_url",
                 "summary": f"remote server {config.llm.url}"}
-    if config.bundled_llm():
-        name, why = config.chosen_llm()
-        return {"model": name, "source": str(config.llm_model_path()), "why": why, "summary": f"bundled {name} ({why})"}
-    path = str(config.llm_model_path())
-    return {"model": config.llm_model_path().name, "source": path, "why": "--model_path", "summary": path}
+    name, why = config.chosen_llm()  # a bundled model, or --model_path's folder
+    return {"model": name, "source": str(config.llm_model_path()), "why": why, "summary": f"{name} ({why})"}
 
 
 class FrontApp:

@@ -59,13 +59,21 @@ def read_cpu(cpuinfo: str | None = None) -> CpuFeatures:
     return CpuFeatures(model, tuple(sorted(cores)), flags)
 
 
+def isa_cap_env() -> dict[str, str]:
+    """With VITA_MAX_CPU_ISA=avx2: the variables that stop torch, oneDNN and CTranslate2 at AVX2 (each reads its
+    own before it is imported); empty otherwise."""
+    if os.environ.get(ISA_CAP_ENV, "").lower() != "avx2":
+        return {}
+    return {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"}
+
+
 def apply_isa_cap() -> None:
     """Before vLLM is imported: with VITA_MAX_CPU_ISA=avx2, make torch, oneDNN and vLLM's library choice stop at
     AVX2 (vLLM picks _C, _C_AVX512 or _C_AVX2 by torch's own checks, so those are answered no)."""
-    if os.environ.get(ISA_CAP_ENV, "").lower() != "avx2":
+    capped = isa_cap_env()
+    if not capped:
         return
-    os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
-    os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+    os.environ.update(capped)
     import torch
 
     for check in ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_avx512_vnni_supported",

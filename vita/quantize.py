@@ -132,7 +132,8 @@ class GgufTensor:
     shape: tuple[int, ...]
 
     @property
-    def elements(self) -> int:
+    def stored_size(self) -> int:
+        """Items as stored (bytes of a quantized tensor, floats of an F32 one): roughly its dequantizing work."""
         return math.prod(self.shape)
 
 
@@ -174,7 +175,7 @@ def gguf_to_int8(gguf_path: Path, out: Path, workers: int = 2) -> list[Path]:
                                   tuple(t.data.shape)) for t in GGUFReader(str(gguf_path)).tensors}
     for name in tensors:
         hf_name(name)  # fail before any work on a tensor these tables do not know
-    groups = split_evenly({name: t.elements for name, t in tensors.items()}, workers)
+    groups = split_evenly({name: t.stored_size for name, t in tensors.items()}, workers)
     files = [out / f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     # Spawned, not forked: the process building models has CTranslate2 and onnxruntime threads by now.
     with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import ISA_CAP_ENV, omp_threads_bind, read_cpu
+from vita.cpu import isa_cap_env, omp_threads_bind, read_cpu
 from vita.logs import turn_ids
 from vita.messages import (
     ALL_TURNS,
@@ -73,8 +72,7 @@ def device_env(config: Any) -> dict[str, str]:
         bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        if os.environ.get(ISA_CAP_ENV, "").lower() == "avx2":  # read before torch / CTranslate2 are imported
-            env.update(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", CT2_FORCE_CPU_ISA="AVX2")
+        env.update(isa_cap_env())  # read before torch / CTranslate2 are imported
         if llm.tensor_parallel_size == 1:
             # The engine core runs in this process, in local_engine's engine thread, with its one model worker
             # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import queue
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, read_cpu
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
+from workers.omni import read_model_config
 
 
 def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
@@ -47,10 +47,7 @@ def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> di
 
 def weights_description(model_dir: Path, dtype: str, cpu: CpuFeatures) -> str:
     """What the weights are and which matmul kernel runs them: int8 W8A8 models name vLLM's int8 path."""
-    try:
-        quant = json.loads((model_dir / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError):
-        quant = {}
+    quant = read_model_config(model_dir).get("quantization_config") or {}
     if quant.get("quant_method") == "compressed-tensors" and quant.get("format") == "int-quantized":
         return f"int8 W8A8 weights, {int8_kernel(cpu)}, {dtype} activations"
     return f"{dtype} weights"
@@ -128,7 +125,7 @@ class LocalVllmEngine:
         self.guard = threading.Lock()
         self.turns: dict[str, _Add] = {}  # in flight: owned by the engine thread
         self.progress_at = time.monotonic()  # the engine thread's last pass through its loop
-        self.failed: asyncio.Future | None = None  # resolved with the error when the engine thread fails
+        self.failed: asyncio.Future | None = None  # its result is the error, once the engine thread has failed
         self.description = f"vLLM in process ({config.llm_model_path().name}"
         if config.bundled_llm():
             self.description += f" because {config.chosen_llm()[1]}"
@@ -185,7 +182,7 @@ class LocalVllmEngine:
         failed = EngineFailed(f"the vLLM engine stopped: {error.__class__.__name__}: {error}")
         for turn in waiting:
             turn.deliver(failed)
-        loop.call_soon_threadsafe(_settle, self.failed, failed)
+        loop.call_soon_threadsafe(self.failed.set_result, failed)
 
     def _step_until_stopped(self, engine: Any) -> None:
         turns = self.turns
@@ -234,11 +231,7 @@ class LocalVllmEngine:
     async def wait_failed(self) -> BaseException:
         """Returns (never raises) the error once the engine thread has failed; waits forever otherwise."""
         assert self.failed is not None, "start() first"
-        try:
-            await asyncio.shield(self.failed)
-        except EngineFailed as exc:
-            return exc
-        raise AssertionError("the failed future is only ever resolved with an error")
+        return await asyncio.shield(self.failed)
 
     def inject_fault(self, error: BaseException) -> None:
         """Tests only: the engine thread raises ``error`` between steps, as a failing step would."""
