@@ -63,6 +63,23 @@ class StatusReporter:
             self.outbox.put(WorkerHeartbeat(self.worker, os.getpid()), timeout=1.0)
 
 
+FAULT_SIGNALS_ENV = "VITA_FAULT_SIGNALS"  # "1": SIGUSR1 injects this worker's test fault (fault tests and soak)
+
+
+def install_fault_signal(inject: Callable[[], None], log: logging.Logger) -> bool:
+    """Off unless the environment asks: SIGUSR1 runs ``inject`` (the worker's fault, injected from outside, so
+    tests and scripts/soak_faults.py exercise the real recovery path). True if installed."""
+    if os.environ.get(FAULT_SIGNALS_ENV) != "1":
+        return False
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        log.warning("SIGUSR1: injecting a test fault")
+        inject()
+
+    signal.signal(signal.SIGUSR1, on_signal)
+    return True
+
+
 def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable[[], None],
               close: Callable[[], None]) -> None:
     """setup() then serve() until Shutdown; a failure is reported (so /health shows why) and exits 1."""

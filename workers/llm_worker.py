@@ -181,6 +181,14 @@ class LlmWorker:
         if self.engine is not None:
             self.engine.close()
 
+    def inject_engine_fault(self) -> None:
+        """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the in-process engine's thread raises as a failing step
+        would; a remote engine has no thread here to fail."""
+        if isinstance(self.engine, LocalVllmEngine):
+            self.engine.inject_fault(RuntimeError("injected engine fault (SIGUSR1)"))
+        else:
+            self.report.log.warning("no in-process engine to fail")
+
     # --- message loop ------------------------------------------------------------------------------------
     async def serve(self) -> None:
         try:
@@ -445,4 +453,5 @@ def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     report = StatusReporter(NAME, queues["status"], log)
     report(WorkerState.LOADING, "importing libraries")
     worker = LlmWorker(config, inbox, queues["tts"], queues["outputs"], report)
+    install_fault_signal(worker.inject_engine_fault, log)
     run_stage(report, worker.setup, lambda: asyncio.run(worker.serve()), worker.close)

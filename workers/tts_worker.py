@@ -30,7 +30,7 @@ from vita.messages import (
     read_messages,
 )
 from vita.models import available_voices
-from workers.common import StatusReporter, prepare_process, put_or_drop, run_stage
+from workers.common import StatusReporter, install_fault_signal, prepare_process, put_or_drop, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
@@ -80,6 +80,7 @@ class TtsWorker:
         self.cancel_lock = threading.Lock()
         self.turns: dict[tuple[str, int], TurnAudio] = {}
         self.stop = threading.Event()
+        self.lose_next_end = False  # set by the test fault signal (install_fault_signal)
         self.out_rate = config.tts.output_sample_rate
         self.chunk_samples = self.out_rate * config.tts.chunk_ms // 1000
 
@@ -94,6 +95,10 @@ class TtsWorker:
             self.engines[name] = PiperEngine(models / "piper" / name)
         # First synthesis pays onnxruntime's warm-up; do it before saying ready.
         list(self.engines[default].synthesize("Ready."))
+
+    def lose_an_end(self) -> None:
+        """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the next turn to finish never sends its last chunk."""
+        self.lose_next_end = True
 
     # --- inbox -------------------------------------------------------------------------------------------
     def read_inbox(self) -> None:
@@ -187,6 +192,10 @@ class TtsWorker:
             # Timings go before the last chunk: the front forgets the turn when the last chunk arrives.
             put_or_drop(self.outbox, TurnTimings(*key, NAME, {k: round(v, 4) for k, v in timings.items()}),
                         self.report.log)
+            if self.lose_next_end:  # test fault: the front never hears this turn end (its watchdog must)
+                self.lose_next_end = False
+                self.report.log.warning("test fault: the end of turn %s:%s is not sent", *key)
+                return
             self._put_chunk(key, turn, b"", last=True)  # the turn's end: nothing more comes for it
 
     def _engine(self, voice: str | None) -> PiperEngine:
@@ -217,5 +226,6 @@ def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
     log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, config.server)
     report = StatusReporter(NAME, queues["status"], log)
     worker = TtsWorker(config, inbox, queues["outputs"], report)
+    install_fault_signal(worker.lose_an_end, log)
     report(WorkerState.LOADING, "loading voices")
     run_stage(report, worker.setup, worker.serve, worker.stop.set)
