@@ -38,7 +38,7 @@ from vita.messages import (
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from vita.speech_pieces import ReplyShaper
-from workers.common import Publisher, StatusReporter, prepare_process, run_stage
+from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.omni import (
