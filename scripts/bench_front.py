@@ -24,8 +24,9 @@ from _bench import summary_ms  # noqa: E402
 from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
 from vita.audio_input import decode_audio_message  # noqa: E402
 from vita.config import Config  # noqa: E402
-from vita.listener import ListenerEvents, SpeechListener  # noqa: E402
-from vita.vad import CHUNK, SileroVad, VadSegmenter  # noqa: E402
+from vita.listener import SpeechListener  # noqa: E402
+from vita.session_actor import AudioIn, SessionActor  # noqa: E402
+from vita.vad import CHUNK, Heard, SileroVad, VadSegmenter  # noqa: E402
 
 SENTENCES = ["What is the capital of France?", "Yes.", "Please tell me a joke about cats.",
              "Could you turn the lights off in the kitchen, please?", "No, thank you."]
@@ -54,8 +55,7 @@ def end_of_speech_delays(config: Config) -> list[dict]:
         truth_end = RATE + voiced_span(speech)[1] * RATE
         seg = segmenter(config)
         for i in range(0, len(stream), 128):  # VITA's 8 ms messages
-            _, done = seg.feed(stream[i:i + 128])
-            if done:
+            if any(event.kind is Heard.END for event in seg.feed(stream[i:i + 128])):
                 rows.append({"text": text, "speech_s": len(speech) / RATE,
                              "end_delay_s": (i + 128 - truth_end) / RATE})
                 break
@@ -65,9 +65,13 @@ def end_of_speech_delays(config: Config) -> list[dict]:
 
 
 def handler_cost(config: Config, audio: np.ndarray, binary: bool, chunk_ms: int) -> list[float]:
-    events = ListenerEvents(lambda: None, lambda: None, lambda heard: None, lambda: None)
-    listener = SpeechListener("bench", segmenter(config), events)
-    listener.start()
+    listener = SpeechListener(segmenter(config))
+    def receive(item: object) -> None:
+        if isinstance(item, AudioIn):
+            listener.hear(item.pcm, item.rate, item.arrived, time.monotonic())
+
+    actor = SessionActor("bench", receive, tick_s=1.0)
+    actor.start()
     step = RATE * chunk_ms // 1000
     messages = [audio[i:i + step] for i in range(0, len(audio) - step, step)]
     payloads = [m.astype("<i2").tobytes() if binary else vita_message(m) for m in messages]
@@ -76,11 +80,11 @@ def handler_cost(config: Config, audio: np.ndarray, binary: bool, chunk_ms: int)
     for payload in payloads:
         t = time.perf_counter()
         pcm, rate = decode_audio_message(payload, RATE, limit)
-        listener.push(pcm, rate)
+        actor.post_audio(pcm, rate)
         times.append(time.perf_counter() - t)
         time.sleep(chunk_ms / 1000 / 4)  # let the VAD thread keep up, as it does at real-time pace
-    listener.stop()
-    listener.join(2)
+    actor.stop()
+    actor.join(2)
     return times
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.speech import noise, silence, spoken, voiced_span
 from vita.config import Config
-from vita.vad import CHUNK, SAMPLE_RATE, SileroModel, SileroVad, VadSegmenter
+from vita.vad import CHUNK, SAMPLE_RATE, Heard, SileroModel, SileroVad, VadSegmenter
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,9 @@ def run(stream: np.ndarray, step: int = 128):
     seg = segmenter()
     onsets, utterances = 0, []
     for i in range(0, len(stream), step):  # VITA's page sends 128-sample (8 ms) messages
-        started, done = seg.feed(stream[i:i + step])
-        onsets += started
-        utterances += done
+        for event in seg.feed(stream[i:i + step]):
+            onsets += event.kind is Heard.START
+            utterances += [event.utterance] if event.kind is Heard.END else []
     return onsets, utterances
 
 
@@ -63,8 +63,7 @@ def test_end_of_speech_is_reported_within_half_a_second(speech):
     stream = np.concatenate([silence(0.5), speech, silence(2.0)])
     _, truth_end = truth(speech, int(0.5 * SAMPLE_RATE))
     for i in range(0, len(stream), 128):
-        _, done = seg.feed(stream[i:i + 128])
-        if done:
+        if any(e.kind is Heard.END for e in seg.feed(stream[i:i + 128])):
             detected_at = i + 128
             break
     else:
@@ -91,8 +90,7 @@ def events_of(stream: np.ndarray, step: int = 512) -> list[str]:
     """What the segmenter reports, in order: start, pause, resume, end."""
     seg, seen = segmenter(), []
     for i in range(0, len(stream), step):
-        started, done = seg.feed(stream[i:i + step])
-        seen += ["start"] * started + [kind for kind, _ in seg.take_turn_events()] + ["end"] * len(done)
+        seen += [event.kind.value for event in seg.feed(stream[i:i + step])]
     return seen
 
 
@@ -114,10 +112,20 @@ def test_the_pause_before_the_end_carries_the_speech_so_far():
     seg, paused, ended = segmenter(), [], []
     stream = np.concatenate([silence(0.5), question, silence(1.0)])
     for i in range(0, len(stream), 512):
-        _, done = seg.feed(stream[i:i + 512])
-        paused += [u for kind, u in seg.take_turn_events() if kind == "pause"]
-        ended += done
+        for event in seg.feed(stream[i:i + 512]):
+            paused += [event.utterance] if event.kind is Heard.PAUSE else []
+            ended += [event.utterance] if event.kind is Heard.END else []
     (pause,), (end,) = paused, ended
     assert pause.speech_end_sample == end.speech_end_sample and pause.start_sample == end.start_sample
     assert end.end_sample - pause.end_sample == (seg.end_silence_chunks - seg.pause_chunks) * CHUNK
     assert end.pcm.startswith(pause.pcm)
+
+
+def test_one_message_of_several_chunks_reports_its_events_in_the_order_they_happened():
+    """A cough, then speech, in one message: dropped (the cough's start, then its drop) comes before the speech's
+    start — not start, dropped as counting flags gave (which read as the new speech being dropped)."""
+    cough = spoken("Please tell me a joke about cats.")[3200:5600]  # 150 ms out of the middle of a word
+    speech = spoken("What is the capital of France?")
+    stream = np.concatenate([silence(0.5), cough, silence(0.6), speech, silence(1.0)])
+    seen = events_of(stream, step=len(stream))  # the whole stream as one message
+    assert [k for k in seen if k in ("start", "dropped", "end")] == ["start", "dropped", "start", "end"]

@@ -21,14 +21,14 @@ from vita.config import PROJECT_ROOT, Config
 from vita.connections import ConnectionTable
 from vita.logs import turn_ids
 from vita.message_queue import QueueProbe, socketio_options
-from vita.messages import REPLY_MODES, EndSession, ResetHistory
+from vita.messages import REPLY_MODES, ResetHistory
 from vita.metrics import CONTENT_TYPE, FrontMetrics
 from vita.models import available_voices
 from vita.sessions import Session, SessionRegistry
 from vita.socket_guard import SocketGuard
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
-from vita.turn_taking import Connected, RecordingToggled
+from vita.turn_taking import Connected, TextTyped
 from vita.web_root import WebRoot
 from vita.web_security import ForwardedHeaders, security_headers
 
@@ -37,6 +37,7 @@ PUT_TIMEOUT_S = 2.0  # a worker queue still full after this long is stuck: the m
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
+SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
 
 
 def thread_counts() -> dict[str, int]:
@@ -132,12 +133,17 @@ class FrontApp:
         return session
 
     def notify_shutdown(self) -> None:
-        """SIGTERM: end every turn in flight with a notice before the workers go."""
-        for session in self.sessions.all():
+        """SIGTERM: end every turn in flight with a notice before the workers go (each session's cancel, then its
+        notice, in order on its own thread; all sessions at once, waited for up to SHUTDOWN_NOTICE_S in all)."""
+        notice = {"code": "server_stopping", "message": "The server is shutting down; please reconnect in a minute."}
+        sessions = self.sessions.all()
+        for session in sessions:
             self.turns.interrupt(session, "server stopping")
-            self.emit("error", {"code": "server_stopping",
-                                "message": "The server is shutting down; please reconnect in a minute."},
-                      to=session.sid)
+        deadline = time.monotonic() + SHUTDOWN_NOTICE_S
+        for session in sessions:
+            if session.actor is not None:
+                session.actor.call_and_wait(lambda sid=session.sid: self.emit("error", notice, to=sid),
+                                            max(0.0, deadline - time.monotonic()))
 
     def error(self, code: str, message: str, sid: str | None = None) -> None:
         self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
@@ -162,11 +168,10 @@ class FrontApp:
         self.metrics.worker_restarts.labels(worker).inc()
         what = {"llm": "speech recognition and the language model", "tts": "the voice"}.get(worker, worker)
         status = {"ready": False, "workers": self.graph.health()}
+        notice = {"code": "worker_failed",
+                  "message": f"The assistant lost {what} and is restarting it; please ask again in a moment."}
         for session in self.sessions.all():
-            if self.turns.interrupt(session, "worker failed"):
-                self.emit("error", {"code": "worker_failed",
-                                    "message": f"The assistant lost {what} and is restarting it; "
-                                               "please ask again in a moment."}, to=session.sid)
+            self.turns.interrupt(session, "worker failed", notice)
             self.emit("server_status", status, to=session.sid)
 
     @staticmethod
@@ -289,20 +294,18 @@ class FrontApp:
             self._after_handshake(self._refuse, request.sid)
             return
         self.metrics.sessions_opened.inc()
-        self.turns.attach_listener(session)
+        self.turns.attach(session)
         log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
         self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
                                     "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
                   to=request.sid)
-        self.turns.handle(session, Connected(time.monotonic()))
+        self.turns.post(session, Connected(time.monotonic()))
 
     def on_disconnect(self, *_) -> None:
         session = self.sessions.close(request.sid)
         if session is None:
             return
-        self.turns.detach(session)
-        for name in ("requests", "tts"):
-            self._put(name, EndSession(session.sid))
+        self.turns.detach(session)  # its turn cancelled, then EndSession to the workers, then its thread ends
         log.info("disconnected", extra=turn_ids(session.sid))
 
     def on_audio(self, session: Session, data: Any) -> None:
@@ -312,7 +315,7 @@ class FrontApp:
         except AudioFormatError as exc:
             self.turns.report(session, "bad_audio", str(exc))
             return
-        if pcm.size and not session.listener.push(pcm, rate):
+        if pcm.size and not self.turns.hear(session, pcm, rate):
             self.metrics.audio_dropped.inc()
             self.turns.report(session, "audio_overrun",
                               "Audio is arriving faster than it can be processed; some was dropped.")
@@ -354,7 +357,7 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
-        self.turns.on_text(session, text.strip())
+        self.turns.post(session, TextTyped(time.monotonic(), text.strip()))
 
     def on_set_voice(self, session: Session, data: Any) -> None:
         voice = data.get("voice") if isinstance(data, dict) else None
@@ -365,17 +368,15 @@ class FrontApp:
         self.emit("voice", {"voice": voice}, to=session.sid)
 
     def on_reset_state(self, session: Session, _data: Any) -> None:
+        def reset() -> None:  # after the cancel, on the session's thread: the history is cleared of that turn too
+            self._put("requests", ResetHistory(session.sid))
+            self.emit("history_cleared", to=session.sid)
+
         self.turns.interrupt(session, "reset")
-        self._put("requests", ResetHistory(session.sid))
-        self.emit("history_cleared", to=session.sid)
+        session.actor.call(reset)
 
     def on_recording_started(self, session: Session, _data: Any) -> None:
-        self._restart_listening(session, "recording started")
+        self.turns.restart_listening(session, "recording started")
 
     def on_recording_stopped(self, session: Session, _data: Any) -> None:
-        self._restart_listening(session, "recording stopped")
-
-    def _restart_listening(self, session: Session, reason: str) -> None:
-        """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
-        self.turns.handle(session, RecordingToggled(time.monotonic(), reason))
-        session.listener.reset()
+        self.turns.restart_listening(session, "recording stopped")

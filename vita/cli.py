@@ -172,8 +172,7 @@ def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> 
 
     graph.start()
     front.turn_log.start()
-    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.emit, front.metrics,
-                                  front.turn_log, front.turns)
+    dispatcher = OutputDispatcher(graph.queues["outputs"], front.sessions, front.turns)
     dispatcher.start()
     log.info("serving on %s://%s:%d (workers loading; GET /health shows progress)", scheme, config.server.ip,
              config.server.port)

@@ -16,19 +16,20 @@ from vita.turn_taking import TurnTaking
 
 @dataclass
 class Session:
-    """One connection: its settings, camera frames, VAD thread and turn state (``turns``, owned by the turn
-    controller and used under ``turn_lock``)."""
+    """One connection: its settings, camera frames, and its turn state — ``turns``, ``listener``, ``held`` and
+    ``handling`` belong to its mailbox thread (``actor``), which alone touches them (``vita/turn_control.py``)."""
 
     sid: str
     voice: str | None = None
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
-    listener: Any = field(default=None, repr=False)  # the session's SpeechListener (VAD thread)
+    actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
+    listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
-    turn_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
+    handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
     _allowance: float = -1.0  # token bucket of inbound events; -1 = full on first use
     _allowance_at: float = field(default_factory=time.monotonic, repr=False)

@@ -1,30 +1,33 @@
 """The front's adapter around each session's turn-taking state machine (``vita/turn_taking.py``).
 
-Socket handlers, the session's VAD thread and the output dispatcher turn what happened into events; the machine
-decides; this module carries out its actions: TurnRequests and CancelTurns to the workers, events to the client,
-the turn log and metrics, timers, closing the session. Every call for one session runs under its turn lock, so
-the machine sees one event at a time and actions leave in the order it gave them.
+Socket handlers, the VAD and the output dispatcher post what happened to the session's mailbox
+(``vita/session_actor.py``); on the session's thread the machine decides and this module carries out its
+actions: TurnRequests and CancelTurns to the workers, events to the client, the turn log and metrics, timers,
+closing the session. What an action sets off (a committed turn's held outputs, a failed put's unanswered turn)
+is handled after the action list, never inside it, so actions leave in the order the machine gave them.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import wave
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from vita import messages
 from vita.config import Config
-from vita.listener import HeardUtterance, ListenerEvents, SpeechListener
+from vita.listener import SpeechListener
 from vita.logs import turn_ids
+from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
 from vita.metrics import FrontMetrics
+from vita.session_actor import AudioIn, ClockTick, SessionActor
 from vita.sessions import Session
 from vita.turn_log import TurnLogger
 from vita.turn_taking import (
     Action,
+    AudioSent,
     CancelTurn,
     CloseSession,
     CommitTurn,
@@ -34,19 +37,15 @@ from vita.turn_taking import (
     FirstAudio,
     Interrupted,
     PlaybackDone,
+    RecordingToggled,
+    ReplyComplete,
+    Route,
     Send,
-    Speech,
-    SpeechDropped,
-    SpeechPaused,
-    SpeechResumed,
-    SpeechStarted,
     StartTurn,
-    TextTyped,
     Tick,
     TurnDone,
     TurnTaking,
     TurnUnanswered,
-    UtteranceEnded,
 )
 from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
 
@@ -56,16 +55,11 @@ Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
-LISTENER_JOIN_S = 2.0  # how long ending a session waits for its VAD thread
-
-
-def _speech(heard: HeardUtterance) -> Speech:
-    u = heard.utterance
-    details = {"audio_s": round((u.end_sample - u.start_sample) / SAMPLE_RATE, 3),
-               "start_s": round(u.start_sample / SAMPLE_RATE, 3),
-               "end_s": round(u.end_sample / SAMPLE_RATE, 3),
-               "speech_end_s": round(u.speech_end_sample / SAMPLE_RATE, 3)}
-    return Speech(u.pcm, heard.started_at, heard.ended_at, details)
+SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (one put's timeout at most)
+EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
+# Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
+STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",
+                   ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
 class TurnController:
@@ -78,61 +72,156 @@ class TurnController:
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
-        self.release_held: Callable[[Session], None] = lambda _session: None  # set by the output dispatcher
-        self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD thread
+        self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
-    # --- session lifetime --------------------------------------------------------------------------------
-    def attach_listener(self, session: Session) -> None:
+    # --- session lifetime (any thread) ---------------------------------------------------------------------
+    def attach(self, session: Session) -> None:
+        """Give the session its turn machine, its ears and its mailbox thread."""
+        limits = self.config.limits
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
-                                   speculative=self.config.vad.speculative_pause_ms > 0,
-                                   stall_s=self.config.limits.turn_stall_s)
-        segmenter = VadSegmenter.from_config(self.config.vad, self.vad_model)
-        now = time.monotonic
-        events = ListenerEvents(
-            on_speech_start=lambda: self.handle(session, SpeechStarted(now())),
-            on_speech_dropped=lambda: self.handle(session, SpeechDropped(now())),
-            on_pause=lambda heard: self.handle(session, SpeechPaused(now(), _speech(heard))),
-            on_resume=lambda: self.handle(session, SpeechResumed(now())),
-            on_utterance=lambda heard: self.handle(session, UtteranceEnded(now(), _speech(heard))),
-            on_tick=lambda: self.handle(session, Tick(now(), self.workers_ready())),
-            on_lag=self.metrics.vad_lag.observe,
-        )
-        tick = min(1.0, self.config.server.timeout / 4, self.config.limits.turn_stall_s / 4)
-        session.listener = SpeechListener(session.sid, segmenter, events, tick_s=tick)
-        session.listener.start()
+                                   speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s)
+        session.listener = SpeechListener(VadSegmenter.from_config(self.config.vad, self.vad_model))
+        tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
+        session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
+        session.actor.start()
 
     def detach(self, session: Session) -> None:
-        if session.listener is not None:
-            session.listener.stop()
-            # Joined (within one blocking read): a VAD step still running could otherwise start a turn after the
-            # session ended, and the LLM worker would keep that session's history for good.
-            session.listener.join(LISTENER_JOIN_S)
-        self.handle(session, Disconnected(time.monotonic()))
+        """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
+        order, on its thread, so no VAD step can start a turn after the workers were told the session ended."""
+        if session.actor is None:
+            return
+        session.actor.post(Disconnected(time.monotonic()))
+        session.actor.call(lambda: self._end_session(session.sid))
+        session.actor.stop()
+        session.actor.join(SESSION_JOIN_S)
+
+    def _end_session(self, sid: str) -> None:
+        for name in ("requests", "tts"):
+            self.put(name, messages.EndSession(sid))
+
+    def post(self, session: Session, event: Event) -> None:
+        if session.actor is not None:
+            session.actor.post(event)
+
+    def hear(self, session: Session, pcm: Any, rate: int) -> bool:
+        """Microphone audio for the session's VAD; False when its backlog is full (dropped)."""
+        return session.actor is not None and session.actor.post_audio(pcm, rate)
+
+    def restart_listening(self, session: Session, reason: str) -> None:
+        """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
+        self.post(session, RecordingToggled(time.monotonic(), reason))
+        if session.actor is not None:
+            session.actor.call(session.listener.reset)
 
     def report(self, session: Session, code: str, message: str) -> None:
         if session.should_report(code):
             self.emit("error", {"code": code, "message": message}, to=session.sid)
 
-    def on_text(self, session: Session, text: str) -> None:
-        self.handle(session, TextTyped(time.monotonic(), text))
+    def interrupt(self, session: Session, reason: str, notice: dict | None = None, wait_s: float = 0.0) -> None:
+        """Stop whatever the assistant is doing for this session; `notice` (an error payload) goes to the client
+        only if it had a turn in flight. wait_s > 0: return once done (or after wait_s)."""
+        def run() -> None:
+            actions = self._handle(session, Interrupted(time.monotonic(), reason))
+            if notice is not None and any(isinstance(a, CancelTurn) and a.audible for a in actions):
+                self.emit("error", notice, to=session.sid)
 
-    def interrupt(self, session: Session, reason: str) -> bool:
-        """Stop whatever the assistant is doing for this session; True if the user had a turn in flight."""
-        actions = self.handle(session, Interrupted(time.monotonic(), reason))
-        return any(isinstance(a, CancelTurn) and a.audible for a in actions)
+        if session.actor is None:
+            return
+        if wait_s > 0:
+            session.actor.call_and_wait(run, wait_s)
+        else:
+            session.actor.call(run)
 
-    # --- the machine and its actions ---------------------------------------------------------------------
-    def handle(self, session: Session, event: Event) -> list[Action]:
-        with session.turn_lock:
-            if session.turns is None:
-                return []
+    # --- the session's thread --------------------------------------------------------------------------------
+    def receive(self, session: Session, item: Any) -> None:
+        """One item of the session's mail (see SessionActor)."""
+        if isinstance(item, AudioIn):
+            self._hear(session, item)
+        elif isinstance(item, ClockTick):
+            self._handle(session, Tick(time.monotonic(), self.workers_ready()))
+        elif isinstance(item, EVENTS):
+            self._handle(session, item)
+        else:
+            self._on_output(session, item)
+
+    def _hear(self, session: Session, audio: AudioIn) -> None:
+        try:
+            events = session.listener.hear(audio.pcm, audio.rate, audio.arrived, time.monotonic())
+        except Exception:  # a VAD failure must end neither this session's thread nor its turns
+            log.exception("VAD step failed; resetting the segmenter", extra=turn_ids(session.sid))
+            session.listener.reset()
+            return
+        for event in events:
+            session.actor.follow(event)
+        self.metrics.vad_lag.observe(time.monotonic() - audio.arrived)
+
+    def _handle(self, session: Session, event: Event) -> list[Action]:
+        if session.handling:  # the mailbox makes this impossible; a bug that breaks it must not go unseen
+            raise RuntimeError(f"turn machine re-entered with {type(event).__name__}")
+        session.handling = True
+        try:
             actions = session.turns.handle(event)
             for action in actions:
                 self._carry_out(session, action)
             return actions
+        finally:
+            session.handling = False
 
+    # --- workers' outputs ----------------------------------------------------------------------------------
+    def record(self, message: Any) -> None:
+        """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
+        sid = message.session_id
+        if isinstance(message, TurnTimings):
+            for key, seconds in message.timings.items():
+                stage = STAGE_OF_TIMING.get((message.stage, key))
+                if stage:
+                    self.metrics.observe_stage(stage, seconds)
+            prefix = "tts_" if message.stage == "tts" else ""
+            self.turn_log.update(sid, message.turn_id, timings={prefix + k: v for k, v in message.timings.items()})
+        elif isinstance(message, Transcript):
+            self.turn_log.update(sid, message.turn_id, transcript=message.text)
+        elif isinstance(message, TurnEnded) and message.stage == "llm":
+            self.turn_log.llm_ended(sid, message.turn_id, message.reason, message.spoken)
+            if message.reason not in ("done", "cancelled"):
+                self.metrics.turns_unanswered.labels(message.reason).inc()
+
+    def _on_output(self, session: Session, message: Any) -> None:
+        turn_id = getattr(message, "turn_id", None)
+        decision = session.turns.route(turn_id)
+        if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
+            session.held.append(message)
+            return
+        self.record(message)
+        if isinstance(message, SessionError):
+            self.emit("error", {"code": message.code, "message": message.message, "turn_id": turn_id},
+                      to=session.sid)
+        elif decision is Route.DELIVER:
+            self._deliver(session, message)
+
+    def _deliver(self, session: Session, message: Any) -> None:
+        sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
+        if isinstance(message, TtsChunk):
+            if message.pcm:  # the state and first-audio timing go out before the audio they announce
+                self._handle(session, AudioSent(now, turn_id, len(message.pcm) / 2 / message.sample_rate))
+                self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
+            if message.last:
+                self._handle(session, ReplyComplete(now, turn_id))
+        elif isinstance(message, Transcript):
+            self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
+        elif isinstance(message, ReplyText):
+            if message.done:
+                self.emit("response_text", {"text": message.text, "turn_id": turn_id}, to=sid)
+            else:
+                self.emit("reply_delta", {"turn_id": turn_id, "text": message.delta}, to=sid)
+        elif isinstance(message, TurnTimings):
+            self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
+        elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
+            # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
+            self._handle(session, TurnUnanswered(now, turn_id, message.reason))
+
+    # --- the machine's actions -----------------------------------------------------------------------------
     def _carry_out(self, session: Session, action: Action) -> None:
         sid = session.sid
         if isinstance(action, Send):
@@ -149,7 +238,7 @@ class TurnController:
         elif isinstance(action, FirstAudio):
             self._first_audio(session, action)
         elif isinstance(action, FinishAfter):
-            self._later(action.delay, session, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
+            session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
             if action.reason == "done":
                 self.metrics.turns_completed.inc()
@@ -158,12 +247,6 @@ class TurnController:
         elif isinstance(action, CloseSession):
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
-
-    def _later(self, delay: float, session: Session, event: Event) -> None:
-        """Feed an event after the current actions are carried out (never from inside handle())."""
-        timer = threading.Timer(delay, self.handle, args=(session, event))
-        timer.daemon = True
-        timer.start()
 
     def _start(self, session: Session, action: StartTurn) -> None:
         now = time.monotonic()
@@ -180,7 +263,7 @@ class TurnController:
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only
             self.report(session, "server_busy", "The assistant is overloaded and dropped what you said; "
                                                 "please say it again.")
-            self._later(0.0, session, TurnUnanswered(now, action.turn_id, "server busy"))
+            session.actor.follow(TurnUnanswered(now, action.turn_id, "server busy"))
         elif action.speculative:
             log.debug("speculative turn started", extra=turn_ids(session.sid, action.turn_id))
 
@@ -200,7 +283,9 @@ class TurnController:
                       to=sid)
             if self.save_dir is not None:
                 self._save(session, turn_id, speech.pcm)
-        self.release_held(session)
+        held, session.held = session.held, []
+        for message in held:  # what the speculative turn produced meanwhile, delivered in order after this
+            session.actor.follow(message)
 
     def _cancel(self, session: Session, action: CancelTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)

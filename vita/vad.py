@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,20 @@ class Utterance:
     speech_end_sample: int
 
 
+class Heard(StrEnum):
+    START = "start"  # onset_ms of speech voiced: the start of speech is reported (it interrupts the assistant)
+    DROPPED = "dropped"  # a reported start ended too short to keep (a cough, a click)
+    PAUSE = "pause"  # a short silence inside a kept utterance (carries the speech so far)
+    RESUME = "resume"  # speech went on after a reported pause
+    END = "end"  # the utterance is over (carries it)
+
+
+@dataclass(frozen=True)
+class VadEvent:
+    kind: Heard
+    utterance: Utterance | None = None
+
+
 class VadSegmenter:
     """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
     end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
@@ -87,7 +102,6 @@ class VadSegmenter:
         pause_chunks = max(1, round(pause_ms * SAMPLE_RATE / 1000 / CHUNK)) if pause_ms > 0 else 0
         self.pause_chunks = pause_chunks if pause_chunks < self.end_silence_chunks else 0
         self.pause_reported = False
-        self.turn_events: list[tuple[str, Utterance | None]] = []  # ("pause", speech so far) / ("resume", None)
         self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
@@ -102,7 +116,6 @@ class VadSegmenter:
         self.voiced_samples = 0
         self.onset_reported = False  # onset_ms voiced: the start of speech has been reported
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
-        self.dropped = 0  # reported starts that turned out too short to keep (a cough, a click)
 
     @classmethod
     def from_config(cls, v: VadConfig, model: SileroModel | Path) -> VadSegmenter:
@@ -119,18 +132,12 @@ class VadSegmenter:
         self.speech = []
         self.silent_chunks = 0
         self.pause_reported = False
-        self.turn_events = []
 
-    def take_turn_events(self) -> list[tuple[str, Utterance | None]]:
-        """Pauses and resumptions seen since the last call, in order."""
-        events, self.turn_events = self.turn_events, []
-        return events
-
-    def feed(self, pcm: np.ndarray) -> tuple[bool, list[Utterance]]:
-        """Feed int16 samples; return (start of speech reported in this feed, finished utterances)."""
+    def feed(self, pcm: np.ndarray) -> list[VadEvent]:
+        """Feed int16 samples; return what was heard in them, in the order it happened (one message may hold
+        several chunks: a cough's start and drop, then the next sentence's start)."""
         self.pending = np.concatenate([self.pending, pcm]) if self.pending.size else pcm
-        started = False
-        done: list[Utterance] = []
+        events: list[VadEvent] = []
         while self.pending.size >= CHUNK:
             chunk, self.pending = self.pending[:CHUNK], self.pending[CHUNK:]
             p = self.vad.probability(chunk.astype(np.float32) / 32768.0)
@@ -144,7 +151,8 @@ class VadSegmenter:
                     self.last_voiced_end = self.position
                     self.silent_chunks = 0
                     self.voiced_samples = CHUNK
-                    started = self._count_voiced() or started
+                    if self._count_voiced():
+                        events.append(VadEvent(Heard.START))
                     self.pre_roll.clear()
                 else:
                     self.pre_roll.append(chunk)
@@ -154,21 +162,22 @@ class VadSegmenter:
                 self.silent_chunks += 1
                 if self.silent_chunks == self.pause_chunks and self.confirmed and not self.pause_reported:
                     self.pause_reported = True
-                    self.turn_events.append(("pause", self._so_far()))
+                    events.append(VadEvent(Heard.PAUSE, self._so_far()))
             else:
                 if self.pause_reported:
                     self.pause_reported = False
-                    self.turn_events.append(("resume", None))
+                    events.append(VadEvent(Heard.RESUME))
                 self.silent_chunks = 0
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
-                started = self._count_voiced() or started
+                if self._count_voiced():
+                    events.append(VadEvent(Heard.START))
             too_long = self.position - self.speech_start >= self.max_samples
             if self.silent_chunks >= self.end_silence_chunks or too_long:
-                utterance = self._close()
-                if utterance is not None:
-                    done.append(utterance)
-        return started, done
+                event = self._close()
+                if event is not None:
+                    events.append(event)
+        return events
 
     def _count_voiced(self) -> bool:
         """Update the flags after a voiced chunk; True when the start of speech is to be reported now."""
@@ -182,7 +191,7 @@ class VadSegmenter:
         return Utterance(np.concatenate(self.speech).tobytes(), self.speech_start, self.position,
                          self.last_voiced_end)
 
-    def _close(self) -> Utterance | None:
+    def _close(self) -> VadEvent | None:
         self.speaking = False
         self.pause_reported = False
         audio = np.concatenate(self.speech)
@@ -190,7 +199,6 @@ class VadSegmenter:
         self.silent_chunks = 0
         confirmed, reported = self.confirmed, self.onset_reported
         self.confirmed = self.onset_reported = False
-        if not confirmed:
-            self.dropped += reported
-            return None  # a click or a cough
-        return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)
+        if not confirmed:  # a click or a cough
+            return VadEvent(Heard.DROPPED) if reported else None
+        return VadEvent(Heard.END, Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end))

@@ -1,0 +1,160 @@
+"""The turn controller on a session's real mailbox thread, with a recording client and workers (pure logic: the
+machine's actions are what is checked; only the 2 MB Silero graph is loaded).
+
+The ordering cases are the ones a re-entrant design got wrong: a speculative turn's held outputs released while
+its commit's actions were still being carried out put "speaking" before "thinking", or "listening" before
+"thinking", on the wire; the page then showed "thinking..." for good.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from vita import messages
+from vita.config import Config
+from vita.metrics import FrontMetrics
+from vita.sessions import Session
+from vita.turn_control import TurnController
+from vita.turn_log import TurnLogger
+from vita.turn_taking import Speech, SpeechPaused, SpeechStarted, Tick, UtteranceEnded
+
+PCM = np.zeros(2400, np.int16).tobytes()  # 50 ms of reply audio at 24 kHz
+
+
+class Wire:
+    """What the controller sends: to the client (emit) and to the workers (put)."""
+
+    def __init__(self, put_ok: bool = True):
+        self.sent: list[tuple[str, object]] = []
+        self.puts: list[tuple[str, object]] = []
+        self.put_ok = put_ok
+        self.changed = threading.Condition()
+
+    def emit(self, event, payload=None, to=None):
+        with self.changed:
+            self.sent.append((event, payload))
+            self.changed.notify_all()
+
+    def put(self, queue_name, message):
+        with self.changed:
+            self.puts.append((queue_name, message))
+            self.changed.notify_all()
+        return self.put_ok
+
+    def wait_for(self, predicate, timeout: float = 5.0) -> bool:
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout)
+
+    def states(self) -> list[str]:
+        return [p["state"] for e, p in self.sent if e == "state"]
+
+
+def controller(wire: Wire, **limits) -> TurnController:
+    config = Config()
+    for key, value in limits.items():
+        setattr(config.limits, key, value)
+    return TurnController(config, wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
+                          lambda: True, FrontMetrics(lambda: 1, dict), TurnLogger(None, 1))
+
+
+def session(turns: TurnController) -> Session:
+    s = Session("s1")
+    turns.attach(s)
+    return s
+
+
+def speech() -> Speech:
+    now = time.monotonic()
+    return Speech(np.zeros(16000, np.int16).tobytes(), now - 1.0, now - 0.1)
+
+
+def speculative_turn(turns: TurnController, s: Session, outputs: list) -> None:
+    """The user speaks, pauses (a speculative turn starts), its outputs arrive (held), then speech ends."""
+    now, heard = time.monotonic(), speech()
+    turns.post(s, SpeechStarted(now))
+    turns.post(s, SpeechPaused(now, heard))
+    for output in outputs:
+        s.actor.post(output)
+    turns.post(s, UtteranceEnded(now, heard))
+
+
+def test_held_audio_of_a_committed_speculative_turn_goes_out_after_thinking():
+    wire = Wire()
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        speculative_turn(turns, s, [messages.TtsChunk("s1", 1, 0, PCM)])
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        assert wire.states() == ["thinking", "speaking"]
+        events = [e for e, _ in wire.sent]
+        assert events.index("turn") < events.index("audio")  # the client hears of the turn before its audio
+        assert not s.handling
+    finally:
+        turns.detach(s)
+
+
+def test_a_speculative_turn_that_heard_nothing_goes_thinking_then_listening():
+    wire = Wire()
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        speculative_turn(turns, s, [messages.TurnEnded("s1", 1, "llm", reason="no speech")])
+        assert wire.wait_for(lambda: len(wire.states()) >= 2)
+        assert wire.states() == ["thinking", "listening"]
+        assert s.turns.active_turn is None
+    finally:
+        turns.detach(s)
+
+
+def test_a_request_the_workers_cannot_take_ends_the_turn_in_order():
+    wire = Wire(put_ok=False)  # the requests queue is full: the turn goes unanswered, with an error
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        heard = speech()
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, UtteranceEnded(time.monotonic(), heard))
+        assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
+        assert wire.states() == ["thinking", "listening"]
+        assert [p["code"] for e, p in wire.sent if e == "error"] == ["server_busy"]
+    finally:
+        turns.detach(s)
+
+
+def test_a_lost_turn_end_is_cancelled_by_the_watchdog_and_the_session_listens_again():
+    wire = Wire()
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        heard = speech()
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, UtteranceEnded(time.monotonic(), heard))
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # some audio, then the end never comes
+        assert wire.wait_for(lambda: "speaking" in wire.states())
+        stall = s.turns.stall_s
+        turns.post(s, Tick(time.monotonic() + stall + 1.0, True))  # the clock, moved past the stall limit
+        assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
+        codes = [p["code"] for e, p in wire.sent if e == "error"]
+        assert codes == ["turn_stalled"]
+        cancels = [m for q, m in wire.puts if isinstance(m, messages.CancelTurn)]
+        assert {q for q, m in wire.puts if isinstance(m, messages.CancelTurn)} == {"requests", "tts"}
+        assert all(c.turn_id == 1 and c.reason == "stalled" for c in cancels)
+    finally:
+        turns.detach(s)
+
+
+def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_thread():
+    wire = Wire()
+    turns = controller(wire)
+    s = session(turns)
+    heard = speech()
+    turns.post(s, SpeechStarted(time.monotonic()))
+    turns.post(s, UtteranceEnded(time.monotonic(), heard))
+    turns.detach(s)
+    assert not s.actor.thread.is_alive()
+    kinds = [(q, type(m).__name__) for q, m in wire.puts]
+    assert kinds == [("requests", "TurnRequest"), ("requests", "CancelTurn"), ("tts", "CancelTurn"),
+                     ("requests", "EndSession"), ("tts", "EndSession")]

@@ -1,0 +1,162 @@
+"""One mailbox per session, and the one thread that empties it.
+
+Everything that happens to a session goes through its mailbox: microphone audio, socket events, the workers'
+outputs, the clock, and the follow-ups its own actions ask for. The thread handles one item to completion —
+including the follow-ups that item produced, in order — before it takes the next, so the turn machine never
+sees two events at once, never re-entrantly, and its actions leave in the order it gave them. No lock is held
+while it works: a put to a worker that waits its timeout delays this session alone.
+
+This thread is also the session's VAD thread (the listener runs inside it), as the design card asks for one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("vita.session")
+
+
+@dataclass(frozen=True)
+class AudioIn:
+    """A message of microphone audio (int16 at `rate`), and when it arrived."""
+
+    pcm: np.ndarray
+    rate: int
+    arrived: float
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run `fn` on the session's thread, in turn with everything else (socket handlers use it for what needs
+    the session's state, e.g. an interrupt whose notice depends on whether a turn was in flight)."""
+
+    fn: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ClockTick:
+    """The session's periodic tick: idle timeout and turn watchdog."""
+
+
+_STOP = object()
+_NOTHING = object()
+
+
+class SessionActor:
+    """The mailbox and its thread. `receive(item)` is the session's behaviour (the turn controller's); it may
+    call `follow` and `after` while it runs, and nothing else of this class needs a lock."""
+
+    def __init__(self, name: str, receive: Callable[[Any], None], tick_s: float, max_audio: int = 2000):
+        self.receive = receive
+        self.tick_s = tick_s
+        self.max_audio = max_audio
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._audio_lock = threading.Lock()
+        self._audio_queued = 0  # audio messages in the inbox: bounded, the rest of the mail is not
+        self._followups: deque = deque()  # this thread only
+        self._timers: list[tuple[float, int, Any]] = []  # (due, order, item), a heap; this thread only
+        self._order = itertools.count()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # --- from any thread ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def post(self, item: Any) -> None:
+        """Never blocks."""
+        self.inbox.put(item)
+
+    def post_audio(self, pcm: np.ndarray, rate: int) -> bool:
+        """Never blocks; False when `max_audio` messages are already waiting (the audio is dropped)."""
+        with self._audio_lock:
+            if self._audio_queued >= self.max_audio:
+                return False
+            self._audio_queued += 1
+        self.inbox.put(AudioIn(pcm, rate, time.monotonic()))
+        return True
+
+    def call(self, fn: Callable[[], None]) -> None:
+        self.post(Call(fn))
+
+    def call_and_wait(self, fn: Callable[[], None], timeout: float) -> bool:
+        """Run fn on the session's thread and wait until it has run (False on timeout or if it has stopped)."""
+        if self.on_thread():
+            fn()
+            return True
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        self.call(run)
+        return done.wait(timeout)
+
+    def stop(self) -> None:
+        """The thread ends after handling everything posted before this call."""
+        self.inbox.put(_STOP)
+
+    def join(self, timeout: float) -> None:
+        if not self.on_thread():
+            self.thread.join(timeout)
+
+    def on_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    # --- from the session's own thread (inside receive) -----------------------------------------------------
+    def follow(self, item: Any) -> None:
+        """Handle `item` once the current item and the follow-ups before it are done: never from inside."""
+        self._followups.append(item)
+
+    def after(self, delay: float, item: Any) -> None:
+        """Post `item` to this mailbox after `delay` seconds (a timer without a thread)."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._order), item))
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        next_tick = time.monotonic() + self.tick_s
+        while True:
+            wake = min(next_tick, self._timers[0][0]) if self._timers else next_tick
+            try:
+                item = self.inbox.get(timeout=max(0.0, wake - time.monotonic()))
+            except queue.Empty:
+                item = _NOTHING
+            now = time.monotonic()
+            if now >= next_tick:  # whether or not mail keeps arriving (a microphone streaming room noise)
+                next_tick = now + self.tick_s
+                self._handle(ClockTick())
+            while self._timers and self._timers[0][0] <= now:
+                self._handle(heapq.heappop(self._timers)[2])
+            if item is _NOTHING:
+                continue
+            if item is _STOP:
+                break
+            if isinstance(item, AudioIn):
+                with self._audio_lock:
+                    self._audio_queued -= 1
+            self._handle(item)
+
+    def _handle(self, item: Any) -> None:
+        self._followups.append(item)
+        while self._followups:
+            current = self._followups.popleft()
+            try:
+                if isinstance(current, Call):
+                    current.fn()
+                else:
+                    self.receive(current)
+            except Exception:  # one bad item must not end the session's thread (its VAD, its turns)
+                log.exception("session %s: could not handle %s", self.thread.name, type(current).__name__)
