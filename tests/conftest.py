@@ -52,13 +52,13 @@ class RunningServer:
         return requests.get(self.url + path, verify=False, timeout=5, **kw)
 
 
-def start_server(tmp: Path, *args: str) -> RunningServer:
+def start_server(tmp: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
     port = free_port()
     state = tmp / "state"
     log_path = tmp / "server.log"
     cmd = [sys.executable, str(ROOT / "server.py"), "--port", str(port), "--state_dir", str(state), *args]
     process = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
-                               env={**BASE_ENV, "PYTHONUNBUFFERED": "1"})
+                               env={**BASE_ENV, "PYTHONUNBUFFERED": "1", **(env or {})})
     return RunningServer(process, f"https://127.0.0.1:{port}", state, log_path)
 
 
@@ -125,9 +125,11 @@ def running_server(tmp: Path, *args: str):
 def launch_shared_server(tmp: Path) -> RunningServer:
     """The default server with its turn log below a plain file, where no database can be made: every test on it
     thereby also shows that a broken turn log costs one error line, not a single turn (test_conversation checks
-    the line). Its first /health is probed at once, while it loads."""
+    the line). Its first /health is probed at once, while it loads. Its workers take test faults on SIGUSR1
+    (tests/test_faults.py, which leaves it ready again); --max_users 4 leaves room for a test's two sessions."""
     (tmp / "not-a-folder").write_text("")
-    running = start_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3"))
+    running = start_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3"), "--max_users", "4",
+                           env={"VITA_FAULT_SIGNALS": "1"})
     running.probe = threading.Thread(target=probe_first_health, name="first-health",
                                      args=(running, time.monotonic() + READY_TIMEOUT_S), daemon=True)
     running.probe.start()

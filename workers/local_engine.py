@@ -125,6 +125,7 @@ class LocalVllmEngine:
         self.guard = threading.Lock()
         self.turns: dict[str, _Add] = {}  # in flight: owned by the engine thread
         self.progress_at = time.monotonic()  # the engine thread's last pass through its loop
+        self.in_engine = 0  # requests vLLM holds (a slot each), as of the engine thread's last pass: aborts free them
         self.failed: asyncio.Future | None = None  # its result is the error, once the engine thread has failed
         self.description = f"vLLM in process ({config.llm_model_path().name}"
         if config.bundled_llm():
@@ -210,6 +211,7 @@ class LocalVllmEngine:
                     turns[command.request_id] = command
                 except Exception as exc:  # a prompt the engine refuses fails its turn only
                     command.deliver(exc)
+            self.in_engine = engine.get_num_unfinished_requests()
             if not engine.has_unfinished_requests():
                 continue
             outputs = engine.step()
