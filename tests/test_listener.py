@@ -8,13 +8,13 @@ import pytest
 from tests.speech import silence, spoken
 from vita.config import Config
 from vita.listener import SpeechListener
-from vita.turn_taking import SpeechDropped, SpeechStarted, UtteranceEnded
+from vita.turn_taking import SpeechDropped, SpeechPaused, SpeechStarted, UtteranceEnded
 from vita.vad import VadSegmenter
 
 
 def listener() -> SpeechListener:
     config = Config()
-    return SpeechListener(VadSegmenter.from_config(config.vad, config.vad_model_path()))
+    return SpeechListener(VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn))
 
 
 def hear_all(target: SpeechListener, audio: np.ndarray, rate: int, step: int, arrived: float = 100.0) -> list:
@@ -28,7 +28,7 @@ def test_a_short_burst_in_one_message_is_started_then_dropped_in_that_order():
     """One message holding a cough's whole life: the machine must see its start before its drop (the other way
     round it would think the user started speaking and never stopped)."""
     burst = spoken("Please tell me a joke about cats.")[3200:5600]  # 150 ms out of the middle of a word
-    audio = np.concatenate([silence(0.5), burst, silence(1.0)])
+    audio = np.concatenate([silence(0.5), burst, silence(1.5)])
     events = listener().hear(audio, 16000, arrived=10.0, now=10.0)
     assert [type(e) for e in events] == [SpeechStarted, SpeechDropped]
 
@@ -36,13 +36,15 @@ def test_a_short_burst_in_one_message_is_started_then_dropped_in_that_order():
 @pytest.mark.parametrize("rate", [16000, 48000, 44100])
 def test_speech_at_any_rate_becomes_one_utterance(rate):
     speech = spoken("What is the capital of France?", rate)
-    events = hear_all(listener(), np.concatenate([silence(1.0, rate), speech, silence(1.0, rate)]), rate, rate // 50)
+    events = hear_all(listener(), np.concatenate([silence(1.0, rate), speech, silence(1.5, rate)]), rate, rate // 50)
     ended = [e for e in events if isinstance(e, UtteranceEnded)]
     assert sum(isinstance(e, SpeechStarted) for e in events) == 1 and len(ended) == 1
     heard = ended[0].speech
     assert abs(heard.details["start_s"] - 1.0) < 0.4
-    # 16 kHz audio of about the speech's length is handed on, whatever the input rate was.
-    assert abs(len(heard.pcm) / 2 / 16000 - len(speech) / rate) < 0.6
+    # 16 kHz audio of the speech (and the silence that ended it) is handed on, whatever the input rate was.
+    voiced = heard.details["speech_end_s"] - heard.details["start_s"]
+    assert abs(voiced - len(speech) / rate) < 0.6
+    assert abs(len(heard.pcm) / 2 / 16000 - heard.details["audio_s"]) < 0.01
     # On the arrival clock (the stream started arriving at 100.0): spoken from about 1 s in, for about its length.
     assert abs(heard.started_at - 101.0) < 0.4 and heard.started_at < heard.ended_at
     assert abs((heard.ended_at - heard.started_at) - len(speech) / rate) < 0.6
@@ -56,3 +58,35 @@ def test_reset_forgets_half_heard_speech():
     target.reset()
     after = hear_all(target, silence(1.5), 16000, 512)
     assert not any(isinstance(e, UtteranceEnded) for e in after)
+
+
+def test_the_end_of_turn_model_can_end_the_utterance_at_a_pause():
+    """At the pause (speculative_pause_ms) the owner may end the utterance: it is the speech so far, at once,
+    instead of after the long silence the listener would otherwise wait for."""
+    target = listener()
+    speech = spoken("What is the capital of France?")
+    events = hear_all(target, np.concatenate([silence(0.5), speech, silence(0.3)]), 16000, 512)
+    assert any(isinstance(e, SpeechPaused) for e in events) and not any(isinstance(e, UtteranceEnded) for e in events)
+    (ended,) = target.end_now(now=5.0)
+    assert isinstance(ended, UtteranceEnded) and ended.now == 5.0
+    assert abs(ended.speech.details["speech_end_s"] - ended.speech.details["start_s"] - len(speech) / 16000) < 0.6
+    assert target.end_now(now=5.1) == []  # nothing is being heard any more
+
+
+def test_a_carried_request_begins_the_next_utterance():
+    target = listener()
+    first = spoken("My name is Anna.")
+    (ended,) = [e for e in hear_all(target, np.concatenate([silence(0.5), first, silence(1.5)]), 16000, 512)
+                if isinstance(e, UtteranceEnded)]
+    target.carry(ended.speech)  # the user went on before the reply was heard
+    second = spoken("Please remember it.")
+    later = hear_all(target, np.concatenate([second, silence(1.5)]), 16000, 512, arrived=200.0)
+    (joined,) = [e for e in later if isinstance(e, UtteranceEnded)]
+    assert joined.speech.pcm.startswith(ended.speech.pcm)
+    assert joined.speech.details["start_s"] == ended.speech.details["start_s"]
+    assert len(joined.speech.pcm) > len(ended.speech.pcm) + len(second)  # both parts, one utterance
+    target.carry(None)
+    again = hear_all(target, np.concatenate([second, silence(1.5)]), 16000, 512, arrived=300.0)
+    (alone,) = [e for e in again if isinstance(e, UtteranceEnded)]
+    assert alone.speech.details["start_s"] > joined.speech.details["end_s"]  # its own start: nothing carried
+    assert len(alone.speech.pcm) < len(joined.speech.pcm) - len(ended.speech.pcm) // 2

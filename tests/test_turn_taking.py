@@ -6,16 +6,20 @@ import pytest
 
 from vita.turn_taking import (
     DISCARDED,
+    EXTENDED,
     STALLED,
     AudioSent,
     CancelTurn,
+    CarrySpeech,
     CloseSession,
     CommitTurn,
     Connected,
     Disconnected,
+    EndUtterance,
     FinishAfter,
     FirstAudio,
     Interrupted,
+    JudgeTurn,
     Phase,
     PlaybackDone,
     RecordingToggled,
@@ -23,6 +27,7 @@ from vita.turn_taking import (
     Route,
     Send,
     Speech,
+    SpeechConfirmed,
     SpeechDropped,
     SpeechPaused,
     SpeechResumed,
@@ -31,6 +36,8 @@ from vita.turn_taking import (
     TextTyped,
     Tick,
     TurnDone,
+    TurnJudged,
+    TurnRules,
     TurnTaking,
     TurnUnanswered,
     UtteranceEnded,
@@ -56,6 +63,7 @@ def machine(speculative: bool = True) -> TurnTaking:
 
 def spoken_turn(m: TurnTaking, speech: Speech = SPEECH, now: float = 2.3) -> int:
     m.handle(SpeechStarted(speech.started_at))
+    m.handle(SpeechConfirmed(speech.started_at + 0.4))  # a real request is voiced for longer than a "mm-hmm"
     actions = m.handle(UtteranceEnded(now, speech))
     return of(actions, CommitTurn)[0].turn_id
 
@@ -112,12 +120,15 @@ def test_unanswered_turn_goes_back_to_listening_with_the_reason():
 
 # --- barge-in and cancels ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("busy", ["thinking", "speaking"])
-def test_speech_onset_while_busy_cancels_the_turn_audibly(busy):
+def test_confirmed_speech_while_busy_cancels_the_turn_audibly(busy):
     m = machine()
     turn = spoken_turn(m) if busy == "thinking" else speaking(m)
-    actions = m.handle(SpeechStarted(4.0))
+    onset = m.handle(SpeechStarted(4.0))
+    assert not of(onset, CancelTurn)  # a cough or a "mm-hmm" starts like this: nothing is cancelled yet
+    assert sent(onset) == (["vad", "duck"] if busy == "speaking" else ["vad"])
+    actions = m.handle(SpeechConfirmed(4.4))
     assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)]
-    assert sent(actions) == ["vad", "stop_tts", "turn_cancelled", "state"]
+    assert sent(actions) == ["stop_tts", "turn_cancelled", "state"]
     assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
 
 
@@ -137,6 +148,8 @@ def test_text_during_an_utterance_joins_it():
     assert sent(m.handle(TextTyped(1.0, "and Germany?"))) == ["text_queued"]
     (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
     assert start.text == "and Germany?" and start.speech == SPEECH
+    m.handle(SpeechStarted(8.0))
+    m.handle(SpeechConfirmed(8.4))
     (later,) = of(m.handle(UtteranceEnded(9.0, SPEECH)), StartTurn)  # taken once
     assert later.text == ""
 
@@ -294,3 +307,91 @@ def test_reply_audio_is_progress_and_speculative_turns_are_not_watched():
     m.handle(SpeechStarted(0.5))
     m.handle(SpeechPaused(1.0, SPEECH))  # speculative: the user is still talking; nothing to watch yet
     assert not stalled_error(m.handle(Tick(40.0, workers_ready=True)))
+
+
+# --- turn-taking like a person: the end-of-turn model, extending a request, barge-in that means it ---------------
+def judging(extend: bool = True) -> TurnTaking:
+    return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, complete_threshold=0.5, extend=extend))
+
+
+def test_a_pause_starts_a_speculative_turn_and_asks_the_model_complete_ends_the_utterance_at_once():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    actions = m.handle(SpeechPaused(2.1, SPEECH))
+    (start,), (judge,) = of(actions, StartTurn), of(actions, JudgeTurn)
+    assert start.speculative and judge.speech == SPEECH
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == [EndUtterance()]
+    (commit,) = of(m.handle(UtteranceEnded(2.16, SPEECH)), CommitTurn)
+    assert commit.turn_id == start.turn_id  # the speculative turn's work is kept
+
+
+def test_incomplete_keeps_listening_and_the_long_silence_still_ends_the_turn():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (judge,) = of(m.handle(SpeechPaused(2.1, SPEECH)), JudgeTurn)
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.2)) == []
+    assert m.phase is Phase.LISTENING and m.speculative
+    assert of(m.handle(UtteranceEnded(3.3, SPEECH)), CommitTurn)
+
+
+def test_a_judgement_that_arrives_after_speech_resumed_is_ignored():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (first,) = of(m.handle(SpeechPaused(2.1, SPEECH)), JudgeTurn)
+    m.handle(SpeechResumed(2.2))
+    assert m.handle(TurnJudged(2.25, first.pause, 0.99)) == []  # "My name is Anna." ... "and I live in Rome"
+    (second,) = of(m.handle(SpeechPaused(4.0, LONGER)), JudgeTurn)
+    assert second.pause == first.pause + 1
+    assert m.handle(TurnJudged(4.05, first.pause, 0.99)) == []  # an old pause's answer never ends a new one
+    assert m.handle(TurnJudged(4.05, second.pause, 0.99)) == [EndUtterance()]
+
+
+def test_going_on_before_the_reply_is_heard_extends_the_turn_instead_of_a_second_one():
+    m = judging()
+    turn = spoken_turn(m)
+    assert m.phase is Phase.THINKING
+    assert sent(m.handle(SpeechStarted(2.6))) == ["vad"]  # nothing withdrawn on onset alone
+    actions = m.handle(SpeechConfirmed(3.0))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert of(actions, CarrySpeech) == [CarrySpeech(SPEECH)] and "stop_tts" not in sent(actions)
+    assert m.route(turn) is Route.DROP and m.phase is Phase.LISTENING
+    (start,) = of(m.handle(UtteranceEnded(4.0, LONGER)), StartTurn)  # the listener's utterance carries SPEECH
+    assert start.turn_id == turn + 1 and start.speech == LONGER
+
+
+def test_a_cough_after_the_turn_was_withdrawn_sends_the_request_as_it_was():
+    m = judging()
+    turn = spoken_turn(m)
+    m.handle(SpeechStarted(2.6))
+    m.handle(SpeechConfirmed(3.0))
+    actions = m.handle(SpeechDropped(3.1))
+    (start,) = of(actions, StartTurn)
+    assert start.speech == SPEECH and start.turn_id == turn + 1 and of(actions, CommitTurn)
+    assert CarrySpeech(None) in actions and m.phase is Phase.THINKING
+
+
+def test_once_the_reply_is_heard_confirmed_speech_interrupts_instead_of_extending():
+    m = judging()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    actions = m.handle(SpeechConfirmed(3.9))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
+
+
+def test_a_typed_turn_is_interrupted_not_extended():
+    m = judging()
+    (start,) = of(m.handle(TextTyped(1.0, "hello")), StartTurn)
+    m.handle(SpeechStarted(1.5))
+    assert of(m.handle(SpeechConfirmed(1.9)), CancelTurn) == [CancelTurn(start.turn_id, "barge-in", audible=True)]
+
+
+@pytest.mark.parametrize("sound", ["backchannel", "cough"])
+def test_a_backchannel_or_a_cough_over_the_reply_ducks_it_and_changes_nothing_else(sound):
+    m = judging()
+    turn = speaking(m)
+    assert sent(m.handle(SpeechStarted(3.5))) == ["vad", "duck"]
+    assert m.handle(SpeechPaused(3.9, SPEECH)) == []  # no speculative turn, no judgement over a live reply
+    end = SpeechDropped(3.7) if sound == "cough" else UtteranceEnded(4.1, SPEECH)  # "mm-hmm": kept, not confirmed
+    actions = m.handle(end)
+    assert "unduck" in sent(actions) and not of(actions, CancelTurn) and not of(actions, StartTurn)
+    assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER

@@ -58,6 +58,15 @@ class VadConfig:
 
 
 @dataclass
+class TurnConfig:
+    end_of_turn_model: bool = True
+    complete_threshold: float = 0.5
+    incomplete_wait_ms: int = 1200
+    extend: bool = True
+    barge_in_confirm_ms: int = 400
+
+
+@dataclass
 class AsrConfig:
     model: str = "whisper-base"
     compute_type: str = "int8"
@@ -137,6 +146,7 @@ class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
     vad: VadConfig = field(default_factory=VadConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
     asr: AsrConfig = field(default_factory=AsrConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
@@ -184,6 +194,9 @@ class Config:
     def vad_model_path(self) -> Path:
         return self.models_path() / "silero-vad" / "silero_vad.onnx"
 
+    def end_of_turn_model_path(self) -> Path:
+        return self.models_path() / "smart-turn" / "smart-turn-v3.2-cpu.onnx"
+
     def access_token(self) -> str | None:
         return os.environ.get("VITA_ACCESS_TOKEN") or self.server.access_token or None
 
@@ -199,7 +212,7 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "asr", "llm", "tts", "limits", "turn_log"}
+_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
@@ -297,6 +310,14 @@ def validate(config: Config) -> Config:
     _check(v.speculative_pause_ms == 0 or 32 <= v.speculative_pause_ms < v.end_silence_ms,
            "vad.speculative_pause_ms", "must be 0 (off) or between 32 and vad.end_silence_ms")
     _check(1 <= v.max_utterance_s <= 120, "vad.max_utterance_s", "must be between 1 and 120")
+    turn = config.turn
+    _check(0 < turn.complete_threshold < 1, "turn.complete_threshold", "must be between 0 and 1")
+    _check(v.speculative_pause_ms < turn.incomplete_wait_ms <= 5000, "turn.incomplete_wait_ms",
+           "must be longer than vad.speculative_pause_ms and at most 5000")
+    _check(not turn.end_of_turn_model or v.speculative_pause_ms > 0, "turn.end_of_turn_model",
+           "needs vad.speculative_pause_ms > 0 (the pause at which the model is asked)")
+    _check(turn.barge_in_confirm_ms == 0 or v.barge_in_ms <= turn.barge_in_confirm_ms <= 3000,
+           "turn.barge_in_confirm_ms", "must be 0 (interrupt at onset) or between vad.barge_in_ms and 3000")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")

@@ -13,13 +13,14 @@ import soxr
 from vita.turn_taking import (
     Event,
     Speech,
+    SpeechConfirmed,
     SpeechDropped,
     SpeechPaused,
     SpeechResumed,
     SpeechStarted,
     UtteranceEnded,
 )
-from vita.vad import SAMPLE_RATE, Heard, Utterance, VadSegmenter
+from vita.vad import SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
 
 
 def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
@@ -30,7 +31,8 @@ def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
                "start_s": round(utterance.start_sample / SAMPLE_RATE, 3),
                "end_s": round(utterance.end_sample / SAMPLE_RATE, 3),
                "speech_end_s": round(utterance.speech_end_sample / SAMPLE_RATE, 3)}
-    return Speech(utterance.pcm, started_at, ended_at, details)
+    samples = (utterance.start_sample, utterance.end_sample, utterance.speech_end_sample)
+    return Speech(utterance.pcm, started_at, ended_at, details, samples)
 
 
 class SpeechListener:
@@ -43,6 +45,14 @@ class SpeechListener:
         """Forget any half-heard speech (recording restarted)."""
         self.segmenter.reset()
 
+    def carry(self, speech: Speech | None) -> None:
+        """The utterance being heard continues `speech` (a request the user went on with); None: it does not."""
+        self.segmenter.carried = Utterance(speech.pcm, *speech.samples) if speech and speech.samples else None
+
+    def end_now(self, now: float) -> list[Event]:
+        """End the utterance being heard here (the end-of-turn model says the user has finished)."""
+        return self._events(self.segmenter.end_now(), now, now)
+
     def hear(self, pcm: np.ndarray, rate: int, arrived: float, now: float) -> list[Event]:
         """One message of int16 audio that arrived at `arrived`; the events it completes, stamped `now`."""
         if rate != SAMPLE_RATE:
@@ -50,12 +60,16 @@ class SpeechListener:
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
                 self._rate = rate
             pcm = self._resampler.resample_chunk(pcm)
-        heard = self.segmenter.feed(pcm)
-        position = self.segmenter.position + self.segmenter.pending.size
+        return self._events(self.segmenter.feed(pcm), arrived, now)
+
+    def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
+        position = self.segmenter.position + self.segmenter.pending.size  # samples arrived by `arrived`
         events: list[Event] = []
         for vad in heard:
             if vad.kind is Heard.START:
                 events.append(SpeechStarted(now))
+            elif vad.kind is Heard.CONFIRM:
+                events.append(SpeechConfirmed(now))
             elif vad.kind is Heard.DROPPED:
                 events.append(SpeechDropped(now))
             elif vad.kind is Heard.PAUSE:

@@ -18,7 +18,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # Stage latencies on CPU are 0.1-5 s; on a GPU the model stages are tens of milliseconds.
 STAGE_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0)
-STAGES = ("end_of_speech", "asr", "first_token", "first_piece", "tts_first_chunk", "first_audio",
+STAGES = ("end_of_speech", "end_of_turn_model", "asr", "first_token", "first_piece", "tts_first_chunk", "first_audio",
           "voice_to_voice")
 
 

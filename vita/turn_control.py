@@ -16,8 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
+import numpy as np
+
 from vita import messages
 from vita.config import Config
+from vita.end_of_turn import EndOfTurnModel
 from vita.listener import SpeechListener
 from vita.logs import turn_ids
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
@@ -26,16 +29,20 @@ from vita.session_actor import AudioIn, ClockTick, SessionActor
 from vita.sessions import Session
 from vita.turn_log import TurnLogger
 from vita.turn_taking import (
+    DISCARDED,
     Action,
     AudioSent,
     CancelTurn,
+    CarrySpeech,
     CloseSession,
     CommitTurn,
     Disconnected,
+    EndUtterance,
     Event,
     FinishAfter,
     FirstAudio,
     Interrupted,
+    JudgeTurn,
     PlaybackDone,
     RecordingToggled,
     ReplyComplete,
@@ -44,6 +51,8 @@ from vita.turn_taking import (
     StartTurn,
     Tick,
     TurnDone,
+    TurnJudged,
+    TurnRules,
     TurnTaking,
     TurnUnanswered,
 )
@@ -73,6 +82,10 @@ class TurnController:
         self.put = put
         self.disconnect = disconnect
         self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
+        turn = config.turn
+        self.end_of_turn = EndOfTurnModel(config.end_of_turn_model_path()) if turn.end_of_turn_model else None
+        self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
+                               extend=turn.extend)
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
@@ -81,8 +94,9 @@ class TurnController:
         """Give the session its turn machine, its ears and its mailbox thread."""
         limits = self.config.limits
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
-                                   speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s)
-        session.listener = SpeechListener(VadSegmenter.from_config(self.config.vad, self.vad_model))
+                                   speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
+                                   rules=self.rules)
+        session.listener = SpeechListener(VadSegmenter.from_config(self.config.vad, self.vad_model, self.config.turn))
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
         session.actor.start()
@@ -244,6 +258,13 @@ class TurnController:
                 self.metrics.turns_completed.inc()
                 log.info("turn completed", extra=turn_ids(sid, action.turn_id))
             self.turn_log.front_ended(sid, action.turn_id, action.reason)
+        elif isinstance(action, JudgeTurn):
+            self._judge(session, action)
+        elif isinstance(action, EndUtterance):
+            for event in session.listener.end_now(time.monotonic()):
+                session.actor.follow(event)
+        elif isinstance(action, CarrySpeech):
+            session.listener.carry(action.speech)
         elif isinstance(action, CloseSession):
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
@@ -287,12 +308,21 @@ class TurnController:
         for message in held:  # what the speculative turn produced meanwhile, delivered in order after this
             session.actor.follow(message)
 
+    def _judge(self, session: Session, action: JudgeTurn) -> None:
+        """The end-of-turn model, on the session's thread (~30-60 ms on one core, while the user is silent)."""
+        started = time.monotonic()
+        probability = self.end_of_turn.probability(np.frombuffer(action.speech.pcm, np.int16))
+        took = time.monotonic() - started
+        self.metrics.observe_stage("end_of_turn_model", took)
+        log.debug("end of turn p=%.2f (%.0f ms)", probability, took * 1000, extra=turn_ids(session.sid))
+        session.actor.follow(TurnJudged(time.monotonic(), action.pause, probability))
+
     def _cancel(self, session: Session, action: CancelTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
         self.put("requests", cancel)
         self.put("tts", cancel)
         session.held.clear()
-        if action.forget:
+        if action.forget and action.reason == DISCARDED:
             log.debug("speculative turn discarded (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
             return
         self.metrics.turns_interrupted.labels(action.reason).inc()

@@ -6,9 +6,15 @@ takes an event and returns the actions the front carries out (``vita/turn_contro
 worker output for a turn is delivered, held or dropped.
 
 A turn's life: LISTENING → (start) THINKING → (first audio) SPEAKING → (client played the last audio) LISTENING.
-Speech onset while THINKING or SPEAKING cancels the turn (barge-in). A pause in speech may start a *speculative*
-turn (ASR and generation run while the end-of-speech wait goes on); its outputs are held. The end of speech
-commits it without redoing anything; speech resuming discards it: no audio, no history, no turn-log row.
+A pause in speech starts a *speculative* turn (ASR and generation run while the end-of-speech wait goes on; its
+outputs are held) and asks the end-of-turn model whether the user has finished: "complete" ends the utterance at
+once, otherwise a longer silence does. The end of speech commits the speculative turn without redoing anything;
+speech resuming discards it: no audio, no history, no turn-log row.
+
+Speech while a committed turn is active is judged when it is *confirmed* (voiced long enough to be more than a
+cough or a "mm-hmm"): over the reply it interrupts it (barge-in; the reply is ducked from the onset meanwhile); before
+any reply audio it *extends* the turn: the request goes on, so the turn sent is withdrawn and the next utterance
+carries its audio (one reply for the whole request, not two). Unconfirmed speech over a turn is not a turn.
 """
 
 from __future__ import annotations
@@ -30,24 +36,52 @@ class Route(StrEnum):
 
 
 DISCARDED = "speech resumed"  # the reason a speculative turn is dropped
+EXTENDED = "extended"  # the reason a committed turn is withdrawn: the user went on with the same request
 STALLED = "stalled"  # the reason the watchdog cancels a turn that made no progress
 STALLED_MESSAGE = "The assistant did not answer in time; please ask again."
 
 
 @dataclass(frozen=True)
 class Speech:
-    """Audio of the user's speech and when it was spoken (monotonic seconds)."""
+    """Audio of the user's speech and when it was spoken (monotonic seconds); `samples` = (start, end, end of
+    voice) in the session's 16 kHz stream, for the listener to carry it into a continuation."""
 
     pcm: bytes
     started_at: float
     ended_at: float
     details: dict = field(default_factory=dict, compare=False)
+    samples: tuple[int, int, int] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class TurnRules:
+    """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses."""
+
+    judge: bool = False
+    complete_threshold: float = 0.5
+    extend: bool = False
 
 
 # --- events ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SpeechStarted:
     now: float
+
+
+@dataclass(frozen=True)
+class SpeechConfirmed:
+    """The speech goes on: voiced long enough to interrupt or to extend a turn (more than a cough or "mm-hmm")."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class TurnJudged:
+    """The end-of-turn model's answer for pause number `pause`: the probability that the user has finished."""
+
+    now: float
+    pause: int
+    probability: float
 
 
 @dataclass(frozen=True)
@@ -148,9 +182,9 @@ class Disconnected:
     now: float
 
 
-Event = (SpeechStarted | SpeechDropped | SpeechPaused | SpeechResumed | UtteranceEnded | TextTyped
-         | RecordingToggled | Interrupted | AudioSent | ReplyComplete | PlaybackDone | TurnUnanswered | Tick
-         | Connected | Disconnected)
+Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | TurnJudged | SpeechResumed | UtteranceEnded
+         | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete | PlaybackDone | TurnUnanswered
+         | Tick | Connected | Disconnected)
 
 
 # --- actions ---------------------------------------------------------------------------------------------------
@@ -219,14 +253,37 @@ class CloseSession:
     reason: str
 
 
-Action = StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession
+@dataclass(frozen=True)
+class JudgeTurn:
+    """Ask the end-of-turn model about the speech so far; its answer comes back as TurnJudged(pause)."""
+
+    pause: int
+    speech: Speech
+
+
+@dataclass(frozen=True)
+class EndUtterance:
+    """The user has finished: end the utterance now (the listener reports it as UtteranceEnded)."""
+
+
+@dataclass(frozen=True)
+class CarrySpeech:
+    """The utterance being heard continues `speech` (None: it no longer does)."""
+
+    speech: Speech | None
+
+
+Action = (StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
+          | EndUtterance | CarrySpeech)
 
 
 class TurnTaking:
     """The turn state of one session. Not thread-safe: its owner serialises calls."""
 
-    def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True, stall_s: float = 15.0):
+    def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True, stall_s: float = 15.0,
+                 rules: TurnRules | None = None):
         self.idle_timeout_s = idle_timeout_s
+        self.rules = rules or TurnRules()
         self.stall_s = stall_s  # a committed turn with no reply audio for this long is cancelled (the watchdog)
         self.speculative_enabled = speculative
         self.phase = Phase.LISTENING
@@ -240,6 +297,12 @@ class TurnTaking:
         self.speech_end_at: float | None = None  # the active turn's last voiced sample
         self.first_audio_sent = False
         self.progress_at = now  # the committed turn's start or its latest reply audio
+        self.turn_speech: Speech | None = None  # what the committed turn heard (to carry it when extended)
+        self.speech_confirmed = False  # the current speech went on long enough to interrupt or extend
+        self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
+        self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
+        self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
+        self.pause_open = False
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -266,25 +329,55 @@ class TurnTaking:
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = True
+        self.speech_confirmed = False
         actions: list[Action] = [Send("vad", {"speaking": True})]
-        if self.active_turn is not None and not self.speculative:
-            actions += self._cancel("barge-in")
+        if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
+            self.ducked = True  # quieter until the speech is confirmed (an interruption) or dropped (it was not)
+            actions.append(Send("duck", {"turn_id": self.active_turn}))
         return actions
+
+    def _on_SpeechConfirmed(self, e: SpeechConfirmed) -> list[Action]:
+        self.speech_confirmed = True
+        if not self._committed():
+            return []
+        if (self.phase is Phase.THINKING and self.rules.extend and self.turn_speech is not None
+                and not self.first_audio_sent):
+            return self._extend()
+        return self._cancel("barge-in")
 
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
         self.user_speaking = False
-        return [Send("vad", {"speaking": False, "dropped": True})]
+        self.pause_open = False
+        actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
+        if self.carrying is not None:  # what went on was a cough after all: the request goes as it was
+            speech, self.carrying = self.carrying, None
+            turn_id = self._new_turn()
+            actions += [CarrySpeech(None), StartTurn(turn_id, speech, ""), *self._commit(turn_id, speech, "", e.now)]
+        return actions
 
     def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
-        if not self.speculative_enabled or not self.user_speaking:
+        if not self.user_speaking or self._committed():  # speech over a committed turn is not a new request
             return []
-        actions = self._cancel("new turn") if self.active_turn is not None else []
-        turn_id = self._new_turn()
-        self.speculative = True
-        return actions + [StartTurn(turn_id, e.speech, "", speculative=True)]
+        self.pause_seq += 1
+        self.pause_open = True
+        actions: list[Action] = []
+        if self.speculative_enabled:
+            actions += self._cancel(DISCARDED)
+            turn_id = self._new_turn()
+            self.speculative = True
+            actions.append(StartTurn(turn_id, e.speech, "", speculative=True))
+        if self.rules.judge:
+            actions.append(JudgeTurn(self.pause_seq, e.speech))
+        return actions
+
+    def _on_TurnJudged(self, e: TurnJudged) -> list[Action]:
+        if e.pause != self.pause_seq or not self.pause_open or not self.user_speaking:
+            return []  # the user went on (or the utterance ended) while the model thought
+        return [EndUtterance()] if e.probability >= self.rules.complete_threshold else []
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
+        self.pause_open = False
         if self.active_turn is None or not self.speculative:
             return []
         return self._cancel(DISCARDED)
@@ -292,8 +385,13 @@ class TurnTaking:
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = False
+        self.pause_open = False
+        confirmed, self.speech_confirmed = self.speech_confirmed, False
+        actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
+        if self._committed() and not confirmed:  # "mm-hmm", "yeah" over the reply: not a turn, not an interruption
+            return actions
+        self.carrying = None
         text, self.pending_text = self.pending_text, ""
-        actions: list[Action] = [Send("vad", {"speaking": False})]
         if self.active_turn is not None and self.speculative and not text:
             turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
             self.speculative = False
@@ -319,6 +417,8 @@ class TurnTaking:
         self.last_activity = e.now
         self.user_speaking = False
         self.pending_text = ""
+        self.carrying = None  # the listener forgets it too (it is reset)
+        self.pause_open = self.speech_confirmed = self.ducked = False
         if self.active_turn is not None and not self.speculative:
             return self._cancel(e.reason)
         actions = self._cancel(DISCARDED) if self.active_turn is not None else []
@@ -391,6 +491,26 @@ class TurnTaking:
                            forget=speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _committed(self) -> bool:
+        return self.active_turn is not None and not self.speculative
+
+    def _unduck(self) -> list[Action]:
+        if not self.ducked:
+            return []
+        self.ducked = False
+        return [Send("unduck", {"turn_id": self.active_turn})]
+
+    def _extend(self) -> list[Action]:
+        """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
+        reply) and carry its speech into the utterance being heard, which becomes the turn."""
+        turn_id, speech = self.active_turn, self.turn_speech
+        self._reset_turn()
+        self.carrying = speech
+        return [CancelTurn(turn_id, EXTENDED, audible=False, forget=True),
+                Send("turn_cancelled", {"turn_id": turn_id, "reason": EXTENDED}),
+                Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED}),
+                CarrySpeech(speech)]
+
     def _new_turn(self) -> int:
         self._last_turn += 1
         self.active_turn = self._last_turn
@@ -403,6 +523,7 @@ class TurnTaking:
         self.phase = Phase.THINKING
         self.turn_started_at = self.progress_at = now
         self.speech_end_at = speech.ended_at if speech is not None else None
+        self.turn_speech = speech
         return [CommitTurn(turn_id, speech, text), Send("state", {"state": "thinking", "turn_id": turn_id})]
 
     def _reset_turn(self) -> None:
@@ -410,6 +531,8 @@ class TurnTaking:
         self.speculative = False
         self.phase = Phase.LISTENING
         self.playback_ends_at = 0.0
+        self.turn_speech = None
+        self.ducked = False  # stop_tts (or the reply's end) resets the client's volume
 
     def _cancel(self, reason: str) -> list[Action]:
         """Cancel the active turn; the client hears of it only if it had been told of the turn."""

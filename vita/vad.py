@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from vita.config import VadConfig
+    from vita.config import TurnConfig, VadConfig
 
 SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
+MAX_CARRIED_GAP_S = 0.3  # silence kept between a carried utterance and its continuation (ASR needs a little)
 
 
 class SileroModel:
@@ -71,7 +72,8 @@ class Utterance:
 
 
 class Heard(StrEnum):
-    START = "start"  # onset_ms of speech voiced: the start of speech is reported (it interrupts the assistant)
+    START = "start"  # onset_ms of speech voiced: the start of speech is reported (the assistant ducks its reply)
+    CONFIRM = "confirm"  # confirm_ms voiced: speech that goes on (it interrupts the assistant; a "mm-hmm" does not)
     DROPPED = "dropped"  # a reported start ended too short to keep (a cough, a click)
     PAUSE = "pause"  # a short silence inside a kept utterance (carries the speech so far)
     RESUME = "resume"  # speech went on after a reported pause
@@ -88,13 +90,15 @@ class VadSegmenter:
     """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
     end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
 
-    The start of speech is reported once onset_ms of it is voiced (that is what interrupts the assistant, so
-    it is short); the utterance is kept only if min_utterance_ms of it is voiced.
+    The start of speech is reported once onset_ms of it is voiced, confirmed once confirm_ms is; the utterance
+    is kept only if min_utterance_ms of it is voiced. The owner may end the utterance at a pause (``end_now``,
+    when the end-of-turn model says the turn is complete) and may carry a previous utterance into the current
+    one (``carry``: the user went on with a request already sent).
     """
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
                  pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64,
-                 pause_ms: int = 0):
+                 pause_ms: int = 0, confirm_ms: int = 0):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
@@ -105,6 +109,9 @@ class VadSegmenter:
         self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
+        self.confirm_samples = max(confirm_ms * SAMPLE_RATE // 1000, self.onset_samples)
+        self.confirm_reported = False
+        self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.max_samples = int(max_utterance_s * SAMPLE_RATE)
         self.pending = np.zeros(0, dtype=np.int16)
         self.position = 0  # samples consumed so far
@@ -118,20 +125,37 @@ class VadSegmenter:
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
 
     @classmethod
-    def from_config(cls, v: VadConfig, model: SileroModel | Path) -> VadSegmenter:
-        """A segmenter with its own Silero state, tuned by the config's `vad` section."""
-        return cls(SileroVad(model), v.start_threshold, v.end_threshold, v.end_silence_ms, v.pre_roll_ms,
-                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms)
+    def from_config(cls, v: VadConfig, model: SileroModel | Path, turn: TurnConfig | None = None) -> VadSegmenter:
+        """A segmenter with its own Silero state, tuned by the config's `vad` section; with the end-of-turn model
+        on (`turn`), silence alone ends an utterance only after turn.incomplete_wait_ms (the model ends it at the
+        pause when it says the turn is complete)."""
+        model_on = turn is not None and turn.end_of_turn_model
+        end_silence_ms = turn.incomplete_wait_ms if model_on else v.end_silence_ms
+        confirm_ms = turn.barge_in_confirm_ms if turn is not None else 0
+        return cls(SileroVad(model), v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
+                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms)
 
     def reset(self) -> None:
         self.vad.reset()
         self.pre_roll.clear()
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = False
-        self.confirmed = self.onset_reported = False
+        self.confirmed = self.onset_reported = self.confirm_reported = False
         self.speech = []
         self.silent_chunks = 0
         self.pause_reported = False
+        self.carried = None
+
+    def end_now(self) -> list[VadEvent]:
+        """End the utterance being heard at this point (its turn is complete), as a long enough silence would."""
+        if not self.speaking:
+            return []
+        event = self._close()
+        return [event] if event is not None else []
+
+    def carry(self, earlier: Utterance) -> None:
+        """The current utterance continues `earlier` (already closed): it will begin with it."""
+        self.carried = earlier
 
     def feed(self, pcm: np.ndarray) -> list[VadEvent]:
         """Feed int16 samples; return what was heard in them, in the order it happened (one message may hold
@@ -151,8 +175,7 @@ class VadSegmenter:
                     self.last_voiced_end = self.position
                     self.silent_chunks = 0
                     self.voiced_samples = CHUNK
-                    if self._count_voiced():
-                        events.append(VadEvent(Heard.START))
+                    events += self._count_voiced()
                     self.pre_roll.clear()
                 else:
                     self.pre_roll.append(chunk)
@@ -170,8 +193,7 @@ class VadSegmenter:
                 self.silent_chunks = 0
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
-                if self._count_voiced():
-                    events.append(VadEvent(Heard.START))
+                events += self._count_voiced()
             too_long = self.position - self.speech_start >= self.max_samples
             if self.silent_chunks >= self.end_silence_chunks or too_long:
                 event = self._close()
@@ -179,17 +201,29 @@ class VadSegmenter:
                     events.append(event)
         return events
 
-    def _count_voiced(self) -> bool:
-        """Update the flags after a voiced chunk; True when the start of speech is to be reported now."""
+    def _count_voiced(self) -> list[VadEvent]:
+        """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""
         self.confirmed = self.voiced_samples >= self.min_samples
-        if self.onset_reported or self.voiced_samples < self.onset_samples:
-            return False
-        self.onset_reported = True
-        return True
+        events = []
+        if not self.onset_reported and self.voiced_samples >= self.onset_samples:
+            self.onset_reported = True
+            events.append(VadEvent(Heard.START))
+        if self.confirm_samples and not self.confirm_reported and self.voiced_samples >= self.confirm_samples:
+            self.confirm_reported = True
+            events.append(VadEvent(Heard.CONFIRM))
+        return events
+
+    def _utterance(self, audio: np.ndarray) -> Utterance:
+        """The speech heard, after the earlier utterance it continues (with at most MAX_CARRIED_GAP_S between)."""
+        if self.carried is None:
+            return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)
+        earlier = self.carried
+        gap = min(self.speech_start - earlier.end_sample, int(MAX_CARRIED_GAP_S * SAMPLE_RATE))
+        pcm = earlier.pcm + np.zeros(max(0, gap), np.int16).tobytes() + audio.tobytes()
+        return Utterance(pcm, earlier.start_sample, self.position, self.last_voiced_end)
 
     def _so_far(self) -> Utterance:
-        return Utterance(np.concatenate(self.speech).tobytes(), self.speech_start, self.position,
-                         self.last_voiced_end)
+        return self._utterance(np.concatenate(self.speech))
 
     def _close(self) -> VadEvent | None:
         self.speaking = False
@@ -198,7 +232,9 @@ class VadSegmenter:
         self.speech = []
         self.silent_chunks = 0
         confirmed, reported = self.confirmed, self.onset_reported
-        self.confirmed = self.onset_reported = False
-        if not confirmed:  # a click or a cough
+        self.confirmed = self.onset_reported = self.confirm_reported = False
+        if not confirmed:  # a click or a cough (what it would have continued is still carried)
             return VadEvent(Heard.DROPPED) if reported else None
-        return VadEvent(Heard.END, Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end))
+        utterance = self._utterance(audio)
+        self.carried = None
+        return VadEvent(Heard.END, utterance)

@@ -5,6 +5,7 @@
 const MIC_RATE = 16000; // what the server's VAD wants; the browser resamples the microphone for us
 const FRAME_MS = 32; // one binary audio message
 const REPLY_RATE = 24000; // the server's reply audio
+const DUCKED_GAIN = 0.2; // the reply's volume while the user may be interrupting it
 const CAMERA_FPS = 2;
 
 const $ = (id) => document.getElementById(id);
@@ -19,8 +20,19 @@ class Player {
   }
 
   ensure() {
-    if (!this.ctx) this.ctx = new AudioContext({ sampleRate: REPLY_RATE });
+    if (!this.ctx) {
+      this.ctx = new AudioContext({ sampleRate: REPLY_RATE });
+      this.gain = this.ctx.createGain();  // ducked while the user may be interrupting
+      this.gain.connect(this.ctx.destination);
+    }
     if (this.ctx.state === "suspended") this.ctx.resume();
+  }
+
+  // The user started speaking over the reply: quieter at once; the server decides whether it interrupts
+  // (stop_tts) or was a "mm-hmm" or a cough (unduck).
+  duck(on) {
+    if (!this.ctx) return;
+    this.gain.gain.setTargetAtTime(on ? DUCKED_GAIN : 1, this.ctx.currentTime, 0.015);
   }
 
   play(bytes) {
@@ -32,7 +44,7 @@ class Player {
     for (let i = 0; i < pcm.length; i++) out[i] = pcm[i] / 32768;
     const source = this.ctx.createBufferSource();
     source.buffer = buffer;
-    source.connect(this.ctx.destination);
+    source.connect(this.gain);
     const start = Math.max(this.ctx.currentTime + 0.02, this.nextStart);
     source.start(start);
     this.nextStart = start + buffer.duration;
@@ -46,6 +58,7 @@ class Player {
     }
     this.sources.clear();
     this.nextStart = 0;
+    this.duck(false);
   }
 
   get playing() {
@@ -268,13 +281,15 @@ class App {
     s.on("notice", (m) => m && m.message && this.banner(`Notice: ${m.message}`));
     s.on("audio", (bytes) => this.player.play(bytes));
     s.on("stop_tts", () => this.player.stop());
+    s.on("duck", () => this.player.duck(true));
+    s.on("unduck", () => this.player.duck(false));
     s.on("state", (m) => this.setState(m.state));
     s.on("vad", (m) => m.speaking && this.setState("hearing"));
     s.on("turn", (m) => { if (m.source === "text") this.log.user(m.turn_id, m.text); });
     s.on("transcript", (m) => this.log.user(m.turn_id, m.text || "(nothing recognised)"));
     s.on("reply_delta", (m) => this.log.replyDelta(m.turn_id, m.text));
     s.on("response_text", (m) => this.log.replyDone(m.turn_id, m.text));
-    s.on("turn_cancelled", (m) => this.log.interrupted(m.turn_id));
+    s.on("turn_cancelled", (m) => { if (m.reason !== "extended") this.log.interrupted(m.turn_id); });
     s.on("timings", (m) => this.timings(m));
     s.on("history_cleared", () => this.log.clear());
     s.on("error", (m) => {

@@ -1,0 +1,87 @@
+"""Has the user finished their turn? Smart Turn v3.2 (pipecat-ai, BSD-2-Clause), an audio-only classifier, asked
+when the VAD hears a short pause: silence alone cannot tell "What is the capital of France?" from "My name is
+Anna, and..." — the intonation and the words can.
+
+The model takes Whisper-style log-mel features (80 bins, 8 s at 16 kHz, the last 8 s of the utterance,
+zero-padded in front) and returns the probability that the turn is complete. The features are computed here with
+numpy (Whisper's own recipe; checked against transformers' WhisperFeatureExtractor in tests/test_end_of_turn.py),
+so the front imports neither torch nor transformers. One ONNX session, one thread, shared by every session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+WINDOW_S = 8
+N_FFT = 400
+HOP = 160
+N_MELS = 80
+
+
+def _mel_filters() -> np.ndarray:
+    """Slaney-scale, area-normalised triangular filters, (N_MELS, N_FFT // 2 + 1): Whisper's (librosa's)."""
+    def hz_to_mel(f: np.ndarray) -> np.ndarray:
+        f = np.asarray(f, dtype=np.float64)
+        linear = 3.0 * f / 200.0
+        return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-9) / 1000.0) * 27.0 / np.log(6.4), linear)
+
+    def mel_to_hz(m: np.ndarray) -> np.ndarray:
+        m = np.asarray(m, dtype=np.float64)
+        linear = 200.0 * m / 3.0
+        return np.where(m >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (m - 15.0)), linear)
+
+    edges = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(SAMPLE_RATE / 2), N_MELS + 2))
+    bins = np.linspace(0, SAMPLE_RATE // 2, N_FFT // 2 + 1)
+    slopes = edges[None, :] - bins[:, None]
+    down = -slopes[:, :-2] / np.diff(edges)[:-1]
+    up = slopes[:, 2:] / np.diff(edges)[1:]
+    filters = np.maximum(0.0, np.minimum(down, up))
+    filters *= 2.0 / (edges[2:] - edges[:-2])
+    return filters.T
+
+
+_FILTERS = _mel_filters()
+_WINDOW = np.hanning(N_FFT + 1)[:-1]  # periodic Hann, as torch.hann_window
+
+
+def log_mel(audio: np.ndarray) -> np.ndarray:
+    """float audio in [-1, 1] at 16 kHz, exactly WINDOW_S long → (80, 800) float32 features, normalised the way
+    WhisperFeatureExtractor(do_normalize=True) does (zero mean, unit variance over the waveform first)."""
+    x = audio.astype(np.float32)
+    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+    padded = np.pad(x.astype(np.float64), N_FFT // 2, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP]
+    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=-1)) ** 2
+    mel = np.log10(np.maximum(1e-10, _FILTERS @ power.T))[:, :-1]
+    mel = np.maximum(mel, mel.max() - 8.0)
+    return ((mel + 4.0) / 4.0).astype(np.float32)
+
+
+def last_window(pcm: np.ndarray) -> np.ndarray:
+    """int16 speech → the last WINDOW_S seconds as float, zero-padded in front (how the model was trained)."""
+    samples = WINDOW_S * SAMPLE_RATE
+    audio = pcm[-samples:].astype(np.float32) / 32768.0
+    return np.pad(audio, (samples - audio.size, 0)) if audio.size < samples else audio
+
+
+class EndOfTurnModel:
+    """The Smart Turn ONNX graph (onnxruntime's run is thread-safe: one session serves every session)."""
+
+    def __init__(self, onnx_path: Path):
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        self.session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
+                                                    providers=["CPUExecutionProvider"])
+
+    def probability(self, pcm: np.ndarray) -> float:
+        """int16 speech at 16 kHz (the utterance so far) → probability that the speaker's turn is complete."""
+        features = log_mel(last_window(pcm))[None]
+        (out,) = self.session.run(None, {"input_features": features})
+        return float(np.asarray(out).reshape(-1)[0])
