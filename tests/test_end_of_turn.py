@@ -1,0 +1,63 @@
+"""The end-of-turn model (Smart Turn v3.2, real weights) and the features it is given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.speech import silence, voiced_span
+from vita.config import Config
+from vita.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
+
+
+def hibari(text: str) -> np.ndarray:
+    """int16 16 kHz speech in the natural hibari voice, trimmed to its voiced part."""
+    import soxr
+    from hibari import Hibari
+
+    engine = hibari.__dict__.setdefault("engine", Hibari())
+    audio = np.asarray(engine(text), dtype=np.float32)
+    pcm = (soxr.resample(audio, engine.sample_rate, SAMPLE_RATE) * 32767).clip(-32768, 32767).astype(np.int16)
+    first, last = voiced_span(pcm)
+    return pcm[int(first * SAMPLE_RATE):int(last * SAMPLE_RATE)]
+
+
+@pytest.fixture(scope="module")
+def model() -> EndOfTurnModel:
+    return EndOfTurnModel(Config().end_of_turn_model_path())
+
+
+@pytest.mark.fast
+def test_features_equal_whisper_feature_extractor():
+    """Our numpy log-mel is what the model was trained on: transformers' WhisperFeatureExtractor(chunk_length=8)."""
+    from transformers import WhisperFeatureExtractor
+
+    rng = np.random.default_rng(0)
+    pcm = (np.sin(np.arange(3 * SAMPLE_RATE) * 0.05) * 8000 + rng.normal(0, 500, 3 * SAMPLE_RATE)).astype(np.int16)
+    audio = last_window(pcm)
+    assert audio.size == WINDOW_S * SAMPLE_RATE and not audio[:SAMPLE_RATE].any()  # padded in front
+    ref = WhisperFeatureExtractor(chunk_length=WINDOW_S)(
+        audio, sampling_rate=SAMPLE_RATE, return_tensors="np", padding="max_length", max_length=audio.size,
+        truncation=True, do_normalize=True).input_features[0]
+    ours = log_mel(audio)
+    assert ours.shape == ref.shape == (80, 800)
+    assert np.abs(ours - ref).max() < 1e-4
+
+
+@pytest.mark.fast
+def test_the_last_window_keeps_the_end_of_a_long_utterance():
+    pcm = np.arange(10 * SAMPLE_RATE, dtype=np.int64).astype(np.int16)
+    assert np.array_equal(last_window(pcm), pcm[-WINDOW_S * SAMPLE_RATE:].astype(np.float32) / 32768)
+
+
+@pytest.mark.parametrize("question", ["What is the capital of France?", "How many legs does a spider have?",
+                                      "Hello, how are you today?"])
+def test_a_finished_question_is_complete(model, question):
+    assert model.probability(np.concatenate([silence(0.3), hibari(question), silence(0.2)])) >= 0.5
+
+
+def test_a_sentence_cut_at_an_inner_pause_is_not_complete(model):
+    """Natural speech stopped mid-request (here: at the comma pause of one spoken sentence)."""
+    whole = hibari("I was wondering, if you have a moment, what the capital of Canada is.")
+    cut = whole[: int(0.8 * SAMPLE_RATE)]  # "I was wondering,"
+    assert model.probability(np.concatenate([silence(0.3), cut, silence(0.2)])) < 0.5
