@@ -52,3 +52,24 @@ def test_a_trusted_proxy_has_no_per_address_cap():
     table = ConnectionTable(max_total=10, max_per_address=1, uncapped=frozenset({"10.0.0.1"}))
     keys = [table.admit("10.0.0.1", float(t)) for t in range(5)]
     assert all(k.admitted and not k.evicted for k in keys)
+
+
+def test_nobody_is_evicted_for_a_newcomer_who_is_then_refused():
+    """Both caps are decided before anyone is closed. The table can be over its total cap only when that cap
+    was lowered while connections were open; the old order then closed a per-address victim and refused the
+    newcomer at the total cap anyway (a connection killed for nobody)."""
+    table = ConnectionTable(max_total=4, max_per_address=2)
+    table.admit("1.2.3.4", 1.0, handle="idle")
+    mine_busy = table.admit("1.2.3.4", 2.0, handle="busy")
+    table.set_busy(mine_busy.key, True)
+    for t in (3.0, 4.0):
+        table.set_busy(table.admit("5.6.7.8", t).key, True)
+    table.max_total = 3  # four open, every one but the first busy
+    refused = table.admit("1.2.3.4", 5.0)
+    assert not refused.admitted and not refused.evicted and "4 connections in all" in refused.reason
+    assert table.counts() == {"open": 4, "busy": 3, "idle": 1, "refused": 1, "evicted": 0}
+    assert table.admit("9.9.9.9", 6.0).evicted == []  # from elsewhere too: one idle connection cannot make room
+    table.set_busy(mine_busy.key, False)
+    admitted = table.admit("1.2.3.4", 7.0)  # two idle ones in the way now: both close, and the newcomer gets in
+    assert admitted.admitted and [c.handle for c in admitted.evicted] == ["idle", "busy"]
+    assert table.counts()["open"] == 3

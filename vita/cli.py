@@ -124,6 +124,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
         server = FrontServer(s.ip, s.port, front.flask, ssl_context, fd=listener.fileno(),
                              limits=config.limits, uncapped=config.trusted_proxies())
         front.connections = server.connections
+        front.socket_guard.bind(server.connections, front.guard)  # polling handshakes: token and caps
     except OSError as exc:
         print(f"server.py: error: --port: cannot listen on {s.ip}:{s.port} ({exc.strerror})", file=sys.stderr)
         return 2

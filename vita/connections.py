@@ -44,25 +44,38 @@ class ConnectionTable:
         self.evicted = 0
 
     def admit(self, address: str, now: float, handle: Any = None) -> Admission:
+        """Admit a newcomer, closing idle connections in its way only if it then gets in: both caps are checked
+        before anyone is evicted (evicting for the per-address cap and then refusing at the total cap killed a
+        connection for nobody)."""
         with self._lock:
-            evicted: list[OpenConnection] = []
-            if address not in self.uncapped:
-                mine = [c for c in self._open.values() if c.address == address]
-                if len(mine) >= self.max_per_address:
-                    victim = self._oldest_idle(mine)
-                    if victim is None:
-                        self.refused += 1
-                        return Admission(False, reason=f"{len(mine)} connections from {address}")
-                    evicted.append(self._drop(victim))
-            if len(self._open) >= self.max_total:
-                victim = self._oldest_idle(self._open.values())
-                if victim is None:
-                    self.refused += 1
-                    return Admission(False, evicted, reason=f"{len(self._open)} connections in all")
-                evicted.append(self._drop(victim))
+            victims, reason = self._room_for(address)
+            if victims is None:
+                self.refused += 1
+                return Admission(False, reason=reason)
+            evicted = [self._drop(victim) for victim in victims]
             key = next(self._keys)
             self._open[key] = OpenConnection(key, address, now, handle)
             return Admission(True, key, evicted)
+
+    def _room_for(self, address: str) -> tuple[list[OpenConnection] | None, str]:
+        """The idle connections (oldest first) whose closing lets one more in under both caps, or None and why
+        not when busy ones are in the way. Decides only: nothing is closed here."""
+        victims: list[OpenConnection] = []
+        if address not in self.uncapped:
+            mine = [c for c in self._open.values() if c.address == address]
+            excess = len(mine) + 1 - self.max_per_address
+            if excess > 0:
+                victims = self._oldest_idle(mine, excess)
+                if len(victims) < excess:
+                    return None, f"{len(mine)} connections from {address}"
+        excess = len(self._open) - len(victims) + 1 - self.max_total
+        if excess > 0:  # a per-address victim makes room in all too; more only when the table is over its cap
+            chosen = {c.key for c in victims}
+            more = self._oldest_idle([c for c in self._open.values() if c.key not in chosen], excess)
+            if len(more) < excess:
+                return None, f"{len(self._open)} connections in all"
+            victims += more
+        return victims, ""
 
     def set_busy(self, key: int, busy: bool) -> None:
         with self._lock:
@@ -81,9 +94,8 @@ class ConnectionTable:
                     "refused": self.refused, "evicted": self.evicted}
 
     @staticmethod
-    def _oldest_idle(connections: Any) -> OpenConnection | None:
-        idle = [c for c in connections if not c.busy]
-        return min(idle, key=lambda c: c.opened_at) if idle else None
+    def _oldest_idle(connections: list[OpenConnection], count: int) -> list[OpenConnection]:
+        return sorted((c for c in connections if not c.busy), key=lambda c: c.opened_at)[:count]
 
     def _drop(self, connection: OpenConnection) -> OpenConnection:
         del self._open[connection.key]

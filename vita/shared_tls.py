@@ -29,6 +29,7 @@ class SharedTlsSocket:
 
     def __init__(self, sock: ssl.SSLSocket, write_timeout_s: float = 30.0):
         self._sock = sock
+        sock.settimeout(0.0)  # once: from here on only this object calls the socket, and every call is non-blocking
         self._io = threading.Lock()  # one OpenSSL call at a time
         self._writing = threading.Lock()  # one send at a time: a send that must wait is retried with its bytes
         self.write_timeout_s = write_timeout_s
@@ -42,16 +43,18 @@ class SharedTlsSocket:
             self._wait(*wait, self.WAIT_S)
 
     def send(self, data: bytes) -> int:
-        """Sends everything or raises: a client that takes nothing for ``write_timeout_s`` is gone."""
-        deadline = time.monotonic() + self.write_timeout_s
+        """Sends everything or raises: a send that cannot finish within ``write_timeout_s`` of its turn is to a
+        client that is gone. The clock starts once this writer holds the write lock: time spent queued behind
+        another writer (a pong behind a slow audio write) is theirs, and that writer is bounded by its own."""
         with self._writing:
+            deadline = time.monotonic() + self.write_timeout_s
             while True:
                 _, wait = self._attempt(self._sock.send, data)  # all of it: OpenSSL writes whole records
                 if wait is None:
                     return len(data)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"the client took nothing for {self.write_timeout_s:.0f} s")
+                    raise TimeoutError(f"a send took over {self.write_timeout_s:g} s: the client reads too little")
                 self._wait(*wait, min(left, self.WAIT_S))
 
     sendall = send
@@ -72,7 +75,6 @@ class SharedTlsSocket:
         when it must wait for the socket."""
         with self._io:
             try:
-                self._sock.settimeout(0.0)
                 return call(arg), None
             except ssl.SSLWantReadError:
                 return None, (self._sock.fileno(), select.POLLIN)

@@ -11,12 +11,22 @@ handled. Installed once on the front's Socket.IO server (their hooks, not a fork
   connect handler);
 - an event with more than one argument: rejected with ``bad_event`` (our handlers take one), counted by the
   session's rate limit;
-- a client that opens an engine.io connection but never joins a namespace is closed after ``join_timeout_s``.
+- a client that opens an engine.io connection but never joins a namespace is closed after ``join_timeout_s``
+  (one thread keeps every such deadline), and engine.io pings nobody before it joins: an unjoined connection
+  costs no thread of its own;
+- a polling handshake (``GET /socket.io/?EIO=4&transport=polling`` without a sid) needs the access token and a
+  place under the connection caps, like a TCP connection (``bind``). Its session outlives each HTTP request, so
+  it holds that place itself: idle (the first to make room) until it joins a namespace, busy after, and given
+  back when it moves onto a WebSocket (whose connection is counted instead) or ends. A WebSocket handshake needs
+  no more: its connection is counted for its life, and the token is checked when it joins (it may come in the
+  Socket.IO ``auth``, which a polling handshake cannot carry).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -24,6 +34,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -31,13 +42,45 @@ from urllib.parse import parse_qs
 import simple_websocket
 from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 from engineio.payload import Payload
+from werkzeug.wrappers import Request
 
+from vita.access import AccessGuard
+from vita.connections import ConnectionTable
 from vita.shared_tls import SharedTlsSocket
 
 log = logging.getLogger("vita.socket")
 
 RESERVED_EVENTS = frozenset({"connect", "disconnect", "connect_error"})
 _BINARY_HEADER = re.compile(r"^[56](\d+)-")
+_SEAT = "vita.polling_seat"  # environ key: a polling handshake's admitted place, handed to on_eio_connect
+
+
+def _query(environ: dict) -> dict[str, list[str]]:
+    return parse_qs(environ.get("QUERY_STRING", ""))
+
+
+class PollingSeat:
+    """A polling session's place in the connection table, and what eviction shuts down: the engine.io session
+    (once it has an id; evicted before that, it is refused when engine.io opens it)."""
+
+    def __init__(self, close: Callable[[str], None]):
+        self._close = close
+        self._lock = threading.Lock()
+        self._shut = False
+        self.eio_sid: str | None = None
+
+    def opened(self, eio_sid: str) -> bool:
+        with self._lock:
+            if not self._shut:
+                self.eio_sid = eio_sid
+            return not self._shut
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._shut = True
+            eio_sid = self.eio_sid
+        if eio_sid is not None:
+            self._close(eio_sid)
 
 
 class BoundedWebSocket(SimpleWebSocketWSGI):
@@ -51,18 +94,23 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
     HARD_LIMIT_FACTOR = 4
     CLOSE_REPLY_S = 1.0
 
-    def __init__(self, handler: Callable, server: Any, **kwargs: Any):
+    def __init__(self, handler: Callable, server: Any, guard: SocketGuard | None = None, **kwargs: Any):
         self.limit = server.max_http_buffer_size
+        self.guard = guard
         super().__init__(handler, server, max_message_size=self.limit * self.HARD_LIMIT_FACTOR, **kwargs)
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)  # offer no extension: wsproto then accepts none
         if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # a reader and a writer thread share it
             environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
+        upgrading = _query(environ).get("sid", [None])[0]  # a polling session moving onto this WebSocket
+        seat = self.guard.moving_to_websocket(upgrading) if self.guard and upgrading else None
         try:
             return super().__call__(environ, start_response)
         finally:
             self._end_reader()
+            if seat is not None:
+                self.guard.websocket_ended(upgrading, seat)
 
     def _end_reader(self) -> None:
         """simple-websocket's reader thread can still be inside a read on this socket when engine.io is done with
@@ -112,25 +160,51 @@ class SocketGuard:
         self.on_bad_event = on_bad_event
         self.max_attachments = max_attachments
         self.join_timeout_s = join_timeout_s
+        self.connections: ConnectionTable | None = None  # see bind()
+        self.access: AccessGuard | None = None
+        self._lock = threading.Lock()
+        self._seats: dict[str, tuple[int, str]] = {}  # counted polling session -> (table key, address)
+        self._unjoined: set[str] = set()  # engine.io sessions in no namespace yet: no pings, a deadline
+        self._deadlines: collections.deque[tuple[float, str]] = collections.deque()  # in order: one timeout
+        self._deadline_added = threading.Condition(self._lock)
 
     def install(self) -> None:
         eio = self.eio
-        eio._async = {**eio._async, "websocket": BoundedWebSocket}
+        eio._async = {**eio._async, "websocket": functools.partial(BoundedWebSocket, guard=self)}
         self._handle_message = self.server._handle_eio_message
         self._handle_event = self.server._handle_event
         self._handle_eio_connect = self.server._handle_eio_connect
+        self._handle_eio_disconnect = self.server._handle_eio_disconnect
         eio.on("message", self.on_message)
         eio.on("connect", self.on_eio_connect)
+        eio.on("disconnect", self.on_eio_disconnect)
         self.server._handle_event = self.on_event  # called by the message handler for EVENT and BINARY_EVENT
         self._handle_request = eio.handle_request
         eio.handle_request = self.handle_request
+        threading.Thread(target=self._close_at_deadlines, name="engineio-join-deadlines", daemon=True).start()
+
+    def bind(self, connections: ConnectionTable, access: AccessGuard) -> None:
+        """From now on a polling handshake needs `access`'s token and a place in `connections` (the HTTP
+        server's table, which exists only once the server does)."""
+        self.connections = connections
+        self.access = access
+
+    def counts(self) -> dict[str, int]:
+        """Counted polling sessions, and engine.io sessions not yet in a namespace (for /health)."""
+        with self._lock:
+            return {"polling": len(self._seats), "unjoined": len(self._unjoined)}
 
     # --- engine.io ---------------------------------------------------------------------------------------
     def handle_request(self, environ: dict, start_response: Callable) -> Any:
-        """A polling POST whose payload does not parse: 400 and the connection closed (engine.io logged a
-        traceback, answered 200 and kept the session until its ping timeout)."""
+        """A polling handshake: checked and counted (`_polling_handshake`). A polling POST whose payload does
+        not parse: 400 and the connection closed (engine.io logged a traceback, answered 200 and kept the
+        session until its ping timeout)."""
+        query = _query(environ)
+        sid = query.get("sid", [None])[0]
+        if environ.get("REQUEST_METHOD") == "GET" and sid is None \
+                and query.get("transport", ["polling"])[0] == "polling":
+            return self._polling_handshake(environ, start_response)
         if environ.get("REQUEST_METHOD") == "POST":
-            sid = parse_qs(environ.get("QUERY_STRING", "")).get("sid", [None])[0]
             body = self._polled_body(environ)
             if body is None:
                 log.debug("malformed engine.io payload (session %s)", sid)
@@ -157,12 +231,128 @@ class SocketGuard:
             return None
         return body
 
+    def _polling_handshake(self, environ: dict, start_response: Callable) -> Any:
+        """A polling session outlives the HTTP request that opens it (no connection of its own is counted while
+        engine.io keeps it), so the token and the caps are checked here: a flood of handshakes without a token
+        costs a 401 each, and with one, only as many sessions as the caps allow (the oldest unjoined make room)."""
+        if self.access is not None and not self.access.allows(Request(environ)):
+            log.debug("refused a polling handshake from %s: no valid access token", environ.get("REMOTE_ADDR"))
+            start_response("401 UNAUTHORIZED", [("Content-Type", "text/plain")])
+            return [b"This assistant needs an access token."]
+        if self.connections is None:
+            return self._handle_request(environ, start_response)
+        address = environ.get("REMOTE_ADDR", "")
+        seat = PollingSeat(self.close)
+        admission = self.connections.admit(address, time.monotonic(), seat)
+        for evicted in admission.evicted:
+            evicted.handle.shutdown()
+        if not admission.admitted:
+            log.warning("refused a polling session from %s (%s)", address, admission.reason)
+            start_response("503 SERVICE UNAVAILABLE", [("Content-Type", "text/plain")])
+            return [b"Too many connections."]
+        environ[_SEAT] = (admission.key, address, seat)
+        try:
+            return self._handle_request(environ, start_response)
+        finally:
+            if seat.eio_sid is None:  # engine.io refused it (origin, version) or it was evicted while opening
+                self.connections.release(admission.key)
+
     def on_eio_connect(self, eio_sid: str, environ: dict) -> Any:
+        claim = environ.get(_SEAT)
+        if claim is not None:
+            key, address, seat = claim
+            if not seat.opened(eio_sid):
+                return False  # its place went to a newcomer meanwhile
+            with self._lock:
+                self._seats[eio_sid] = (key, address)
         result = self._handle_eio_connect(eio_sid, environ)
-        timer = threading.Timer(self.join_timeout_s, self._close_if_not_joined, args=(eio_sid,))
-        timer.daemon = True
-        timer.start()
+        eio_socket = self.eio.sockets.get(eio_sid)
+        if eio_socket is not None:
+            eio_socket.last_ping = None  # engine.io's schedule_ping, next, then starts no ping thread (see _joined)
+        with self._lock:
+            self._unjoined.add(eio_sid)
+            self._deadlines.append((time.monotonic() + self.join_timeout_s, eio_sid))
+            self._deadline_added.notify()
         return result
+
+    def on_eio_disconnect(self, eio_sid: str, reason: Any) -> Any:
+        try:
+            return self._handle_eio_disconnect(eio_sid, reason)
+        finally:
+            self._release(eio_sid)
+
+    def _joined(self, eio_sid: str) -> None:
+        """A session joined a namespace: its place (if polling) is busy from now on, never evicted for a
+        newcomer, and engine.io's pings start (the client's own ping clock runs from the handshake, so it
+        must join within ping_interval + ping_timeout; the deadline is shorter)."""
+        with self._lock:
+            self._unjoined.discard(eio_sid)
+            seat = self._seats.get(eio_sid)
+        if seat is not None and self.connections is not None:
+            self.connections.set_busy(seat[0], True)
+        eio_socket = self.eio.sockets.get(eio_sid)
+        if eio_socket is not None and not eio_socket.closed:
+            eio_socket.last_ping = time.time()
+            eio_socket.schedule_ping()
+
+    def moving_to_websocket(self, eio_sid: str) -> tuple[int, str] | None:
+        """A polling session's WebSocket upgrade arrived: that connection is counted (busy, for its life), so
+        the session gives its own place back. Returns the place it had, for `websocket_ended`."""
+        with self._lock:
+            seat = self._seats.pop(eio_sid, None)
+        if seat is not None and self.connections is not None:
+            self.connections.release(seat[0])
+        return seat
+
+    def websocket_ended(self, eio_sid: str, seat: tuple[int, str]) -> None:
+        """The upgrade's WebSocket ended. If the upgrade failed and the session polls on, it takes a place
+        again (or, with none to be had, it is closed): no polling session goes uncounted."""
+        eio_socket = self.eio.sockets.get(eio_sid)
+        if eio_socket is None or eio_socket.closed or eio_socket.upgraded or self.connections is None:
+            return
+        again = PollingSeat(self.close)
+        admission = self.connections.admit(seat[1], time.monotonic(), again)
+        for evicted in admission.evicted:
+            evicted.handle.shutdown()
+        if not admission.admitted or not again.opened(eio_sid):  # none to be had, or already given to a newcomer
+            self.close(eio_sid)
+            return
+        with self._lock:
+            self._seats[eio_sid] = (admission.key, seat[1])
+            joined = eio_sid not in self._unjoined
+        self.connections.set_busy(admission.key, joined)
+        if not self._open(eio_sid):  # closed meanwhile: its disconnect may have come before this place
+            self._release(eio_sid)
+
+    def _release(self, eio_sid: str) -> None:
+        with self._lock:
+            self._unjoined.discard(eio_sid)
+            seat = self._seats.pop(eio_sid, None)
+        if seat is not None and self.connections is not None:
+            self.connections.release(seat[0])
+
+    def _open(self, eio_sid: str) -> bool:
+        eio_socket = self.eio.sockets.get(eio_sid)
+        return eio_socket is not None and not eio_socket.closed
+
+    def _close_at_deadlines(self) -> None:
+        """One thread for every session's join deadline (a timer thread each let a flood of handshakes start
+        threads without bound). Deadlines are all join_timeout_s long, so they come due in the order added."""
+        while True:
+            with self._lock:
+                while True:
+                    if not self._deadlines:
+                        self._deadline_added.wait()
+                        continue
+                    due_at, eio_sid = self._deadlines[0]
+                    left = due_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._deadline_added.wait(left)
+                self._deadlines.popleft()
+                unjoined = eio_sid in self._unjoined
+            if unjoined:
+                self._close_if_not_joined(eio_sid)
 
     def _close_if_not_joined(self, eio_sid: str) -> None:
         if eio_sid in self.eio.sockets and not self._sid(eio_sid):
@@ -186,6 +376,9 @@ class SocketGuard:
             log.debug("malformed Socket.IO packet from %s: %s", eio_sid, exc)
             self._reject(eio_sid, "bad_packet", "malformed Socket.IO packet; closing the connection")
             self.close(eio_sid)
+            return
+        if eio_sid in self._unjoined and self._sid(eio_sid):
+            self._joined(eio_sid)
 
     def on_event(self, eio_sid: str, namespace: str | None, id: Any, data: Any) -> None:
         name = data[0] if isinstance(data, list) and data else None
