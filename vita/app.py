@@ -235,7 +235,8 @@ class FrontApp:
                              "ok": self.turn_log.error is None, "error": self.turn_log.error,
                              "written": self.turn_log.written, "dropped": self.turn_log.dropped},
                 "message_queue": self.queue_probe.status() if self.queue_probe else None,
-                "connections": self.connections.counts() if self.connections else None,
+                "connections": ({**self.connections.counts(), **self.socket_guard.counts()} if self.connections
+                                else None),
                 "front": self.front_id,
                 "llm": self.llm_choice,
             })
