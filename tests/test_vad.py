@@ -129,3 +129,23 @@ def test_one_message_of_several_chunks_reports_its_events_in_the_order_they_happ
     stream = np.concatenate([silence(0.5), cough, silence(0.6), speech, silence(1.0)])
     seen = events_of(stream, step=len(stream))  # the whole stream as one message
     assert [k for k in seen if k in ("start", "dropped", "end")] == ["start", "dropped", "start", "end"]
+
+
+def test_while_the_reply_plays_its_quiet_echo_is_not_speech_but_the_user_is():
+    """The echo guard: the user's level is learnt from their own speech; while guarded (the reply plays), speech
+    30 dB below it (a browser echo canceller's residual) is the reply leaking back from a speaker, and neither starts
+    nor confirms an interruption."""
+    config = Config()
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    question = spoken("What is the capital of France?")
+    kinds = [e.kind for e in seg.feed(np.concatenate([silence(0.5), question, silence(1.5)]))]
+    assert Heard.END in kinds and seg.level_db is not None
+    seg.guarded = True
+    reply = spoken("Paris is the capital and the largest city of France, on the river Seine.")
+    echo = (reply.astype(np.float32) * 10 ** (-30 / 20)).astype(np.int16)
+    assert seg.feed(np.concatenate([echo, silence(1.5)])) == []
+    interruption = [e.kind for e in seg.feed(np.concatenate([spoken("Wait, stop. What about Germany?"),
+                                                             silence(1.5)]))]
+    assert interruption[:2] == [Heard.START, Heard.CONFIRM]
+    seg.guarded = False
+    assert Heard.START in [e.kind for e in seg.feed(np.concatenate([echo, silence(1.5)]))]  # unguarded: speech

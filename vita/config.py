@@ -64,6 +64,7 @@ class TurnConfig:
     incomplete_wait_ms: int = 1200
     extend: bool = True
     barge_in_confirm_ms: int = 400
+    echo_guard_db: float = 20.0
 
 
 @dataclass
@@ -318,6 +319,7 @@ def validate(config: Config) -> Config:
            "needs vad.speculative_pause_ms > 0 (the pause at which the model is asked)")
     _check(turn.barge_in_confirm_ms == 0 or v.barge_in_ms <= turn.barge_in_confirm_ms <= 3000,
            "turn.barge_in_confirm_ms", "must be 0 (interrupt at onset) or between vad.barge_in_ms and 3000")
+    _check(0 <= turn.echo_guard_db <= 60, "turn.echo_guard_db", "must be between 0 (off) and 60")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")

@@ -43,6 +43,7 @@ from vita.turn_taking import (
     FirstAudio,
     Interrupted,
     JudgeTurn,
+    Phase,
     PlaybackDone,
     RecordingToggled,
     ReplyComplete,
@@ -179,6 +180,8 @@ class TurnController:
             actions = session.turns.handle(event)
             for action in actions:
                 self._carry_out(session, action)
+            # While the reply plays, its echo must not pass for the user (vad.py _echo_guard).
+            session.listener.segmenter.guarded = session.turns.phase is Phase.SPEAKING
             return actions
         finally:
             session.handling = False

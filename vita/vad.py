@@ -19,6 +19,8 @@ SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
 MAX_CARRIED_GAP_S = 0.3  # silence kept between a carried utterance and its continuation (ASR needs a little)
+LEVEL_CHUNKS = 256  # the user's level is learnt from their last ~8 s of clearly voiced speech
+MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it (before that, nothing is guarded)
 
 
 class SileroModel:
@@ -98,7 +100,7 @@ class VadSegmenter:
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
                  pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64,
-                 pause_ms: int = 0, confirm_ms: int = 0):
+                 pause_ms: int = 0, confirm_ms: int = 0, echo_guard_db: float = 0.0):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
@@ -112,6 +114,9 @@ class VadSegmenter:
         self.confirm_samples = max(confirm_ms * SAMPLE_RATE // 1000, self.onset_samples)
         self.confirm_reported = False
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
+        self.echo_guard_db = echo_guard_db
+        self.guarded = False  # the owner sets it while the assistant's reply plays
+        self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's voiced chunks, learnt unguarded
         self.max_samples = int(max_utterance_s * SAMPLE_RATE)
         self.pending = np.zeros(0, dtype=np.int16)
         self.position = 0  # samples consumed so far
@@ -132,8 +137,10 @@ class VadSegmenter:
         model_on = turn is not None and turn.end_of_turn_model
         end_silence_ms = turn.incomplete_wait_ms if model_on else v.end_silence_ms
         confirm_ms = turn.barge_in_confirm_ms if turn is not None else 0
+        echo_guard_db = turn.echo_guard_db if turn is not None else 0.0
         return cls(SileroVad(model), v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
-                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms)
+                   v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms,
+                   echo_guard_db)
 
     def reset(self) -> None:
         self.vad.reset()
@@ -164,7 +171,8 @@ class VadSegmenter:
         events: list[VadEvent] = []
         while self.pending.size >= CHUNK:
             chunk, self.pending = self.pending[:CHUNK], self.pending[CHUNK:]
-            p = self.vad.probability(chunk.astype(np.float32) / 32768.0)
+            samples = chunk.astype(np.float32) / 32768.0
+            p = self._echo_guard(self.vad.probability(samples), samples)
             chunk_start = self.position
             self.position += CHUNK
             if not self.speaking:
@@ -200,6 +208,25 @@ class VadSegmenter:
                 if event is not None:
                     events.append(event)
         return events
+
+    def _echo_guard(self, p: float, samples: np.ndarray) -> float:
+        """While the assistant's reply plays (`guarded`), voiced sound far quieter than the user's own voice is
+        taken for the reply leaking back from a speaker past the browser's echo canceller, and ignored. The
+        user's level is learnt from their speech while nothing plays."""
+        if p < self.end_threshold or not self.echo_guard_db:
+            return p
+        level = 10 * np.log10(float(np.mean(samples * samples)) + 1e-10)
+        if not self.guarded:
+            if p >= self.start_threshold:
+                self.levels.append(level)
+            return p
+        user = self.level_db
+        return 0.0 if user is not None and level < user - self.echo_guard_db else p
+
+    @property
+    def level_db(self) -> float | None:
+        """The user's speech level: the 75th percentile of their recent clearly voiced chunks (dBFS)."""
+        return float(np.percentile(self.levels, 75)) if len(self.levels) >= MIN_LEVEL_CHUNKS else None
 
     def _count_voiced(self) -> list[VadEvent]:
         """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""
