@@ -5,14 +5,21 @@ Anna, and..." — the intonation and the words can.
 The model takes Whisper-style log-mel features (80 bins, 8 s at 16 kHz, the last 8 s of the utterance,
 zero-padded in front) and returns the probability that the turn is complete. The features are computed here with
 numpy (Whisper's own recipe; checked against transformers' WhisperFeatureExtractor in tests/test_end_of_turn.py),
-so the front imports neither torch nor transformers. One ONNX session, one thread, shared by every session.
+so the front imports neither torch nor transformers. One ONNX session on one thread of its own, shared by every
+session (`EndOfTurnJudge`): a session's VAD keeps running while the model thinks, and the model's buffers stay
+in one thread's memory instead of growing in every session thread's malloc arena.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger("vita.end_of_turn")
 
 SAMPLE_RATE = 16000
 WINDOW_S = 8
@@ -85,3 +92,33 @@ class EndOfTurnModel:
         features = log_mel(last_window(pcm))[None]
         (out,) = self.session.run(None, {"input_features": features})
         return float(np.asarray(out).reshape(-1)[0])
+
+
+class EndOfTurnJudge:
+    """The model's own thread: sessions hand it speech and get the probability back through a callback (which
+    posts it to their mailbox). Pauses of several sessions at once are judged one after another (~30-60 ms each)."""
+
+    def __init__(self, model: EndOfTurnModel):
+        self.model = model
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="end-of-turn")
+        # Its thread starts now (not at the first pause: a thread count taken before must hold), warming the model.
+        self.executor.submit(model.probability, np.zeros(SAMPLE_RATE, np.int16))
+
+    def judge(self, pcm: np.ndarray, answer: Callable[[float, float], None]) -> None:
+        """answer(probability, seconds the model took), on the model's thread; a failure answers 0.0 (not
+        finished: the long silence still ends the turn)."""
+        def run() -> None:
+            import time
+
+            started = time.monotonic()
+            try:
+                probability = self.model.probability(pcm)
+            except Exception:  # a model failure must not leave the session waiting: silence ends the turn
+                log.exception("end-of-turn model failed")
+                probability = 0.0
+            answer(probability, time.monotonic() - started)
+
+        self.executor.submit(run)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

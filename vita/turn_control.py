@@ -20,7 +20,7 @@ import numpy as np
 
 from vita import messages
 from vita.config import Config
-from vita.end_of_turn import EndOfTurnModel
+from vita.end_of_turn import EndOfTurnJudge, EndOfTurnModel
 from vita.listener import SpeechListener
 from vita.logs import turn_ids
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
@@ -84,7 +84,8 @@ class TurnController:
         self.disconnect = disconnect
         self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
         turn = config.turn
-        self.end_of_turn = EndOfTurnModel(config.end_of_turn_model_path()) if turn.end_of_turn_model else None
+        self.end_of_turn = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
+                            if turn.end_of_turn_model else None)
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
                                extend=turn.extend)
         save = config.limits.save_utterances_dir
@@ -312,13 +313,14 @@ class TurnController:
             session.actor.follow(message)
 
     def _judge(self, session: Session, action: JudgeTurn) -> None:
-        """The end-of-turn model, on the session's thread (~30-60 ms on one core, while the user is silent)."""
-        started = time.monotonic()
-        probability = self.end_of_turn.probability(np.frombuffer(action.speech.pcm, np.int16))
-        took = time.monotonic() - started
-        self.metrics.observe_stage("end_of_turn_model", took)
-        log.debug("end of turn p=%.2f (%.0f ms)", probability, took * 1000, extra=turn_ids(session.sid))
-        session.actor.follow(TurnJudged(time.monotonic(), action.pause, probability))
+        """Ask the end-of-turn model (on its own thread, ~30-60 ms); the answer comes back as mail, and the VAD
+        goes on meanwhile (speech resuming makes the answer stale: the machine then ignores it)."""
+        def answer(probability: float, took: float) -> None:
+            self.metrics.observe_stage("end_of_turn_model", took)
+            log.debug("end of turn p=%.2f (%.0f ms)", probability, took * 1000, extra=turn_ids(session.sid))
+            session.actor.post(TurnJudged(time.monotonic(), action.pause, probability))
+
+        self.end_of_turn.judge(np.frombuffer(action.speech.pcm, np.int16), answer)
 
     def _cancel(self, session: Session, action: CancelTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
