@@ -52,12 +52,12 @@ class Wire:
         return [p["state"] for e, p in self.sent if e == "state"]
 
 
-def controller(wire: Wire, **limits) -> TurnController:
+def controller(wire: Wire, ready: bool = True, **limits) -> TurnController:
     config = Config()
     for key, value in limits.items():
         setattr(config.limits, key, value)
     return TurnController(config, wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
-                          lambda: True, FrontMetrics(lambda: 1, dict), TurnLogger(None, 1))
+                          lambda: ready, FrontMetrics(lambda: 1, dict), TurnLogger(None, 1))
 
 
 def session(turns: TurnController) -> Session:
@@ -158,3 +158,16 @@ def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_
     kinds = [(q, type(m).__name__) for q, m in wire.puts]
     assert kinds == [("requests", "TurnRequest"), ("requests", "CancelTurn"), ("tts", "CancelTurn"),
                      ("requests", "EndSession"), ("tts", "EndSession")]
+
+
+def test_a_turn_while_a_worker_restarts_is_told_not_ready_at_once_not_left_waiting():
+    wire = Wire()
+    turns = controller(wire, ready=False)
+    s = session(turns)
+    try:
+        speculative_turn(turns, s, [])
+        assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
+        assert [p["code"] for e, p in wire.sent if e == "error"] == ["not_ready"]  # once: not for the speculation
+        assert not [m for _, m in wire.puts if isinstance(m, messages.TurnRequest)]
+    finally:
+        turns.detach(s)

@@ -395,3 +395,26 @@ def test_a_backchannel_or_a_cough_over_the_reply_ducks_it_and_changes_nothing_el
     actions = m.handle(end)
     assert "unduck" in sent(actions) and not of(actions, CancelTurn) and not of(actions, StartTurn)
     assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER
+
+
+def test_speech_that_began_before_the_reply_extends_even_if_the_reply_started_before_it_was_confirmed():
+    """Committed at "Can you tell me," and the user goes on 90 ms later; the first reply audio goes out before the
+    speech is confirmed: the request is still extended (and the few words of reply stopped), not interrupted."""
+    m = judging()
+    turn = spoken_turn(m)
+    m.handle(SpeechStarted(2.4))
+    m.handle(AudioSent(2.5, turn, 0.2))
+    actions = m.handle(SpeechConfirmed(2.8))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert sent(actions)[0] == "stop_tts" and of(actions, CarrySpeech) == [CarrySpeech(SPEECH)]
+
+
+def test_the_watchdog_says_what_was_missing():
+    m = machine()
+    turn = spoken_turn(m)
+    (error,) = [a.payload for a in m.handle(Tick(40.0, True)) if isinstance(a, Send) and a.event == "error"]
+    assert error["code"] == "turn_stalled" and "did not answer" in error["message"]
+    turn = spoken_turn(m, now=41.0)
+    m.handle(AudioSent(41.5, turn, 2.0))  # a reply was heard, then its end was lost
+    (error,) = [a.payload for a in m.handle(Tick(80.0, True)) if isinstance(a, Send) and a.event == "error"]
+    assert error["code"] == "turn_stalled" and "stopped before its end" in error["message"]

@@ -281,6 +281,12 @@ class TurnController:
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
+        if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
+            if not action.speculative:
+                self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
+                                                  "please ask again in a moment.")
+            session.actor.follow(TurnUnanswered(now, action.turn_id, "not ready"))
+            return
         sent = self.put("requests", messages.TurnRequest(
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,

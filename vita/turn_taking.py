@@ -39,6 +39,7 @@ DISCARDED = "speech resumed"  # the reason a speculative turn is dropped
 EXTENDED = "extended"  # the reason a committed turn is withdrawn: the user went on with the same request
 STALLED = "stalled"  # the reason the watchdog cancels a turn that made no progress
 STALLED_MESSAGE = "The assistant did not answer in time; please ask again."
+STALLED_MID_REPLY = "The assistant's reply stopped before its end; ask again if something is missing."
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class TurnTaking:
         self.progress_at = now  # the committed turn's start or its latest reply audio
         self.turn_speech: Speech | None = None  # what the committed turn heard (to carry it when extended)
         self.speech_confirmed = False  # the current speech went on long enough to interrupt or extend
+        self.onset_before_reply = False  # the current speech began while a committed turn had no reply audio yet
         self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
@@ -330,6 +332,9 @@ class TurnTaking:
         self.last_activity = e.now
         self.user_speaking = True
         self.speech_confirmed = False
+        # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
+        # audio arrives before the speech is confirmed (the user cannot have been answering it).
+        self.onset_before_reply = self._committed() and not self.first_audio_sent
         actions: list[Action] = [Send("vad", {"speaking": True})]
         if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
             self.ducked = True  # quieter until the speech is confirmed (an interruption) or dropped (it was not)
@@ -340,8 +345,7 @@ class TurnTaking:
         self.speech_confirmed = True
         if not self._committed():
             return []
-        if (self.phase is Phase.THINKING and self.rules.extend and self.turn_speech is not None
-                and not self.first_audio_sent):
+        if self.rules.extend and self.turn_speech is not None and self.onset_before_reply:
             return self._extend()
         return self._cancel("barge-in")
 
@@ -466,7 +470,8 @@ class TurnTaking:
 
     def _on_Tick(self, e: Tick) -> list[Action]:
         if self.stalled(e.now):  # a lost end or a stuck worker must not leave the session "thinking" forever
-            actions: list[Action] = [Send("error", {"code": "turn_stalled", "message": STALLED_MESSAGE})]
+            message = STALLED_MID_REPLY if self.first_audio_sent else STALLED_MESSAGE
+            actions: list[Action] = [Send("error", {"code": "turn_stalled", "message": message})]
             actions += self._cancel(STALLED)
             self.last_activity = e.now
             return actions
@@ -503,10 +508,11 @@ class TurnTaking:
     def _extend(self) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
         reply) and carry its speech into the utterance being heard, which becomes the turn."""
-        turn_id, speech = self.active_turn, self.turn_speech
+        turn_id, speech, heard = self.active_turn, self.turn_speech, self.first_audio_sent
         self._reset_turn()
         self.carrying = speech
-        return [CancelTurn(turn_id, EXTENDED, audible=False, forget=True),
+        return [*([Send("stop_tts")] if heard else []),  # the first words of a reply that came too soon
+                CancelTurn(turn_id, EXTENDED, audible=False, forget=True),
                 Send("turn_cancelled", {"turn_id": turn_id, "reason": EXTENDED}),
                 Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED}),
                 CarrySpeech(speech)]
