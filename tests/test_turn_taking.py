@@ -311,7 +311,8 @@ def test_reply_audio_is_progress_and_speculative_turns_are_not_watched():
 
 # --- turn-taking like a person: the end-of-turn model, extending a request, barge-in that means it ---------------
 def judging(extend: bool = True) -> TurnTaking:
-    return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, complete_threshold=0.5, extend=extend))
+    return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, complete_threshold=0.5, extend=extend,
+                                                                  extend_grace_s=0.3))
 
 
 def test_a_pause_starts_a_speculative_turn_and_asks_the_model_complete_ends_the_utterance_at_once():
@@ -390,11 +391,25 @@ def test_a_backchannel_or_a_cough_over_the_reply_ducks_it_and_changes_nothing_el
     m = judging()
     turn = speaking(m)
     assert sent(m.handle(SpeechStarted(3.5))) == ["vad", "duck"]
-    assert m.handle(SpeechPaused(3.9, SPEECH)) == []  # no speculative turn, no judgement over a live reply
-    end = SpeechDropped(3.7) if sound == "cough" else UtteranceEnded(4.1, SPEECH)  # "mm-hmm": kept, not confirmed
+    if sound == "backchannel":  # "mm-hmm": kept by the VAD, never confirmed; it paused, so full volume again now
+        assert sent(m.handle(SpeechPaused(3.9, SPEECH))) == ["unduck"]  # no speculative turn, no judgement
+        end = UtteranceEnded(5.1, SPEECH)
+    else:
+        end = SpeechDropped(3.7)
     actions = m.handle(end)
-    assert "unduck" in sent(actions) and not of(actions, CancelTurn) and not of(actions, StartTurn)
+    assert not of(actions, CancelTurn) and not of(actions, StartTurn)
+    assert "duck" not in sent(actions) and not m.ducked
     assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER
+
+
+def test_speech_that_resumes_over_the_reply_ducks_it_again_and_a_reply_ending_under_it_unducks():
+    m = judging()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    m.handle(SpeechPaused(3.9, SPEECH))
+    assert sent(m.handle(SpeechResumed(4.0))) == ["duck"]
+    done = m.handle(ReplyComplete(4.1, turn))  # its audio had played out already: the turn ends now
+    assert sent(done)[0] == "unduck" and of(done, TurnDone)  # the next reply must not start quiet
 
 
 def test_speech_that_began_before_the_reply_extends_even_if_the_reply_started_before_it_was_confirmed():
@@ -418,3 +433,13 @@ def test_the_watchdog_says_what_was_missing():
     m.handle(AudioSent(41.5, turn, 2.0))  # a reply was heard, then its end was lost
     (error,) = [a.payload for a in m.handle(Tick(80.0, True)) if isinstance(a, Send) and a.event == "error"]
     assert error["code"] == "turn_stalled" and "stopped before its end" in error["message"]
+
+
+@pytest.mark.parametrize(("after_first_audio", "outcome"), [(0.2, EXTENDED), (0.6, "barge-in")])
+def test_speech_soon_after_the_first_audio_still_extends_later_speech_interrupts(after_first_audio, outcome):
+    m = judging()
+    turn = spoken_turn(m)
+    m.handle(AudioSent(2.5, turn, 2.0))
+    m.handle(SpeechStarted(2.5 + after_first_audio))
+    (cancel,) = of(m.handle(SpeechConfirmed(3.5)), CancelTurn)
+    assert cancel.reason == outcome

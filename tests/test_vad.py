@@ -146,6 +146,6 @@ def test_while_the_reply_plays_its_quiet_echo_is_not_speech_but_the_user_is():
     assert seg.feed(np.concatenate([echo, silence(1.5)])) == []
     interruption = [e.kind for e in seg.feed(np.concatenate([spoken("Wait, stop. What about Germany?"),
                                                              silence(1.5)]))]
-    assert interruption[:2] == [Heard.START, Heard.CONFIRM]
+    assert interruption[0] is Heard.START and Heard.CONFIRM in interruption
     seg.guarded = False
     assert Heard.START in [e.kind for e in seg.feed(np.concatenate([echo, silence(1.5)]))]  # unguarded: speech

@@ -63,7 +63,8 @@ class TurnConfig:
     complete_threshold: float = 0.5
     incomplete_wait_ms: int = 1200
     extend: bool = True
-    barge_in_confirm_ms: int = 400
+    extend_grace_ms: int = 300
+    barge_in_confirm_ms: int = 650
     echo_guard_db: float = 20.0
 
 
@@ -320,6 +321,7 @@ def validate(config: Config) -> Config:
     _check(turn.barge_in_confirm_ms == 0 or v.barge_in_ms <= turn.barge_in_confirm_ms <= 3000,
            "turn.barge_in_confirm_ms", "must be 0 (interrupt at onset) or between vad.barge_in_ms and 3000")
     _check(0 <= turn.echo_guard_db <= 60, "turn.echo_guard_db", "must be between 0 (off) and 60")
+    _check(0 <= turn.extend_grace_ms <= 2000, "turn.extend_grace_ms", "must be between 0 and 2000")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")

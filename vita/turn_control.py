@@ -87,7 +87,7 @@ class TurnController:
         self.end_of_turn = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
                             if turn.end_of_turn_model else None)
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
-                               extend=turn.extend)
+                               extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000)
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 

@@ -56,11 +56,14 @@ class Speech:
 
 @dataclass(frozen=True)
 class TurnRules:
-    """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses."""
+    """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses; speech
+    that begins before the reply is heard, or within extend_grace_s of its first audio (too soon to be an answer
+    to it), extends the request when `extend`."""
 
     judge: bool = False
     complete_threshold: float = 0.5
     extend: bool = False
+    extend_grace_s: float = 0.0
 
 
 # --- events ----------------------------------------------------------------------------------------------------
@@ -300,7 +303,8 @@ class TurnTaking:
         self.progress_at = now  # the committed turn's start or its latest reply audio
         self.turn_speech: Speech | None = None  # what the committed turn heard (to carry it when extended)
         self.speech_confirmed = False  # the current speech went on long enough to interrupt or extend
-        self.onset_before_reply = False  # the current speech began while a committed turn had no reply audio yet
+        self.onset_before_reply = False  # the current speech began before the committed turn's reply was heard
+        self.first_audio_at = 0.0
         self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
@@ -334,7 +338,8 @@ class TurnTaking:
         self.speech_confirmed = False
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
-        self.onset_before_reply = self._committed() and not self.first_audio_sent
+        self.onset_before_reply = self._committed() and (
+            not self.first_audio_sent or e.now - self.first_audio_at <= self.rules.extend_grace_s)
         actions: list[Action] = [Send("vad", {"speaking": True})]
         if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
             self.ducked = True  # quieter until the speech is confirmed (an interruption) or dropped (it was not)
@@ -360,8 +365,10 @@ class TurnTaking:
         return actions
 
     def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
-        if not self.user_speaking or self._committed():  # speech over a committed turn is not a new request
+        if not self.user_speaking:
             return []
+        if self._committed():  # unconfirmed speech over a committed turn is not a new request; if it was a
+            return self._unduck()  # "mm-hmm", the reply need not stay quiet for the whole end-of-speech wait
         self.pause_seq += 1
         self.pause_open = True
         actions: list[Action] = []
@@ -382,6 +389,9 @@ class TurnTaking:
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
         self.pause_open = False
+        if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
+            self.ducked = True  # the speech over the reply goes on after all
+            return [Send("duck", {"turn_id": self.active_turn})]
         if self.active_turn is None or not self.speculative:
             return []
         return self._cancel(DISCARDED)
@@ -440,6 +450,7 @@ class TurnTaking:
             actions.append(Send("state", {"state": "speaking", "turn_id": e.turn_id}))
         if not self.first_audio_sent:
             self.first_audio_sent = True
+            self.first_audio_at = e.now
             times = {"first_audio_s": e.now - self.turn_started_at}
             if self.speech_end_at is not None:
                 times["voice_to_voice_s"] = e.now - self.speech_end_at
@@ -555,9 +566,10 @@ class TurnTaking:
         return actions
 
     def _finish(self, turn_id: int, reason: str, now: float, reason_in_state: bool = False) -> list[Action]:
+        unduck = self._unduck()  # the reply ended under the user's unconfirmed speech: full volume for the next
         self._reset_turn()
         self.last_activity = now
         state = {"state": "listening", "turn_id": turn_id}
         if reason_in_state:
             state["reason"] = reason
-        return [TurnDone(turn_id, reason), Send("state", state)]
+        return [*unduck, TurnDone(turn_id, reason), Send("state", state)]
