@@ -1,5 +1,5 @@
-"""The turn controller on a session's real mailbox thread, with a recording client and workers (pure logic: the
-machine's actions are what is checked; only the 2 MB Silero graph is loaded).
+"""The turn controller on a session's real mailbox thread, with a recording client and workers (the machine's
+actions are what is checked; the Silero and Smart Turn graphs are loaded, no worker runs).
 
 The ordering cases are the ones a re-entrant design got wrong: a speculative turn's held outputs released while
 its commit's actions were still being carried out put "speaking" before "thinking", or "listening" before

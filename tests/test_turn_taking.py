@@ -41,6 +41,7 @@ from vita.turn_taking import (
     TurnTaking,
     TurnUnanswered,
     UtteranceEnded,
+    joined,
 )
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -443,3 +444,44 @@ def test_speech_soon_after_the_first_audio_still_extends_later_speech_interrupts
     m.handle(SpeechStarted(2.5 + after_first_audio))
     (cancel,) = of(m.handle(SpeechConfirmed(3.5)), CancelTurn)
     assert cancel.reason == outcome
+
+
+FIRST = Speech(b"\1\0" * 1600, started_at=0.5, ended_at=2.0, samples=(8000, 40000, 34000))
+THEN = Speech(b"\2\0" * 800, started_at=2.6, ended_at=3.1, samples=(41600, 52000, 50000))
+
+
+def test_a_short_continuation_before_the_reply_joins_the_request_even_unconfirmed():
+    """"What is the capital of Canada?" ... "Keep it short." (under the barge-in confirmation): one request."""
+    m = judging()
+    turn = spoken_turn(m, speech=FIRST)
+    m.handle(SpeechStarted(2.6))
+    (judge,) = of(m.handle(SpeechPaused(3.2, THEN)), JudgeTurn)  # asked whether the continuation is finished
+    assert m.handle(TurnJudged(3.25, judge.pause, 0.9)) == [EndUtterance()]
+    actions = m.handle(UtteranceEnded(3.3, THEN))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    (start,) = of(actions, StartTurn)
+    assert start.speech == joined(FIRST, THEN) and start.turn_id == turn + 1 and of(actions, CommitTurn)
+    assert start.speech.pcm.startswith(FIRST.pcm) and start.speech.pcm.endswith(THEN.pcm)
+    assert start.speech.samples == (8000, 52000, 50000)
+    assert len(start.speech.pcm) == len(FIRST.pcm) + 2 * 1600 + len(THEN.pcm)  # the 0.1 s gap between them
+
+
+def test_text_typed_during_a_backchannel_is_a_request_of_its_own():
+    m = judging()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    assert sent(m.handle(TextTyped(3.6, "and Germany?"))) == ["text_queued"]
+    actions = m.handle(UtteranceEnded(4.0, SPEECH))  # the speech was a "mm-hmm": the text must not be stranded
+    (start,) = of(actions, StartTurn)
+    assert start.text == "and Germany?" and start.speech is None
+    assert of(actions, CancelTurn) == [CancelTurn(turn, "new turn", audible=True)]
+
+
+def test_a_reset_forgets_a_withdrawn_request():
+    m = judging()
+    spoken_turn(m)
+    m.handle(SpeechStarted(2.6))
+    m.handle(SpeechConfirmed(3.0))
+    assert m.carrying is not None
+    actions = m.handle(Interrupted(3.2, "reset"))
+    assert CarrySpeech(None) in actions and m.carrying is None

@@ -185,5 +185,7 @@ def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> 
         server.server_close()
         graph.stop(timeout=10)
         dispatcher.stop()
+        front.turns.close()
+        front.socket_guard.stop()
         front.turn_log.stop()
         log.info("stopped in %.1f s", time.monotonic() - started)

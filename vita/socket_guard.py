@@ -167,6 +167,7 @@ class SocketGuard:
         self._unjoined: set[str] = set()  # engine.io sessions in no namespace yet: no pings, a deadline
         self._deadlines: collections.deque[tuple[float, str]] = collections.deque()  # in order: one timeout
         self._deadline_added = threading.Condition(self._lock)
+        self._stopping = False
 
     def install(self) -> None:
         eio = self.eio
@@ -341,6 +342,8 @@ class SocketGuard:
         while True:
             with self._lock:
                 while True:
+                    if self._stopping:
+                        return
                     if not self._deadlines:
                         self._deadline_added.wait()
                         continue
@@ -353,6 +356,12 @@ class SocketGuard:
                 unjoined = eio_sid in self._unjoined
             if unjoined:
                 self._close_if_not_joined(eio_sid)
+
+    def stop(self) -> None:
+        """End the join-deadline thread (the server is stopping)."""
+        with self._lock:
+            self._stopping = True
+            self._deadline_added.notify_all()
 
     def _close_if_not_joined(self, eio_sid: str) -> None:
         if eio_sid in self.eio.sockets and not self._sid(eio_sid):

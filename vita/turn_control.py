@@ -20,7 +20,7 @@ import numpy as np
 
 from vita import messages
 from vita.config import Config
-from vita.end_of_turn import EndOfTurnJudge, EndOfTurnModel
+from vita.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
 from vita.listener import SpeechListener
 from vita.logs import turn_ids
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
@@ -49,6 +49,7 @@ from vita.turn_taking import (
     ReplyComplete,
     Route,
     Send,
+    SpeechDropped,
     StartTurn,
     Tick,
     TurnDone,
@@ -65,7 +66,7 @@ Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
-SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (one put's timeout at most)
+SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 # Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
 STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",
@@ -135,20 +136,21 @@ class TurnController:
         if session.should_report(code):
             self.emit("error", {"code": code, "message": message}, to=session.sid)
 
-    def interrupt(self, session: Session, reason: str, notice: dict | None = None, wait_s: float = 0.0) -> None:
+    def interrupt(self, session: Session, reason: str, notice: dict | None = None) -> None:
         """Stop whatever the assistant is doing for this session; `notice` (an error payload) goes to the client
-        only if it had a turn in flight. wait_s > 0: return once done (or after wait_s)."""
+        only if it had a turn in flight."""
         def run() -> None:
             actions = self._handle(session, Interrupted(time.monotonic(), reason))
             if notice is not None and any(isinstance(a, CancelTurn) and a.audible for a in actions):
                 self.emit("error", notice, to=session.sid)
 
-        if session.actor is None:
-            return
-        if wait_s > 0:
-            session.actor.call_and_wait(run, wait_s)
-        else:
+        if session.actor is not None:
             session.actor.call(run)
+
+    def close(self) -> None:
+        """The server is stopping: the end-of-turn model's thread goes too."""
+        if self.end_of_turn is not None:
+            self.end_of_turn.close()
 
     # --- the session's thread --------------------------------------------------------------------------------
     def receive(self, session: Session, item: Any) -> None:
@@ -168,6 +170,7 @@ class TurnController:
         except Exception:  # a VAD failure must end neither this session's thread nor its turns
             log.exception("VAD step failed; resetting the segmenter", extra=turn_ids(session.sid))
             session.listener.reset()
+            session.actor.follow(SpeechDropped(time.monotonic()))  # the machine forgets the half-heard speech too
             return
         for event in events:
             session.actor.follow(event)
@@ -180,7 +183,10 @@ class TurnController:
         try:
             actions = session.turns.handle(event)
             for action in actions:
-                self._carry_out(session, action)
+                try:
+                    self._carry_out(session, action)
+                except Exception:  # one failed action must not skip the others (a CancelTurn, a stop_tts)
+                    log.exception("could not carry out %s", type(action).__name__, extra=turn_ids(session.sid))
             # While the reply plays, its echo must not pass for the user (vad.py _echo_guard).
             session.listener.segmenter.guarded = session.turns.phase is Phase.SPEAKING
             return actions
@@ -326,7 +332,8 @@ class TurnController:
             log.debug("end of turn p=%.2f (%.0f ms)", probability, took * 1000, extra=turn_ids(session.sid))
             session.actor.post(TurnJudged(time.monotonic(), action.pause, probability))
 
-        self.end_of_turn.judge(np.frombuffer(action.speech.pcm, np.int16), answer)
+        window = WINDOW_S * SAMPLE_RATE  # the model hears the last 8 s: hand over no more than that
+        self.end_of_turn.judge(np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
 
     def _cancel(self, session: Session, action: CancelTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)

@@ -54,6 +54,21 @@ class Speech:
     samples: tuple[int, int, int] | None = field(default=None, compare=False)
 
 
+MAX_JOIN_GAP_S = 0.3  # silence kept between the two parts of a request joined into one turn (ASR needs a little)
+
+
+def joined(first: Speech, then: Speech) -> Speech:
+    """One request said in two parts: `first`, a short silence, `then` (16 kHz int16 both)."""
+    gap_s = MAX_JOIN_GAP_S
+    if first.samples and then.samples:
+        gap_s = min(max(0, then.samples[0] - first.samples[1]) / 16000, MAX_JOIN_GAP_S)
+    pcm = first.pcm + bytes(2 * int(gap_s * 16000)) + then.pcm
+    samples = (first.samples[0], then.samples[1], then.samples[2]) if first.samples and then.samples else None
+    details = {**then.details, **{k: first.details[k] for k in ("start_s",) if k in first.details},
+               "audio_s": round(len(pcm) / 2 / 16000, 3)}
+    return Speech(pcm, first.started_at, then.ended_at, details, samples)
+
+
 @dataclass(frozen=True)
 class TurnRules:
     """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses; speech
@@ -341,16 +356,13 @@ class TurnTaking:
         self.onset_before_reply = self._committed() and (
             not self.first_audio_sent or e.now - self.first_audio_at <= self.rules.extend_grace_s)
         actions: list[Action] = [Send("vad", {"speaking": True})]
-        if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
-            self.ducked = True  # quieter until the speech is confirmed (an interruption) or dropped (it was not)
-            actions.append(Send("duck", {"turn_id": self.active_turn}))
-        return actions
+        return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
 
     def _on_SpeechConfirmed(self, e: SpeechConfirmed) -> list[Action]:
         self.speech_confirmed = True
         if not self._committed():
             return []
-        if self.rules.extend and self.turn_speech is not None and self.onset_before_reply:
+        if self._continues_request():
             return self._extend()
         return self._cancel("barge-in")
 
@@ -360,15 +372,23 @@ class TurnTaking:
         actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
         if self.carrying is not None:  # what went on was a cough after all: the request goes as it was
             speech, self.carrying = self.carrying, None
+            text, self.pending_text = self.pending_text, ""
             turn_id = self._new_turn()
-            actions += [CarrySpeech(None), StartTurn(turn_id, speech, ""), *self._commit(turn_id, speech, "", e.now)]
-        return actions
+            return actions + [CarrySpeech(None), StartTurn(turn_id, speech, text),
+                              *self._commit(turn_id, speech, text, e.now)]
+        return actions + self._typed_turn(e.now)
 
     def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
         if not self.user_speaking:
             return []
-        if self._committed():  # unconfirmed speech over a committed turn is not a new request; if it was a
-            return self._unduck()  # "mm-hmm", the reply need not stay quiet for the whole end-of-speech wait
+        if self._committed():
+            if self._continues_request() and self.rules.judge:  # "Keep it short." before the reply: finished?
+                self.pause_seq += 1
+                self.pause_open = True
+                return [JudgeTurn(self.pause_seq, e.speech)]
+            # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
+            # for the whole end-of-speech wait.
+            return self._unduck()
         self.pause_seq += 1
         self.pause_open = True
         actions: list[Action] = []
@@ -389,9 +409,8 @@ class TurnTaking:
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
         self.pause_open = False
-        if self._committed() and self.phase is Phase.SPEAKING and not self.ducked:
-            self.ducked = True  # the speech over the reply goes on after all
-            return [Send("duck", {"turn_id": self.active_turn})]
+        if self._committed():
+            return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
             return []
         return self._cancel(DISCARDED)
@@ -402,8 +421,16 @@ class TurnTaking:
         self.pause_open = False
         confirmed, self.speech_confirmed = self.speech_confirmed, False
         actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
-        if self._committed() and not confirmed:  # "mm-hmm", "yeah" over the reply: not a turn, not an interruption
-            return actions
+        if self._committed() and not confirmed:
+            if self._continues_request():  # a short continuation before the reply was heard: one request
+                speech = joined(self.turn_speech, e.speech)
+                actions += self._withdraw()
+                turn_id = self._new_turn()
+                text, self.pending_text = self.pending_text, ""
+                return actions + [StartTurn(turn_id, speech, text)] + self._commit(turn_id, speech, text, e.now)
+            # "mm-hmm", "yeah" over the reply: not a turn, not an interruption (typed text waiting for the
+            # utterance goes on its own)
+            return actions + self._typed_turn(e.now)
         self.carrying = None
         text, self.pending_text = self.pending_text, ""
         if self.active_turn is not None and self.speculative and not text:
@@ -423,9 +450,8 @@ class TurnTaking:
             if self.speculative and self.active_turn is not None:
                 actions += self._cancel(DISCARDED)  # the speculative turn did not have this text
             return actions
-        actions = self._cancel("new turn") if self.active_turn is not None else []
-        turn_id = self._new_turn()
-        return actions + [StartTurn(turn_id, None, e.text)] + self._commit(turn_id, None, e.text, e.now)
+        self.pending_text = e.text
+        return self._typed_turn(e.now)
 
     def _on_RecordingToggled(self, e: RecordingToggled) -> list[Action]:
         self.last_activity = e.now
@@ -439,7 +465,11 @@ class TurnTaking:
         return actions + [Send("stop_tts")]
 
     def _on_Interrupted(self, e: Interrupted) -> list[Action]:
-        return self._cancel(e.reason)
+        actions = self._cancel(e.reason)
+        if self.carrying is not None:  # e.g. reset: the withdrawn request is forgotten with the rest
+            self.carrying = None
+            actions.append(CarrySpeech(None))
+        return actions
 
     def _on_AudioSent(self, e: AudioSent) -> list[Action]:
         if self.route(e.turn_id) is not Route.DELIVER:
@@ -510,6 +540,16 @@ class TurnTaking:
     def _committed(self) -> bool:
         return self.active_turn is not None and not self.speculative
 
+    def _duck(self) -> list[Action]:
+        if not self._committed() or self.phase is not Phase.SPEAKING or self.ducked:
+            return []
+        self.ducked = True
+        return [Send("duck", {"turn_id": self.active_turn})]
+
+    def _continues_request(self) -> bool:
+        """The speech being heard goes on with the committed (spoken) request: it began before the reply was."""
+        return self.rules.extend and self.turn_speech is not None and self.onset_before_reply
+
     def _unduck(self) -> list[Action]:
         if not self.ducked:
             return []
@@ -519,14 +559,29 @@ class TurnTaking:
     def _extend(self) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
         reply) and carry its speech into the utterance being heard, which becomes the turn."""
-        turn_id, speech, heard = self.active_turn, self.turn_speech, self.first_audio_sent
-        self._reset_turn()
+        speech = self.turn_speech
+        actions = self._withdraw()
         self.carrying = speech
+        return actions + [CarrySpeech(speech)]
+
+    def _withdraw(self) -> list[Action]:
+        """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
+        stopped)."""
+        turn_id, heard = self.active_turn, self.first_audio_sent
+        self._reset_turn()
         return [*([Send("stop_tts")] if heard else []),  # the first words of a reply that came too soon
                 CancelTurn(turn_id, EXTENDED, audible=False, forget=True),
                 Send("turn_cancelled", {"turn_id": turn_id, "reason": EXTENDED}),
-                Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED}),
-                CarrySpeech(speech)]
+                Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED})]
+
+    def _typed_turn(self, now: float) -> list[Action]:
+        """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""
+        text, self.pending_text = self.pending_text, ""
+        if not text:
+            return []
+        actions = self._cancel("new turn") if self.active_turn is not None else []
+        turn_id = self._new_turn()
+        return actions + [StartTurn(turn_id, None, text)] + self._commit(turn_id, None, text, now)
 
     def _new_turn(self) -> int:
         self._last_turn += 1

@@ -202,7 +202,8 @@ class VadSegmenter:
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
                 events += self._count_voiced()
-            too_long = self.position - self.speech_start >= self.max_samples
+            began = self.carried.start_sample if self.carried is not None else self.speech_start
+            too_long = self.position - began >= self.max_samples  # a request carried on and on is still capped
             if self.silent_chunks >= self.end_silence_chunks or too_long:
                 event = self._close()
                 if event is not None:
