@@ -19,7 +19,7 @@ from vita.metrics import FrontMetrics
 from vita.sessions import Session
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
-from vita.turn_taking import Speech, SpeechPaused, SpeechStarted, Tick, UtteranceEnded
+from vita.turn_taking import Speech, SpeechDropped, SpeechPaused, SpeechStarted, Tick, UtteranceEnded
 
 PCM = np.zeros(2400, np.int16).tobytes()  # 50 ms of reply audio at 24 kHz
 
@@ -169,5 +169,23 @@ def test_a_turn_while_a_worker_restarts_is_told_not_ready_at_once_not_left_waiti
         assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
         assert [p["code"] for e, p in wire.sent if e == "error"] == ["not_ready"]  # once: not for the speculation
         assert not [m for _, m in wire.puts if isinstance(m, messages.TurnRequest)]
+    finally:
+        turns.detach(s)
+
+
+def test_reply_audio_waits_while_the_user_may_be_going_on_and_plays_once_it_was_only_a_cough():
+    wire = Wire()
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+        turns.post(s, SpeechStarted(time.monotonic()))  # before any reply audio: perhaps more of the request
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))
+        assert s.actor.call_and_wait(lambda: None, 5)  # everything above has been handled
+        assert not any(e == "audio" for e, _ in wire.sent)  # held: it must not play over the user
+        turns.post(s, SpeechDropped(time.monotonic()))  # a cough after all
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        assert wire.states() == ["thinking", "speaking"]
     finally:
         turns.detach(s)

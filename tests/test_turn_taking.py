@@ -23,6 +23,7 @@ from vita.turn_taking import (
     Phase,
     PlaybackDone,
     RecordingToggled,
+    ReleaseHeld,
     ReplyComplete,
     Route,
     Send,
@@ -413,14 +414,14 @@ def test_speech_that_resumes_over_the_reply_ducks_it_again_and_a_reply_ending_un
     assert sent(done)[0] == "unduck" and of(done, TurnDone)  # the next reply must not start quiet
 
 
-def test_speech_that_began_before_the_reply_extends_even_if_the_reply_started_before_it_was_confirmed():
-    """Committed at "Can you tell me," and the user goes on 90 ms later; the first reply audio goes out before the
-    speech is confirmed: the request is still extended (and the few words of reply stopped), not interrupted."""
+def test_speech_right_after_the_first_reply_audio_extends_and_stops_those_few_words():
+    """Committed at "Can you tell me," and the user goes on 100 ms after the reply's first audio went out (too soon
+    to be an answer to it): the request is extended, and the few words of reply stopped."""
     m = judging()
     turn = spoken_turn(m)
-    m.handle(SpeechStarted(2.4))
     m.handle(AudioSent(2.5, turn, 0.2))
-    actions = m.handle(SpeechConfirmed(2.8))
+    m.handle(SpeechStarted(2.6))
+    actions = m.handle(SpeechConfirmed(2.9))
     assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
     assert sent(actions)[0] == "stop_tts" and of(actions, CarrySpeech) == [CarrySpeech(SPEECH)]
 
@@ -485,3 +486,30 @@ def test_a_reset_forgets_a_withdrawn_request():
     assert m.carrying is not None
     actions = m.handle(Interrupted(3.2, "reset"))
     assert CarrySpeech(None) in actions and m.carrying is None
+
+
+def test_the_reply_is_held_while_the_user_may_be_going_on_and_released_if_it_was_a_cough():
+    m = judging()
+    turn = spoken_turn(m)
+    assert m.route(turn) is Route.DELIVER
+    m.handle(SpeechStarted(2.5))  # before any reply audio: perhaps the rest of the request
+    assert m.route(turn) is Route.HOLD  # its first words must not play over the user
+    actions = m.handle(SpeechDropped(2.7))
+    assert ReleaseHeld() in actions and m.route(turn) is Route.DELIVER
+
+
+def test_a_held_reply_is_withdrawn_unheard_when_the_request_goes_on():
+    m = judging()
+    turn = spoken_turn(m)
+    m.handle(SpeechStarted(2.5))
+    assert m.route(turn) is Route.HOLD
+    actions = m.handle(SpeechConfirmed(3.0))
+    assert "stop_tts" not in sent(actions) and of(actions, CancelTurn)[0].reason == EXTENDED
+    assert m.route(turn) is Route.DROP
+
+
+def test_a_reply_already_heard_is_not_held_by_speech_over_it():
+    m = judging()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    assert m.route(turn) is Route.DELIVER  # ducked, not held: the user is answering it, or interrupting

@@ -46,6 +46,7 @@ from vita.turn_taking import (
     Phase,
     PlaybackDone,
     RecordingToggled,
+    ReleaseHeld,
     ReplyComplete,
     Route,
     Send,
@@ -275,6 +276,8 @@ class TurnController:
                 session.actor.follow(event)
         elif isinstance(action, CarrySpeech):
             session.listener.carry(action.speech)
+        elif isinstance(action, ReleaseHeld):
+            self._release_held(session)
         elif isinstance(action, CloseSession):
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
@@ -320,8 +323,13 @@ class TurnController:
                       to=sid)
             if self.save_dir is not None:
                 self._save(session, turn_id, speech.pcm)
+        self._release_held(session)  # what the speculative turn produced meanwhile
+
+    @staticmethod
+    def _release_held(session: Session) -> None:
+        """Deliver the held outputs of the active turn in order, after the current actions."""
         held, session.held = session.held, []
-        for message in held:  # what the speculative turn produced meanwhile, delivered in order after this
+        for message in held:
             session.actor.follow(message)
 
     def _judge(self, session: Session, action: JudgeTurn) -> None:

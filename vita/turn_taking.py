@@ -244,6 +244,11 @@ class Send:
 
 
 @dataclass(frozen=True)
+class ReleaseHeld:
+    """Deliver what the active turn produced while it was held, in order (the speech over it was not more)."""
+
+
+@dataclass(frozen=True)
 class FirstAudio:
     """The turn's first reply audio went out: report these times (first_audio_s, voice_to_voice_s)."""
 
@@ -293,7 +298,7 @@ class CarrySpeech:
 
 
 Action = (StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
-          | EndUtterance | CarrySpeech)
+          | EndUtterance | CarrySpeech | ReleaseHeld)
 
 
 class TurnTaking:
@@ -330,7 +335,9 @@ class TurnTaking:
     def route(self, turn_id: int | None) -> Route:
         if turn_id is None or turn_id != self.active_turn:
             return Route.DROP
-        return Route.HOLD if self.speculative else Route.DELIVER
+        # Held too: the reply of a request the user may be going on with (speech began before any of it was heard):
+        # if they are, it is withdrawn unheard; if it was a cough, it is released (ReleaseHeld).
+        return Route.HOLD if self.speculative or self._may_continue() else Route.DELIVER
 
     def idle_for(self, now: float) -> float:
         return now - self.last_activity
@@ -367,6 +374,7 @@ class TurnTaking:
         return self._cancel("barge-in")
 
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
+        held_before = self._may_continue()
         self.user_speaking = False
         self.pause_open = False
         actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
@@ -376,7 +384,7 @@ class TurnTaking:
             turn_id = self._new_turn()
             return actions + [CarrySpeech(None), StartTurn(turn_id, speech, text),
                               *self._commit(turn_id, speech, text, e.now)]
-        return actions + self._typed_turn(e.now)
+        return actions + self._release(held_before) + self._typed_turn(e.now)
 
     def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
         if not self.user_speaking:
@@ -545,6 +553,14 @@ class TurnTaking:
             return []
         self.ducked = True
         return [Send("duck", {"turn_id": self.active_turn})]
+
+    def _may_continue(self) -> bool:
+        """The user is speaking, and may be going on with the committed request (nothing of its reply heard)."""
+        return (self.user_speaking and self._continues_request() and not self.first_audio_sent
+                and self._committed())
+
+    def _release(self, held_before: bool) -> list[Action]:
+        return [ReleaseHeld()] if held_before and not self._may_continue() and self._committed() else []
 
     def _continues_request(self) -> bool:
         """The speech being heard goes on with the committed (spoken) request: it began before the reply was."""
