@@ -65,22 +65,27 @@ class LlmHarness:
                                 StatusReporter("llm", self.outbox, logging.getLogger("test.llm")))
         self.worker.setup()
         self.served: BaseException | None = None  # what serve() raised, if it did
-        self.loop_thread = threading.Thread(target=self._serve, daemon=True)
-        self.loop_thread.start()
         self.events: list[tuple[float, object]] = []
         self.changed = threading.Condition()
+        self.loop_thread = threading.Thread(target=self._serve, daemon=True)
+        self.loop_thread.start()
         self.readers = [threading.Thread(target=self._read, args=(q,), daemon=True) for q in (self.tts, self.outbox)]
         for r in self.readers:
             r.start()
-        # The engine starts inside serve(): wait for it, as the front does before it sends any turn.
-        assert self.wait(lambda: any(isinstance(m, WorkerStatus) and m.state in ("ready", "failed")
-                                     for _, m in self.events), 300), self.events
+        # The engine starts inside serve(): wait for it, as the front does before it sends any turn (or for serve()
+        # to end with the reason it could not start).
+        self.wait(lambda: self.served is not None or any(
+            isinstance(m, WorkerStatus) and m.state in ("ready", "failed") for _, m in self.events), 300)
+        assert self.served is None and any(isinstance(m, WorkerStatus) and m.state == "ready"
+                                           for _, m in self.events), (self.served, self.events)
 
     def _serve(self) -> None:
         try:
             asyncio.run(self.worker.serve())
         except BaseException as exc:  # noqa: BLE001 - the test reads it
             self.served = exc
+        with self.changed:
+            self.changed.notify_all()
 
     def _read(self, source: queue.Queue) -> None:
         while True:
