@@ -271,7 +271,9 @@ def vllm_api(vllm_api_starting) -> VllmApiServer:
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
     """The tests that start no server first, then the small server's, then those with an engine of their own,
-    then those on the vLLM API server, then the shared server's.
+    then those on the vLLM API server or with Flask in this process, then the shared server's. (vLLM's engine start
+    scans every loaded module's names and fails on Flask's unbound request/app proxies: no test may import Flask in
+    this process before the in-process engines have run.)
 
     The vLLM API server (the default model, ~5 GB) and the shared server (~7 GB, an engine in process), when a selected
     test needs them, are launched now: their ~40 s starts overlap the first tests instead of adding to the run.
@@ -284,9 +286,9 @@ def pytest_collection_modifyitems(config, items):
             return 4
         if names & {"small_server", "small_server_lives"}:
             return 1
-        if names & {"vllm_api", "web_root_server"}:
+        if names & {"vllm_api", "web_root_server", "front"}:  # front: Flask in this process, after the engines
             return 3
-        return 2 if names & {"llm", "omni_llm"} else 0
+        return 2 if names & {"llm", "omni_llm", "failing_llm"} else 0
 
     items.sort(key=rank)
     if config.option.collectonly:

@@ -82,7 +82,8 @@ class LlmHarness:
     def _serve(self) -> None:
         try:
             asyncio.run(self.worker.serve())
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
+        except BaseException as exc:  # noqa: BLE001 - the test reads it (and its traceback goes to the report)
+            logging.getLogger("test.llm").exception("serve() ended")
             self.served = exc
         with self.changed:
             self.changed.notify_all()

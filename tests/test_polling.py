@@ -14,8 +14,6 @@ import pytest
 import requests
 import socketio
 import websocket
-from flask import Flask, request
-from flask_socketio import SocketIO
 
 from tests.helpers import wait_until
 from vita.access import COOKIE, AccessGuard
@@ -55,6 +53,11 @@ class SmallFront:
 
 @pytest.fixture
 def front():
+    # Imported here, not at collection: vLLM's engine start scans every module's names and trips over Flask's
+    # unbound request/app proxies, so the suite runs these tests after the in-process engines (conftest).
+    from flask import Flask, request
+    from flask_socketio import SocketIO
+
     flask = Flask(__name__)
     sio = SocketIO(flask, async_mode="threading", always_connect=True, async_handlers=False, ping_interval=10,
                    ping_timeout=10)
@@ -76,6 +79,7 @@ def front():
         server.shutdown()
         server.server_close()
         thread.join(5)
+        guard.stop()
 
 
 def test_a_polling_handshake_needs_the_access_token(front):
