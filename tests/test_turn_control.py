@@ -8,6 +8,7 @@ its commit's actions were still being carried out put "speaking" before "thinkin
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -66,6 +67,24 @@ def session(turns: TurnController) -> Session:
     return s
 
 
+@contextlib.contextmanager
+def live(wire: Wire, ready: bool = True):
+    """A controller and one attached session; both ended on the way out (the session's thread, the model's)."""
+    turns = controller(wire, ready=ready)
+    s = session(turns)
+    try:
+        yield turns, s
+    finally:
+        turns.detach(s)
+        turns.close()
+
+
+def spoken(turns: TurnController, s: Session) -> None:
+    """The user says something and stops: a committed spoken turn."""
+    turns.post(s, SpeechStarted(time.monotonic()))
+    turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+
+
 def speech() -> Speech:
     now = time.monotonic()
     return Speech(np.zeros(16000, np.int16).tobytes(), now - 1.0, now - 0.1)
@@ -83,55 +102,37 @@ def speculative_turn(turns: TurnController, s: Session, outputs: list) -> None:
 
 def test_held_audio_of_a_committed_speculative_turn_goes_out_after_thinking():
     wire = Wire()
-    turns = controller(wire)
-    s = session(turns)
-    try:
+    with live(wire) as (turns, s):
         speculative_turn(turns, s, [messages.TtsChunk("s1", 1, 0, PCM)])
         assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
         assert wire.states() == ["thinking", "speaking"]
         events = [e for e, _ in wire.sent]
         assert events.index("turn") < events.index("audio")  # the client hears of the turn before its audio
         assert not s.handling
-    finally:
-        turns.detach(s)
 
 
 def test_a_speculative_turn_that_heard_nothing_goes_thinking_then_listening():
     wire = Wire()
-    turns = controller(wire)
-    s = session(turns)
-    try:
+    with live(wire) as (turns, s):
         speculative_turn(turns, s, [messages.TurnEnded("s1", 1, "llm", reason="no speech")])
         assert wire.wait_for(lambda: len(wire.states()) >= 2)
         assert wire.states() == ["thinking", "listening"]
         assert s.turns.active_turn is None
-    finally:
-        turns.detach(s)
 
 
 def test_a_request_the_workers_cannot_take_ends_the_turn_in_order():
     wire = Wire(put_ok=False)  # the requests queue is full: the turn goes unanswered, with an error
-    turns = controller(wire)
-    s = session(turns)
-    try:
-        heard = speech()
-        turns.post(s, SpeechStarted(time.monotonic()))
-        turns.post(s, UtteranceEnded(time.monotonic(), heard))
+    with live(wire) as (turns, s):
+        spoken(turns, s)
         assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
         assert wire.states() == ["thinking", "listening"]
         assert [p["code"] for e, p in wire.sent if e == "error"] == ["server_busy"]
-    finally:
-        turns.detach(s)
 
 
 def test_a_lost_turn_end_is_cancelled_by_the_watchdog_and_the_session_listens_again():
     wire = Wire()
-    turns = controller(wire)
-    s = session(turns)
-    try:
-        heard = speech()
-        turns.post(s, SpeechStarted(time.monotonic()))
-        turns.post(s, UtteranceEnded(time.monotonic(), heard))
+    with live(wire) as (turns, s):
+        spoken(turns, s)
         s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # some audio, then the end never comes
         assert wire.wait_for(lambda: "speaking" in wire.states())
         stall = s.turns.stall_s
@@ -142,19 +143,13 @@ def test_a_lost_turn_end_is_cancelled_by_the_watchdog_and_the_session_listens_ag
         cancels = [m for q, m in wire.puts if isinstance(m, messages.CancelTurn)]
         assert {q for q, m in wire.puts if isinstance(m, messages.CancelTurn)} == {"requests", "tts"}
         assert all(c.turn_id == 1 and c.reason == "stalled" for c in cancels)
-    finally:
-        turns.detach(s)
 
 
 def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_thread():
     wire = Wire()
-    turns = controller(wire)
-    s = session(turns)
-    heard = speech()
-    turns.post(s, SpeechStarted(time.monotonic()))
-    turns.post(s, UtteranceEnded(time.monotonic(), heard))
-    turns.detach(s)
-    assert not s.actor.thread.is_alive()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+    assert not s.actor.thread.is_alive()  # live() ended the session, right after the turn
     kinds = [(q, type(m).__name__) for q, m in wire.puts]
     assert kinds == [("requests", "TurnRequest"), ("requests", "CancelTurn"), ("tts", "CancelTurn"),
                      ("requests", "EndSession"), ("tts", "EndSession")]
@@ -162,22 +157,16 @@ def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_
 
 def test_a_turn_while_a_worker_restarts_is_told_not_ready_at_once_not_left_waiting():
     wire = Wire()
-    turns = controller(wire, ready=False)
-    s = session(turns)
-    try:
+    with live(wire, ready=False) as (turns, s):
         speculative_turn(turns, s, [])
         assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
         assert [p["code"] for e, p in wire.sent if e == "error"] == ["not_ready"]  # once: not for the speculation
         assert not [m for _, m in wire.puts if isinstance(m, messages.TurnRequest)]
-    finally:
-        turns.detach(s)
 
 
 def test_reply_audio_waits_while_the_user_may_be_going_on_and_plays_once_it_was_only_a_cough():
     wire = Wire()
-    turns = controller(wire)
-    s = session(turns)
-    try:
+    with live(wire) as (turns, s):
         turns.post(s, SpeechStarted(time.monotonic()))
         turns.post(s, UtteranceEnded(time.monotonic(), speech()))
         turns.post(s, SpeechStarted(time.monotonic()))  # before any reply audio: perhaps more of the request
@@ -187,5 +176,3 @@ def test_reply_audio_waits_while_the_user_may_be_going_on_and_plays_once_it_was_
         turns.post(s, SpeechDropped(time.monotonic()))  # a cough after all
         assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
         assert wire.states() == ["thinking", "speaking"]
-    finally:
-        turns.detach(s)
