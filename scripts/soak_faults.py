@@ -480,6 +480,7 @@ class Session:
         self.last_tid = 0
         self.reconnects = 0
         self.extended = 0  # questions heard as two turns, the first cancelled as "extended" by the server
+        self.server_ended: set[int] = set()  # turn ids the server sent `listening` for (not as "extended")
         self.stray_audio = 0  # reply audio messages that came when no turn of this session was speaking
         self.stray_logged_at = 0.0
 
@@ -621,6 +622,8 @@ class Session:
         if not expected.get(state, False):
             self.soak.anomaly(self.name, f"turn {tid}: state {state} after {seen}", payload=data)
         turn.states.append((t, state, reason))
+        if state == "listening" and reason != "extended":
+            self.server_ended.add(tid)  # the server ended this turn id, whatever the question bookkeeping says
         if state == "speaking":
             self.speaking = turn
         elif state == "listening":
@@ -652,6 +655,9 @@ class Session:
 
     def check_stuck(self) -> None:
         for turn in list(self.open):
+            if turn.turn_id in self.server_ended:  # ended by the server (e.g. a first part set apart by split())
+                self.open.remove(turn)
+                continue
             if now() > turn.deadline(self.soak.stall_s, self.soak.args.margin_s):
                 turn.stuck_at = now()
                 self.open.remove(turn)
