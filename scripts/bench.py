@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from _bench import delta, histogram_quantile, percentile, scrape  # noqa: E402
 
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
 from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, noise, silence, spoken, vita_message, voiced_span  # noqa: E402
+from tests.speech import RATE, noise, silence, spoken, stream, vita_message, voiced_span  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Can you tell me what the weather is like in spring?"]
@@ -54,6 +56,21 @@ def send_speech(client: RecordingClient, speech: np.ndarray, lead_s: float = 0.5
         if delay > 0:
             time.sleep(delay)
     return sent_last_voiced
+
+
+@contextlib.contextmanager
+def open_mic(client: RecordingClient, seconds: float = 120.0) -> Iterator[None]:
+    """Meanwhile the microphone stays open (32 ms frames of silence at real-time pace), as a page's does: the
+    server's VAD hears the silence that ends an utterance (the end-of-turn model may ask for 1.2 s of it)."""
+    stop = threading.Event()
+    mic = threading.Thread(target=stream, args=(client.sio, silence(seconds)), daemon=True,
+                           kwargs={"chunk_ms": FRAME_MS, "binary": True, "stop": stop})
+    mic.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        mic.join(2)
 
 
 def first_after(client: RecordingClient, name: str, after: float, timeout: float = 60) -> tuple[float, object]:

@@ -36,7 +36,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import percentile  # noqa: E402
-from bench import FRAME_MS, LONG_QUESTIONS, send_speech  # noqa: E402
+from bench import FRAME_MS, LONG_QUESTIONS, open_mic, send_speech  # noqa: E402
 from eval_answers import _digits, _norm, synthesize  # noqa: E402
 
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
@@ -78,6 +77,7 @@ NOISE_VARIANTS = 5  # per category and --trials in a full run (1 with --quick)
 INTERRUPTED_QUESTION = "Tell me about France: its capital, its food and its weather."
 INTERRUPTIONS = ["Wait, stop. What about Germany instead?", "Hold on, stop. What about Spain?",
                  "Sorry, stop there. Tell me about Italy instead.", "No, wait. What about Japan?"]
+COMMANDS = ["Stop.", "Wait.", "Hold on.", "No, stop."]  # voiced about as long as a backchannel: heard by the ASR
 SOUND_LEAD_S = 0.5  # the sound (or interruption) starts this long after `state` speaking arrived
 FALSE_STOP_WINDOW_S = 3.0  # after the sound's end
 SESSION_TRIALS = 6
@@ -178,17 +178,9 @@ def since(client: RecordingClient, t0: float, name: str | None = None) -> Events
 
 
 def wait_open_mic(client: RecordingClient, predicate: Callable[[Events], bool], timeout: float) -> bool:
-    """Wait for predicate(events) while the microphone stays open (32 ms frames of silence at real-time pace), as a
-    page's does: the server's VAD hears the silence that ends an utterance."""
-    stop = threading.Event()
-    mic = threading.Thread(target=stream, args=(client.sio, silence(timeout + 1)), daemon=True,
-                           kwargs={"chunk_ms": FRAME_MS, "binary": True, "stop": stop})
-    mic.start()
-    try:
+    """Wait for predicate(events) while the microphone stays open, as a page's does."""
+    with open_mic(client, timeout + 1):
         return client.wait_for(predicate, timeout)
-    finally:
-        stop.set()
-        mic.join(2)
 
 
 def play(client: RecordingClient, audio: np.ndarray, marks: dict[str, int]) -> dict[str, float]:
@@ -450,6 +442,32 @@ def interruption(client: RecordingClient, voice: str, text: str) -> dict:
     return row
 
 
+def command_over_reply(client: RecordingClient, voice: str, text: str) -> dict:
+    """A one-word command ("Stop.") 0.5 s into a long reply: does it stop it, how soon after the word ends, and is
+    it (wrongly) answered as a request of its own?"""
+    row: dict = {"voice": voice, "text": text, "command": True}
+    mark = time.monotonic()
+    speaking = _speaking_after(client, mark, INTERRUPTED_QUESTION)
+    if speaking is None:
+        return {**row, "error": "no reply (unanswered, stalled, or not within 60 s)"}
+    speaking_at, turn_id = speaking
+    speech = say(voice, text)
+    first, last = voiced_span(speech)
+    lead = max(0.0, SOUND_LEAD_S - (time.monotonic() - speaking_at))
+    sent = play(client, np.concatenate([silence(lead), speech, silence(2.0)]),
+                {"onset": int((lead + first) * RATE), "end": int((lead + last) * RATE)})
+    natural_end = ended_naturally_at(since(client, mark), turn_id)
+    if natural_end is not None and natural_end < sent["end"] + 1.0:
+        return {**row, "error": "the reply ended too soon after the command"}
+    events = since(client, sent["onset"])
+    stops = [t for t, n, _ in events if n == "stop_tts"]
+    row.update({"voiced_s": round(last - first, 3), "stopped": bool(stops),
+                "stop_s": stops[0] - sent["onset"] if stops else None,
+                "stop_after_end_s": stops[0] - sent["end"] if stops else None,
+                "became_turn": [d.get("turn_id") for _, n, d in events if n == "turn"]})
+    return row
+
+
 # --- running and reporting ------------------------------------------------------------------------------------
 def run_group(sessions: Sessions, title: str, jobs: list[tuple[str, Callable[[RecordingClient], dict]]]
               ) -> list[dict]:
@@ -472,8 +490,8 @@ def run_group(sessions: Sessions, title: str, jobs: list[tuple[str, Callable[[Re
 
 def brief(row: dict) -> str:
     keys = ("end_of_turn_s", "voice_to_voice_s", "outcome", "why", "answered", "extended", "false_stop", "ducked",
-            "duck_held_s", "left_ducked", "became_turn", "valid", "stop_s", "duck_s", "cancel_reason",
-            "next_transcript", "transcripts", "error")
+            "duck_held_s", "left_ducked", "became_turn", "valid", "stopped", "stop_s", "stop_after_end_s", "duck_s",
+            "cancel_reason", "next_transcript", "transcripts", "error")
     parts = []
     for k in keys:
         if k in row and row[k] not in (None, [], {}):
@@ -573,6 +591,16 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         p50, p90 = p50_p90(duck)
         add("4 interruptions", voice, len(duck), "duck after onset (ms)", p50, p90, target=target,
             ok=None if p50 is None else p50 <= TARGETS["stop"], unit=1000, digits=0)
+    for voice in voices:
+        rows = [r for r in results.get("commands", []) if r.get("voice") == voice and "error" not in r]
+        if not rows:
+            continue
+        stopped = [r for r in rows if r["stopped"]]
+        p50, p90 = p50_p90([r["stop_after_end_s"] for r in stopped])
+        add("4 one-word commands", voice, len(rows), "stop_tts after the word's end (ms)", p50, p90,
+            rate=f"stopped {len(stopped)}/{len(rows)}", target="", ok=None, unit=1000, digits=0,
+            notes=f"voiced p50 {statistics.median(r['voiced_s'] for r in rows):.2f} s; answered as a turn of "
+                  f"its own {len([r for r in rows if r['became_turn']])}")
     return table
 
 
@@ -607,7 +635,7 @@ def plan(args: argparse.Namespace, voices: list[str]) -> dict[str, list[tuple[st
     backchannels = BACKCHANNELS[::2] if args.quick else BACKCHANNELS
     interruptions = INTERRUPTIONS[:2] if args.quick else INTERRUPTIONS
     partial = functools.partial
-    jobs: dict[str, list] = {"complete": [], "paused": [], "sounds": [], "interruptions": []}
+    jobs: dict[str, list] = {"complete": [], "paused": [], "sounds": [], "interruptions": [], "commands": []}
     for voice in voices:
         for rep in range(n):
             if "1" in kinds:
@@ -620,6 +648,9 @@ def plan(args: argparse.Namespace, voices: list[str]) -> dict[str, list[tuple[st
             if "4" in kinds:
                 jobs["interruptions"] += [(f"interruptions, {voice}", text,
                                            partial(interruption, voice=voice, text=text)) for text in interruptions]
+                jobs["commands"] += [(f"one-word commands, {voice}", text,
+                                      partial(command_over_reply, voice=voice, text=text))
+                                     for text in (COMMANDS[:2] if args.quick else COMMANDS)]
     if "3" in kinds:
         asked = 0  # the long questions are taken in turn
         for seed in range(n * variants):

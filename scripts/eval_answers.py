@@ -26,8 +26,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tests.helpers import RecordingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -237,8 +241,26 @@ def synthesize(voice: str, text: str) -> np.ndarray:
     raise SystemExit(f"unknown voice {voice!r}: hibari, espeak[:VARIANT] or piper")
 
 
+def answered_turn(client: RecordingClient, after: float) -> int:
+    """The turn that answered the question asked after `after`, once it is over: a turn withdrawn because the
+    question went on ("...Canada? Keep it short.": `extended`) is followed by the one that carries it."""
+    from bench import first_after
+
+    while True:
+        turn_at, turn = first_after(client, "turn", after, timeout=30)
+        tid = turn["turn_id"]
+        if not client.wait_for(lambda evs, t=tid: any(n == "state" and d.get("state") == "listening"
+                                                      and d.get("turn_id") == t for _, n, d in evs), 60):
+            raise TimeoutError(f"turn {tid} did not end within 60 s")
+        ends = [d for _, n, d in client.events if n == "state" and d.get("turn_id") == tid
+                and d.get("state") == "listening"]
+        if ends[-1].get("reason") != "extended":
+            return tid
+        after = turn_at + 1e-6
+
+
 def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
-    from bench import first_after, send_speech
+    from bench import open_mic, send_speech
 
     from tests.helpers import RecordingClient
 
@@ -251,10 +273,8 @@ def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
                 voiced_at = send_speech(client, speech, lead_s=0.3, tail_s=0.2)
                 result = Result(q["id"], q["kind"], q["q"])
                 try:
-                    turn_at, turn = first_after(client, "turn", voiced_at - 1, timeout=30)
-                    tid = turn["turn_id"]
-                    client.wait_for(lambda evs, t=tid: any(n == "state" and d.get("state") == "listening"
-                                                           and d.get("turn_id") == t for _, n, d in evs), 60)
+                    with open_mic(client):  # as a page's: the silence after the question reaches the server
+                        tid = answered_turn(client, voiced_at - 1)
                     client.wait_for(lambda evs, t=tid: any(n == "timings" and d.get("turn_id") == t
                                                            and d.get("stage") == "front" for _, n, d in evs), 5)
                     texts = [d for _, n, d in client.events if n == "response_text" and d.get("turn_id") == tid]

@@ -114,7 +114,7 @@ def test_short_yes_is_kept(client):
 
 
 def test_speech_during_a_reply_interrupts_it(client):
-    interruption = np.concatenate([spoken("Wait, stop please."), silence(1.0)])  # made before: Piper takes time
+    interruption = np.concatenate([spoken("Wait, tell me about dogs instead."), silence(1.0)])  # made before: Piper
     client.sio.emit("text_input", {"text": "Tell me a long story about a dragon who learns to cook."})
     assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "speaking" for _, n, d in evs), 60), \
         client.events
@@ -137,6 +137,34 @@ def test_speech_during_a_reply_interrupts_it(client):
     spoke_again = [i for i, (n, d) in enumerate(after) if n == "state" and d["state"] == "speaking"]
     late_audio = [n for n, _ in (after[:spoke_again[0]] if spoke_again else after) if n == "audio"]
     assert not late_audio and not [x for x in late if x[0] != "audio"], late
+
+
+def speaking_a_long_reply(client: RecordingClient) -> None:
+    client.sio.emit("text_input", {"text": "Tell me a long story about a dragon who learns to cook."})
+    assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "speaking" for _, n, d in evs), 60), \
+        client.events
+
+
+def test_a_one_word_stop_over_the_reply_stops_it(client):
+    """"Stop." is voiced as briefly as "Mm-hmm.": its words, heard by the ASR at its pause, stop the reply."""
+    stop = np.concatenate([spoken("Stop."), silence(2.0)])
+    assert voiced_span(stop)[1] - voiced_span(stop)[0] < 0.65  # shorter than what interrupts by duration alone
+    speaking_a_long_reply(client)
+    stream(client.sio, stop, chunk_ms=32, binary=True)
+    assert client.wait_event("turn_cancelled", 5), client.events
+    assert client.named("turn_cancelled")[0] == {"turn_id": 1, "reason": "barge-in"}
+    assert client.named("duck") and client.named("stop_tts")
+    assert client.wait_for(lambda evs: any(n == "vad" and d == {"speaking": False} for _, n, d in evs), 5)
+    heard_everything(client)
+    assert [d["turn_id"] for d in turns(client)] == [1]  # "Stop." asked for nothing more: no turn of its own
+
+
+def test_a_backchannel_over_the_reply_is_heard_and_lets_it_go_on(client):
+    speaking_a_long_reply(client)
+    stream(client.sio, np.concatenate([spoken("Okay."), silence(0.3)]), chunk_ms=32, binary=True)
+    assert client.wait_event("unduck", 5), client.events  # heard, and not a command: full volume again
+    heard_everything(client)
+    assert not client.named("turn_cancelled") and not client.named("stop_tts")
 
 
 def test_camera_frames_join_the_turn_and_a_corrupt_frame_is_reported(client):

@@ -23,6 +23,8 @@ from vita.config import Config
 from vita.messages import (
     CancelTurn,
     EndSession,
+    InterjectionCheck,
+    InterjectionText,
     ReplyText,
     Shutdown,
     Transcript,
@@ -237,3 +239,13 @@ def test_end_session_forgets_history(llm):
     assert "leaver" in llm.worker.histories
     llm.inbox.put(EndSession("leaver"))
     assert wait_until(lambda: "leaver" not in llm.worker.histories, 5)
+
+
+def test_an_interjection_is_transcribed_alone_and_makes_no_turn(llm):
+    """Short speech over a reply: ASR only (the front decides whether it said "stop"), no reply, no history."""
+    audio = np.concatenate([silence(0.2), spoken("Stop."), silence(0.2)])
+    llm.inbox.put(InterjectionCheck("over", 4, 2, audio.tobytes(), RATE))
+    assert llm.wait(lambda: llm.of("over", InterjectionText), 30), llm.events
+    (_, heard), = llm.of("over", InterjectionText)
+    assert (heard.turn_id, heard.pause) == (4, 2) and "stop" in heard.text.lower()
+    assert not llm.of("over", TtsPiece) and not llm.of("over", TurnEnded) and "over" not in llm.worker.histories

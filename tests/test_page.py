@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.browser import chromium, open_page, write_wav
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, wait_health
 from tests.speech import silence, spoken
 
 
@@ -48,9 +48,12 @@ def check_ready_page(page) -> None:
 
 
 def test_spoken_question_from_the_microphone_appears_in_the_log(page, server):
+    """Over Socket.IO PCM (the setting; WebRTC is the default, tested below)."""
     page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.select_option("#transport", "socket")
     page.click("#talk")
     page.wait_for_function("document.querySelector('#talk').textContent === 'Stop talking'", timeout=5000)
+    assert page.inner_text("#transport-live") == "audio: Socket.IO · PCM"
     user = page.wait_for_selector(".msg.user", timeout=30000)
     assert "capital" in user.inner_text().lower()
     page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
@@ -80,4 +83,34 @@ def test_typed_text_gets_a_reply(page, server):
                            timeout=60000)
     page.click("#reset")
     page.wait_for_function("!document.querySelector('.msg')", timeout=5000)
+    assert not page.problems, page.problems
+
+
+INBOUND_ENERGY = """async () => {
+  const stats = await window.vita.rtc.pc.getStats();
+  let energy = 0;
+  stats.forEach((s) => { if (s.type === "inbound-rtp" && s.kind === "audio") energy += s.totalAudioEnergy || 0; });
+  return energy;
+}"""
+
+
+def test_spoken_question_over_webrtc_is_answered_and_heard(page, server):
+    """The default transport: the fake microphone's question goes in Opus over a real browser's peer connection,
+    the reply comes back on it (its audio energy rises), and the page says which transport is live."""
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    assert page.input_value("#transport") == "webrtc"
+    page.click("#talk")
+    page.wait_for_selector("#transport-live[data-transport='webrtc']", timeout=15000)
+    assert page.inner_text("#transport-live") == "audio: WebRTC · Opus"
+    user = page.wait_for_selector(".msg.user", timeout=30000)
+    assert "capital" in user.inner_text().lower()
+    page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
+                           timeout=60000)
+    page.wait_for_function(f"({INBOUND_ENERGY})().then((e) => e > 0.001)", timeout=30000)
+    assert not page.evaluate("window.vita.player.playing")  # nothing came over the socket
+    page.screenshot(path=str(ARTIFACTS / "page-webrtc.png"))
+    page.click("#talk")
+    page.wait_for_selector("#transport-live[data-transport='']", state="attached", timeout=5000)
+    health = wait_health(server, lambda h: h["webrtc"]["peers"] == 0)
+    assert health["webrtc"]["peers"] == 0, health  # stopping talking closed the peer connection
     assert not page.problems, page.problems

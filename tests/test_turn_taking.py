@@ -18,6 +18,8 @@ from vita.turn_taking import (
     EndUtterance,
     FinishAfter,
     FirstAudio,
+    HearInterjection,
+    InterjectionHeard,
     Interrupted,
     JudgeTurn,
     Phase,
@@ -42,6 +44,7 @@ from vita.turn_taking import (
     TurnTaking,
     TurnUnanswered,
     UtteranceEnded,
+    is_stop_command,
     joined,
 )
 
@@ -513,3 +516,99 @@ def test_a_reply_already_heard_is_not_held_by_speech_over_it():
     turn = speaking(m)
     m.handle(SpeechStarted(3.5))
     assert m.route(turn) is Route.DELIVER  # ducked, not held: the user is answering it, or interrupting
+
+
+# --- one-word commands over the reply: heard by ASR at the first pause ----------------------------------------
+STOP = ("stop", "wait", "hold on", "no", "never mind")
+
+
+def commanding() -> TurnTaking:
+    return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, extend=True, extend_grace_s=0.3,
+                                                                  stop_phrases=STOP))
+
+
+@pytest.mark.parametrize("text", ["Stop.", "Stop!", "Wait, wait.", "No.", "Hold on please.", "Oh, never mind."])
+def test_a_few_words_that_ask_to_stop_are_a_command(text):
+    assert is_stop_command(text, STOP)
+
+
+@pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "", "Nope, I know.",
+                                  "Holding on to that thought is not easy.", "Stopwatch.",
+                                  "I do not want you to stop talking about it."])
+def test_backchannels_other_words_and_sentences_are_not(text):
+    assert not is_stop_command(text, STOP)
+
+
+def test_short_speech_over_the_reply_is_heard_at_its_pause_and_stop_interrupts():
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    actions = m.handle(SpeechPaused(3.9, SPEECH))
+    (hear,) = of(actions, HearInterjection)
+    assert hear.turn_id == turn and hear.speech == SPEECH and "unduck" not in sent(actions)  # ducked till heard
+    stopped = m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop."))
+    assert sent(stopped)[:2] == ["stop_tts", "turn_cancelled"] and of(stopped, CancelTurn)[0].reason == "barge-in"
+    assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
+    ended = m.handle(UtteranceEnded(5.1, SPEECH))  # "Stop." asked for nothing more: no turn of its own
+    assert sent(ended) == ["vad"] and not of(ended, StartTurn) and m.active_turn is None
+
+
+def test_a_stop_that_goes_on_into_a_request_is_a_turn():
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
+    m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop."))
+    m.handle(SpeechResumed(4.3))  # "Stop. What about Spain?"
+    (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
+    assert start.speech == LONGER and m.phase is Phase.THINKING
+
+
+def test_a_stop_heard_after_the_speech_went_on_stops_the_reply_and_the_rest_is_a_turn():
+    """"Wait, tell me about dogs instead.": "Wait" is heard at its pause while the rest is being said."""
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
+    m.handle(SpeechResumed(4.0))
+    assert of(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Wait.")), CancelTurn)
+    m.handle(SpeechConfirmed(4.5))
+    (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
+    assert start.speech == LONGER
+
+
+def test_a_backchannel_heard_at_the_pause_unducks_and_the_reply_goes_on():
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
+    assert sent(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Mm-hmm."))) == ["unduck"]
+    assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER
+
+
+def test_words_heard_too_late_change_nothing():
+    """The speech went on to a later pause, or the reply ended meanwhile: only the latest check of the live turn
+    counts."""
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (first,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
+    m.handle(SpeechResumed(4.0))
+    (second,) = of(m.handle(SpeechPaused(4.4, LONGER)), HearInterjection)
+    assert second.pause > first.pause
+    assert m.handle(InterjectionHeard(4.5, turn, first.pause, "Stop.")) == []
+    m.handle(ReplyComplete(4.6, turn))  # played out: the turn is over
+    assert not of(m.handle(InterjectionHeard(4.7, turn, second.pause, "Stop.")), CancelTurn)
+
+
+def test_confirmed_speech_and_speech_before_the_reply_are_not_sent_for_a_check():
+    m = commanding()
+    speaking(m)
+    m.handle(SpeechStarted(3.5))
+    m.handle(SpeechConfirmed(4.2))  # long speech over the reply: it interrupted already
+    assert not of(m.handle(SpeechPaused(4.5, SPEECH)), HearInterjection)
+    m = commanding()
+    spoken_turn(m)  # thinking, nothing heard yet: speech now goes on with the request (judged, not checked)
+    m.handle(SpeechStarted(2.5))
+    actions = m.handle(SpeechPaused(2.9, SPEECH))
+    assert of(actions, JudgeTurn) and not of(actions, HearInterjection)

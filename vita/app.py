@@ -47,6 +47,15 @@ def thread_counts() -> dict[str, int]:
     return {"threads": threading.active_count() - timers, "ping_timers": timers}
 
 
+def rtc_hub(config: Config) -> Any:
+    """The front's WebRTC peers (one asyncio loop thread), or None when webrtc.enabled is false."""
+    if not config.webrtc.enabled:
+        return None
+    from vita.webrtc import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
+
+    return RtcHub(RtcSettings.from_config(config.webrtc))
+
+
 def llm_choice(config: Config) -> dict[str, str | None]:
     """Which LLM serves and why, for /health and the start-up log (the LLM worker's ready detail adds the kernel
     path it loaded)."""
@@ -94,8 +103,9 @@ class FrontApp:
         self.llm_choice = llm_choice(config)
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
+        self.rtc = rtc_hub(config)
         self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
-                                    self.turn_log)
+                                    self.turn_log, rtc=self.rtc)
         graph.on_death = self.on_worker_death
         self._routes()
         self._events()
@@ -239,6 +249,8 @@ class FrontApp:
                                 else None),
                 "front": self.front_id,
                 "llm": self.llm_choice,
+                "webrtc": ({"enabled": True, "peers": len(self.rtc.peers)} if self.rtc is not None
+                           else {"enabled": False}),
             })
 
         @app.get("/metrics")
@@ -268,6 +280,9 @@ class FrontApp:
             "reset_state": self.on_reset_state,
             "recording-started": self.on_recording_started,
             "recording-stopped": self.on_recording_stopped,
+            "rtc_offer": self.on_rtc_offer,
+            "rtc_candidate": self.on_rtc_candidate,
+            "rtc_close": self.on_rtc_close,
         }.items():
             self.socketio.on_event(event, self._in_session(handler))
 
@@ -298,7 +313,9 @@ class FrontApp:
         self.turns.attach(session)
         log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
         self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
-                                    "session": self.turn_log.pseudonym(request.sid), "front": self.front_id},
+                                    "session": self.turn_log.pseudonym(request.sid), "front": self.front_id,
+                                    "webrtc": {"enabled": self.rtc is not None,
+                                               "ice_servers": list(self.rtc.settings.ice_servers) if self.rtc else []}},
                   to=request.sid)
         self.turns.post(session, Connected(time.monotonic()))
 
@@ -306,6 +323,8 @@ class FrontApp:
         session = self.sessions.close(request.sid)
         if session is None:
             return
+        if self.rtc is not None:
+            self.rtc.close(session.sid)  # its peer connection and UDP ports go with it
         self.turns.detach(session)  # its turn cancelled, then EndSession to the workers, then its thread ends
         log.info("disconnected", extra=turn_ids(session.sid))
 
@@ -322,6 +341,45 @@ class FrontApp:
                               "Audio is arriving faster than it can be processed; some was dropped.")
         self.metrics.audio_seconds.inc(pcm.size / rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
+
+    def _hear_rtc(self, session: Session, pcm: Any, rate: int) -> bool:
+        """Microphone audio from the session's WebRTC peer (decoded Opus): the same path as the socket's."""
+        heard = self.turns.hear(session, pcm, rate)
+        if not heard:
+            self.metrics.audio_dropped.inc()
+        self.metrics.audio_seconds.inc(pcm.size / rate)
+        return heard
+
+    def on_rtc_offer(self, session: Session, data: Any) -> None:
+        """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays
+        on Socket.IO audio."""
+        from vita.webrtc import RtcError
+
+        if self.rtc is None:
+            self.emit("rtc_failed", {"message": "WebRTC is switched off on this server (webrtc.enabled)."},
+                      to=session.sid)
+            return
+        offer = data if isinstance(data, dict) else {}
+        try:
+            if offer.get("type") != "offer":
+                raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
+            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear_rtc(session, pcm, rate))
+        except (RtcError, TimeoutError) as exc:
+            log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
+            self.emit("rtc_failed", {"message": str(exc) or "the peer connection timed out"}, to=session.sid)
+            return
+        self.emit("rtc_answer", {"type": "answer", "sdp": sdp}, to=session.sid)
+
+    def on_rtc_candidate(self, session: Session, data: Any) -> None:
+        if self.rtc is not None and isinstance(data, dict):
+            try:
+                self.rtc.add_candidate(session.sid, data)
+            except Exception as exc:  # a malformed candidate: this one is ignored, the call goes on
+                self.turns.report(session, "bad_rtc_candidate", f"ICE candidate ignored: {exc}")
+
+    def on_rtc_close(self, session: Session, _data: Any) -> None:
+        if self.rtc is not None and self.rtc.close(session.sid):
+            self.emit("rtc_closed", to=session.sid)
 
     def on_audio_format(self, session: Session, data: Any) -> None:
         try:

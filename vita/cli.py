@@ -186,6 +186,8 @@ def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> 
         graph.stop(timeout=10)
         dispatcher.stop()
         front.turns.close()
+        if front.rtc is not None:
+            front.rtc.stop()
         front.socket_guard.stop()
         front.turn_log.stop()
         log.info("stopped in %.1f s", time.monotonic() - started)

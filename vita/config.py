@@ -61,11 +61,12 @@ class VadConfig:
 class TurnConfig:
     end_of_turn_model: bool = True
     complete_threshold: float = 0.5
-    incomplete_wait_ms: int = 1200
+    incomplete_wait_ms: int = 1500
     extend: bool = True
     extend_grace_ms: int = 300
     barge_in_confirm_ms: int = 650
     echo_guard_db: float = 20.0
+    stop_words: str = "stop, wait, hold on, hang on, no, pause, enough, cancel, quiet, shut up, never mind"
 
 
 @dataclass
@@ -144,6 +145,50 @@ class TurnLogConfig:
 
 
 @dataclass
+class WebRtcConfig:
+    enabled: bool = True
+    ice_servers: list = field(default_factory=list)
+    udp_ports: str = ""
+    announce_address: str | None = None
+
+    def port_range(self) -> tuple[int, int] | None:
+        """"40000-40099" → (40000, 40099); "" → None (any port)."""
+        text = self.udp_ports.strip()
+        if not text:
+            return None
+        first, sep, last = text.partition("-")
+        if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+            raise ConfigError("webrtc.udp_ports", f"must be FIRST-LAST (e.g. 40000-40099) or empty, got {text!r}")
+        low, high = int(first), int(last)
+        if not 1024 <= low <= high <= 65535:
+            raise ConfigError("webrtc.udp_ports", f"must lie within 1024-65535, FIRST <= LAST, got {text!r}")
+        return low, high
+
+
+ICE_URL_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
+
+
+def check_ice_servers(servers: list) -> list[dict]:
+    """webrtc.ice_servers: a list of {urls, username?, credential?} as a browser's RTCPeerConnection takes them."""
+    checked = []
+    for i, server in enumerate(servers):
+        option = f"webrtc.ice_servers[{i}]"
+        if not isinstance(server, dict) or not {"urls"} <= set(server) <= {"urls", "username", "credential"}:
+            raise ConfigError(option, "must be a mapping with urls (and username, credential for TURN)")
+        urls = [server["urls"]] if isinstance(server["urls"], str) else server["urls"]
+        if not isinstance(urls, list) or not urls or not all(
+                isinstance(u, str) and u.startswith(ICE_URL_SCHEMES) for u in urls):
+            raise ConfigError(f"{option}.urls", "must be stun:/turn: URLs (one, or a list)")
+        for key in ("username", "credential"):
+            if key in server and not isinstance(server[key], str):
+                raise ConfigError(f"{option}.{key}", "must be a string")
+        if any(u.startswith(("turn:", "turns:")) for u in urls) and not {"username", "credential"} <= set(server):
+            raise ConfigError(option, "a TURN server needs username and credential")
+        checked.append({**server, "urls": urls})
+    return checked
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -154,6 +199,7 @@ class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     turn_log: TurnLogConfig = field(default_factory=TurnLogConfig)
+    webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def trusted_proxies(self) -> frozenset[str]:
@@ -214,7 +260,7 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log"}
+_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
@@ -239,6 +285,10 @@ def _coerce(option: str, value: Any, default: Any, annotation: str) -> Any:
     if annotation.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(option, f"must be an integer, got {value!r}")
+        return value
+    if annotation.startswith("list"):
+        if not isinstance(value, list):
+            raise ConfigError(option, f"must be a list, got {value!r}")
         return value
     if annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -301,6 +351,8 @@ def validate(config: Config) -> Config:
     token = config.access_token()
     _check(token is None or len(token) >= 8, "--access_token", "must be at least 8 characters")
     _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
+    config.webrtc.port_range()
+    check_ice_servers(config.webrtc.ice_servers)
     _check(config.turn_log.retention_days > 0, "turn_log.retention_days", "must be a positive number of days")
     _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")
     _check(0 < v.end_threshold <= v.start_threshold, "vad.end_threshold",

@@ -63,6 +63,17 @@ class CancelTurn:
 
 
 @dataclass(frozen=True)
+class InterjectionCheck:
+    """Short speech over turn_id's reply, for ASR alone (no turn): is it "Stop." or "Mm-hmm."?"""
+
+    session_id: str
+    turn_id: int
+    pause: int
+    audio: bytes
+    sample_rate: int = 16000
+
+
+@dataclass(frozen=True)
 class ResetHistory:
     session_id: str
 
@@ -111,6 +122,16 @@ class TtsChunk:
 class Transcript:
     session_id: str
     turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class InterjectionText:
+    """What ASR heard in an InterjectionCheck (empty: nothing, or it failed)."""
+
+    session_id: str
+    turn_id: int
+    pause: int
     text: str
 
 

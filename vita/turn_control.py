@@ -41,6 +41,8 @@ from vita.turn_taking import (
     Event,
     FinishAfter,
     FirstAudio,
+    HearInterjection,
+    InterjectionHeard,
     Interrupted,
     JudgeTurn,
     Phase,
@@ -66,6 +68,7 @@ log = logging.getLogger("vita.turns")
 Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
+INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
 SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
@@ -74,10 +77,16 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
                    ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
+def stop_phrases(setting: str) -> tuple[str, ...]:
+    """The config's comma-separated turn.stop_words as phrases."""
+    return tuple(p.strip() for p in setting.split(",") if p.strip())
+
+
 class TurnController:
     def __init__(self, config: Config, emit: Emit, put: Put, disconnect: Callable[[str], None],
-                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger):
+                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None):
         self.config = config
+        self.rtc = rtc  # the front's RtcHub (vita/webrtc.py): a session with a connected peer hears replies there
         self.metrics = metrics
         self.turn_log = turn_log
         self.workers_ready = workers_ready
@@ -89,7 +98,8 @@ class TurnController:
         self.end_of_turn = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
                             if turn.end_of_turn_model else None)
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
-                               extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000)
+                               extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000,
+                               stop_phrases=stop_phrases(turn.stop_words))
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
@@ -162,6 +172,9 @@ class TurnController:
             self._handle(session, Tick(time.monotonic(), self.workers_ready()))
         elif isinstance(item, EVENTS):
             self._handle(session, item)
+        elif isinstance(item, messages.InterjectionText):
+            log.info("heard over the reply: %r", item.text, extra=turn_ids(session.sid, item.turn_id))
+            self._handle(session, InterjectionHeard(time.monotonic(), item.turn_id, item.pause, item.text))
         else:
             self._on_output(session, item)
 
@@ -228,9 +241,13 @@ class TurnController:
     def _deliver(self, session: Session, message: Any) -> None:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
+            peer = self._peer(session)
             if message.pcm:  # the state and first-audio timing go out before the audio they announce
                 self._handle(session, AudioSent(now, turn_id, len(message.pcm) / 2 / message.sample_rate))
-                self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
+                if peer is None:
+                    self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
+            if peer is not None:  # Opus, paced by the peer's track
+                peer.track.push(message.pcm, message.sample_rate, last=message.last)
             if message.last:
                 self._handle(session, ReplyComplete(now, turn_id))
         elif isinstance(message, Transcript):
@@ -250,6 +267,8 @@ class TurnController:
     def _carry_out(self, session: Session, action: Action) -> None:
         sid = session.sid
         if isinstance(action, Send):
+            if action.event == "stop_tts" and (peer := self._peer(session)) is not None:
+                peer.track.flush()  # what the track had queued is never sent: silence within one 20 ms packet
             if action.payload is None:
                 self.emit(action.event, to=sid)
             else:
@@ -271,6 +290,9 @@ class TurnController:
             self.turn_log.front_ended(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
             self._judge(session, action)
+        elif isinstance(action, HearInterjection):
+            pcm = action.speech.pcm[-int(INTERJECTION_MAX_S * SAMPLE_RATE) * 2:]
+            self.put("requests", messages.InterjectionCheck(sid, action.turn_id, action.pause, pcm, SAMPLE_RATE))
         elif isinstance(action, EndUtterance):
             for event in session.listener.end_now(time.monotonic()):
                 session.actor.follow(event)
@@ -281,6 +303,11 @@ class TurnController:
         elif isinstance(action, CloseSession):
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
+
+    def _peer(self, session: Session) -> Any:
+        """The session's connected WebRTC peer, or None (its audio goes over Socket.IO)."""
+        peer = self.rtc.peer(session.sid) if self.rtc is not None else None
+        return peer if peer is not None and peer.connected else None
 
     def _start(self, session: Session, action: StartTurn) -> None:
         now = time.monotonic()

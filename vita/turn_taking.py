@@ -79,6 +79,24 @@ class TurnRules:
     complete_threshold: float = 0.5
     extend: bool = False
     extend_grace_s: float = 0.0
+    stop_phrases: tuple[str, ...] = ()  # short speech over the reply saying one of these stops it (heard by ASR)
+
+
+MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
+
+
+def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
+    """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No."), not a backchannel ("Mm-hmm.",
+    "Yeah.", "Okay.") nor a sentence that happens to hold one of the words."""
+    words = _words(text)
+    if not words or len(words) > MAX_COMMAND_WORDS:
+        return False
+    joined_words = f" {' '.join(words)} "
+    return any(f" {' '.join(_words(p))} " in joined_words for p in phrases if _words(p))
 
 
 # --- events ----------------------------------------------------------------------------------------------------
@@ -101,6 +119,16 @@ class TurnJudged:
     now: float
     pause: int
     probability: float
+
+
+@dataclass(frozen=True)
+class InterjectionHeard:
+    """What ASR heard in short speech over turn_id's reply, up to pause number `pause`."""
+
+    now: float
+    turn_id: int
+    pause: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -201,9 +229,9 @@ class Disconnected:
     now: float
 
 
-Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | TurnJudged | SpeechResumed | UtteranceEnded
-         | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete | PlaybackDone | TurnUnanswered
-         | Tick | Connected | Disconnected)
+Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | TurnJudged | InterjectionHeard
+         | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
+         | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
 
 
 # --- actions ---------------------------------------------------------------------------------------------------
@@ -286,6 +314,16 @@ class JudgeTurn:
 
 
 @dataclass(frozen=True)
+class HearInterjection:
+    """Have ASR transcribe short, unconfirmed speech over turn_id's reply; the words come back as
+    InterjectionHeard(pause): a command ("Stop.") interrupts, a backchannel does not."""
+
+    turn_id: int
+    pause: int
+    speech: Speech
+
+
+@dataclass(frozen=True)
 class EndUtterance:
     """The user has finished: end the utterance now (the listener reports it as UtteranceEnded)."""
 
@@ -298,7 +336,7 @@ class CarrySpeech:
 
 
 Action = (StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
-          | EndUtterance | CarrySpeech | ReleaseHeld)
+          | HearInterjection | EndUtterance | CarrySpeech | ReleaseHeld)
 
 
 class TurnTaking:
@@ -327,6 +365,7 @@ class TurnTaking:
         self.first_audio_at = 0.0
         self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
+        self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
         self.pause_open = False
         self._last_turn = 0
@@ -357,7 +396,7 @@ class TurnTaking:
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = True
-        self.speech_confirmed = False
+        self.speech_confirmed = self.commanded = False
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
         self.onset_before_reply = self._committed() and (
@@ -394,6 +433,12 @@ class TurnTaking:
                 self.pause_seq += 1
                 self.pause_open = True
                 return [JudgeTurn(self.pause_seq, e.speech)]
+            if self.rules.stop_phrases and self.first_audio_sent and not self.speech_confirmed:
+                # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
+                # meanwhile; a backchannel unducks when they come back).
+                self.pause_seq += 1
+                self.pause_open = True
+                return [HearInterjection(self.active_turn, self.pause_seq, e.speech)]
             # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
             # for the whole end-of-speech wait.
             return self._unduck()
@@ -414,9 +459,18 @@ class TurnTaking:
             return []  # the user went on (or the utterance ended) while the model thought
         return [EndUtterance()] if e.probability >= self.rules.complete_threshold else []
 
+    def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
+        if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
+            return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
+        if is_stop_command(e.text, self.rules.stop_phrases):
+            # "Stop." said all there was to say, unless the speech goes on (or already has: "Wait, tell me...")
+            self.commanded = self.user_speaking and self.pause_open
+            return self._cancel("barge-in")
+        return self._unduck() if not self.user_speaking or self.pause_open else []
+
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
-        self.pause_open = False
+        self.pause_open = self.commanded = False  # "Stop. What about Spain?": a request after all
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
@@ -429,6 +483,9 @@ class TurnTaking:
         self.pause_open = False
         confirmed, self.speech_confirmed = self.speech_confirmed, False
         actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
+        if self.commanded:  # "Stop." stopped the reply; it asks for nothing more
+            self.commanded = False
+            return actions + self._typed_turn(e.now)
         if self._committed() and not confirmed:
             if self._continues_request():  # a short continuation before the reply was heard: one request
                 speech = joined(self.turn_speech, e.speech)

@@ -115,6 +115,73 @@ class Mic {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// WebRTC audio: the microphone's track goes to the server in Opus, the reply comes back on the same peer
+// connection and plays in an <audio> element. Signalling rides on the Socket.IO connection (rtc_offer →
+// rtc_answer); text, states and barge-in stay there too. connect() resolves once audio flows, or throws (the page
+// then falls back to Socket.IO PCM).
+class RtcAudio {
+  constructor(socket, element) {
+    this.socket = socket;
+    this.element = element;
+    this.pc = null;
+  }
+
+  async connect(track, iceServers, timeoutMs = 8000) {
+    const pc = (this.pc = new RTCPeerConnection({ iceServers }));
+    pc.addTrack(track);
+    pc.ontrack = (e) => {
+      this.element.srcObject = e.streams[0] || new MediaStream([e.track]);
+      this.element.play().catch(() => { /* autoplay: it plays after the next click */ });
+    };
+    await pc.setLocalDescription(await pc.createOffer());
+    await this.gathered(pc, 2000);
+    const answer = new Promise((resolve, reject) => {
+      this.socket.once("rtc_answer", resolve);
+      this.socket.once("rtc_failed", (m) => reject(new Error(m && m.message ? m.message : "refused")));
+    });
+    this.socket.emit("rtc_offer", { type: "offer", sdp: pc.localDescription.sdp });
+    await pc.setRemoteDescription(await this.within(answer, timeoutMs, "no answer from the server"));
+    await this.within(new Promise((resolve, reject) => {
+      const check = () => {
+        if (pc.connectionState === "connected") resolve();
+        else if (pc.connectionState === "failed" || pc.connectionState === "closed") reject(new Error("ICE failed"));
+      };
+      pc.onconnectionstatechange = check;
+      check();
+    }), timeoutMs, "no route to the server (a TURN server may be needed)");
+  }
+
+  // Candidates go in the offer (no trickle): wait for gathering, or send what there is after `ms`.
+  gathered(pc, ms) {
+    if (pc.iceGatheringState === "complete") return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => pc.iceGatheringState === "complete" && resolve();
+      pc.addEventListener("icegatheringstatechange", done);
+      setTimeout(resolve, ms);
+    });
+  }
+
+  within(promise, ms, why) {
+    return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(why)), ms))]);
+  }
+
+  duck(on) {
+    this.element.volume = on ? DUCKED_GAIN : 1;
+  }
+
+  get live() {
+    return !!this.pc && this.pc.connectionState === "connected";
+  }
+
+  close() {
+    if (this.pc) this.pc.close();
+    this.pc = null;
+    this.element.srcObject = null;
+    this.duck(false);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Camera: a preview, and a JPEG data URL every 500 ms (VITA's rate and format).
 class Camera {
   constructor(video, onFrame) {
@@ -186,6 +253,7 @@ class Log {
     if (!p) {
       p = this.add("bot", "");
       this.replies.set(turnId, p);
+      this.panelAfter(turnId, p);
     }
     p.textContent += text;
     this.element.scrollTop = this.element.scrollHeight;
@@ -194,7 +262,17 @@ class Log {
   replyDone(turnId, text) {
     const p = this.replies.get(turnId);
     if (p) p.textContent = text;
-    else if (text) this.replies.set(turnId, this.add("bot", text));
+    else if (text) {
+      this.replies.set(turnId, this.add("bot", text));
+      this.panelAfter(turnId, this.replies.get(turnId));
+    }
+  }
+
+  // A turn's timings start before its reply exists (end of speech is timed at once): the panel goes under the
+  // reply once there is one.
+  panelAfter(turnId, reply) {
+    const panel = this.panels.get(turnId);
+    if (panel) reply.after(panel);
   }
 
   interrupted(turnId) {
@@ -254,7 +332,12 @@ const TIMING_ROWS = [
 class App {
   constructor() {
     this.player = new Player();
-    this.mic = new Mic((pcm) => this.socket.connected && this.socket.emit("audio", pcm), (level) => this.level(level));
+    // Over WebRTC the microphone's frames are not sent on the socket (the worklet still shows the level).
+    this.mic = new Mic((pcm) => this.transport === "socket" && this.socket.connected && this.socket.emit("audio", pcm),
+      (level) => this.level(level));
+    this.rtc = null;
+    this.transport = null; // the live audio transport while talking: "webrtc" or "socket"
+    this.webrtc = { enabled: false, ice_servers: [] }; // what the server offers (server_status)
     this.camera = new Camera($("preview"), (url) => this.socket.connected && this.socket.emit("video_frame", url));
     this.log = new Log($("log"));
     this.ready = false;
@@ -281,8 +364,8 @@ class App {
     s.on("notice", (m) => m && m.message && this.banner(`Notice: ${m.message}`));
     s.on("audio", (bytes) => this.player.play(bytes));
     s.on("stop_tts", () => this.player.stop());
-    s.on("duck", () => this.player.duck(true));
-    s.on("unduck", () => this.player.duck(false));
+    s.on("duck", () => { this.player.duck(true); if (this.rtc) this.rtc.duck(true); });
+    s.on("unduck", () => { this.player.duck(false); if (this.rtc) this.rtc.duck(false); });
     s.on("state", (m) => this.setState(m.state));
     s.on("vad", (m) => m.speaking && this.setState("hearing"));
     s.on("turn", (m) => { if (m.source === "text") this.log.user(m.turn_id, m.text); });
@@ -323,6 +406,7 @@ class App {
   serverStatus(status) {
     if (!this.socket.connected) return; // a late /health answer after the connection was lost
     this.ready = status.ready;
+    if (status.webrtc) this.webrtc = status.webrtc;
     $("loading").hidden = status.ready;
     if (!status.ready) {
       const names = { llm: "Language model", tts: "Voice" };
@@ -360,6 +444,12 @@ class App {
     $("camera").onclick = () => this.toggleCamera();
     $("reset").onclick = () => this.socket.emit("reset_state");
     $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
+    const saved = localStorage.getItem("vita-transport");
+    if (saved) $("transport").value = saved;
+    $("transport").onchange = (e) => {
+      localStorage.setItem("vita-transport", e.target.value);
+      if (this.talking) this.stopTalking().then(() => this.startTalking()); // switch at once
+    };
     $("compose").onsubmit = (e) => {
       e.preventDefault();
       const text = $("text").value.trim();
@@ -376,23 +466,56 @@ class App {
 
   async startTalking() {
     this.player.ensure();
+    let rate;
     try {
-      const rate = await this.mic.start();
-      if (rate !== MIC_RATE) this.socket.emit("audio_format", { sample_rate: rate });
+      rate = await this.mic.start();
     } catch (e) {
       this.toast(`The microphone is not available: ${e.message}`);
       await this.mic.stop();
       return;
     }
+    this.transport = "socket";
+    if (this.wantsWebrtc()) {
+      this.rtc = new RtcAudio(this.socket, $("reply-audio"));
+      try {
+        await this.rtc.connect(this.mic.stream.getAudioTracks()[0], this.webrtc.ice_servers || []);
+        this.transport = "webrtc";
+      } catch (e) {
+        this.rtc.close();
+        this.rtc = null;
+        if (this.socket.connected) this.socket.emit("rtc_close");
+        this.toast(`WebRTC audio did not connect (${e.message}): using Socket.IO audio instead.`);
+      }
+    }
+    if (this.transport === "socket" && rate !== MIC_RATE) this.socket.emit("audio_format", { sample_rate: rate });
+    this.showTransport();
     this.talking = true;
     this.socket.emit("recording-started");
     $("talk").textContent = "Stop talking";
     $("talk").classList.add("on");
   }
 
+  wantsWebrtc() {
+    return $("transport").value === "webrtc" && this.webrtc.enabled && typeof RTCPeerConnection === "function";
+  }
+
+  showTransport() {
+    const shown = this.talking || this.transport ? this.transport : null;
+    $("transport-live").textContent = shown === "webrtc" ? "audio: WebRTC · Opus"
+      : shown === "socket" ? "audio: Socket.IO · PCM" : "";
+    $("transport-live").dataset.transport = shown || "";
+  }
+
   async stopTalking() {
     if (!this.talking) return;
     this.talking = false;
+    if (this.rtc) {
+      this.rtc.close();
+      this.rtc = null;
+      if (this.socket.connected) this.socket.emit("rtc_close");
+    }
+    this.transport = null;
+    this.showTransport();
     await this.mic.stop();
     if (this.socket.connected) this.socket.emit("recording-stopped");
     $("talk").textContent = "Start talking";

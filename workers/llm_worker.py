@@ -24,6 +24,8 @@ from vita.messages import (
     ALL_TURNS,
     CancelTurn,
     EndSession,
+    InterjectionCheck,
+    InterjectionText,
     ReplyText,
     ResetHistory,
     SessionError,
@@ -115,6 +117,7 @@ class LlmWorker:
         self.histories: dict[str, ConversationHistory] = {}
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
+        self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
         self.vision = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vision")
@@ -266,6 +269,10 @@ class LlmWorker:
             task = asyncio.create_task(self._run_turn(message))
             self.running[message.session_id] = (message.turn_id, task)
             task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
+        elif isinstance(message, InterjectionCheck):
+            task = asyncio.create_task(self._hear_interjection(message))
+            self.side_tasks.add(task)
+            task.add_done_callback(self.side_tasks.discard)
         elif isinstance(message, CancelTurn):
             if message.forget:
                 self._forget(message.session_id, message.turn_id)
@@ -293,6 +300,16 @@ class LlmWorker:
         current = self.running.get(session_id)
         if current and current[0] == turn_id:
             del self.running[session_id]
+
+    async def _hear_interjection(self, check: InterjectionCheck) -> None:
+        """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
+        It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
+        try:
+            text = await self._in_thread(self.asr.transcribe, check.audio, check.sample_rate)
+        except Exception:  # the front then leaves the reply playing: short speech over it is not a turn
+            self.report.log.exception("interjection ASR failed")
+            text = ""
+        self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
 
     def _publish(self, message: Any) -> None:
         self.publisher.publish(message)  # never blocks the event loop

@@ -1,0 +1,129 @@
+"""A Python WebRTC peer of the real server, signalled over a RecordingClient's Socket.IO connection as our page
+does (`rtc_offer` → `rtc_answer`): it speaks through an Opus track (real-time pace, silence in between) and
+records every 20 ms frame it hears with its arrival time and level. Runs on the RecordingClient's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+from tests.helpers import RecordingClient
+from vita.webrtc import OpusTrack
+
+LOUD_RMS = 300.0  # int16 RMS of a 20 ms frame that holds speech (Opus silence decodes to ~0)
+IP_UDP_HEADER = 28  # bytes of IPv4 + UDP header per datagram, on the wire but not in a datagram's payload
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """Counts every UDP datagram this peer sends and receives (RTP, RTCP, STUN, DTLS: all of it), with the IP and
+    UDP headers: the bytes on the wire."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = self.received = 0
+
+    async def create_datagram_endpoint(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = self
+
+        def counted() -> Any:
+            protocol = protocol_factory()
+            receive = protocol.datagram_received
+
+            def datagram_received(data: bytes, addr: Any) -> None:
+                loop.received += len(data) + IP_UDP_HEADER
+                receive(data, addr)
+
+            protocol.datagram_received = datagram_received
+            return protocol
+
+        transport, protocol = await super().create_datagram_endpoint(counted, *args, **kwargs)
+        send = transport.sendto
+
+        def sendto(data: bytes, addr: Any = None) -> None:
+            loop.sent += len(data) + IP_UDP_HEADER
+            send(data, addr)
+
+        transport.sendto = sendto
+        return transport, protocol
+
+
+class RtcAudio:
+    def __init__(self, client: RecordingClient):
+        self.client = client
+        self.loop = CountingLoop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-rtc", daemon=True)
+        self.thread.start()
+        self.mic = self._run(self._track())
+        self.heard: list[tuple[float, float]] = []  # (arrival, RMS) per received frame
+        self.pc: RTCPeerConnection | None = None
+
+    @staticmethod
+    async def _track() -> OpusTrack:
+        return OpusTrack()  # made on the loop it is read on
+
+    def _run(self, coroutine: Any, timeout: float = 15) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def connect(self, timeout: float = 20) -> RtcAudio:
+        """Offer, take the answer, wait until the peer connection is up."""
+        answers = len(self.client.named("rtc_answer"))
+        offer = self._run(self._offer())
+        self.client.sio.emit("rtc_offer", {"type": "offer", "sdp": offer})
+        assert self.client.wait_for(lambda evs: sum(n in ("rtc_answer", "rtc_failed") for _, n, _ in evs) > answers,
+                                    timeout), "no rtc_answer"
+        assert not self.client.named("rtc_failed"), self.client.named("rtc_failed")
+        answer = self.client.named("rtc_answer")[-1]
+        self._run(self.pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"])))
+        deadline = time.monotonic() + timeout
+        while self.pc.connectionState != "connected":
+            assert self.pc.connectionState not in ("failed", "closed"), self.pc.connectionState
+            assert time.monotonic() < deadline, f"peer connection {self.pc.connectionState} after {timeout} s"
+            time.sleep(0.02)
+        return self
+
+    async def _offer(self) -> str:
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # none: no public STUN server is reachable
+        self.pc.addTrack(self.mic)
+
+        @self.pc.on("track")
+        def on_track(track: Any) -> None:
+            asyncio.ensure_future(self._listen(track))
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())  # gathers every candidate first
+        return self.pc.localDescription.sdp
+
+    async def _listen(self, track: Any) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            samples = frame.to_ndarray().astype(np.float64)
+            self.heard.append((time.monotonic(), float(np.sqrt(np.mean(samples * samples)))))
+
+    def say(self, pcm: np.ndarray, rate: int = 16000) -> float:
+        """Queue int16 speech on the microphone track (sent at real-time pace); when it starts to go out."""
+        start = time.monotonic() + self.mic.queued_s
+        self.mic.push(pcm.astype("<i2").tobytes(), rate, last=True)
+        return start
+
+    def loud(self, after: float = 0.0, before: float = float("inf")) -> list[float]:
+        """Arrival times of frames with speech in them."""
+        return [t for t, rms in list(self.heard) if after <= t < before and rms >= LOUD_RMS]
+
+    def wire_bytes(self) -> dict[str, int]:
+        """Bytes on the wire so far, both ways (every datagram with its IP and UDP headers)."""
+        return {"sent": self.loop.sent, "received": self.loop.received}
+
+    def close(self) -> None:
+        if self.pc is not None:
+            self._run(self.pc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)

@@ -1,0 +1,85 @@
+"""WebRTC audio through the real server: a Python aiortc peer signalled over the session's Socket.IO connection
+speaks a question in Opus and hears the reply in Opus; speech over the reply silences it; a disconnect frees the
+peer connection; a bad offer is refused with a readable reason and the session goes on over Socket.IO.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import wait_health
+from tests.helpers import RecordingClient
+from tests.rtc_client import RtcAudio
+from tests.speech import silence, spoken
+
+
+@pytest.fixture
+def rtc(client):
+    audio = RtcAudio(client).connect()
+    yield audio
+    audio.close()
+
+
+def speaking(evs) -> bool:
+    return any(n == "state" and d["state"] == "speaking" for _, n, d in evs)
+
+
+def test_a_spoken_question_over_webrtc_is_answered_over_webrtc(client, rtc):
+    rtc.say(np.concatenate([spoken("What is the capital of France?"), silence(2.0)]))
+    assert client.wait_event("turn", 20), client.events
+    assert client.wait_for(speaking, 60), client.events
+    started = next(t for t, n, d in client.events if n == "state" and d["state"] == "speaking")
+    deadline = time.monotonic() + 10
+    while not rtc.loud(after=started) and time.monotonic() < deadline:  # the reply's audio, decoded from Opus
+        time.sleep(0.05)
+    assert rtc.loud(after=started), "no reply audio over WebRTC"
+    assert client.wait_event("response_text", 30)
+    texts = " ".join(d["text"] for d in client.named("transcript")).lower()
+    assert "capital" in texts and "france" in texts, texts
+    assert "paris" in client.named("response_text")[-1]["text"].lower()
+    assert not client.named("audio")  # the reply went over WebRTC only
+
+
+def test_speech_over_a_reply_silences_it_at_once(client, rtc):
+    interruption = np.concatenate([spoken("Wait, stop please."), silence(1.5)])
+    client.sio.emit("text_input", {"text": "Tell me a long story about a dragon who learns to cook."})
+    assert client.wait_for(speaking, 60), client.events
+    rtc.say(interruption)
+    assert client.wait_event("stop_tts", 10), client.events
+    stopped = next(t for t, n, _ in client.events if n == "stop_tts")
+    assert {"turn_id": 1, "reason": "barge-in"} in client.named("turn_cancelled")
+    assert rtc.loud(before=stopped), "the reply was not heard before the interruption"
+    # What the server had queued is dropped: after the jitter buffer drains, the reply is not heard again
+    # (its own next turn may answer the interruption later: only the time until then counts).
+    answered_again = [t for t, n, d in client.events if n == "state" and d["state"] == "speaking" and t > stopped]
+    window_end = answered_again[0] if answered_again else stopped + 1.5
+    if not answered_again:
+        time.sleep(max(0.0, window_end - time.monotonic()))
+    assert not rtc.loud(after=stopped + 0.3, before=window_end), rtc.heard[-80:]
+
+
+def test_disconnect_frees_the_peer_connection(server):
+    client = RecordingClient(server.url).connect()
+    rtc = RtcAudio(client).connect()
+    assert wait_health(server, lambda h: h["webrtc"]["peers"] == 1)["webrtc"]["peers"] == 1
+    client.close()
+    assert wait_health(server, lambda h: h["webrtc"]["peers"] == 0 and not h["sessions"])["webrtc"]["peers"] == 0
+    deadline = time.monotonic() + 10
+    while rtc.pc.connectionState not in ("failed", "closed") and time.monotonic() < deadline:
+        time.sleep(0.1)  # the server closed its end: ICE consent fails (or DTLS closes) on ours
+    rtc.close()
+
+
+@pytest.mark.parametrize("offer", [None, "hello", {"type": "answer", "sdp": "v=0"}, {"type": "offer", "sdp": 5},
+                                   {"type": "offer", "sdp": "v=0\r\nnot sdp at all"},
+                                   {"type": "offer", "sdp": "v=0" + "x" * 30000}],
+                         ids=["none", "string", "answer", "number", "garbage", "huge"])
+def test_a_bad_offer_is_refused_readably_and_the_session_goes_on(client, offer):
+    client.sio.emit("rtc_offer", offer)
+    assert client.wait_event("rtc_failed", 10), client.events
+    assert client.named("rtc_failed")[0]["message"]
+    client.sio.emit("text_input", {"text": "Say hello."})
+    assert client.wait_event("audio", 60), client.events  # no peer: the reply comes over Socket.IO as before

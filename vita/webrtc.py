@@ -1,0 +1,364 @@
+"""WebRTC audio beside Socket.IO: one peer connection per session, all of them on one asyncio loop thread.
+
+Signalling, text and states stay on the session's Socket.IO connection (same token, origin rules and seat); only
+the audio moves: Opus from the browser is decoded and handed to the session's listener like PCM from the socket
+(the VAD and the turn machine never know the transport), and reply audio is encoded to Opus here and paced in
+real time by the outgoing track, whose queue a barge-in empties at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fractions
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import av
+import numpy as np
+import soxr
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+from aiortc.sdp import candidate_from_sdp
+
+from vita.config import WebRtcConfig, check_ice_servers
+
+log = logging.getLogger("vita.webrtc")
+
+OPUS_RATE = 48000  # WebRTC's Opus clock
+FRAME_SAMPLES = 960  # 20 ms at 48 kHz: one Opus packet
+FRAME_S = FRAME_SAMPLES / OPUS_RATE
+TIME_BASE = fractions.Fraction(1, OPUS_RATE)
+REPLY_BITRATE = 24000  # mono speech: Opus at 24 kbit/s is wideband and clear
+MIC_MAX_BITRATE = 24000  # asked of the browser in the answer (maxaveragebitrate). No DTX: the server's VAD counts
+# the silence that ends a turn in the samples it receives, so the microphone must keep sending them
+SILENT_TAIL_FRAMES = 5  # a reply track sends 100 ms of silence after its audio, then nothing until the next audio
+MAX_SDP_CHARS = 20000  # an offer for one audio track is ~2-5 KB
+CLOSE_TIMEOUT_S = 5.0
+
+
+class RtcError(Exception):
+    """A readable reason a peer connection could not be made (sent to the client as `rtc_failed`)."""
+
+
+@dataclass(frozen=True)
+class RtcSettings:
+    """The config's `webrtc` section, checked: ICE servers ({urls, username, credential}), the UDP port range,
+    the address announced in host candidates (a server behind 1:1 NAT)."""
+
+    ice_servers: tuple[dict, ...] = ()
+    ports: tuple[int, int] | None = None
+    announce: str | None = None
+
+    @classmethod
+    def from_config(cls, webrtc: WebRtcConfig) -> RtcSettings:
+        return cls(tuple(check_ice_servers(webrtc.ice_servers)), webrtc.port_range(), webrtc.announce_address)
+
+
+class PortRangeLoop(asyncio.SelectorEventLoop):
+    """aioice binds every host candidate to port 0; behind a firewall the operator opens a range instead, so this
+    loop (the one all peers run on) takes ports from it."""
+
+    def __init__(self, ports: tuple[int, int] | None):
+        super().__init__()
+        self.ports = ports
+        self._next = 0
+
+    async def create_datagram_endpoint(self, protocol_factory: Any, local_addr: Any = None, **kwargs: Any) -> Any:
+        if self.ports is None or local_addr is None or local_addr[1] != 0:
+            return await super().create_datagram_endpoint(protocol_factory, local_addr=local_addr, **kwargs)
+        first, last = self.ports
+        count = last - first + 1
+        for i in range(count):
+            port = first + (self._next + i) % count
+            try:
+                endpoint = await super().create_datagram_endpoint(protocol_factory, local_addr=(local_addr[0], port),
+                                                                  **kwargs)
+            except OSError:
+                continue
+            self._next = (port - first + 1) % count
+            return endpoint
+        raise OSError(errno.EADDRINUSE, f"no free UDP port in webrtc.udp_ports {first}-{last}")
+
+
+class OpusTrack(MediaStreamTrack):
+    """An outgoing audio track fed with PCM from any thread: 20 ms Opus packets, paced by the clock, silence when
+    nothing is queued; ``flush`` drops what is queued (barge-in: the listener hears silence within a packet).
+
+    Encodes itself (mono, REPLY_BITRATE) instead of letting aiortc's sender do it (stereo, 96 kbit/s fixed).
+    A reply track (``send_silence`` False) sends no packets while it has nothing to say, as DTX does: between
+    replies the line costs nothing; a microphone track sends silence too.
+    """
+
+    kind = "audio"
+
+    def __init__(self, bitrate: int = REPLY_BITRATE, send_silence: bool = True):
+        super().__init__()
+        self.send_silence = send_silence
+        self._silent_frames = 0
+        self._lock = threading.Lock()
+        self._queued = bytearray()  # 48 kHz int16 mono, waiting to be sent
+        self._resampler: Any = None
+        self._rate = 0
+        self._started: float | None = None
+        self._pts = 0
+        self.bitrate = bitrate
+        self._encoder = self._new_encoder()
+        self.audio_s = 0.0  # seconds of queued (non-silent) audio sent so far
+
+    def _new_encoder(self) -> Any:
+        codec = av.CodecContext.create("libopus", "w")
+        codec.bit_rate = self.bitrate
+        codec.format = "s16"
+        codec.layout = "mono"
+        codec.sample_rate = OPUS_RATE
+        codec.time_base = TIME_BASE
+        codec.options = {"application": "voip", "frame_duration": "20"}
+        return codec
+
+    # --- any thread ---------------------------------------------------------------------------------------
+    def push(self, pcm: bytes, rate: int, last: bool = False) -> None:
+        """Queue int16 mono PCM at `rate` (resampled to 48 kHz); `last` flushes the resampler's tail."""
+        samples = np.frombuffer(pcm, dtype="<i2")
+        with self._lock:
+            if rate != OPUS_RATE:
+                if self._resampler is None or self._rate != rate:
+                    self._resampler = soxr.ResampleStream(rate, OPUS_RATE, 1, dtype="int16")
+                    self._rate = rate
+                samples = self._resampler.resample_chunk(samples, last=last)
+                if last:
+                    self._resampler = None
+            self._queued += samples.astype("<i2").tobytes()
+
+    def flush(self) -> float:
+        """Drop everything queued; the seconds dropped."""
+        with self._lock:
+            dropped = len(self._queued) / 2 / OPUS_RATE
+            self._queued.clear()
+            self._resampler = None
+        return dropped
+
+    @property
+    def queued_s(self) -> float:
+        with self._lock:
+            return len(self._queued) / 2 / OPUS_RATE
+
+    # --- the loop thread ----------------------------------------------------------------------------------
+    async def recv(self) -> Any:
+        if self.readyState != "live":
+            raise MediaStreamError
+        while True:
+            if self._started is None:
+                self._started = time.monotonic()
+            else:
+                wait = self._started + (self._pts + FRAME_SAMPLES) / OPUS_RATE - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._pts += FRAME_SAMPLES
+            frame = self._next_frame()
+            if frame is None:  # nothing to say: no packet (the receiver's clock runs on across the gap)
+                continue
+            packets = self._encode(frame)
+            if packets:
+                return packets[0]
+
+    def _next_frame(self) -> Any | None:
+        size = FRAME_SAMPLES * 2
+        with self._lock:
+            chunk = bytes(self._queued[:size])
+            del self._queued[:size]
+        if chunk:
+            self.audio_s += len(chunk) / 2 / OPUS_RATE
+            self._silent_frames = 0
+        else:
+            self._silent_frames += 1
+            if not self.send_silence and self._silent_frames > SILENT_TAIL_FRAMES:
+                return None
+        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame.planes[0].update(chunk + bytes(size - len(chunk)))
+        frame.pts = self._pts
+        frame.sample_rate = OPUS_RATE
+        frame.time_base = TIME_BASE
+        return frame
+
+    def _encode(self, frame: Any) -> list:
+        packets = self._encoder.encode(frame)
+        for packet in packets:  # libopus delays its output by its look-ahead: keep our own clock on them
+            packet.pts = self._pts
+            packet.time_base = TIME_BASE
+        return packets[:1]
+
+
+def limit_opus(sdp: str, max_bitrate: int = MIC_MAX_BITRATE) -> str:
+    """Ask the browser for mono speech at no more than `max_bitrate`, in our answer."""
+    payloads = re.findall(r"a=rtpmap:(\d+) opus/48000", sdp, flags=re.IGNORECASE)
+    for pt in payloads:
+        extra = f"maxaveragebitrate={max_bitrate};stereo=0"
+        if re.search(rf"^a=fmtp:{pt} ", sdp, flags=re.MULTILINE):
+            sdp = re.sub(rf"^(a=fmtp:{pt} [^\r\n]*)", rf"\1;{extra}", sdp, flags=re.MULTILINE)
+        else:
+            sdp = re.sub(rf"^(a=rtpmap:{pt} [^\r\n]*)(\r?\n)", rf"\1\2a=fmtp:{pt} {extra}\2", sdp,
+                         flags=re.MULTILINE)
+    return sdp
+
+
+def announce_host(sdp: str, address: str) -> str:
+    """Host candidates carry `address` instead of the interface's own (a server behind 1:1 NAT)."""
+    return re.sub(r"^(a=candidate:\S+ \d+ (?:udp|UDP) \d+ )(\S+)( \d+ typ host)", rf"\g<1>{address}\g<3>", sdp,
+                  flags=re.MULTILINE)
+
+
+Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when the session dropped it
+
+
+class RtcPeer:
+    """One session's peer connection: the microphone in (to `hear`), the reply out (``track``)."""
+
+    def __init__(self, sid: str, pc: Any, track: Any, hear: Hear):
+        self.sid = sid
+        self.pc = pc
+        self.track = track
+        self.hear = hear
+        self.receiving: asyncio.Task | None = None
+        self.mic_s = 0.0  # seconds of microphone audio received
+        self.closed = False
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed and self.pc.connectionState == "connected"
+
+    async def listen(self, incoming: Any) -> None:
+        """Decoded Opus frames (48 kHz, stereo s16) → mono int16 → the session's listener."""
+        while True:
+            try:
+                frame = await incoming.recv()
+            except MediaStreamError:
+                return
+            pcm = frame.to_ndarray()
+            channels = len(frame.layout.channels)
+            if channels > 1:  # packed s16: interleaved
+                pcm = pcm.reshape(-1, channels).mean(axis=1).astype(np.int16)
+            else:
+                pcm = pcm.reshape(-1).astype(np.int16)
+            self.mic_s += pcm.size / frame.sample_rate
+            self.hear(pcm, frame.sample_rate)
+
+
+class RtcHub:
+    """Every peer connection of this front, on one asyncio loop thread (the front stays Flask-SocketIO threading
+    mode: callers use the blocking methods, which run coroutines on the loop)."""
+
+    def __init__(self, settings: RtcSettings):
+        self.settings = settings
+        self.peers: dict[str, RtcPeer] = {}
+        self.loop = PortRangeLoop(settings.ports)
+        self.thread = threading.Thread(target=self._run, name="webrtc-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def submit(self, coro: Coroutine) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    # --- blocking API (any thread) ------------------------------------------------------------------------
+    def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = 15.0) -> str:
+        """Make (or remake) the session's peer connection from the browser's offer; the answer's SDP."""
+        if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
+            raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
+                           f"{MAX_SDP_CHARS} characters)")
+        return self.submit(self._answer(sid, offer_sdp, hear)).result(timeout)
+
+    def add_candidate(self, sid: str, candidate: dict) -> None:
+        peer = self.peers.get(sid)
+        if peer is not None:
+            self.submit(self._add_candidate(peer, candidate)).result(5.0)
+
+    def close(self, sid: str) -> bool:
+        """Close the session's peer connection (disconnect, or the page fell back to Socket.IO)."""
+        peer = self.peers.get(sid)
+        if peer is None:
+            return False
+        with contextlib.suppress(Exception):
+            self.submit(self._close(peer)).result(CLOSE_TIMEOUT_S)
+        return True
+
+    def peer(self, sid: str) -> RtcPeer | None:
+        return self.peers.get(sid)
+
+    def stop(self) -> None:
+        for sid in list(self.peers):
+            self.close(sid)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(CLOSE_TIMEOUT_S)
+
+    # --- the loop -----------------------------------------------------------------------------------------
+    async def _answer(self, sid: str, offer_sdp: str, hear: Hear) -> str:
+        old = self.peers.get(sid)
+        if old is not None:
+            await self._close(old)
+        # Explicit ICE servers, even none: left out, aiortc reaches for a public STUN server.
+        servers = [RTCIceServer(**server) for server in self.settings.ice_servers]
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
+        track = OpusTrack(send_silence=False)
+        peer = RtcPeer(sid, pc, track, hear)
+        self.peers[sid] = peer
+
+        @pc.on("track")
+        def on_track(incoming: Any) -> None:
+            if incoming.kind == "audio" and peer.receiving is None:
+                peer.receiving = asyncio.ensure_future(peer.listen(incoming))
+
+        @pc.on("connectionstatechange")
+        async def on_state() -> None:
+            log.info("peer connection %s", pc.connectionState, extra={"sid": sid})
+            if pc.connectionState in ("failed", "closed") and self.peers.get(sid) is peer:
+                await self._close(peer)
+
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
+            if not audio:
+                raise RtcError("the offer has no audio")
+            audio[0].sender.replaceTrack(track)
+            audio[0].direction = "sendrecv"
+            await pc.setLocalDescription(await pc.createAnswer())  # gathers every candidate first (no trickle)
+        except RtcError:
+            await self._close(peer)
+            raise
+        except Exception as exc:  # a malformed or unusable offer
+            await self._close(peer)
+            raise RtcError(f"could not answer the offer: {exc}") from exc
+        sdp = limit_opus(pc.localDescription.sdp)
+        return announce_host(sdp, self.settings.announce) if self.settings.announce else sdp
+
+    async def _add_candidate(self, peer: RtcPeer, candidate: dict) -> None:
+        text = candidate.get("candidate") if isinstance(candidate, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            await peer.pc.addIceCandidate(None)  # end of candidates
+            return
+        parsed = candidate_from_sdp(text.removeprefix("candidate:"))
+        parsed.sdpMid = candidate.get("sdpMid")
+        parsed.sdpMLineIndex = candidate.get("sdpMLineIndex")
+        await peer.pc.addIceCandidate(parsed)
+
+    async def _close(self, peer: RtcPeer) -> None:
+        if peer.closed:
+            return
+        peer.closed = True
+        if self.peers.get(peer.sid) is peer:
+            del self.peers[peer.sid]
+        peer.track.stop()
+        if peer.receiving is not None:
+            peer.receiving.cancel()
+        with contextlib.suppress(Exception):
+            await peer.pc.close()
