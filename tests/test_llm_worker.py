@@ -249,3 +249,15 @@ def test_an_interjection_is_transcribed_alone_and_makes_no_turn(llm):
     (_, heard), = llm.of("over", InterjectionText)
     assert (heard.turn_id, heard.pause) == (4, 2) and "stop" in heard.text.lower()
     assert not llm.of("over", TtsPiece) and not llm.of("over", TurnEnded) and "over" not in llm.worker.histories
+
+
+@pytest.mark.parametrize("words, answered", [("No, stop.", False), ("Stop. What is the capital of Spain?", True)])
+def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_something(llm, words, answered):
+    session = f"after-stop-{answered}"
+    audio = np.concatenate([silence(0.2), spoken(words), silence(0.2)])
+    llm.inbox.put(TurnRequest(session, 1, audio=audio.tobytes(), sample_rate=RATE, unless_command=("stop", "no")))
+    ended = llm.wait_ended(session)
+    assert (ended.reason == "done") == answered, (ended, llm.of(session, Transcript))
+    assert bool(llm.of(session, TtsPiece)) == answered
+    if not answered:
+        assert ended.reason == "stop command" and not len(llm.worker.histories[session])

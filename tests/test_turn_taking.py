@@ -559,9 +559,13 @@ def test_a_stop_that_goes_on_into_a_request_is_a_turn():
     m.handle(SpeechStarted(3.5))
     (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
     m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop."))
-    m.handle(SpeechResumed(4.3))  # "Stop. What about Spain?"
+    m.handle(SpeechResumed(4.3))  # "Stop. What about Spain?" (or "No, stop.": the LLM worker tells them apart)
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
-    assert start.speech == LONGER and m.phase is Phase.THINKING
+    assert start.speech == LONGER and m.phase is Phase.THINKING and start.after_command
+    m.handle(TurnUnanswered(5.9, start.turn_id, "stop command"))
+    m.handle(SpeechStarted(7.0))
+    (later,) = of(m.handle(UtteranceEnded(8.0, SPEECH)), StartTurn)
+    assert not later.after_command  # the next request is an ordinary one
 
 
 def test_a_stop_heard_after_the_speech_went_on_stops_the_reply_and_the_rest_is_a_turn():

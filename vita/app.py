@@ -37,6 +37,7 @@ PUT_TIMEOUT_S = 2.0  # a worker queue still full after this long is stuck: the m
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
+RTC_OFFER_INTERVAL_S = 1.0  # a session's WebRTC offers come at most this often
 SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
 
 
@@ -360,6 +361,11 @@ class FrontApp:
                       to=session.sid)
             return
         offer = data if isinstance(data, dict) else {}
+        now = time.monotonic()
+        if now - session.rtc_offered_at < RTC_OFFER_INTERVAL_S:  # each offer binds UDP ports: not a loop's worth
+            self.emit("rtc_failed", {"message": "Too many WebRTC offers; wait a second."}, to=session.sid)
+            return
+        session.rtc_offered_at = now
         try:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")

@@ -30,6 +30,7 @@ class Session:
     turn_frames: int = 0  # camera frames the latest turn took
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
+    rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
     _allowance: float = -1.0  # token bucket of inbound events; -1 = full on first use
     _allowance_at: float = field(default_factory=time.monotonic, repr=False)

@@ -243,6 +243,7 @@ class StartTurn:
     speech: Speech | None
     text: str
     speculative: bool = False
+    after_command: bool = False  # the speech went on after a stop command: answer it only if it is a request
 
 
 @dataclass(frozen=True)
@@ -366,6 +367,7 @@ class TurnTaking:
         self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
         self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
+        self.after_command = False  # ...and then went on: a request only if its words are more than a command
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
         self.pause_open = False
         self._last_turn = 0
@@ -396,7 +398,7 @@ class TurnTaking:
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = True
-        self.speech_confirmed = self.commanded = False
+        self.speech_confirmed = self.commanded = self.after_command = False
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
         self.onset_before_reply = self._committed() and (
@@ -449,7 +451,7 @@ class TurnTaking:
             actions += self._cancel(DISCARDED)
             turn_id = self._new_turn()
             self.speculative = True
-            actions.append(StartTurn(turn_id, e.speech, "", speculative=True))
+            actions.append(StartTurn(turn_id, e.speech, "", speculative=True, after_command=self.after_command))
         if self.rules.judge:
             actions.append(JudgeTurn(self.pause_seq, e.speech))
         return actions
@@ -470,7 +472,8 @@ class TurnTaking:
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
-        self.pause_open = self.commanded = False  # "Stop. What about Spain?": a request after all
+        self.after_command = self.after_command or self.commanded  # "Stop. What about Spain?": a request after all
+        self.pause_open = self.commanded = False
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
@@ -499,13 +502,16 @@ class TurnTaking:
         self.carrying = None
         text, self.pending_text = self.pending_text, ""
         if self.active_turn is not None and self.speculative and not text:
+            self.after_command = False
             turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
             self.speculative = False
             return actions + self._commit(turn_id, e.speech, text, e.now)
         if self.active_turn is not None:
             actions += self._cancel("new turn")
         turn_id = self._new_turn()
-        return actions + [StartTurn(turn_id, e.speech, text)] + self._commit(turn_id, e.speech, text, e.now)
+        after_command, self.after_command = self.after_command, False
+        return actions + [StartTurn(turn_id, e.speech, text, after_command=after_command)] + self._commit(
+            turn_id, e.speech, text, e.now)
 
     def _on_TextTyped(self, e: TextTyped) -> list[Action]:
         self.last_activity = e.now

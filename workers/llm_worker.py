@@ -40,6 +40,7 @@ from vita.messages import (
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from vita.speech_pieces import ReplyShaper
+from vita.turn_taking import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.local_engine import EngineFailed, LocalVllmEngine
@@ -324,6 +325,9 @@ class LlmWorker:
             prepared = await self._prepare(req, run, history)
             if prepared is None:
                 self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
+                return
+            if req.unless_command and not self.mode.omni and is_stop_command(run.user_text, req.unless_command):
+                self._publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
                 return
             prompt, transcribing = prepared
             await self._generate(req, run, prompt)

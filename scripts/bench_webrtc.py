@@ -1,0 +1,405 @@
+"""WebRTC vs Socket.IO benchmark (issue 30): bytes, voice-to-voice, barge-in silence, load, connection churn.
+
+Parts (--parts, comma-separated):
+  talk    one conversation per transport (WebRTC Opus; our page's binary PCM; VITA's JSON), the same spoken questions,
+          each followed by an open microphone until its reply has played: bytes on the wire per second of
+          conversation (both directions, everything between client and server: the loopback interface's counters,
+          so TLS, TCP, UDP, IP and the Socket.IO events are all in), and voice-to-voice at the client (the frame
+          holding the last voiced sample sent -> the first reply sound received: decoded Opus above LOUD_RMS, or the
+          first `audio` message);
+  barge   a long reply over WebRTC, an interruption spoken 0.5 s in: `stop_tts` received -> the last reply sound
+          heard (silence at the client), and the interruption's onset -> that silence;
+  load    2 WebRTC sessions asking at once, then 2 Socket.IO ones: every reply heard at real-time pace (largest gap
+          between reply frames), the VAD's lag, and the front process's CPU per session (the difference is what
+          WebRTC costs: Opus both ways, SRTP, ICE); plus Opus encode+decode alone per session;
+  churn   200 connect / peer connection / disconnect cycles: peers, threads, UDP sockets and RSS of the front after.
+
+Starts its own server (bundled models) unless --url is given (then --front_pid for CPU figures, or it is looked
+up by the URL's port).
+Usage: .venv/bin/python scripts/bench_webrtc.py [--parts talk,barge,load,churn] [--runs N] [--cycles 200]
+       [--json out.json] [--url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench import delta, histogram_quantile, percentile, scrape  # noqa: E402
+from bench import LONG_QUESTIONS, _cpu_s  # noqa: E402
+
+from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
+from tests.helpers import RecordingClient  # noqa: E402
+from tests.rtc_client import RtcAudio  # noqa: E402
+from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
+
+QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
+             "What is two plus two?"]
+INTERRUPTION = "Wait, tell me about Spain instead."
+TRANSPORTS = ("webrtc", "binary", "vita")  # WebRTC Opus; our page's binary PCM (32 ms); VITA's JSON (8 ms)
+TARGETS = {"bytes_ratio": 0.05, "v2v_extra_s": 0.060, "silence_s": 0.150, "codec_core": 0.05}
+
+
+def lo_bytes() -> int:
+    """Bytes through the loopback interface (each local packet is sent once: tx counts it once)."""
+    return int(Path("/sys/class/net/lo/statistics/tx_bytes").read_text())
+
+
+def until(client: RecordingClient, predicate, timeout: float) -> bool:
+    return client.wait_for(predicate, timeout)
+
+
+def turn_over(after: float):
+    """The first turn after `after` has ended (its reply played), not withdrawn to be extended."""
+    def check(evs) -> bool:
+        ids = [d["turn_id"] for t, n, d in evs if n == "turn" and t >= after]
+        return any(n == "state" and d.get("state") == "listening" and d.get("turn_id") in ids
+                   and d.get("reason") != "extended" for t, n, d in evs if t >= after)
+    return check
+
+
+class SocketMic:
+    """An open microphone over Socket.IO (binary PCM in 32 ms frames, or VITA's JSON in 8 ms), real-time pace,
+    silence unless told to say something; `said_at` holds when the last voiced sample of each utterance went."""
+
+    def __init__(self, client: RecordingClient, binary: bool):
+        self.client, self.binary = client, binary
+        self.queue: list[np.ndarray] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.voiced_end: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def say(self, speech: np.ndarray) -> None:
+        with self.lock:
+            self.queue.append(speech)
+
+    def _run(self) -> None:
+        chunk_ms = 32 if self.binary else 8
+        step = RATE * chunk_ms // 1000
+        started, sent = time.monotonic(), 0
+        pending, last_voiced = np.zeros(0, np.int16), -1
+        while not self.stop.is_set():
+            if not pending.size:
+                with self.lock:
+                    if self.queue:
+                        speech = self.queue.pop(0)
+                        pending, last_voiced = speech, int(voiced_span(speech)[1] * RATE)
+            piece = pending[:step] if pending.size else silence(step / RATE)
+            if pending.size:
+                if 0 <= last_voiced < step:
+                    self.voiced_end = time.monotonic()
+                last_voiced -= step
+                pending = pending[step:]
+            self.client.sio.emit("audio", piece.astype("<i2").tobytes() if self.binary else vita_message(piece))
+            sent += step
+            delay = started + sent / RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+
+
+def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
+    """One session asks every question in turn over `transport`; bytes per second and voice-to-voice."""
+    client = RecordingClient(url).connect()
+    rtc = mic = None
+    try:
+        if transport == "webrtc":
+            rtc = RtcAudio(client).connect()
+        else:
+            mic = SocketMic(client, binary=transport == "binary")
+        time.sleep(1.0)  # connection set up: only the conversation is counted
+        start_bytes, started = lo_bytes(), time.monotonic()
+        v2v = []
+        for speech in speeches:
+            asked = time.monotonic()
+            if rtc is not None:
+                voiced_end = rtc.say(np.concatenate([silence(0.3), speech])) + 0.3 + voiced_span(speech)[1]
+            else:
+                mic.voiced_end = None
+                mic.say(np.concatenate([silence(0.3), speech]))
+            if not until(client, turn_over(asked), 60):
+                raise TimeoutError(f"{transport}: no answered turn within 60 s")
+            if rtc is None:
+                voiced_end = mic.voiced_end
+                heard = [t for t, n, _ in client.events if n == "audio" and t > voiced_end]
+            else:
+                heard = rtc.loud(after=voiced_end)
+            v2v.append(heard[0] - voiced_end if heard else None)
+            time.sleep(0.5)
+        seconds, wire = time.monotonic() - started, lo_bytes() - start_bytes
+        udp = rtc.wire_bytes() if rtc else None
+        return {"transport": transport, "seconds": round(seconds, 2), "bytes": wire,
+                "bytes_per_s": round(wire / seconds), "udp": udp, "v2v_s": v2v}
+    finally:
+        if mic is not None:
+            mic.close()
+        if rtc is not None:
+            rtc.close()
+        client.close()
+
+
+def barge(url: str, runs: int) -> list[dict]:
+    rows = []
+    interruption = spoken(INTERRUPTION)
+    for i in range(runs):
+        client = RecordingClient(url).connect()
+        rtc = RtcAudio(client).connect()
+        try:
+            mark = time.monotonic()
+            client.sio.emit("text_input", {"text": LONG_QUESTIONS[i % len(LONG_QUESTIONS)]})
+            if not until(client, lambda evs, m=mark: any(n == "state" and d.get("state") == "speaking" and t > m
+                                                         for t, n, d in evs), 60):
+                rows.append({"error": "no reply"})
+                continue
+            time.sleep(0.5)
+            onset = rtc.say(interruption) + voiced_span(interruption)[0]
+            if not until(client, lambda evs, m=mark: any(n == "stop_tts" and t > m for t, n, _ in evs), 10):
+                rows.append({"error": "no stop_tts"})
+                continue
+            stopped = next(t for t, n, _ in client.events if n == "stop_tts" and t > mark)
+            time.sleep(1.5)
+            again = [t for t, n, d in client.events if n == "state" and d.get("state") == "speaking" and t > stopped]
+            end = again[0] if again else stopped + 1.5
+            loud = rtc.loud(after=mark, before=end)
+            last = max([t for t in loud if t <= end], default=None)
+            rows.append({"heard_before_stop": bool(rtc.loud(after=mark, before=stopped)),
+                         "silence_after_stop_s": max(0.0, last - stopped) if last else None,
+                         "silence_after_onset_s": last - onset if last else None,
+                         "stop_after_onset_s": stopped - onset})
+        finally:
+            rtc.close()
+            client.close()
+        print(f"  barge-in {i + 1}: {rows[-1]}", flush=True)
+    return rows
+
+
+def front_pid(url: str) -> int | None:
+    import psutil
+
+    port = urlparse(url).port
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == "LISTEN" and conn.laddr.port == port and conn.pid:
+            return conn.pid
+    return None
+
+
+def load(url: str, pid: int | None, speeches: list[np.ndarray]) -> list[dict]:
+    """2 sessions at once, each asking every question, over WebRTC then over binary PCM."""
+    rows = []
+    for transport in ("webrtc", "binary"):
+        before, cpu, wall = scrape(url), _cpu_s(pid), time.monotonic()
+        results: list[dict] = [{}, {}]
+        threads = [threading.Thread(target=one_of_pair, args=(results, k, url, transport, speeches))
+                   for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall, cpu = time.monotonic() - wall, _cpu_s(pid) - cpu
+        after = scrape(url)
+        rows.append({"transport": transport, "sessions": results, "seconds": round(wall, 1),
+                     "front_cores_per_session": round(cpu / wall / 2, 4) if pid else None,
+                     "vad_lag_p99_s": histogram_quantile(before, after, "vita_vad_lag_seconds", 0.99),
+                     "audio_dropped": delta(before, after, "vita_audio_dropped_messages_total")})
+        print(f"  load {transport}: {rows[-1]}", flush=True)
+    return rows
+
+
+def one_of_pair(results: list[dict], k: int, url: str, transport: str, speeches: list[np.ndarray]) -> None:
+    try:
+        results[k] = pair_session(url, transport, speeches)
+    except Exception as exc:  # reported in the row
+        results[k] = {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def pair_session(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
+    client = RecordingClient(url).connect()
+    rtc = RtcAudio(client).connect() if transport == "webrtc" else None
+    mic = SocketMic(client, binary=True) if rtc is None else None
+    answered, gaps = 0, []
+    try:
+        for speech in speeches:
+            asked = time.monotonic()
+            if rtc is not None:
+                rtc.say(np.concatenate([silence(0.3), speech]))
+            else:
+                mic.say(np.concatenate([silence(0.3), speech]))
+            if until(client, turn_over(asked), 60):
+                answered += 1
+            if rtc is not None:  # real time: reply frames (speech or not) keep coming every 20 ms while it plays
+                times = [t for t, _ in list(rtc.heard) if t >= asked]
+                gaps += [b - a for a, b in zip(times, times[1:], strict=False) if b - a < 0.5]  # not between replies
+        return {"answered": answered, "of": len(speeches),
+                "max_frame_gap_s": round(max(gaps), 3) if gaps else None,
+                "frame_gap_p99_s": round(percentile(gaps, 0.99), 3) if gaps else None}
+    finally:
+        if mic is not None:
+            mic.close()
+        if rtc is not None:
+            rtc.close()
+        client.close()
+
+
+def codec_cost(seconds: float = 10.0) -> float:
+    """Opus encode (reply, 24 kbit/s mono) + decode (microphone) of `seconds` of speech: cores per session."""
+    import asyncio
+
+    import av
+
+    from vita.webrtc import FRAME_SAMPLES, OPUS_RATE, OpusTrack
+
+    async def make() -> OpusTrack:
+        return OpusTrack()
+
+    track = asyncio.run(make())
+    decoder = av.CodecContext.create("libopus", "r")
+    decoder.sample_rate, decoder.layout = OPUS_RATE, "stereo"
+    speech = np.tile(spoken(QUESTIONS[0]), 10)
+    track.push(speech.tobytes(), RATE)
+    frames = int(seconds * OPUS_RATE / FRAME_SAMPLES)
+    cpu = time.process_time()
+    for _ in range(frames):
+        for packet in track._encode(track._next_frame()):
+            decoder.decode(packet)
+        track._pts += FRAME_SAMPLES
+    return (time.process_time() - cpu) / seconds
+
+
+def churn(url: str, cycles: int, pid: int | None) -> dict:
+    import psutil
+
+    def health() -> dict:
+        import requests
+        return requests.get(url + "/health", verify=False, timeout=5).json()
+
+    def udp_sockets() -> int | None:
+        return len(psutil.Process(pid).net_connections("udp")) if pid else None
+
+    before, udp_before = health(), udp_sockets()
+    started, failed = time.monotonic(), 0
+    for _ in range(cycles):
+        client = RecordingClient(url).connect()
+        try:
+            rtc = RtcAudio(client).connect()
+            rtc.close()
+        except AssertionError:
+            failed += 1
+        client.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        after = health()
+        if not after["sessions"] and not after["webrtc"]["peers"] and after["threads"] <= before["threads"]:
+            break
+        time.sleep(0.5)
+    time.sleep(11)  # engine.io's ping timers of closed connections end within one ping interval (10 s)
+    after = health()
+    return {"cycles": cycles, "failed": failed, "seconds": round(time.monotonic() - started, 1),
+            "peers_after": after["webrtc"]["peers"], "sessions_after": after["sessions"],
+            "threads": [before["threads"], after["threads"]], "rss_mb": [before["rss_mb"], after["rss_mb"]],
+            "udp_sockets": [udp_before, udp_sockets()]}
+
+
+def report(results: dict) -> None:
+    talk = results.get("talk", [])
+    if talk:
+        print("\nconversation (same questions per transport):")
+        by = {t: [r for r in talk if r["transport"] == t] for t in TRANSPORTS}
+        rate = {t: statistics.median(r["bytes_per_s"] for r in rows) for t, rows in by.items() if rows}
+        v2v = {t: [v for r in rows for v in r["v2v_s"] if v is not None] for t, rows in by.items()}
+        for t, rows in by.items():
+            if rows:
+                line = f"  {t:>7}: {rate[t] / 1000:8.1f} kB/s on the wire"
+                if v2v[t]:
+                    line += f"; voice-to-voice at the client p50 {statistics.median(v2v[t]):.3f} s, " \
+                            f"p90 {percentile(v2v[t], 0.9):.3f} s ({len(v2v[t])})"
+                print(line)
+        if "vita" in rate and "webrtc" in rate:
+            ratio = rate["webrtc"] / rate["vita"]
+            print(f"  WebRTC / VITA's JSON bytes: {ratio:.3f} (target <= {TARGETS['bytes_ratio']})")
+        if v2v.get("webrtc") and v2v.get("binary"):
+            extra = statistics.median(v2v["webrtc"]) - statistics.median(v2v["binary"])
+            print(f"  WebRTC voice-to-voice - Socket.IO's (p50): {extra * 1000:+.0f} ms "
+                  f"(target <= +{TARGETS['v2v_extra_s'] * 1000:.0f} ms)")
+    rows = [r for r in results.get("barge", []) if r.get("silence_after_stop_s") is not None]
+    if rows:
+        quiet = [r["silence_after_stop_s"] for r in rows]
+        onset = [r["silence_after_onset_s"] for r in rows]
+        print(f"\nbarge-in over WebRTC ({len(rows)}): stop_tts -> silence at the client p50 "
+              f"{statistics.median(quiet) * 1000:.0f} ms (p90 {percentile(quiet, 0.9) * 1000:.0f}); onset -> "
+              f"silence p50 {statistics.median(onset) * 1000:.0f} ms (target: <= {TARGETS['silence_s'] * 1000:.0f})")
+    for row in results.get("load", []):
+        print(f"\nload, 2 sessions over {row['transport']}: {row}")
+    if "codec_cores" in results:
+        print(f"Opus encode + decode per session: {results['codec_cores'] * 100:.2f} % of a core "
+              f"(target <= {TARGETS['codec_core'] * 100:.0f} %)")
+    if "churn" in results:
+        print(f"\nchurn: {results['churn']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="talk,barge,load,churn")
+    parser.add_argument("--runs", type=int, default=2, help="conversations per transport; barge-ins = 3 x runs")
+    parser.add_argument("--cycles", type=int, default=200)
+    parser.add_argument("--url")
+    parser.add_argument("--front_pid", type=int)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    server = None
+    if args.url:
+        url = args.url
+        pid = args.front_pid or front_pid(url)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="vita-bench-webrtc-"))
+        server = start_server(tmp, "--max_users", "4", "--timeout", "600")
+        print(f"starting a server ({tmp / 'server.log'}) ...", flush=True)
+        wait_ready(server)
+        url, pid = server.url, server.process.pid
+    from bench_turns import cpu
+
+    results: dict = {"cpu": cpu(), "url": url}
+    speeches = [spoken(q) for q in QUESTIONS]
+    try:
+        if "talk" in parts:
+            results["talk"] = []
+            for run in range(args.runs):
+                for transport in TRANSPORTS:
+                    row = conversation(url, transport, speeches)
+                    results["talk"].append(row)
+                    print(f"  talk {run + 1} {transport}: {row}", flush=True)
+        if "barge" in parts:
+            results["barge"] = barge(url, 3 * args.runs)
+        if "load" in parts:
+            results["load"] = load(url, pid, speeches[:3])
+            results["codec_cores"] = codec_cost()
+        if "churn" in parts:
+            results["churn"] = churn(url, args.cycles, pid)
+    finally:
+        if server is not None:
+            stop_server(server)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
