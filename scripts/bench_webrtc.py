@@ -42,7 +42,7 @@ from bench import LONG_QUESTIONS, _cpu_s  # noqa: E402
 
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
 from tests.helpers import RecordingClient  # noqa: E402
-from tests.rtc_client import RtcAudio  # noqa: E402
+from tests.rtc_client import LOUD_RMS, RtcAudio  # noqa: E402
 from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
@@ -115,6 +115,19 @@ class SocketMic:
         self.thread.join(2)
 
 
+def first_loud_pcm(messages: list[tuple[float, bytes]], rate: int = 24000) -> list[float]:
+    """When the first reply sound is heard from Socket.IO `audio` messages played gap-free from the first one's
+    arrival (as the pages do): the same measure as WebRTC's first loud decoded frame (TTS audio opens quietly)."""
+    if not messages:
+        return []
+    pcm = np.frombuffer(b"".join(m for _, m in messages), dtype="<i2").astype(np.float64)
+    frame = rate // 50
+    for i in range(0, len(pcm) - frame + 1, frame):
+        if np.sqrt(np.mean(pcm[i:i + frame] ** 2)) >= LOUD_RMS:
+            return [messages[0][0] + i / rate]
+    return []
+
+
 def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
     """One session asks every question in turn over `transport`; bytes per second and voice-to-voice."""
     client = RecordingClient(url).connect()
@@ -126,7 +139,7 @@ def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
             mic = SocketMic(client, binary=transport == "binary")
         time.sleep(1.0)  # connection set up: only the conversation is counted
         start_bytes, started = lo_bytes(), time.monotonic()
-        v2v = []
+        v2v, server_v2v = [], []  # at the client; and as the server timed it (from the audio it received)
         for speech in speeches:
             asked = time.monotonic()
             if rtc is not None:
@@ -138,15 +151,18 @@ def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
                 raise TimeoutError(f"{transport}: no answered turn within 60 s")
             if rtc is None:
                 voiced_end = mic.voiced_end
-                heard = [t for t, n, _ in client.events if n == "audio" and t > voiced_end]
+                heard = first_loud_pcm([(t, d) for t, n, d in client.events if n == "audio" and t > voiced_end])
             else:
                 heard = rtc.loud(after=voiced_end)
             v2v.append(heard[0] - voiced_end if heard else None)
+            stages = [d for t, n, d in client.events if n == "timings" and t >= asked and d.get("stage") == "front"]
+            server_v2v.append(stages[-1].get("voice_to_voice_s") if stages else None)
             time.sleep(0.5)
         seconds, wire = time.monotonic() - started, lo_bytes() - start_bytes
         udp = rtc.wire_bytes() if rtc else None
         return {"transport": transport, "seconds": round(seconds, 2), "bytes": wire,
-                "bytes_per_s": round(wire / seconds), "udp": udp, "v2v_s": v2v}
+                "bytes_per_s": round(wire / seconds), "udp": udp, "v2v_s": v2v,
+                "server_v2v_s": server_v2v}
     finally:
         if mic is not None:
             mic.close()
@@ -329,6 +345,9 @@ def report(results: dict) -> None:
                 if v2v[t]:
                     line += f"; voice-to-voice at the client p50 {statistics.median(v2v[t]):.3f} s, " \
                             f"p90 {percentile(v2v[t], 0.9):.3f} s ({len(v2v[t])})"
+                served = [v for r in rows for v in r["server_v2v_s"] if v is not None]
+                if served:
+                    line += f"; as the server timed it p50 {statistics.median(served):.3f} s"
                 print(line)
         if "vita" in rate and "webrtc" in rate:
             ratio = rate["webrtc"] / rate["vita"]

@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
 from tests.helpers import RecordingClient
-from vita.webrtc import OpusTrack
+from vita.webrtc import OpusTrack, set_jitter_buffer
 
+CLIENT_PREFETCH = 1  # packets this client's jitter buffer holds back: 20 ms (Chromium's held 14 ms here)
+MIC_FRAME_MS = 40  # as a browser sends once our answer asks for a=ptime:40 (Chromium does)
 LOUD_RMS = 300.0  # int16 RMS of a 20 ms frame that holds speech (Opus silence decodes to ~0)
 IP_UDP_HEADER = 28  # bytes of IPv4 + UDP header per datagram, on the wire but not in a datagram's payload
 
@@ -66,7 +69,7 @@ class RtcAudio:
 
     @staticmethod
     async def _track() -> OpusTrack:
-        return OpusTrack()  # made on the loop it is read on
+        return OpusTrack(frame_ms=MIC_FRAME_MS)  # made on the loop it is read on
 
     def _run(self, coroutine: Any, timeout: float = 15) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
@@ -91,6 +94,7 @@ class RtcAudio:
     async def _offer(self) -> str:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # none: no public STUN server is reachable
         self.pc.addTrack(self.mic)
+        set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
 
         @self.pc.on("track")
         def on_track(track: Any) -> None:

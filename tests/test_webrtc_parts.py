@@ -14,10 +14,12 @@ from vita.webrtc import (
     FRAME_SAMPLES,
     OPUS_RATE,
     SILENT_TAIL_FRAMES,
+    InOrderBuffer,
     OpusTrack,
     PortRangeLoop,
     announce_host,
     limit_opus,
+    set_jitter_buffer,
 )
 
 pytestmark = pytest.mark.fast
@@ -29,7 +31,7 @@ ANSWER = ("v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 96 0\r\na=rtpmap:96 opus/48000/2\r
 
 def test_the_answer_asks_the_browser_for_mono_speech_at_a_low_bitrate():
     sdp = limit_opus(ANSWER)
-    assert "a=rtpmap:96 opus/48000/2\r\na=fmtp:96 maxaveragebitrate=24000;stereo=0\r\n" in sdp
+    assert "a=rtpmap:96 opus/48000/2\r\na=fmtp:96 maxaveragebitrate=24000;stereo=0\r\na=ptime:40\r\n" in sdp
     with_fmtp = limit_opus(ANSWER.replace("a=rtpmap:0", "a=fmtp:96 useinbandfec=1\r\na=rtpmap:0"))
     assert "a=fmtp:96 useinbandfec=1;maxaveragebitrate=24000;stereo=0\r\n" in with_fmtp
     assert "fmtp:0" not in sdp  # only Opus
@@ -143,3 +145,44 @@ def test_bad_ice_servers_name_the_entry(servers, where):
     with pytest.raises(ConfigError) as error:
         check_ice_servers(servers)
     assert error.value.option == where
+
+
+def test_the_servers_audio_buffer_is_the_one_set_in_place_of_aiortcs():
+    """aiortc has no setting for it: set_jitter_buffer replaces a private attribute, and this fails if an aiortc
+    upgrade moves it."""
+    from aiortc import RTCPeerConnection
+
+    async def buffers() -> list:
+        pc = RTCPeerConnection()
+        pc.addTransceiver("audio")
+        set_jitter_buffer(pc, InOrderBuffer)
+        held = [type(t.receiver._RTCRtpReceiver__jitter_buffer) for t in pc.getTransceivers()]
+        await pc.close()
+        return held
+
+    assert asyncio.run(buffers()) == [InOrderBuffer]
+
+
+class Packet:
+    def __init__(self, seq: int):
+        self.sequence_number, self.timestamp, self._data = seq % 65536, seq * 960, bytes([seq % 256])
+
+
+def released(buffer: InOrderBuffer, order: list[int]) -> list[int | None]:
+    out = []
+    for seq in order:
+        _, frame = buffer.add(Packet(seq))
+        out.append(None if frame is None else frame.timestamp // 960)
+    return out
+
+
+def test_packets_in_order_go_to_the_decoder_at_once():
+    assert released(InOrderBuffer(), [65534, 65535, 65536, 65537]) == [65534, 65535, 65536, 65537]  # seq wraps
+
+
+def test_a_late_packet_is_waited_for_then_a_lost_one_is_given_up():
+    buffer = InOrderBuffer(wait=2)
+    assert released(buffer, [1, 3, 2]) == [1, None, 2]  # 2 came late: waited for, then released
+    assert released(buffer, [3]) == [3]  # ...and what was held behind it, one per arrival
+    assert released(buffer, [5, 6, 7]) == [None, None, 5]  # 4 is lost: after two more, go on without it
+    assert released(buffer, [4, 8]) == [None, 6]  # 4 arriving after all is too late; the rest follow in order

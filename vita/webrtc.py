@@ -25,20 +25,22 @@ import av
 import numpy as np
 import soxr
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import candidate_from_sdp
+from aiortc.utils import uint16_add
 
 from vita.config import WebRtcConfig, check_ice_servers
 
 log = logging.getLogger("vita.webrtc")
 
 OPUS_RATE = 48000  # WebRTC's Opus clock
-FRAME_SAMPLES = 960  # 20 ms at 48 kHz: one Opus packet
-FRAME_S = FRAME_SAMPLES / OPUS_RATE
+FRAME_SAMPLES = 960  # 20 ms at 48 kHz: one Opus packet of the reply (the microphone's may be longer: ptime)
 TIME_BASE = fractions.Fraction(1, OPUS_RATE)
 REPLY_BITRATE = 24000  # mono speech: Opus at 24 kbit/s is wideband and clear
 MIC_MAX_BITRATE = 24000  # asked of the browser in the answer (maxaveragebitrate). No DTX: the server's VAD counts
 # the silence that ends a turn in the samples it receives, so the microphone must keep sending them
+MIC_PTIME_MS = 40  # asked of the browser in the answer (a=ptime): the microphone's packets carry 40 ms each
 SILENT_TAIL_FRAMES = 5  # a reply track sends 100 ms of silence after its audio, then nothing until the next audio
 MAX_SDP_CHARS = 20000  # an offer for one audio track is ~2-5 KB
 CLOSE_TIMEOUT_S = 5.0
@@ -99,8 +101,9 @@ class OpusTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, bitrate: int = REPLY_BITRATE, send_silence: bool = True):
+    def __init__(self, bitrate: int = REPLY_BITRATE, send_silence: bool = True, frame_ms: int = 20):
         super().__init__()
+        self.frame_samples = OPUS_RATE * frame_ms // 1000  # 20 ms: barge-in silence comes within one packet
         self.send_silence = send_silence
         self._silent_frames = 0
         self._lock = threading.Lock()
@@ -120,7 +123,7 @@ class OpusTrack(MediaStreamTrack):
         codec.layout = "mono"
         codec.sample_rate = OPUS_RATE
         codec.time_base = TIME_BASE
-        codec.options = {"application": "voip", "frame_duration": "20"}
+        codec.options = {"application": "voip", "frame_duration": str(self.frame_samples * 1000 // OPUS_RATE)}
         return codec
 
     # --- any thread ---------------------------------------------------------------------------------------
@@ -158,10 +161,10 @@ class OpusTrack(MediaStreamTrack):
             if self._started is None:
                 self._started = time.monotonic()
             else:
-                wait = self._started + (self._pts + FRAME_SAMPLES) / OPUS_RATE - time.monotonic()
+                wait = self._started + (self._pts + self.frame_samples) / OPUS_RATE - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                self._pts += FRAME_SAMPLES
+                self._pts += self.frame_samples
             frame = self._next_frame()
             if frame is None:  # nothing to say: no packet (the receiver's clock runs on across the gap)
                 continue
@@ -170,7 +173,7 @@ class OpusTrack(MediaStreamTrack):
                 return packets[0]
 
     def _next_frame(self) -> Any | None:
-        size = FRAME_SAMPLES * 2
+        size = self.frame_samples * 2
         with self._lock:
             chunk = bytes(self._queued[:size])
             del self._queued[:size]
@@ -181,7 +184,7 @@ class OpusTrack(MediaStreamTrack):
             self._silent_frames += 1
             if not self.send_silence and self._silent_frames > SILENT_TAIL_FRAMES:
                 return None
-        frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=self.frame_samples)
         frame.planes[0].update(chunk + bytes(size - len(chunk)))
         frame.pts = self._pts
         frame.sample_rate = OPUS_RATE
@@ -206,6 +209,9 @@ def limit_opus(sdp: str, max_bitrate: int = MIC_MAX_BITRATE) -> str:
         else:
             sdp = re.sub(rf"^(a=rtpmap:{pt} [^\r\n]*)(\r?\n)", rf"\1\2a=fmtp:{pt} {extra}\2", sdp,
                          flags=re.MULTILINE)
+    if payloads and "a=ptime:" not in sdp:  # 40 ms packets: half the per-packet headers (50 bytes) of 20 ms ones
+        sdp = re.sub(rf"^(a=fmtp:{payloads[0]} [^\r\n]*)(\r?\n)", rf"\1\2a=ptime:{MIC_PTIME_MS}\2", sdp,
+                     count=1, flags=re.MULTILINE)
     return sdp
 
 
@@ -213,6 +219,43 @@ def announce_host(sdp: str, address: str) -> str:
     """Host candidates carry `address` instead of the interface's own (a server behind 1:1 NAT)."""
     return re.sub(r"^(a=candidate:\S+ \d+ (?:udp|UDP) \d+ )(\S+)( \d+ typ host)", rf"\g<1>{address}\g<3>", sdp,
                   flags=re.MULTILINE)
+
+
+class InOrderBuffer:
+    """The server's audio jitter buffer: a packet goes to the decoder as soon as it is the next in order. The VAD
+    plays nothing out: it needs order, not smoothing (aiortc's buffer held every packet until 4 later ones had come:
+    80-160 ms on each word heard). A missing packet is waited for while at most `wait` later ones are held, then
+    given up for lost. Speaks aiortc's jitter-buffer interface: add(packet) -> (pli, frame or None)."""
+
+    def __init__(self, wait: int = 2):
+        self.wait = wait
+        self.expected: int | None = None  # the next sequence number to release
+        self.held: dict[int, Any] = {}
+
+    def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
+        seq = packet.sequence_number
+        if self.expected is None:
+            self.expected = seq
+        if 0 < uint16_add(self.expected, -seq) < 0x8000:  # older than what was released: late or repeated
+            return False, None
+        self.held[seq] = packet
+        if self.expected not in self.held and len(self.held) > self.wait:  # lost: go on from the oldest held
+            self.expected = min(self.held, key=lambda s: uint16_add(s, -self.expected))
+        packet = self.held.pop(self.expected, None)
+        if packet is None:
+            return False, None
+        self.expected = uint16_add(self.expected, 1)
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
+
+
+def set_jitter_buffer(pc: RTCPeerConnection, make: Callable[[], Any]) -> None:
+    """Give the peer's audio receivers the jitter buffer `make()` builds. aiortc fixes one holding 4 packets back
+    and offers no setting: its private one is replaced (aiortc is pinned; tests/test_webrtc_parts.py fails if an
+    upgrade moves it)."""
+    for transceiver in pc.getTransceivers():
+        receiver = transceiver.receiver
+        if transceiver.kind == "audio" and hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
+            receiver._RTCRtpReceiver__jitter_buffer = make()
 
 
 Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when the session dropped it
@@ -331,6 +374,7 @@ class RtcHub:
                 raise RtcError("the offer has no audio")
             audio[0].sender.replaceTrack(track)
             audio[0].direction = "sendrecv"
+            set_jitter_buffer(pc, InOrderBuffer)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers every candidate first (no trickle)
         except RtcError:
             await self._close(peer)
