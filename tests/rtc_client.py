@@ -65,6 +65,7 @@ class RtcAudio:
         self.thread.start()
         self.mic = self._run(self._track())
         self.heard: list[tuple[float, float]] = []  # (arrival, RMS) per received frame
+        self.changed = threading.Condition()  # notified on every frame heard and connection state change
         self.pc: RTCPeerConnection | None = None
 
     @staticmethod
@@ -84,17 +85,30 @@ class RtcAudio:
         assert not self.client.named("rtc_failed"), self.client.named("rtc_failed")
         answer = self.client.named("rtc_answer")[-1]
         self._run(self.pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"])))
-        deadline = time.monotonic() + timeout
-        while self.pc.connectionState != "connected":
-            assert self.pc.connectionState not in ("failed", "closed"), self.pc.connectionState
-            assert time.monotonic() < deadline, f"peer connection {self.pc.connectionState} after {timeout} s"
-            time.sleep(0.02)
+        assert self.wait(lambda: self.pc.connectionState in ("connected", "failed", "closed"), timeout)
+        assert self.pc.connectionState == "connected", self.pc.connectionState
         return self
+
+    def wait(self, predicate, timeout: float) -> bool:
+        """Until predicate() holds (checked at each frame heard and state change) or the timeout."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(left)
+            return True
+
+    def _notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
 
     async def _offer(self) -> str:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # none: no public STUN server is reachable
         self.pc.addTrack(self.mic)
         set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
+        self.pc.on("connectionstatechange", self._notify)
 
         @self.pc.on("track")
         def on_track(track: Any) -> None:
@@ -110,7 +124,9 @@ class RtcAudio:
             except MediaStreamError:
                 return
             samples = frame.to_ndarray().astype(np.float64)
-            self.heard.append((time.monotonic(), float(np.sqrt(np.mean(samples * samples)))))
+            with self.changed:
+                self.heard.append((time.monotonic(), float(np.sqrt(np.mean(samples * samples)))))
+                self.changed.notify_all()
 
     def say(self, pcm: np.ndarray, rate: int = 16000) -> float:
         """Queue int16 speech on the microphone track (sent at real-time pace); when it starts to go out."""
@@ -120,7 +136,8 @@ class RtcAudio:
 
     def loud(self, after: float = 0.0, before: float = float("inf")) -> list[float]:
         """Arrival times of frames with speech in them."""
-        return [t for t, rms in list(self.heard) if after <= t < before and rms >= LOUD_RMS]
+        with self.changed:
+            return [t for t, rms in self.heard if after <= t < before and rms >= LOUD_RMS]
 
     def wire_bytes(self) -> dict[str, int]:
         """Bytes on the wire so far, both ways (every datagram with its IP and UDP headers)."""

@@ -161,3 +161,16 @@ def test_the_quiet_syllables_of_speech_over_the_reply_are_the_users():
     seg.guarded = True
     kinds = [e.kind for e in seg.feed(np.concatenate([spoken("How are you today?"), silence(1.6)]))]
     assert kinds[:2] == [Heard.START, Heard.CONFIRM] and Heard.END in kinds, kinds
+
+
+def test_echo_after_a_short_word_over_the_reply_does_not_keep_it_going():
+    """"Okay." starts speech over the reply; the reply's echo that follows is not the user's: it neither confirms
+    the speech (an interruption) nor keeps the utterance from ending."""
+    config = Config()
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    seg.feed(np.concatenate([silence(0.5), spoken("What is the capital of France?"), silence(1.6)]))
+    seg.guarded = True
+    reply = spoken("Paris is the capital and the largest city of France, on the river Seine. It is lovely in spring.")
+    echo = (reply.astype(np.float32) * 10 ** (-30 / 20)).astype(np.int16)
+    kinds = [e.kind for e in seg.feed(np.concatenate([spoken("Okay."), echo]))]
+    assert kinds[0] is Heard.START and Heard.CONFIRM not in kinds and Heard.END in kinds, kinds

@@ -180,9 +180,11 @@ def test_packets_in_order_go_to_the_decoder_at_once():
     assert released(InOrderBuffer(), [65534, 65535, 65536, 65537]) == [65534, 65535, 65536, 65537]  # seq wraps
 
 
-def test_a_late_packet_is_waited_for_then_a_lost_one_is_given_up():
-    buffer = InOrderBuffer(wait=2)
-    assert released(buffer, [1, 3, 2]) == [1, None, 2]  # 2 came late: waited for, then released
-    assert released(buffer, [3]) == [3]  # ...and what was held behind it, one per arrival
-    assert released(buffer, [5, 6, 7]) == [None, None, 5]  # 4 is lost: after two more, go on without it
-    assert released(buffer, [4, 8]) == [None, 6]  # 4 arriving after all is too late; the rest follow in order
+
+def test_out_of_order_and_lost_packets_cost_one_packet_never_a_lasting_delay():
+    """Each packet goes out as it arrives unless an older one than it already went (late: dropped); after a loss
+    or a swap the next packets are not held back."""
+    buffer = InOrderBuffer()
+    assert released(buffer, [1, 3, 2, 4]) == [1, 3, None, 4]  # 2 came after 3: dropped, 4 not delayed
+    assert released(buffer, [6, 7, 5, 8]) == [6, 7, None, 8]  # 5 lost (or late): nothing waits for it
+    assert released(buffer, [8, 9]) == [None, 9]  # a repeat is dropped

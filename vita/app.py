@@ -336,18 +336,16 @@ class FrontApp:
         except AudioFormatError as exc:
             self.turns.report(session, "bad_audio", str(exc))
             return
-        if pcm.size and not self.turns.hear(session, pcm, rate):
+        self._hear(session, pcm, rate)
+        self.metrics.audio_handler.observe(time.perf_counter() - started)
+
+    def _hear(self, session: Session, pcm: Any, rate: int) -> bool:
+        """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD."""
+        heard = not pcm.size or self.turns.hear(session, pcm, rate)
+        if not heard:
             self.metrics.audio_dropped.inc()
             self.turns.report(session, "audio_overrun",
                               "Audio is arriving faster than it can be processed; some was dropped.")
-        self.metrics.audio_seconds.inc(pcm.size / rate)
-        self.metrics.audio_handler.observe(time.perf_counter() - started)
-
-    def _hear_rtc(self, session: Session, pcm: Any, rate: int) -> bool:
-        """Microphone audio from the session's WebRTC peer (decoded Opus): the same path as the socket's."""
-        heard = self.turns.hear(session, pcm, rate)
-        if not heard:
-            self.metrics.audio_dropped.inc()
         self.metrics.audio_seconds.inc(pcm.size / rate)
         return heard
 
@@ -369,19 +367,25 @@ class FrontApp:
         try:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
-            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear_rtc(session, pcm, rate))
-        except (RtcError, TimeoutError) as exc:
+            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear(session, pcm, rate))
+        except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
-            self.emit("rtc_failed", {"message": str(exc) or "the peer connection timed out"}, to=session.sid)
+            self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)
+            return
+        if self.sessions.get(session.sid) is not session:  # it disconnected meanwhile (on another thread)
+            self.rtc.close(session.sid)
             return
         self.emit("rtc_answer", {"type": "answer", "sdp": sdp}, to=session.sid)
 
     def on_rtc_candidate(self, session: Session, data: Any) -> None:
-        if self.rtc is not None and isinstance(data, dict):
-            try:
-                self.rtc.add_candidate(session.sid, data)
-            except Exception as exc:  # a malformed candidate: this one is ignored, the call goes on
-                self.turns.report(session, "bad_rtc_candidate", f"ICE candidate ignored: {exc}")
+        if self.rtc is None:
+            return
+        try:
+            if not isinstance(data, dict):
+                raise ValueError("rtc_candidate needs an object")
+            self.rtc.add_candidate(session.sid, data)
+        except Exception as exc:  # a malformed candidate: this one is ignored, the call goes on
+            self.turns.report(session, "bad_rtc_candidate", f"ICE candidate ignored: {exc}")
 
     def on_rtc_close(self, session: Session, _data: Any) -> None:
         if self.rtc is not None and self.rtc.close(session.sid):

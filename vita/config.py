@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,7 @@ class TurnConfig:
     extend_grace_ms: int = 300
     barge_in_confirm_ms: int = 650
     echo_guard_db: float = 20.0
-    stop_words: str = "stop, wait, hold on, hang on, no, pause, enough, cancel, quiet, shut up, never mind"
+    stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
 
 
 @dataclass
@@ -353,6 +354,12 @@ def validate(config: Config) -> Config:
     _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     config.webrtc.port_range()
     check_ice_servers(config.webrtc.ice_servers)
+    if config.webrtc.announce_address is not None:
+        try:
+            ipaddress.ip_address(config.webrtc.announce_address)
+        except ValueError:
+            raise ConfigError("webrtc.announce_address", f"must be an IP address, got "
+                              f"{config.webrtc.announce_address!r}") from None
     _check(config.turn_log.retention_days > 0, "turn_log.retention_days", "must be a positive number of days")
     _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")
     _check(0 < v.end_threshold <= v.start_threshold, "vad.end_threshold",

@@ -173,7 +173,7 @@ class TurnController:
         elif isinstance(item, EVENTS):
             self._handle(session, item)
         elif isinstance(item, messages.InterjectionText):
-            log.info("heard over the reply: %r", item.text, extra=turn_ids(session.sid, item.turn_id))
+            log.debug("heard over the reply: %r", item.text, extra=turn_ids(session.sid, item.turn_id))
             self._handle(session, InterjectionHeard(time.monotonic(), item.turn_id, item.pause, item.text))
         else:
             self._on_output(session, item)

@@ -465,8 +465,10 @@ class TurnTaking:
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
         if is_stop_command(e.text, self.rules.stop_phrases):
-            # "Stop." said all there was to say, unless the speech goes on (or already has: "Wait, tell me...")
+            # "Stop." said all there was to say, unless the speech goes on; if it already has ("No, stop.", "Wait,
+            # tell me..."), its words decide whether it is a request (the turn goes with unless_command)
             self.commanded = self.user_speaking and self.pause_open
+            self.after_command = self.after_command or (self.user_speaking and not self.pause_open)
             return self._cancel("barge-in")
         return self._unduck() if not self.user_speaking or self.pause_open else []
 

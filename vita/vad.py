@@ -19,6 +19,9 @@ SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
 MAX_CARRIED_GAP_S = 0.3  # silence kept between a carried utterance and its continuation (ASR needs a little)
+ECHO_HOLD_S = 0.3  # guarded, quieter chunks count as the user's this long after one at their level (in a word)
+ECHO_HOLD_SAMPLES = int(ECHO_HOLD_S * SAMPLE_RATE)
+ECHO_VOICE_DB = 10  # a chunk within this of the user's level is their voice (it renews the hold)
 LEVEL_CHUNKS = 256  # the user's level is learnt from their last ~8 s of clearly voiced speech
 MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it (before that, nothing is guarded)
 
@@ -116,6 +119,7 @@ class VadSegmenter:
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.echo_guard_db = echo_guard_db
         self.guarded = False  # the owner sets it while the assistant's reply plays
+        self.loud_at = -ECHO_HOLD_SAMPLES  # stream position of the latest voiced chunk at the user's level
         self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's voiced chunks, learnt unguarded
         self.max_samples = int(max_utterance_s * SAMPLE_RATE)
         self.pending = np.zeros(0, dtype=np.int16)
@@ -213,9 +217,10 @@ class VadSegmenter:
     def _echo_guard(self, p: float, samples: np.ndarray) -> float:
         """While the assistant's reply plays (`guarded`), voiced sound far quieter than the user's own voice is
         taken for the reply leaking back from a speaker past the browser's echo canceller, and starts no speech.
-        Once the user's voice has started speech (onset_ms of loud enough chunks), its quieter syllables count as
-        theirs (guarding every chunk took them out: "How are you today?" lost a third of its voiced chunks and never
-        interrupted). The user's level is learnt from their speech while nothing plays."""
+        Once the user's voice has started speech, its quieter syllables within ECHO_HOLD_S of a chunk at their level
+        count as theirs (guarding every chunk took them out: "How are you today?" lost a third of its voiced chunks
+        and never interrupted), and echo after their last word does not keep the utterance going. The user's level
+        is learnt from their speech while nothing plays."""
         if p < self.end_threshold or not self.echo_guard_db:
             return p
         level = 10 * np.log10(float(np.mean(samples * samples)) + 1e-10)
@@ -223,10 +228,15 @@ class VadSegmenter:
             if p >= self.start_threshold:
                 self.levels.append(level)
             return p
-        if self.speaking and self.onset_reported:  # the user's voice has started an utterance: all of it is theirs
-            return p
         user = self.level_db
-        return 0.0 if user is not None and level < user - self.echo_guard_db else p
+        if user is None or level >= user - ECHO_VOICE_DB:  # the user's voice itself (echo is far quieter)
+            self.loud_at = self.position
+            return p
+        if level >= user - self.echo_guard_db:
+            return p
+        # Quieter still: the user's own softer syllables if their voice was heard just now, else the reply's echo.
+        recent = self.position - self.loud_at <= ECHO_HOLD_SAMPLES
+        return p if self.speaking and self.onset_reported and recent else 0.0
 
     @property
     def level_db(self) -> float | None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import fractions
+import ipaddress
 import logging
 import re
 import threading
@@ -44,6 +45,7 @@ MIC_PTIME_MS = 40  # asked of the browser in the answer (a=ptime): the microphon
 SILENT_TAIL_FRAMES = 5  # a reply track sends 100 ms of silence after its audio, then nothing until the next audio
 MAX_SDP_CHARS = 20000  # an offer for one audio track is ~2-5 KB
 CLOSE_TIMEOUT_S = 5.0
+ANSWER_TIMEOUT_S = 6.0  # the page gives up after 8 s; the client's socket thread waits meanwhile
 
 
 class RtcError(Exception):
@@ -106,6 +108,8 @@ class OpusTrack(MediaStreamTrack):
         self.frame_samples = OPUS_RATE * frame_ms // 1000  # 20 ms: barge-in silence comes within one packet
         self.send_silence = send_silence
         self._silent_frames = 0
+        self._loop = asyncio.get_running_loop()  # made on the loop that reads it (aiortc's)
+        self._audio_queued = asyncio.Event()  # set (thread-safely) by push: an idle reply track sleeps on it
         self._lock = threading.Lock()
         self._queued = bytearray()  # 48 kHz int16 mono, waiting to be sent
         self._resampler: Any = None
@@ -139,6 +143,8 @@ class OpusTrack(MediaStreamTrack):
                 if last:
                     self._resampler = None
             self._queued += samples.astype("<i2").tobytes()
+        with contextlib.suppress(RuntimeError):  # its loop has closed: the peer is gone
+            self._loop.call_soon_threadsafe(self._audio_queued.set)
 
     def flush(self) -> float:
         """Drop everything queued; the seconds dropped."""
@@ -166,7 +172,12 @@ class OpusTrack(MediaStreamTrack):
                     await asyncio.sleep(wait)
                 self._pts += self.frame_samples
             frame = self._next_frame()
-            if frame is None:  # nothing to say: no packet (the receiver's clock runs on across the gap)
+            if frame is None:  # nothing to say: no packet until there is (the receiver's clock runs on across the gap)
+                self._audio_queued.clear()
+                if not self.queued_s:
+                    await self._audio_queued.wait()
+                frames = int((time.monotonic() - self._started) * OPUS_RATE) // self.frame_samples
+                self._pts = max(self._pts, (frames - 1) * self.frame_samples)
                 continue
             packets = self._encode(frame)
             if packets:
@@ -201,7 +212,7 @@ class OpusTrack(MediaStreamTrack):
 
 def limit_opus(sdp: str, max_bitrate: int = MIC_MAX_BITRATE) -> str:
     """Ask the browser for mono speech at no more than `max_bitrate`, in our answer."""
-    payloads = re.findall(r"a=rtpmap:(\d+) opus/48000", sdp, flags=re.IGNORECASE)
+    payloads = list(dict.fromkeys(re.findall(r"a=rtpmap:(\d+) opus/48000", sdp, flags=re.IGNORECASE)))
     for pt in payloads:
         extra = f"maxaveragebitrate={max_bitrate};stereo=0"
         if re.search(rf"^a=fmtp:{pt} ", sdp, flags=re.MULTILINE):
@@ -216,35 +227,31 @@ def limit_opus(sdp: str, max_bitrate: int = MIC_MAX_BITRATE) -> str:
 
 
 def announce_host(sdp: str, address: str) -> str:
-    """Host candidates carry `address` instead of the interface's own (a server behind 1:1 NAT)."""
-    return re.sub(r"^(a=candidate:\S+ \d+ (?:udp|UDP) \d+ )(\S+)( \d+ typ host)", rf"\g<1>{address}\g<3>", sdp,
-                  flags=re.MULTILINE)
+    """Host candidates of `address`'s family carry it instead of the interface's own (a server behind 1:1 NAT)."""
+    version = ipaddress.ip_address(address).version
+
+    def replace(match: re.Match) -> str:
+        own = ipaddress.ip_address(match[2].split("%")[0])
+        return f"{match[1]}{address}{match[3]}" if own.version == version else match[0]
+
+    return re.sub(r"^(a=candidate:\S+ \d+ (?:udp|UDP) \d+ )(\S+)( \d+ typ host)", replace, sdp, flags=re.MULTILINE)
 
 
 class InOrderBuffer:
-    """The server's audio jitter buffer: a packet goes to the decoder as soon as it is the next in order. The VAD
-    plays nothing out: it needs order, not smoothing (aiortc's buffer held every packet until 4 later ones had come:
-    80-160 ms on each word heard). A missing packet is waited for while at most `wait` later ones are held, then
-    given up for lost. Speaks aiortc's jitter-buffer interface: add(packet) -> (pli, frame or None)."""
+    """The server's audio jitter buffer: a packet goes to the decoder the moment it arrives, unless it is older than
+    one already passed on (late or repeated: dropped). The VAD plays nothing out: it needs order, not smoothing
+    (aiortc's buffer held every packet until 4 later ones had come: 80-160 ms on each word heard), and holding
+    packets back after a loss would keep every later one late for good. Speaks aiortc's jitter-buffer interface:
+    add(packet) -> (pli, frame or None)."""
 
-    def __init__(self, wait: int = 2):
-        self.wait = wait
-        self.expected: int | None = None  # the next sequence number to release
-        self.held: dict[int, Any] = {}
+    def __init__(self) -> None:
+        self.expected: int | None = None  # the sequence number after the newest passed on
 
     def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
         seq = packet.sequence_number
-        if self.expected is None:
-            self.expected = seq
-        if 0 < uint16_add(self.expected, -seq) < 0x8000:  # older than what was released: late or repeated
+        if self.expected is not None and 0 < uint16_add(self.expected, -seq) < 0x8000:
             return False, None
-        self.held[seq] = packet
-        if self.expected not in self.held and len(self.held) > self.wait:  # lost: go on from the oldest held
-            self.expected = min(self.held, key=lambda s: uint16_add(s, -self.expected))
-        packet = self.held.pop(self.expected, None)
-        if packet is None:
-            return False, None
-        self.expected = uint16_add(self.expected, 1)
+        self.expected = uint16_add(seq, 1)
         return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
 
 
@@ -314,12 +321,18 @@ class RtcHub:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     # --- blocking API (any thread) ------------------------------------------------------------------------
-    def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = 15.0) -> str:
+    def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S) -> str:
         """Make (or remake) the session's peer connection from the browser's offer; the answer's SDP."""
         if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
             raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
                            f"{MAX_SDP_CHARS} characters)")
-        return self.submit(self._answer(sid, offer_sdp, hear)).result(timeout)
+        answering = self.submit(self._answer(sid, offer_sdp, hear))
+        try:
+            return answering.result(timeout)
+        except TimeoutError:
+            answering.cancel()  # its peer, if made, is closed by the cancelled coroutine or the next close(sid)
+            self.close(sid)
+            raise RtcError(f"no answer within {timeout:.0f} s (ICE servers unreachable?)") from None
 
     def add_candidate(self, sid: str, candidate: dict) -> None:
         peer = self.peers.get(sid)
@@ -339,8 +352,11 @@ class RtcHub:
         return self.peers.get(sid)
 
     def stop(self) -> None:
-        for sid in list(self.peers):
-            self.close(sid)
+        async def close_all() -> None:
+            await asyncio.gather(*(self._close(peer) for peer in list(self.peers.values())))
+
+        with contextlib.suppress(Exception):
+            self.submit(close_all()).result(CLOSE_TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(CLOSE_TIMEOUT_S)
 
@@ -360,6 +376,7 @@ class RtcHub:
         def on_track(incoming: Any) -> None:
             if incoming.kind == "audio" and peer.receiving is None:
                 peer.receiving = asyncio.ensure_future(peer.listen(incoming))
+                peer.receiving.add_done_callback(lambda task: self._listening_ended(peer, task))
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:
@@ -385,14 +402,23 @@ class RtcHub:
         sdp = limit_opus(pc.localDescription.sdp)
         return announce_host(sdp, self.settings.announce) if self.settings.announce else sdp
 
+    def _listening_ended(self, peer: RtcPeer, task: asyncio.Task) -> None:
+        """The microphone's frames stopped coming: closed (fine), or a decode or hand-over failed (a dead
+        microphone must not pass for a silent one: the peer is closed and the page falls back to Socket.IO)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("WebRTC microphone failed: %r", task.exception(), extra={"sid": peer.sid})
+        asyncio.ensure_future(self._close(peer))
+
     async def _add_candidate(self, peer: RtcPeer, candidate: dict) -> None:
-        text = candidate.get("candidate") if isinstance(candidate, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            await peer.pc.addIceCandidate(None)  # end of candidates
+        text, mid, index = candidate.get("candidate"), candidate.get("sdpMid"), candidate.get("sdpMLineIndex")
+        if not isinstance(text, str) or not isinstance(mid, str | None) or not isinstance(index, int | None):
+            raise ValueError("rtc_candidate needs {\"candidate\": \"candidate:...\", \"sdpMid\", \"sdpMLineIndex\"}")
+        if not text.strip():
+            await peer.pc.addIceCandidate(None)  # "": the end of the browser's candidates
             return
         parsed = candidate_from_sdp(text.removeprefix("candidate:"))
-        parsed.sdpMid = candidate.get("sdpMid")
-        parsed.sdpMLineIndex = candidate.get("sdpMLineIndex")
+        parsed.sdpMid, parsed.sdpMLineIndex = mid, index
         await peer.pc.addIceCandidate(parsed)
 
     async def _close(self, peer: RtcPeer) -> None:

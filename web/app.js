@@ -17,6 +17,7 @@ class Player {
     this.ctx = null;
     this.sources = new Set();
     this.nextStart = 0;
+    this.received = 0; // reply audio messages that came over the socket
   }
 
   ensure() {
@@ -36,6 +37,7 @@ class Player {
   }
 
   play(bytes) {
+    this.received += 1;
     this.ensure();
     const pcm = new Int16Array(bytes);
     if (!pcm.length) return;
@@ -120,9 +122,10 @@ class Mic {
 // rtc_answer); text, states and barge-in stay there too. connect() resolves once audio flows, or throws (the page
 // then falls back to Socket.IO PCM).
 class RtcAudio {
-  constructor(socket, element) {
+  constructor(socket, element, onLost) {
     this.socket = socket;
     this.element = element;
+    this.onLost = onLost; // called if a connected call drops
     this.pc = null;
   }
 
@@ -135,12 +138,20 @@ class RtcAudio {
     };
     await pc.setLocalDescription(await pc.createOffer());
     await this.gathered(pc, 2000);
+    let onAnswer, onFailed;
     const answer = new Promise((resolve, reject) => {
-      this.socket.once("rtc_answer", resolve);
-      this.socket.once("rtc_failed", (m) => reject(new Error(m && m.message ? m.message : "refused")));
+      onAnswer = resolve;
+      onFailed = (m) => reject(new Error(m && m.message ? m.message : "refused"));
+      this.socket.on("rtc_answer", onAnswer);
+      this.socket.on("rtc_failed", onFailed);
     });
     this.socket.emit("rtc_offer", { type: "offer", sdp: pc.localDescription.sdp });
-    await pc.setRemoteDescription(await this.within(answer, timeoutMs, "no answer from the server"));
+    try {
+      await pc.setRemoteDescription(await this.within(answer, timeoutMs, "no answer from the server"));
+    } finally { // a late answer must not be taken for the next attempt's
+      this.socket.off("rtc_answer", onAnswer);
+      this.socket.off("rtc_failed", onFailed);
+    }
     await this.within(new Promise((resolve, reject) => {
       const check = () => {
         if (pc.connectionState === "connected") resolve();
@@ -149,6 +160,9 @@ class RtcAudio {
       pc.onconnectionstatechange = check;
       check();
     }), timeoutMs, "no route to the server (a TURN server may be needed)");
+    pc.onconnectionstatechange = () => { // later: the call dropped (network change, server restart)
+      if (this.pc === pc && (pc.connectionState === "failed" || pc.connectionState === "closed")) this.onLost();
+    };
   }
 
   // Candidates go in the offer (no trickle): wait for gathering, or send what there is after `ms`.
@@ -336,6 +350,8 @@ class App {
     this.mic = new Mic((pcm) => this.transport === "socket" && this.socket.connected && this.socket.emit("audio", pcm),
       (level) => this.level(level));
     this.rtc = null;
+    this.starting = false; // the microphone and a call are being set up
+    this.micRate = MIC_RATE;
     this.transport = null; // the live audio transport while talking: "webrtc" or "socket"
     this.webrtc = { enabled: false, ice_servers: [] }; // what the server offers (server_status)
     this.camera = new Camera($("preview"), (url) => this.socket.connected && this.socket.emit("video_frame", url));
@@ -363,7 +379,7 @@ class App {
     s.on("out_time", () => this.banner("You were disconnected after a long silence. Reload the page to talk again."));
     s.on("notice", (m) => m && m.message && this.banner(`Notice: ${m.message}`));
     s.on("audio", (bytes) => this.player.play(bytes));
-    s.on("stop_tts", () => this.player.stop());
+    s.on("stop_tts", () => { this.player.stop(); if (this.rtc) this.rtc.duck(false); });
     s.on("duck", () => { this.player.duck(true); if (this.rtc) this.rtc.duck(true); });
     s.on("unduck", () => { this.player.duck(false); if (this.rtc) this.rtc.duck(false); });
     s.on("state", (m) => this.setState(m.state));
@@ -440,7 +456,10 @@ class App {
 
   // --- controls ------------------------------------------------------------------------------------------
   bindControls() {
-    $("talk").onclick = () => (this.talking ? this.stopTalking() : this.startTalking());
+    $("talk").onclick = () => {
+      if (this.starting) return; // the microphone and the call are being set up
+      if (this.talking) this.stopTalking(); else this.startTalking();
+    };
     $("camera").onclick = () => this.toggleCamera();
     $("reset").onclick = () => this.socket.emit("reset_state");
     $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
@@ -466,33 +485,52 @@ class App {
 
   async startTalking() {
     this.player.ensure();
-    let rate;
+    this.starting = true;
     try {
-      rate = await this.mic.start();
+      this.micRate = await this.mic.start();
     } catch (e) {
       this.toast(`The microphone is not available: ${e.message}`);
       await this.mic.stop();
+      this.starting = false;
       return;
     }
-    this.transport = "socket";
+    let transport = "socket"; // no frames go anywhere until it is decided (this.transport stays null)
     if (this.wantsWebrtc()) {
-      this.rtc = new RtcAudio(this.socket, $("reply-audio"));
+      this.rtc = new RtcAudio(this.socket, $("reply-audio"), () => this.webrtcLost());
       try {
         await this.rtc.connect(this.mic.stream.getAudioTracks()[0], this.webrtc.ice_servers || []);
-        this.transport = "webrtc";
+        transport = "webrtc";
       } catch (e) {
-        this.rtc.close();
-        this.rtc = null;
-        if (this.socket.connected) this.socket.emit("rtc_close");
+        this.dropWebrtc();
         this.toast(`WebRTC audio did not connect (${e.message}): using Socket.IO audio instead.`);
       }
     }
-    if (this.transport === "socket" && rate !== MIC_RATE) this.socket.emit("audio_format", { sample_rate: rate });
-    this.showTransport();
+    this.starting = false;
+    this.useTransport(transport);
     this.talking = true;
     this.socket.emit("recording-started");
     $("talk").textContent = "Stop talking";
     $("talk").classList.add("on");
+  }
+
+  useTransport(transport) {
+    if (transport === "socket" && this.micRate !== MIC_RATE) this.socket.emit("audio_format", { sample_rate: this.micRate });
+    this.transport = transport;
+    this.showTransport();
+  }
+
+  dropWebrtc() {
+    if (this.rtc) this.rtc.close();
+    this.rtc = null;
+    if (this.socket.connected) this.socket.emit("rtc_close");
+  }
+
+  // A connected call dropped: the conversation goes on over Socket.IO.
+  webrtcLost() {
+    if (this.transport !== "webrtc") return;
+    this.dropWebrtc();
+    this.useTransport("socket");
+    this.toast("WebRTC audio was lost: using Socket.IO audio instead.");
   }
 
   wantsWebrtc() {
@@ -509,11 +547,7 @@ class App {
   async stopTalking() {
     if (!this.talking) return;
     this.talking = false;
-    if (this.rtc) {
-      this.rtc.close();
-      this.rtc = null;
-      if (this.socket.connected) this.socket.emit("rtc_close");
-    }
+    this.dropWebrtc();
     this.transport = null;
     this.showTransport();
     await this.mic.stop();

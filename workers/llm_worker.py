@@ -119,6 +119,7 @@ class LlmWorker:
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
+        self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
         self.vision = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vision")
@@ -271,6 +272,7 @@ class LlmWorker:
             self.running[message.session_id] = (message.turn_id, task)
             task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
         elif isinstance(message, InterjectionCheck):
+            self.latest_check[message.session_id] = (message.turn_id, message.pause)
             task = asyncio.create_task(self._hear_interjection(message))
             self.side_tasks.add(task)
             task.add_done_callback(self.side_tasks.discard)
@@ -281,6 +283,7 @@ class LlmWorker:
         elif isinstance(message, (ResetHistory, EndSession)):
             self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
+            self.latest_check.pop(message.session_id, None)
 
     def _cancel(self, session_id: str, up_to_turn: int) -> None:
         current = self.running.get(session_id)
@@ -305,12 +308,18 @@ class LlmWorker:
     async def _hear_interjection(self, check: InterjectionCheck) -> None:
         """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
         It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
+        def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
+            if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
+                return None
+            return self.asr.transcribe(check.audio, check.sample_rate)
+
         try:
-            text = await self._in_thread(self.asr.transcribe, check.audio, check.sample_rate)
+            text = await self._in_thread(transcribe_if_newest)
         except Exception:  # the front then leaves the reply playing: short speech over it is not a turn
             self.report.log.exception("interjection ASR failed")
             text = ""
-        self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
+        if text is not None:
+            self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
 
     def _publish(self, message: Any) -> None:
         self.publisher.publish(message)  # never blocks the event loop
