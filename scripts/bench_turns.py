@@ -459,12 +459,15 @@ def command_over_reply(client: RecordingClient, voice: str, text: str) -> dict:
     natural_end = ended_naturally_at(since(client, mark), turn_id)
     if natural_end is not None and natural_end < sent["end"] + 1.0:
         return {**row, "error": "the reply ended too soon after the command"}
+    made = turns(since(client, sent["onset"]))
+    if made:  # a turn of the command's words: is it answered? (the LLM worker drops one that is only a command)
+        wait_open_mic(client, lambda evs: over(evs, made[-1]), 20)
     events = since(client, sent["onset"])
     stops = [t for t, n, _ in events if n == "stop_tts"]
     row.update({"voiced_s": round(last - first, 3), "stopped": bool(stops),
                 "stop_s": stops[0] - sent["onset"] if stops else None,
                 "stop_after_end_s": stops[0] - sent["end"] if stops else None,
-                "became_turn": [d.get("turn_id") for _, n, d in events if n == "turn"]})
+                "became_turn": made, "answered": [i for i in answered(events) if i != turn_id]})
     return row
 
 
@@ -599,8 +602,8 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         p50, p90 = p50_p90([r["stop_after_end_s"] for r in stopped])
         add("4 one-word commands", voice, len(rows), "stop_tts after the word's end (ms)", p50, p90,
             rate=f"stopped {len(stopped)}/{len(rows)}", target="", ok=None, unit=1000, digits=0,
-            notes=f"voiced p50 {statistics.median(r['voiced_s'] for r in rows):.2f} s; answered as a turn of "
-                  f"its own {len([r for r in rows if r['became_turn']])}")
+            notes=f"voiced p50 {statistics.median(r['voiced_s'] for r in rows):.2f} s; a turn of its own "
+                  f"{len([r for r in rows if r['became_turn']])}, answered {len([r for r in rows if r['answered']])}")
     return table
 
 

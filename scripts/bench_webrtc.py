@@ -23,12 +23,14 @@ Usage: .venv/bin/python scripts/bench_webrtc.py [--parts talk,barge,load,churn] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -128,8 +130,9 @@ def first_loud_pcm(messages: list[tuple[float, bytes]], rate: int = 24000) -> li
     return []
 
 
-def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
-    """One session asks every question in turn over `transport`; bytes per second and voice-to-voice."""
+@contextlib.contextmanager
+def talking(url: str, transport: str) -> Iterator[tuple[RecordingClient, RtcAudio | None, SocketMic | None]]:
+    """A session with an open microphone over `transport`: its client, and its WebRTC peer or socket microphone."""
     client = RecordingClient(url).connect()
     rtc = mic = None
     try:
@@ -137,6 +140,18 @@ def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
             rtc = RtcAudio(client).connect()
         else:
             mic = SocketMic(client, binary=transport == "binary")
+        yield client, rtc, mic
+    finally:
+        if mic is not None:
+            mic.close()
+        if rtc is not None:
+            rtc.close()
+        client.close()
+
+
+def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
+    """One session asks every question in turn over `transport`; bytes per second and voice-to-voice."""
+    with talking(url, transport) as (client, rtc, mic):
         time.sleep(1.0)  # connection set up: only the conversation is counted
         start_bytes, started = lo_bytes(), time.monotonic()
         v2v, server_v2v = [], []  # at the client; and as the server timed it (from the audio it received)
@@ -163,12 +178,6 @@ def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
         return {"transport": transport, "seconds": round(seconds, 2), "bytes": wire,
                 "bytes_per_s": round(wire / seconds), "udp": udp, "v2v_s": v2v,
                 "server_v2v_s": server_v2v}
-    finally:
-        if mic is not None:
-            mic.close()
-        if rtc is not None:
-            rtc.close()
-        client.close()
 
 
 def barge(url: str, runs: int) -> list[dict]:
@@ -246,11 +255,8 @@ def one_of_pair(results: list[dict], k: int, url: str, transport: str, speeches:
 
 
 def pair_session(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
-    client = RecordingClient(url).connect()
-    rtc = RtcAudio(client).connect() if transport == "webrtc" else None
-    mic = SocketMic(client, binary=True) if rtc is None else None
     answered, gaps = 0, []
-    try:
+    with talking(url, transport) as (client, rtc, mic):
         for speech in speeches:
             asked = time.monotonic()
             if rtc is not None:
@@ -265,12 +271,6 @@ def pair_session(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
         return {"answered": answered, "of": len(speeches),
                 "max_frame_gap_s": round(max(gaps), 3) if gaps else None,
                 "frame_gap_p99_s": round(percentile(gaps, 0.99), 3) if gaps else None}
-    finally:
-        if mic is not None:
-            mic.close()
-        if rtc is not None:
-            rtc.close()
-        client.close()
 
 
 def codec_cost(seconds: float = 10.0) -> float:
@@ -324,8 +324,7 @@ def churn(url: str, cycles: int, pid: int | None) -> dict:
         if not after["sessions"] and not after["webrtc"]["peers"] and after["threads"] <= before["threads"]:
             break
         time.sleep(0.5)
-    time.sleep(11)  # engine.io's ping timers of closed connections end within one ping interval (10 s)
-    after = health()
+    after = health()  # (its thread count leaves out engine.io's ping timers, which end within 10 s)
     return {"cycles": cycles, "failed": failed, "seconds": round(time.monotonic() - started, 1),
             "peers_after": after["webrtc"]["peers"], "sessions_after": after["sessions"],
             "threads": [before["threads"], after["threads"]], "rss_mb": [before["rss_mb"], after["rss_mb"]],

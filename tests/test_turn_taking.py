@@ -561,11 +561,11 @@ def test_a_stop_that_goes_on_into_a_request_is_a_turn():
     m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop."))
     m.handle(SpeechResumed(4.3))  # "Stop. What about Spain?" (or "No, stop.": the LLM worker tells them apart)
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
-    assert start.speech == LONGER and m.phase is Phase.THINKING and start.after_command
+    assert start.speech == LONGER and m.phase is Phase.THINKING and start.stopped_reply
     m.handle(TurnUnanswered(5.9, start.turn_id, "stop command"))
     m.handle(SpeechStarted(7.0))
     (later,) = of(m.handle(UtteranceEnded(8.0, SPEECH)), StartTurn)
-    assert not later.after_command  # the next request is an ordinary one
+    assert not later.stopped_reply  # the next request is an ordinary one
 
 
 def test_a_stop_heard_after_the_speech_went_on_stops_the_reply_and_the_rest_is_a_turn():
@@ -578,7 +578,7 @@ def test_a_stop_heard_after_the_speech_went_on_stops_the_reply_and_the_rest_is_a
     assert of(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Wait.")), CancelTurn)
     m.handle(SpeechConfirmed(4.5))
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
-    assert start.speech == LONGER and start.after_command  # "No, stop." too: the LLM worker reads its words
+    assert start.speech == LONGER and start.stopped_reply  # "No, stop." too: the LLM worker reads its words
 
 
 def test_a_backchannel_heard_at_the_pause_unducks_and_the_reply_goes_on():
@@ -616,3 +616,14 @@ def test_confirmed_speech_and_speech_before_the_reply_are_not_sent_for_a_check()
     m.handle(SpeechStarted(2.5))
     actions = m.handle(SpeechPaused(2.9, SPEECH))
     assert of(actions, JudgeTurn) and not of(actions, HearInterjection)
+
+
+def test_speech_that_interrupted_a_reply_is_answered_only_if_it_is_more_than_a_command():
+    """"Wait, stop." is long enough to interrupt by its duration alone: its turn carries the stop phrases, and the
+    LLM worker answers nothing if the words are only a command."""
+    m = commanding()
+    speaking(m)
+    m.handle(SpeechStarted(3.5))
+    assert of(m.handle(SpeechConfirmed(4.2)), CancelTurn)
+    (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
+    assert start.stopped_reply

@@ -326,7 +326,7 @@ class TurnController:
         sent = self.put("requests", messages.TurnRequest(
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,
-            speculative=action.speculative, unless_command=self.rules.stop_phrases if action.after_command else ()))
+            speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else ()))
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only
             self.report(session, "server_busy", "The assistant is overloaded and dropped what you said; "
                                                 "please say it again.")

@@ -243,7 +243,8 @@ class StartTurn:
     speech: Speech | None
     text: str
     speculative: bool = False
-    after_command: bool = False  # the speech went on after a stop command: answer it only if it is a request
+    stopped_reply: bool = False  # the speech stopped a reply (by its length, or a command and went on): answer it
+    # only if it is more than a stop command ("Wait, stop." is not a request; "Wait, what about Spain?" is)
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,7 @@ class TurnTaking:
         self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
         self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
-        self.after_command = False  # ...and then went on: a request only if its words are more than a command
+        self.stopped_reply = False  # the current speech stopped the reply: a request only if it is more than a command
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
         self.pause_open = False
         self._last_turn = 0
@@ -398,7 +399,7 @@ class TurnTaking:
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = True
-        self.speech_confirmed = self.commanded = self.after_command = False
+        self.speech_confirmed = self.commanded = self.stopped_reply = False
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
         self.onset_before_reply = self._committed() and (
@@ -412,6 +413,7 @@ class TurnTaking:
             return []
         if self._continues_request():
             return self._extend()
+        self.stopped_reply = True
         return self._cancel("barge-in")
 
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
@@ -451,7 +453,7 @@ class TurnTaking:
             actions += self._cancel(DISCARDED)
             turn_id = self._new_turn()
             self.speculative = True
-            actions.append(StartTurn(turn_id, e.speech, "", speculative=True, after_command=self.after_command))
+            actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=self.stopped_reply))
         if self.rules.judge:
             actions.append(JudgeTurn(self.pause_seq, e.speech))
         return actions
@@ -468,13 +470,13 @@ class TurnTaking:
             # "Stop." said all there was to say, unless the speech goes on; if it already has ("No, stop.", "Wait,
             # tell me..."), its words decide whether it is a request (the turn goes with unless_command)
             self.commanded = self.user_speaking and self.pause_open
-            self.after_command = self.after_command or (self.user_speaking and not self.pause_open)
+            self.stopped_reply = self.stopped_reply or (self.user_speaking and not self.pause_open)
             return self._cancel("barge-in")
         return self._unduck() if not self.user_speaking or self.pause_open else []
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
-        self.after_command = self.after_command or self.commanded  # "Stop. What about Spain?": a request after all
+        self.stopped_reply = self.stopped_reply or self.commanded  # "Stop. What about Spain?": a request after all
         self.pause_open = self.commanded = False
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
@@ -504,15 +506,15 @@ class TurnTaking:
         self.carrying = None
         text, self.pending_text = self.pending_text, ""
         if self.active_turn is not None and self.speculative and not text:
-            self.after_command = False
+            self.stopped_reply = False
             turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
             self.speculative = False
             return actions + self._commit(turn_id, e.speech, text, e.now)
         if self.active_turn is not None:
             actions += self._cancel("new turn")
         turn_id = self._new_turn()
-        after_command, self.after_command = self.after_command, False
-        return actions + [StartTurn(turn_id, e.speech, text, after_command=after_command)] + self._commit(
+        stopped_reply, self.stopped_reply = self.stopped_reply, False
+        return actions + [StartTurn(turn_id, e.speech, text, stopped_reply=stopped_reply)] + self._commit(
             turn_id, e.speech, text, e.now)
 
     def _on_TextTyped(self, e: TextTyped) -> list[Action]:
