@@ -28,7 +28,7 @@ def test_a_short_burst_in_one_message_is_started_then_dropped_in_that_order():
     """One message holding a cough's whole life: the machine must see its start before its drop (the other way
     round it would think the user started speaking and never stopped)."""
     burst = spoken("Please tell me a joke about cats.")[3200:5600]  # 150 ms out of the middle of a word
-    audio = np.concatenate([silence(0.5), burst, silence(1.5)])
+    audio = np.concatenate([silence(0.5), burst, silence(2.0)])
     events = listener().hear(audio, 16000, arrived=10.0, now=10.0)
     assert [type(e) for e in events] == [SpeechStarted, SpeechDropped]
 
@@ -36,7 +36,7 @@ def test_a_short_burst_in_one_message_is_started_then_dropped_in_that_order():
 @pytest.mark.parametrize("rate", [16000, 48000, 44100])
 def test_speech_at_any_rate_becomes_one_utterance(rate):
     speech = spoken("What is the capital of France?", rate)
-    events = hear_all(listener(), np.concatenate([silence(1.0, rate), speech, silence(1.5, rate)]), rate, rate // 50)
+    events = hear_all(listener(), np.concatenate([silence(1.0, rate), speech, silence(2.0, rate)]), rate, rate // 50)
     ended = [e for e in events if isinstance(e, UtteranceEnded)]
     assert sum(isinstance(e, SpeechStarted) for e in events) == 1 and len(ended) == 1
     heard = ended[0].speech
@@ -56,7 +56,7 @@ def test_reset_forgets_half_heard_speech():
     before = hear_all(target, np.concatenate([silence(0.5), speech[: len(speech) // 2]]), 16000, 512)
     assert any(isinstance(e, SpeechStarted) for e in before)
     target.reset()
-    after = hear_all(target, silence(1.5), 16000, 512)
+    after = hear_all(target, silence(2.0), 16000, 512)
     assert not any(isinstance(e, UtteranceEnded) for e in after)
 
 
@@ -76,17 +76,17 @@ def test_the_end_of_turn_model_can_end_the_utterance_at_a_pause():
 def test_a_carried_request_begins_the_next_utterance():
     target = listener()
     first = spoken("My name is Anna.")
-    (ended,) = [e for e in hear_all(target, np.concatenate([silence(0.5), first, silence(1.5)]), 16000, 512)
+    (ended,) = [e for e in hear_all(target, np.concatenate([silence(0.5), first, silence(2.0)]), 16000, 512)
                 if isinstance(e, UtteranceEnded)]
     target.carry(ended.speech)  # the user went on before the reply was heard
     second = spoken("Please remember it.")
-    later = hear_all(target, np.concatenate([second, silence(1.5)]), 16000, 512, arrived=200.0)
+    later = hear_all(target, np.concatenate([second, silence(2.0)]), 16000, 512, arrived=200.0)
     (joined,) = [e for e in later if isinstance(e, UtteranceEnded)]
     assert joined.speech.pcm.startswith(ended.speech.pcm)
     assert joined.speech.details["start_s"] == ended.speech.details["start_s"]
     assert len(joined.speech.pcm) > len(ended.speech.pcm) + len(second)  # both parts, one utterance
     target.carry(None)
-    again = hear_all(target, np.concatenate([second, silence(1.5)]), 16000, 512, arrived=300.0)
+    again = hear_all(target, np.concatenate([second, silence(2.0)]), 16000, 512, arrived=300.0)
     (alone,) = [e for e in again if isinstance(e, UtteranceEnded)]
     assert alone.speech.details["start_s"] > joined.speech.details["end_s"]  # its own start: nothing carried
     assert len(alone.speech.pcm) < len(joined.speech.pcm) - len(ended.speech.pcm) // 2
