@@ -408,17 +408,34 @@ def sound_over_reply(client: RecordingClient, category: str, label: str, sound: 
     return row
 
 
-def interruption(client: RecordingClient, voice: str, text: str) -> dict:
-    row: dict = {"voice": voice, "text": text}
+def _said_over_reply(client: RecordingClient, voice: str, text: str
+                     ) -> tuple[float, int, dict[str, float], float] | None:
+    """Ask the long question; SOUND_LEAD_S into its reply, say `text` (then 2 s of open microphone). When it was
+    asked, its turn id, when the first and last voiced samples of `text` were sent, and how long it is voiced;
+    None if no reply came."""
     mark = time.monotonic()
     speaking = _speaking_after(client, mark, INTERRUPTED_QUESTION)
     if speaking is None:
-        return {**row, "error": "no reply (unanswered, stalled, or not within 60 s)"}
+        return None
     speaking_at, turn_id = speaking
     speech = say(voice, text)
+    first, last = voiced_span(speech)
     lead = max(0.0, SOUND_LEAD_S - (time.monotonic() - speaking_at))
-    onset = play(client, np.concatenate([silence(lead), speech, silence(2.0)]),
-                 {"onset": int((lead + voiced_span(speech)[0]) * RATE)})["onset"]
+    sent = play(client, np.concatenate([silence(lead), speech, silence(2.0)]),
+                {"onset": int((lead + first) * RATE), "end": int((lead + last) * RATE)})
+    return mark, turn_id, sent, last - first
+
+
+NO_REPLY = "no reply (unanswered, stalled, or not within 60 s)"
+
+
+def interruption(client: RecordingClient, voice: str, text: str) -> dict:
+    row: dict = {"voice": voice, "text": text}
+    said = _said_over_reply(client, voice, text)
+    if said is None:
+        return {**row, "error": NO_REPLY}
+    mark, turn_id, sent, _ = said
+    onset = sent["onset"]
     natural_end = ended_naturally_at(since(client, mark), turn_id)
     if natural_end is not None and natural_end < onset:
         return {**row, "error": "the reply ended before the interruption"}
@@ -446,16 +463,10 @@ def command_over_reply(client: RecordingClient, voice: str, text: str) -> dict:
     """A one-word command ("Stop.") 0.5 s into a long reply: does it stop it, how soon after the word ends, and is
     it (wrongly) answered as a request of its own?"""
     row: dict = {"voice": voice, "text": text, "command": True}
-    mark = time.monotonic()
-    speaking = _speaking_after(client, mark, INTERRUPTED_QUESTION)
-    if speaking is None:
-        return {**row, "error": "no reply (unanswered, stalled, or not within 60 s)"}
-    speaking_at, turn_id = speaking
-    speech = say(voice, text)
-    first, last = voiced_span(speech)
-    lead = max(0.0, SOUND_LEAD_S - (time.monotonic() - speaking_at))
-    sent = play(client, np.concatenate([silence(lead), speech, silence(2.0)]),
-                {"onset": int((lead + first) * RATE), "end": int((lead + last) * RATE)})
+    said = _said_over_reply(client, voice, text)
+    if said is None:
+        return {**row, "error": NO_REPLY}
+    mark, turn_id, sent, voiced_s = said
     natural_end = ended_naturally_at(since(client, mark), turn_id)
     if natural_end is not None and natural_end < sent["end"] + 1.0:
         return {**row, "error": "the reply ended too soon after the command"}
@@ -464,7 +475,7 @@ def command_over_reply(client: RecordingClient, voice: str, text: str) -> dict:
         wait_open_mic(client, lambda evs: over(evs, made[-1]), 20)
     events = since(client, sent["onset"])
     stops = [t for t, n, _ in events if n == "stop_tts"]
-    row.update({"voiced_s": round(last - first, 3), "stopped": bool(stops),
+    row.update({"voiced_s": round(voiced_s, 3), "stopped": bool(stops),
                 "stop_s": stops[0] - sent["onset"] if stops else None,
                 "stop_after_end_s": stops[0] - sent["end"] if stops else None,
                 "became_turn": made, "answered": [i for i in answered(events) if i != turn_id]})

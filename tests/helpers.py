@@ -75,14 +75,8 @@ class RecordingClient:
 
     def wait_for(self, predicate, timeout: float) -> bool:
         """Wait until predicate(events) is true; the events are passed as a list snapshot."""
-        deadline = time.monotonic() + timeout
         with self.changed:
-            while not predicate(list(self.events)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.changed.wait(remaining)
-            return True
+            return bool(self.changed.wait_for(lambda: predicate(list(self.events)), timeout))
 
     def wait_event(self, event: str, timeout: float) -> bool:
         return self.wait_for(lambda evs: any(name == event for _, name, _ in evs), timeout)

@@ -91,14 +91,8 @@ class RtcAudio:
 
     def wait(self, predicate, timeout: float) -> bool:
         """Until predicate() holds (checked at each frame heard and state change) or the timeout."""
-        deadline = time.monotonic() + timeout
         with self.changed:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.changed.wait(left)
-            return True
+            return bool(self.changed.wait_for(predicate, timeout))
 
     def _notify(self) -> None:
         with self.changed:

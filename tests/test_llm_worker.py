@@ -105,14 +105,8 @@ class LlmHarness:
                     if isinstance(m, kind) and getattr(m, "session_id", None) == session]
 
     def wait(self, predicate, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
         with self.changed:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.changed.wait(left)
-            return True
+            return bool(self.changed.wait_for(predicate, timeout))
 
     def wait_ended(self, session: str, timeout: float = 60) -> TurnEnded:
         """The turn's TurnEnded and, for an answered turn, its final TTS piece: the two travel on different

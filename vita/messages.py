@@ -47,8 +47,8 @@ class TurnRequest:
     voice: str | None = None
     reply_mode: str = "stream"
     speculative: bool = False
-    unless_command: tuple[str, ...] = ()  # stop phrases: speech that went on after a "Stop." that interrupted the
-    # reply ("No, stop."): if its words are only a stop command too, nothing is answered
+    unless_command: tuple[str, ...] = ()  # stop phrases: the speech interrupted a reply ("Wait, stop.", "No, stop."):
+    # if its words are only a stop command, nothing is answered
 
 
 REPLY_MODES = ("stream", "full")

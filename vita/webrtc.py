@@ -277,7 +277,6 @@ class RtcPeer:
         self.track = track
         self.hear = hear
         self.receiving: asyncio.Task | None = None
-        self.mic_s = 0.0  # seconds of microphone audio received
         self.closed = False
 
     @property
@@ -297,7 +296,6 @@ class RtcPeer:
                 pcm = pcm.reshape(-1, channels).mean(axis=1).astype(np.int16)
             else:
                 pcm = pcm.reshape(-1).astype(np.int16)
-            self.mic_s += pcm.size / frame.sample_rate
             self.hear(pcm, frame.sample_rate)
 
 
