@@ -481,6 +481,7 @@ class Session:
         self.reconnects = 0
         self.extended = 0  # questions heard as two turns, the first cancelled as "extended" by the server
         self.server_ended: set[int] = set()  # turn ids the server sent `listening` for (not as "extended")
+        self.committed: list[tuple[int, float]] = []  # (turn id, when) of every `turn` the server sent
         self.stray_audio = 0  # reply audio messages that came when no turn of this session was speaking
         self.stray_logged_at = 0.0
 
@@ -544,6 +545,7 @@ class Session:
             if tid <= self.last_tid:
                 self.soak.anomaly(self.name, f"turn id {tid} after {self.last_tid}")
             self.last_tid = max(self.last_tid, tid)
+            self.committed.append((tid, t))
             # A turn is the latest question's whose speech had started (the next one may be queued already).
             turn = next((q for u, q in reversed(self.said) if 0 < u.started_at <= t), None)
             if turn is None:
@@ -656,6 +658,12 @@ class Session:
     def check_stuck(self) -> None:
         for turn in list(self.open):
             if turn.turn_id in self.server_ended:  # ended by the server (e.g. a first part set apart by split())
+                self.open.remove(turn)
+                continue
+            if turn.withdrawn_at is not None and any(tid > turn.turn_id and t >= turn.withdrawn_at
+                                                     for tid, t in self.committed):
+                # Withdrawn as "extended" and carried into a turn the server made next: when the next question began
+                # within extend_grace_ms of this one's first audio, that turn is booked to the next question.
                 self.open.remove(turn)
                 continue
             if now() > turn.deadline(self.soak.stall_s, self.soak.args.margin_s):
