@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from vita.speech_pieces import PieceSplitter, ReplyShaper, WordBudget, clean_for_speech, end_cleanly
+from vita.speech_pieces import (
+    PieceSplitter,
+    ReplyShaper,
+    SpeechClock,
+    WordBudget,
+    clean_for_speech,
+    end_cleanly,
+)
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -89,3 +96,55 @@ def test_reply_shaper_ends_a_token_limited_reply_on_a_whole_word():
     shaper = ReplyShaper(max_words=25)
     assert shaper.feed("Paris is the capital of Fra") == []
     assert shaper.finish(cut_by_token_limit=True) == ["Paris is the capital of."]
+
+
+def test_a_due_cut_takes_the_pending_words_at_their_last_clause():
+    splitter = PieceSplitter(first_piece_words=3)
+    assert splitter.feed("A rainbow is a beautiful") == ["A rainbow is"]
+    assert splitter.feed(" arc, made of light and") == []  # the sentence goes on: no boundary yet
+    assert splitter.cut_due() == ["a beautiful arc,"]
+    assert splitter.feed(" rain. Next") == ["made of light and rain."]
+
+
+def test_a_due_cut_without_a_clause_does_not_end_on_a_leading_word():
+    splitter = PieceSplitter(first_piece_words=3)
+    splitter.feed("Mars is a planet in the solar system of ")
+    assert splitter.cut_due() == ["planet in the solar system"]  # not "... system of"
+    assert splitter.flush() == ["of"]
+
+
+def test_a_due_cut_needs_two_words_and_never_cuts_the_first_piece():
+    splitter = PieceSplitter(first_piece_words=3)
+    assert splitter.cut_due() == []  # the first piece keeps its own rule
+    splitter.feed("Once upon a time there")
+    assert splitter.cut_due() == []
+    splitter = PieceSplitter(first_piece_words=3)
+    splitter.feed("Sure, the ")
+    assert splitter.cut_due() == []  # only "the", which leads into what follows
+
+
+def test_speech_clock_is_due_just_before_the_handed_words_have_been_spoken():
+    clock = SpeechClock(seconds_per_word=0.3, margin_s=0.4, voice_latency_s=0.1)
+    assert not clock.due(0.0)  # nothing handed over: nothing can run out
+    clock.handed("The capital of", 0.0)  # plays 0.1 .. 1.0
+    assert not clock.due(0.55)
+    assert clock.due(0.6)
+    clock.handed("France is", 0.6)  # queued behind it: 1.0 .. 1.6
+    assert not clock.due(1.1)
+    assert clock.due(1.2)
+    clock.handed("Paris.", 5.0)  # the voice had fallen silent: it starts afresh
+    assert clock.ends_at == pytest.approx(5.4)
+
+
+def test_shaper_cuts_due_pieces_within_its_word_budget():
+    shaper = ReplyShaper(max_words=5, first_piece_words=2)
+    assert shaper.feed("One two three four five six seven ") == ["One two"]
+    assert shaper.cut_due() == ["three four five."]  # the budget's last words, ended cleanly
+    assert shaper.complete
+
+
+def test_a_due_cut_goes_past_a_clause_too_short_to_be_a_piece():
+    splitter = PieceSplitter(first_piece_words=3)
+    assert splitter.feed("Once upon a time") == ["Once upon a"]
+    assert splitter.feed(", there was a brave little dog ") == []
+    assert splitter.cut_due() == ["time, there was a brave little dog"]  # "time," alone is one word

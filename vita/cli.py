@@ -110,6 +110,9 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
     from vita.logs import setup_logging
 
     setup_logging("front", config.server.log_level, config.server.log_format)
+    from vita.cpu import name_os_thread
+
+    name_os_thread("vita-front")  # its socket threads inherit the name (the CPU budget tells them from the rest)
 
     from vita.app import FrontApp
     from vita.http_server import FrontServer

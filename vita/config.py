@@ -94,8 +94,10 @@ class LlmConfig:
     visible_devices: str | None = None
     dtype: str = "auto"
     omp_threads_bind: str = "all"
+    cpu_nice: int = 5
     block_size: int = 32
     prefix_caching: bool = True
+    warm_prefix: bool = True
     max_model_len: int = 2048
     kv_cache_space_gib: int = 1
     gpu_memory_utilization: float = 0.9
@@ -120,6 +122,8 @@ class TtsConfig:
     voice: str = "joe-us"
     output_sample_rate: int = 24000
     chunk_ms: int = 200
+    lead_ms: int = 250  # Socket.IO reply audio goes out at most this far ahead of the client's playback
+    pace_chunk_ms: int = 100  # ...in pieces this long (vita/reply_pacer.py)
 
 
 @dataclass
@@ -426,6 +430,10 @@ def validate(config: Config) -> Config:
     _check(t.output_sample_rate == 24000, "tts.output_sample_rate",
            "must be 24000 (the rate the VITA page plays)")
     _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")
+    _check(0 <= llm.cpu_nice <= 19, "llm.cpu_nice", "must be between 0 and 19")
+    _check(20 <= t.pace_chunk_ms <= 1000, "tts.pace_chunk_ms", "must be between 20 and 1000")
+    _check(t.lead_ms == 0 or t.lead_ms >= t.pace_chunk_ms, "tts.lead_ms",
+           "must be 0 (no pacing) or at least tts.pace_chunk_ms")
     _check(lim.max_audio_message_bytes >= 256, "limits.max_audio_message_bytes", "must be at least 256")
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")

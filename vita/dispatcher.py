@@ -9,6 +9,7 @@ import logging
 import threading
 from typing import Any
 
+from vita.cpu import name_os_thread
 from vita.messages import Shutdown, read_messages
 from vita.sessions import SessionRegistry
 from vita.turn_control import TurnController
@@ -32,6 +33,7 @@ class OutputDispatcher:
         self.thread.join(timeout=2)
 
     def _run(self) -> None:
+        name_os_thread("dispatcher")
         for message in read_messages(self.outputs, self.stop_event, poll_s=0.5):
             if isinstance(message, Shutdown):
                 return

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vita.cpu import name_os_thread
+
 log = logging.getLogger("vita.end_of_turn")
 
 SAMPLE_RATE = 16000
@@ -100,7 +102,8 @@ class EndOfTurnJudge:
 
     def __init__(self, model: EndOfTurnModel):
         self.model = model
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="end-of-turn")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="end-of-turn",
+                                           initializer=name_os_thread, initargs=("end-of-turn",))
         # Its thread starts now (not at the first pause: a thread count taken before must hold), warming the model.
         self.executor.submit(model.probability, np.zeros(SAMPLE_RATE, np.int16))
 

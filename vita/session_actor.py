@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from vita.cpu import name_os_thread
+
 log = logging.getLogger("vita.session")
 
 
@@ -127,6 +129,7 @@ class SessionActor:
 
     # --- the loop ------------------------------------------------------------------------------------------
     def _run(self) -> None:
+        name_os_thread("session")  # the session's VAD thread, for the CPU budget
         next_tick = time.monotonic() + self.tick_s
         while True:
             wake = min(next_tick, self._timers[0][0]) if self._timers else next_tick

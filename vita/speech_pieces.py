@@ -40,6 +40,11 @@ ABBREVIATIONS = {
 _ABBREVIATIONS_LOWER = {abbr.lower() for abbr in ABBREVIATIONS}
 
 MIN_FIRST_PIECE_CHARS = 4  # "Hi," alone would be a tiny, choppy first sound; "Sure," is fine
+MIN_DUE_WORDS = 2  # a piece cut early because the voice is running out holds at least this many words
+# A piece cut early does not end on one of these (it would sound cut off mid-phrase: "a beautiful display of").
+_LEADING_WORDS = {"a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "and", "or", "but",
+                  "that", "which", "who", "is", "are", "was", "were", "my", "your", "its", "their", "our", "his",
+                  "her", "as", "than", "if", "so", "very"}
 
 
 def clean_for_speech(text: str) -> str:
@@ -71,6 +76,32 @@ class PieceSplitter:
                 pieces.append(piece)
                 self._pieces_cut += 1
         return pieces
+
+    def cut_due(self) -> list[str]:
+        """The voice is about to run out: cut what is pending now, at its last clause boundary, else after its
+        last whole word that does not lead into the next ("of", "the"); a piece holds MIN_DUE_WORDS words."""
+        if self._pieces_cut == 0:
+            return []  # the first piece has its own rule
+        for cut in (self._last_clause_end(), self._last_word_end()):
+            if cut is not None and len(clean_for_speech(self._buffer[:cut]).split()) >= MIN_DUE_WORDS:
+                piece = clean_for_speech(self._buffer[:cut])
+                self._buffer = self._buffer[cut:]
+                self._pieces_cut += 1
+                return [piece]
+        return []
+
+    def _last_clause_end(self) -> int | None:
+        ends = [m.end() for m in _CLAUSE_END.finditer(self._buffer)
+                if not self._is_abbreviation(self._buffer[:m.end()])]
+        return ends[-1] if ends else None
+
+    def _last_word_end(self) -> int | None:
+        words = list(_WORD_THEN_SPACE.finditer(self._buffer))
+        while words and words[-1].group().lower().strip(",;:") in _LEADING_WORDS:
+            words.pop()
+        if not words or self._is_abbreviation(self._buffer[:words[-1].end()]):
+            return None
+        return words[-1].end()
 
     def flush(self) -> list[str]:
         piece = clean_for_speech(self._buffer)
@@ -165,6 +196,10 @@ class ReplyShaper:
     def feed(self, delta: str) -> list[str]:
         return self._take(self.splitter.feed(delta)) if not self.complete else []
 
+    def cut_due(self) -> list[str]:
+        """What is pending, cut early because the voice would otherwise fall silent (see SpeechClock)."""
+        return self._take(self.splitter.cut_due()) if not self.complete else []
+
     def finish(self, cut_by_token_limit: bool) -> list[str]:
         """The rest once generation ended; a reply cut by the token limit loses its possibly split last word."""
         if self.complete:
@@ -173,3 +208,32 @@ class ReplyShaper:
         if rest and cut_by_token_limit:
             rest[-1] = end_cleanly(rest[-1])
         return self._take(rest)
+
+
+SECONDS_PER_WORD = 0.30  # the bundled Piper voice speaks ~3.3 words a second (14 words in 4.05 s, 3 in 1.03 s)
+VOICE_MARGIN_S = 0.45  # a piece must reach the voice this long before the audio before it ends: its synthesis
+                       # (~0.1-0.2 s on a busy CPU), the trip to the client and the client's own buffer
+
+
+class SpeechClock:
+    """When the audio of the pieces handed to the voice so far will have played out, estimated from their words.
+
+    The first piece is short so the voice starts early; the reply generates faster than it is spoken, but a
+    whole next sentence may not be ready before the first piece has played (5 of 12 replies of a few sentences
+    went silent for 0.4-1.3 s). When the clock says the voice is about to run out, the reply's pending words are
+    cut into a piece (``ReplyShaper.cut_due``) instead of waiting for the sentence's end.
+    """
+
+    def __init__(self, seconds_per_word: float = SECONDS_PER_WORD, margin_s: float = VOICE_MARGIN_S,
+                 voice_latency_s: float = 0.15):
+        self.seconds_per_word = seconds_per_word
+        self.margin_s = margin_s
+        self.voice_latency_s = voice_latency_s
+        self.ends_at: float | None = None
+
+    def handed(self, piece: str, now: float) -> None:
+        start = now + self.voice_latency_s if self.ends_at is None else max(self.ends_at, now + self.voice_latency_s)
+        self.ends_at = start + len(piece.split()) * self.seconds_per_word
+
+    def due(self, now: float) -> bool:
+        return self.ends_at is not None and now >= self.ends_at - self.margin_s

@@ -25,6 +25,7 @@ from vita.listener import SpeechListener
 from vita.logs import turn_ids
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
 from vita.metrics import FrontMetrics
+from vita.reply_pacer import ReplyPacer
 from vita.session_actor import AudioIn, ClockTick, SessionActor
 from vita.sessions import Session
 from vita.turn_log import TurnLogger
@@ -77,6 +78,10 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
                    ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
+class PaceDue:
+    """Mail from the session's own timer: its paced reply audio may send more (``ReplyPacer.wake_in``)."""
+
+
 def stop_phrases(setting: str) -> tuple[str, ...]:
     """The config's comma-separated turn.stop_words as phrases."""
     return tuple(p.strip() for p in setting.split(",") if p.strip())
@@ -111,6 +116,9 @@ class TurnController:
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=self.rules)
         session.listener = SpeechListener(VadSegmenter.from_config(self.config.vad, self.vad_model, self.config.turn))
+        tts = self.config.tts
+        session.pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
+                         else ReplyPacer(float("inf"), 3600.0))
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
         session.actor.start()
@@ -170,6 +178,9 @@ class TurnController:
             self._hear(session, item)
         elif isinstance(item, ClockTick):
             self._handle(session, Tick(time.monotonic(), self.workers_ready()))
+        elif isinstance(item, PaceDue):
+            session.pace_due = False
+            self._pace(session)
         elif isinstance(item, EVENTS):
             self._handle(session, item)
         elif isinstance(item, messages.InterjectionText):
@@ -242,12 +253,13 @@ class TurnController:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
             peer = self._peer(session)
+            if peer is None:  # Socket.IO: paced here, just ahead of the client's playback
+                session.pacer.push(turn_id, message.pcm, message.sample_rate, message.last)
+                self._pace(session)
+                return
             if message.pcm:  # the state and first-audio timing go out before the audio they announce
                 self._handle(session, AudioSent(now, turn_id, len(message.pcm) / 2 / message.sample_rate))
-                if peer is None:
-                    self.emit("audio", message.pcm, to=sid)  # VITA: raw int16 mono PCM at 24 kHz
-            if peer is not None:  # Opus, paced by the peer's track
-                peer.track.push(message.pcm, message.sample_rate, last=message.last)
+            peer.track.push(message.pcm, message.sample_rate, last=message.last)  # Opus, paced by the track
             if message.last:
                 self._handle(session, ReplyComplete(now, turn_id))
         elif isinstance(message, Transcript):
@@ -263,12 +275,33 @@ class TurnController:
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
             self._handle(session, TurnUnanswered(now, turn_id, message.reason))
 
+    def _pace(self, session: Session) -> None:
+        """Send the reply audio the client may hold now (VITA: raw int16 mono PCM at 24 kHz), and set the timer
+        for the rest. A chunk of a turn that ended meanwhile is dropped."""
+        now = time.monotonic()
+        for chunk in session.pacer.take(now):
+            if session.turns.route(chunk.turn_id) is not Route.DELIVER:
+                continue
+            if chunk.pcm:  # the state and first-audio timing go out before the audio they announce
+                self._handle(session, AudioSent(now, chunk.turn_id, chunk.seconds))
+                self.emit("audio", chunk.pcm, to=session.sid)
+            if chunk.last:
+                self._handle(session, ReplyComplete(now, chunk.turn_id))
+        wake = session.pacer.wake_in(now)
+        if wake is not None and not session.pace_due:
+            session.pace_due = True
+            session.actor.after(wake, PaceDue())
+
     # --- the machine's actions -----------------------------------------------------------------------------
     def _carry_out(self, session: Session, action: Action) -> None:
         sid = session.sid
         if isinstance(action, Send):
-            if action.event == "stop_tts" and (peer := self._peer(session)) is not None:
-                peer.track.flush()  # what the track had queued is never sent: silence within one 20 ms packet
+            if action.event == "stop_tts":
+                session.pacer.clear()  # what the client has not been sent is never sent
+                if (peer := self._peer(session)) is not None:
+                    peer.track.flush()  # what the track had queued is never sent: silence within one 20 ms packet
+            elif action.event in ("duck", "unduck"):
+                session.pacer.duck(action.event == "duck")  # for clients that cannot duck (VITA's page)
             if action.payload is None:
                 self.emit(action.event, to=sid)
             else:

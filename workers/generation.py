@@ -40,6 +40,7 @@ class Delta:
     text: str
     tokens: int = 0
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache (first delta only)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import isa_cap_env, omp_threads_bind, read_cpu
+from vita.cpu import isa_cap_env, name_os_thread, omp_threads_bind, read_cpu
 from vita.logs import turn_ids
 from vita.messages import (
     ALL_TURNS,
@@ -39,7 +39,7 @@ from vita.messages import (
     read_messages,
 )
 from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from vita.speech_pieces import ReplyShaper
+from vita.speech_pieces import ReplyShaper, SpeechClock
 from vita.turn_taking import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
@@ -59,6 +59,10 @@ TTS_PUT_TIMEOUT_S = 1.0
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
+# After a reply is generated, the next prompt's prefix (persona, history with this exchange) is prefilled into the
+# engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
+# pieces are being synthesized then, and their voice must not wait for it.
+WARM_DELAY_S = 0.4
 
 
 class TtsBusy(Exception):
@@ -119,8 +123,10 @@ class LlmWorker:
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
+        self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
         self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
-        self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
+                                           initargs=("asr",))
         # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
         self.vision = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vision")
         self.stop = threading.Event()
@@ -266,6 +272,8 @@ class LlmWorker:
                 handed.cancel()  # stopping: the message goes with the worker
 
     def _handle(self, message: Any) -> None:
+        if isinstance(message, TurnRequest | ResetHistory | EndSession):
+            self._stop_warming(message.session_id)  # a turn prefills for itself; the others leave nothing to warm
         if isinstance(message, TurnRequest):
             self._cancel(message.session_id, message.turn_id - 1)  # a newer turn supersedes the running one
             task = asyncio.create_task(self._run_turn(message))
@@ -284,6 +292,36 @@ class LlmWorker:
             self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
             self.latest_check.pop(message.session_id, None)
+
+    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory) -> None:
+        """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
+        fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
+        longer prefilled on the critical path."""
+        if not self.config.llm.warm_prefix or self.mode.omni or not self.config.llm.prefix_caching:
+            return
+        prompt = self._text_prompt(history, "")
+        if prompt.text is None:  # a remote chat model renders its own prompts: nothing to warm from here
+            return
+
+        async def warm() -> None:
+            await asyncio.sleep(WARM_DELAY_S)
+            async for _ in self.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
+                pass
+
+        task = asyncio.create_task(warm())
+        self.warming[session_id] = task
+        task.add_done_callback(lambda t, s=session_id: self._warmed(s, t))
+
+    def _warmed(self, session_id: str, task: asyncio.Task) -> None:
+        if self.warming.get(session_id) is task:
+            del self.warming[session_id]
+        if not task.cancelled() and task.exception() is not None:  # only an optimisation: never a turn's error
+            self.report.log.warning("prefix warm-up failed: %s", task.exception())
+
+    def _stop_warming(self, session_id: str) -> None:
+        task = self.warming.pop(session_id, None)
+        if task is not None:
+            task.cancel()
 
     def _cancel(self, session_id: str, up_to_turn: int) -> None:
         current = self.running.get(session_id)
@@ -343,6 +381,7 @@ class LlmWorker:
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
             history.add(Exchange(run.user_text, run.said, turn_id=tid))
+            self._warm(sid, tid, history)
             self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
             self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
             self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
@@ -389,6 +428,7 @@ class LlmWorker:
         sid, tid, timings = req.session_id, req.turn_id, run.timings
         llm = self.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
+        clock = SpeechClock()  # when the pieces handed to the voice will have been spoken
         streaming = req.reply_mode != "full"
         held: list[str] = []  # full mode: pieces wait for the end of generation
         gen_started = time.monotonic()
@@ -398,14 +438,19 @@ class LlmWorker:
             tokens += delta.tokens
             if delta.prompt_tokens is not None:
                 timings["prompt_tokens"] = float(delta.prompt_tokens)
+            if delta.cached_tokens is not None:
+                timings["cached_tokens"] = float(delta.cached_tokens)
             if "first_token_s" not in timings and (delta.text or delta.tokens):
                 timings["first_token_s"] = time.monotonic() - gen_started
             if delta.text:
                 self._publish(ReplyText(sid, tid, delta.text))
             held += shaper.feed(delta.text)
+            if streaming and not held and clock.due(time.monotonic()):
+                held += shaper.cut_due()  # the voice would fall silent before the sentence is generated
             if streaming:
                 for piece in held:
                     await self._send_piece(req, run.spoken, piece, timings, gen_started)
+                    clock.handed(piece, time.monotonic())
                 held.clear()
             if shaper.complete:  # long enough to speak: stop generating
                 with contextlib.suppress(Exception):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, read_cpu
+from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.omni import read_model_config
@@ -149,6 +149,8 @@ class LocalVllmEngine:
         await built
 
     def _run(self, loop: asyncio.AbstractEventLoop, built: asyncio.Future) -> None:
+        name_os_thread("vllm-engine")  # and its OpenMP threads
+        lower_thread_priority(self.config.llm.cpu_nice if self.config.llm.device == "cpu" else 0)
         try:
             apply_isa_cap()
             from vllm import EngineArgs
@@ -260,8 +262,9 @@ class LocalVllmEngine:
                 finished = output.finished
                 completion = output.outputs[0]
                 prompt_tokens = len(output.prompt_token_ids or ()) if first else None
+                cached = getattr(output, "num_cached_tokens", None) if first else None
                 first = False
-                yield Delta(completion.text, len(completion.token_ids), prompt_tokens)
+                yield Delta(completion.text, len(completion.token_ids), prompt_tokens, cached)
         finally:
             if not finished:  # the consumer stopped early (cancelled, or enough said): free the engine's slot
                 self.commands.put(_Abort(request_id))
@@ -277,6 +280,17 @@ class LocalVllmEngine:
             self.commands.put(_STOP)
             self.thread.join(30)
             self.thread = None
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Make the calling thread, and the threads it starts from now on (vLLM's OpenMP threads inherit it), yield
+    the CPU to the rest of the server: on a CPU the voice, ASR and the front are on a turn's critical path and
+    need the cores in short bursts; the engine uses whatever they leave. (Linux: a thread's nice value is its
+    own, and setpriority on a thread id sets that thread's alone.)"""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
 
 
 def _settle(future: asyncio.Future, error: BaseException | None) -> None:

@@ -1,0 +1,324 @@
+"""Issue 35's benchmark: one long spoken session driven as a page drives the server, measured at the client and
+from the server's own timings.
+
+VITA's page (`--transport vita`, the default) sends JSON audio every 8 ms and plays each binary reply chunk
+after the previous one; ours over Socket.IO (`--transport binary`) sends 32 ms binary frames and ducks on `duck`.
+The microphone stays open throughout (silence between questions), questions are spoken by a natural voice
+(hibari) or Piper, and the history grows turn after turn. For every answered question it reports:
+- voice-to-voice at the client (last voiced sample sent → first reply audio received) and as the server timed it;
+- the stages (end of speech → turn, ASR, first token, first piece, TTS first chunk) and the engine's decode speed
+  inside the server (tokens after the first / time after the first token), to compare with bench_decode.py;
+- gaps inside a reply: a chunk that arrives after the previous ones have finished playing, as the page plays them;
+- interruptions (`--barge N`): a question spoken over a long reply, onset of speech sent → the reply's sound
+  ducked or stopped at the client (the last full-volume audio played out, `duck` for our page, or `stop_tts`).
+
+Usage: .venv/bin/python scripts/bench_latency.py [--url URL] [--transport vita|binary] [--voice hibari|piper]
+       [--rounds 1] [--barge 4] [--json out.json] [-- server flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _bench import percentile  # noqa: E402
+
+from tests.helpers import RecordingClient  # noqa: E402
+from tests.speech import RATE, vita_message  # noqa: E402
+
+SHORT = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
+         "Is a whale a mammal?", "What is two plus three?", "Who wrote Romeo and Juliet?",
+         "What is the largest planet?", "How many days are in a week?", "What do bees make?",
+         "What is the opposite of hot?", "Which ocean is the largest?", "What is frozen water called?"]
+LONG = ["Tell me three things about the planet Mars.", "Describe a rainbow in two sentences.",
+        "Give me three tips for sleeping better.", "Tell me a short story about a brave little dog.",
+        "Explain in two sentences how a bicycle works.", "Describe a summer day at the beach in three sentences.",
+        "What are three good habits for a healthy life?", "Tell me about cats, dogs and birds."]
+BARGE_OVER = "Tell me a short story about a brave little dog."
+BARGE_WITH = "Wait, stop. What is the capital of Spain?"
+GAP_S = 0.150  # issue 35: no gap longer than this inside a reply
+LOUD = 0.5  # a chunk at least this fraction of the reply's typical peak is full volume (ducked is 0.2)
+
+
+def speech_of(voice: str, text: str) -> np.ndarray:
+    if voice == "hibari":
+        import soxr
+        from hibari import Hibari
+
+        engine = speech_of.__dict__.setdefault("hibari", Hibari())
+        audio = np.asarray(engine(text), dtype=np.float32)
+        return (soxr.resample(audio, engine.sample_rate, RATE) * 32767).clip(-32768, 32767).astype(np.int16)
+    from tests.speech import spoken
+
+    return np.asarray(spoken(text))
+
+
+@dataclass
+class Said:
+    """One utterance handed to the microphone, and when its voiced part went out."""
+
+    speech: np.ndarray
+    onset_sent: float = 0.0
+    end_sent: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Microphone:
+    """Always open, like a page's: real-time frames of silence, or of what `say` was given."""
+
+    def __init__(self, client: RecordingClient, binary: bool):
+        self.client, self.binary = client, binary
+        self.step = RATE * (32 if binary else 8) // 1000
+        self.queue: collections.deque[Said] = collections.deque()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="mic", daemon=True)
+        self.thread.start()
+
+    def say(self, speech: np.ndarray) -> Said:
+        said = Said(speech)
+        self.queue.append(said)
+        return said
+
+    def _run(self) -> None:
+        started, sent = time.monotonic(), 0
+        current, pos, voiced = None, 0, (0, 0)
+        while not self.stop.is_set():
+            if current is None and self.queue:
+                current, pos = self.queue.popleft(), 0
+                loud = np.flatnonzero(np.abs(current.speech.astype(np.int32)) > 800)
+                voiced = (int(loud[0]), int(loud[-1])) if loud.size else (0, len(current.speech) - 1)
+            if current is not None:
+                chunk = current.speech[pos:pos + self.step]
+                if len(chunk) < self.step:
+                    chunk = np.concatenate([chunk, np.zeros(self.step - len(chunk), np.int16)])
+            else:
+                chunk = np.zeros(self.step, np.int16)
+            self.client.sio.emit("audio", chunk.astype("<i2").tobytes() if self.binary else vita_message(chunk))
+            if current is not None:
+                now = time.monotonic()
+                if pos <= voiced[0] < pos + self.step:
+                    current.onset_sent = now
+                if pos <= voiced[1] < pos + self.step:
+                    current.end_sent = now
+                pos += self.step
+                if pos >= len(current.speech):
+                    current.done.set()
+                    current = None
+            sent += self.step
+            delay = started + sent / RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+
+
+def events_between(client: RecordingClient, start: float, end: float) -> list[tuple[float, str, object]]:
+    with client.changed:
+        return [e for e in client.events if start <= e[0] <= end]
+
+
+def wait_turn_over(client: RecordingClient, after: float, timeout: float = 60) -> tuple[int, float] | None:
+    """The turn committed after `after` that was answered (one withdrawn as `extended` is followed by the next),
+    and when it went back to listening."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not client.wait_for(lambda evs, after=after: any(n == "turn" and t >= after for t, n, _ in evs), 30):
+            return None
+        turn_at, turn = next((t, d) for t, n, d in client.events if n == "turn" and t >= after)
+        tid = turn["turn_id"]
+
+        def ended(evs, tid=tid):
+            return any(n == "state" and d.get("state") == "listening" and d.get("turn_id") == tid
+                       for _, n, d in evs)
+        if not client.wait_for(ended, max(1.0, deadline - time.monotonic())):
+            return None
+        end_at, end = next((t, d) for t, n, d in client.events if n == "state" and d.get("turn_id") == tid
+                           and d.get("state") == "listening")
+        if end.get("reason") != "extended":
+            return tid, end_at
+        after = turn_at + 1e-6
+    return None
+
+
+def playback(chunks: list[tuple[float, bytes]], stop_at: float | None = None) -> tuple[list[float], list[tuple]]:
+    """Play chunks as VITA's page does (each after the previous, from its arrival): the gaps (a chunk arriving
+    after the queue ran dry) and each chunk's (start, end, peak)."""
+    gaps, played, end = [], [], None
+    for arrived, pcm in chunks:
+        if stop_at is not None and arrived >= stop_at:
+            break
+        samples = np.frombuffer(pcm, np.int16)
+        duration = len(samples) / 24000
+        if end is not None and arrived > end:
+            gaps.append(arrived - end)
+        start = arrived if end is None else max(arrived, end)
+        end = start + duration
+        played.append((start, end, int(np.abs(samples.astype(np.int32)).max()) if len(samples) else 0))
+    return gaps, played
+
+
+def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict | None:
+    said = mic.say(speech_of(voice, text))
+    said.done.wait(30)
+    over = wait_turn_over(client, said.onset_sent)
+    if over is None:
+        return None
+    tid, end_at = over
+    client.wait_for(lambda evs: any(n == "timings" and d.get("turn_id") == tid and d.get("stage") == "tts"
+                                    for _, n, d in evs), 5)
+    evs = events_between(client, said.onset_sent, end_at)
+    audio = [(t, d) for t, n, d in evs if n == "audio" and isinstance(d, bytes | bytearray)]
+    stages = {d["stage"]: d for _, n, d in client.events if n == "timings" and d.get("turn_id") == tid}
+    llm, front, tts = stages.get("llm", {}), stages.get("front", {}), stages.get("tts", {})
+    texts = [d["text"] for _, n, d in client.events if n == "response_text" and d.get("turn_id") == tid]
+    gaps, _ = playback(audio)
+    tokens, gen, first = llm.get("tokens", 0), llm.get("generate_s", 0), llm.get("first_token_s", 0)
+    return {"question": text, "turn_id": tid, "reply": texts[-1] if texts else "",
+            "client_v2v_s": audio[0][0] - said.end_sent if audio else None,
+            "server_v2v_s": front.get("voice_to_voice_s"),
+            "end_of_speech_s": stages.get("vad", {}).get("end_of_speech_s"), "asr_s": llm.get("asr_s"),
+            "first_token_s": first, "first_piece_s": llm.get("first_piece_s"),
+            "tts_first_chunk_s": tts.get("first_chunk_s"), "prompt_tokens": llm.get("prompt_tokens"),
+            "cached_tokens": llm.get("cached_tokens"),
+            "tokens": tokens, "decode_tok_s": (tokens - 1) / (gen - first) if tokens > 2 and gen > first else None,
+            "max_gap_s": max(gaps, default=0.0), "gaps_over": sum(g > GAP_S for g in gaps),
+            "chunks": len(audio)}
+
+
+def barge(client: RecordingClient, mic: Microphone, voice: str) -> dict | None:
+    """Ask for a long reply; ~1 s into its sound, speak over it: onset → the reply's sound quiet at the client."""
+    said = mic.say(speech_of(voice, BARGE_OVER))
+    said.done.wait(30)
+    if not client.wait_for(lambda evs: any(n == "audio" and t > said.end_sent for t, n, _ in evs), 30):
+        return None
+    first_audio = next(t for t, n, _ in client.events if n == "audio" and t > said.end_sent)
+    time.sleep(max(0.0, first_audio + 1.0 - time.monotonic()))
+    over = mic.say(speech_of(voice, BARGE_WITH))
+    over.done.wait(30)
+    client.wait_for(lambda evs: any(n == "stop_tts" and t > over.onset_sent for t, n, _ in evs), 5)
+    wait_turn_over(client, over.onset_sent)
+    evs = events_between(client, said.end_sent, time.monotonic())
+    stop = next((t for t, n, _ in evs if n == "stop_tts" and t > over.onset_sent), None)
+    duck = next((t for t, n, _ in evs if n == "duck" and t > over.onset_sent), None)
+    audio = [(t, d) for t, n, d in evs if n == "audio" and isinstance(d, bytes | bytearray)
+             and t < (stop or float("inf"))]
+    _, played = playback(audio, stop)
+    before = [peak for start, _, peak in played if start < over.onset_sent and peak > 0]
+    typical = statistics.median(before) if before else 1
+    loud_end = max((end for _, end, peak in played if peak >= LOUD * typical), default=over.onset_sent)
+    quiet_at = min(x for x in (stop, max(loud_end, over.onset_sent)) if x is not None)
+    return {"onset_to_quiet_s": quiet_at - over.onset_sent,
+            "onset_to_stop_tts_s": stop - over.onset_sent if stop else None,
+            "onset_to_duck_event_s": duck - over.onset_sent if duck else None}
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of every thread of the server's processes, keyed 'process/thread' (names from
+    /proc: the workers set their process titles, threads are grouped by name with their numbers dropped)."""
+    import psutil
+
+    totals: dict[str, float] = collections.defaultdict(float)
+    try:
+        family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    tick = 100.0  # USER_HZ
+    for proc in family:
+        try:
+            pname = proc.name()
+            for task in Path(f"/proc/{proc.pid}/task").iterdir():
+                comm = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                name = comm.rstrip("0123456789-_:") or comm
+                totals[f"{pname}/{name}"] += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, psutil.Error):
+            continue
+    return dict(totals)
+
+
+def stats(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    if not values:
+        return "-"
+    return f"p50 {statistics.median(values):.3f}, p90 {percentile(values, 0.9):.3f} (n={len(values)})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running server (default: start one with the default config)")
+    parser.add_argument("--transport", choices=("vita", "binary"), default="vita")
+    parser.add_argument("--voice", choices=("hibari", "piper"), default="hibari")
+    parser.add_argument("--rounds", type=int, default=1, help="times through the 20 questions, in one session")
+    parser.add_argument("--barge", type=int, default=4, help="interruption trials (after the questions)")
+    parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--server_pid", type=int, help="with --url: the server's pid, for the CPU budget")
+    parser.add_argument("server_args", nargs="*", help="after --: flags for the server it starts")
+    args = parser.parse_args()
+    server, url = None, args.url
+    if url is None:
+        from tests.conftest import start_server, wait_ready
+
+        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *args.server_args)
+        wait_ready(server)
+        url = server.url
+    client = RecordingClient(url).connect()
+    mic = Microphone(client, binary=args.transport == "binary")
+    questions = [q for pair in zip(SHORT, LONG + LONG, strict=False) for q in pair][:20]
+    rows, barges = [], []
+    pid = server.process.pid if server is not None else args.server_pid
+    cpu_before, wall_before = (thread_cpu(pid) if pid else {}), time.monotonic()
+    try:
+        for _ in range(args.rounds):
+            for text in questions:
+                row = ask(client, mic, args.voice, text)
+                print(json.dumps(row), flush=True)
+                if row:
+                    rows.append(row)
+        cpu_after, wall = (thread_cpu(pid) if pid else {}), time.monotonic() - wall_before
+        for _ in range(args.barge):
+            row = barge(client, mic, args.voice)
+            print(json.dumps(row), flush=True)
+            if row:
+                barges.append(row)
+    finally:
+        mic.close()
+        client.close()
+        if server is not None:
+            from tests.conftest import stop_server
+
+            stop_server(server)
+    print(f"\n{args.transport} client, voice {args.voice}, {len(rows)} answered of "
+          f"{len(questions) * args.rounds}; seconds:")
+    for key in ("client_v2v_s", "server_v2v_s", "end_of_speech_s", "asr_s", "first_token_s", "first_piece_s",
+                "tts_first_chunk_s", "prompt_tokens", "cached_tokens", "decode_tok_s", "max_gap_s"):
+        print(f"  {key:18} {stats(rows, key)}")
+    print(f"  replies with a gap > {GAP_S * 1000:.0f} ms: {sum(r['gaps_over'] > 0 for r in rows)} of {len(rows)}")
+    for key in ("onset_to_quiet_s", "onset_to_duck_event_s", "onset_to_stop_tts_s"):
+        print(f"  {key:22} {stats(barges, key)}")
+    budget = sorted(((k, v - cpu_before.get(k, 0.0)) for k, v in cpu_after.items()), key=lambda kv: -kv[1])
+    if budget:
+        print(f"CPU during the questions ({wall:.0f} s wall, 2 cores = {2 * wall:.0f} core-seconds), by thread:")
+        for name, seconds in budget[:16]:
+            print(f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"transport": args.transport, "voice": args.voice, "turns": rows,
+                                               "barge": barges, "cpu": dict(budget), "wall_s": wall}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

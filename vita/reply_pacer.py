@@ -1,0 +1,93 @@
+"""Reply audio for a Socket.IO client, sent just ahead of its playback.
+
+VITA's page plays every chunk it is sent and knows only `stop_tts`; a reply sent as fast as it is synthesized
+sits in the page's queue, where nothing the server learns later (the user started speaking) can reach it. Sent
+at most ``lead_s`` ahead of the client's playback, the rest of the reply stays here, where it can be ducked the
+moment the user starts speaking (and restored if it was a cough or a "mm-hmm") or dropped by a barge-in: the
+client hears the change within ``lead_s``. The WebRTC track paces itself in real time (``vita/webrtc.py``).
+
+Pure: the session's thread calls it with the time and sends what ``take`` returns; ``wake_in`` says when to call
+again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+DUCK_GAIN = 0.2  # the level our page ducks a reply to (web/app.js), applied here for clients that cannot duck
+
+
+@dataclass(frozen=True)
+class PacedChunk:
+    """A piece of a turn's reply audio (int16 mono at ``rate``); ``last`` ends the turn's reply."""
+
+    turn_id: int
+    pcm: bytes
+    rate: int
+    last: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / 2 / self.rate
+
+
+class ReplyPacer:
+    def __init__(self, lead_s: float, chunk_s: float):
+        self.lead_s = lead_s
+        self.chunk_s = chunk_s
+        self.queue: deque[PacedChunk] = deque()
+        self.played_until = 0.0  # when the client will have played everything sent so far (monotonic)
+        self.gain = 1.0
+
+    def push(self, turn_id: int, pcm: bytes, rate: int, last: bool = False) -> None:
+        """Queue a chunk, cut into pieces of at most ``chunk_s`` so the lead stays small."""
+        step = max(2, int(self.chunk_s * rate) * 2)
+        pieces = [pcm[i:i + step] for i in range(0, len(pcm), step)] or [b""]
+        for n, piece in enumerate(pieces):
+            self.queue.append(PacedChunk(turn_id, piece, rate, last and n == len(pieces) - 1))
+
+    def take(self, now: float) -> list[PacedChunk]:
+        """What may go out now: audio while the client holds less than ``lead_s`` (one piece always goes when
+        it holds nothing), at the current gain, and a reply's end as soon as the audio before it went."""
+        out = []
+        while self.queue:
+            chunk = self.queue[0]
+            ahead = max(0.0, self.played_until - now)
+            if chunk.pcm and ahead > 0 and ahead + chunk.seconds > self.lead_s + 1e-6:
+                break
+            self.queue.popleft()
+            if chunk.pcm:
+                self.played_until = max(self.played_until, now) + chunk.seconds
+                if self.gain != 1.0:
+                    chunk = PacedChunk(chunk.turn_id, _scaled(chunk.pcm, self.gain), chunk.rate, chunk.last)
+            out.append(chunk)
+        return out
+
+    def wake_in(self, now: float) -> float | None:
+        """Seconds until ``take`` has something to send; None when nothing is queued."""
+        if not self.queue:
+            return None
+        ahead = max(0.0, self.played_until - now)
+        return max(0.0, ahead + self.queue[0].seconds - self.lead_s)
+
+    def duck(self, on: bool) -> None:
+        """What is sent from now on is quieter (the user may be interrupting), or back at full volume."""
+        self.gain = DUCK_GAIN if on else 1.0
+
+    def clear(self) -> None:
+        """`stop_tts`: nothing queued is sent, and the client has dropped what it held."""
+        self.queue.clear()
+        self.played_until = 0.0
+        self.gain = 1.0
+
+    @property
+    def pending_s(self) -> float:
+        return sum(chunk.seconds for chunk in self.queue)
+
+
+def _scaled(pcm: bytes, gain: float) -> bytes:
+    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) * gain
+    return samples.astype("<i2").tobytes()
