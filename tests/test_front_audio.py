@@ -167,6 +167,45 @@ def test_a_backchannel_over_the_reply_is_heard_and_lets_it_go_on(client):
     assert not client.named("turn_cancelled") and not client.named("stop_tts")
 
 
+def audio_after(client: RecordingClient, start: float, end: float = float("inf")) -> list[tuple[float, np.ndarray]]:
+    return [(t, np.frombuffer(d, "<i2")) for t, n, d in list(client.events) if n == "audio" and start <= t < end]
+
+
+def test_reply_audio_goes_out_just_ahead_of_playback(client):
+    """Socket.IO clients are sent a reply no further ahead of their playback than tts.lead_ms, in short pieces:
+    what they have not been sent can still be ducked or dropped (VITA's page knows only stop_tts)."""
+    speaking_a_long_reply(client)
+    assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "listening" for _, n, d in evs), 60)
+    chunks = audio_after(client, 0.0)
+    first = chunks[0][0]
+    received = 0.0
+    for arrived, pcm in chunks:
+        assert len(pcm) <= 0.1 * 24000  # tts.pace_chunk_ms
+        received += len(pcm) / 24000
+        # what the client holds unplayed, had it played from its first chunk on: at most the lead (0.25 s),
+        # with 0.1 s for the socket and this machine's scheduling
+        assert received - (arrived - first) <= 0.25 + 0.1, (arrived - first, received)
+    assert received > 2.0  # a long reply, so the pacing was tested over several seconds
+
+
+def test_the_server_ducks_a_reply_for_clients_that_cannot(client):
+    """From the onset of speech over the reply until it is known to be a backchannel, what is sent is at a fifth
+    of its volume; then at full volume again."""
+    speaking_a_long_reply(client)
+    stream(client.sio, np.concatenate([spoken("Okay."), silence(0.3)]), chunk_ms=32, binary=True)
+    assert client.wait_event("unduck", 5), client.events
+    duck_at = next(t for t, n, _ in client.events if n == "duck")
+    unduck_at = next(t for t, n, _ in client.events if n == "unduck")
+    before = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, 0.0, duck_at)]
+    # what was sent before the duck (at most the lead, 0.25 s, plus the socket's time) may still arrive loud
+    ducked = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, duck_at + 0.3, unduck_at)]
+    assert ducked, "no audio arrived while the reply was ducked"
+    assert max(ducked) <= 0.3 * max(before), (ducked, max(before))
+    assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "listening" for _, n, d in evs), 60)
+    loud_again = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, unduck_at + 0.3)]
+    assert max(loud_again, default=0) > 0.3 * max(before)
+
+
 def test_camera_frames_join_the_turn_and_a_corrupt_frame_is_reported(client):
     sent: list[float] = []
 

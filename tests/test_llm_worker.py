@@ -255,3 +255,23 @@ def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_someth
     assert bool(llm.of(session, TtsPiece)) == answered
     if not answered:
         assert ended.reason == "stop command" and not len(llm.worker.histories[session])
+
+
+def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
+    """After each reply the next prompt's prefix is prefilled: even once the history is trimmed (so the new prompt
+    differs from the last right after the persona), the next turn finds all but its question in the prefix cache."""
+    from vita.prompting import ConversationHistory
+
+    session = "warmed"
+    llm.worker.histories[session] = ConversationHistory(2)  # trimmed when the third exchange is added
+    questions = ["What is the capital of France?", "And of Spain?", "And of Italy?", "And what about Germany?"]
+    for turn, question in enumerate(questions, 1):
+        llm.inbox.put(TurnRequest(session, turn, text=question))
+        assert llm.wait(lambda t=turn: any(m.turn_id == t for _, m in llm.of(session, TurnEnded)), 60)
+        assert wait_until(lambda: session not in llm.worker.warming, 30)  # its prefix is in the cache
+    timings = {m.turn_id: m.timings for _, m in llm.of(session, TurnTimings)}
+    assert len(llm.worker.histories[session]) == 2  # trimmed before the last turn
+    question = len(llm.worker.prompts.tokenizer(questions[3], add_special_tokens=False)["input_ids"])
+    block = Config().llm.block_size
+    # all but the question, the template's few tokens around it and the last partial block
+    assert timings[4]["cached_tokens"] >= timings[4]["prompt_tokens"] - question - 8 - block, timings[4]
