@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -266,6 +267,8 @@ def main() -> int:
     parser.add_argument("--barge", type=int, default=4, help="interruption trials (after the questions)")
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--server_pid", type=int, help="with --url: the server's pid, for the CPU budget")
+    parser.add_argument("--client_nice", type=int, default=0,
+                        help="run this client this much nicer (19: as if it ran on another machine)")
     parser.add_argument("server_args", nargs="*", help="after --: flags for the server it starts")
     args = parser.parse_args()
     server, url = None, args.url
@@ -275,12 +278,15 @@ def main() -> int:
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *args.server_args)
         wait_ready(server)
         url = server.url
+    if args.client_nice:
+        os.nice(args.client_nice)  # after the server started, so its processes keep their priority
     client = RecordingClient(url).connect()
     mic = Microphone(client, binary=args.transport == "binary")
     questions = [q for pair in zip(SHORT, LONG + LONG, strict=False) for q in pair][:20]
     rows, barges = [], []
     pid = server.process.pid if server is not None else args.server_pid
     cpu_before, wall_before = (thread_cpu(pid) if pid else {}), time.monotonic()
+    client_before = sum(os.times()[:2])
     try:
         for _ in range(args.rounds):
             for text in questions:
@@ -289,6 +295,8 @@ def main() -> int:
                 if row:
                     rows.append(row)
         cpu_after, wall = (thread_cpu(pid) if pid else {}), time.monotonic() - wall_before
+        cpu_after["this client"] = cpu_before["this client"] = 0.0
+        cpu_after["this client"] = sum(os.times()[:2]) - client_before
         for _ in range(args.barge):
             row = barge(client, mic, args.voice)
             print(json.dumps(row), flush=True)

@@ -47,8 +47,9 @@ FIRST_WORDS = Config().llm.first_piece_words
 
 
 def is_first_piece(text: str) -> bool:
-    """The first piece ends at the first clause or after the configured first words, whichever came first."""
-    return text.endswith(BOUNDARY) or len(text.split()) == FIRST_WORDS
+    """The first piece ends at the first clause or after the configured first words, whichever came first, or
+    after two words when those took longer than llm.first_piece_wait_ms (a busy CPU)."""
+    return text.endswith(BOUNDARY) or 2 <= len(text.split()) <= FIRST_WORDS
 
 
 class LlmHarness:

@@ -148,3 +148,13 @@ def test_a_due_cut_goes_past_a_clause_too_short_to_be_a_piece():
     assert splitter.feed("Once upon a time") == ["Once upon a"]
     assert splitter.feed(", there was a brave little dog ") == []
     assert splitter.cut_due() == ["time, there was a brave little dog"]  # "time," alone is one word
+
+
+def test_a_first_piece_that_waited_long_enough_goes_with_two_words():
+    splitter = PieceSplitter(first_piece_words=3)
+    assert splitter.feed("The capital ") == []  # two words: the rule waits for a third
+    assert splitter.cut_due() == []  # a voice running out is about later pieces
+    assert splitter.cut_due(first=True) == ["The capital"]
+    splitter = PieceSplitter(first_piece_words=3)
+    splitter.feed("It ")
+    assert splitter.cut_due(first=True) == []  # one word is too little to start with

@@ -113,6 +113,7 @@ class LlmConfig:
     max_tokens: int = 64
     max_reply_words: int = 25
     first_piece_words: int = 3
+    first_piece_wait_ms: int = 150
     temperature: float = 0.0
     ready_timeout_s: float = 600.0
 
@@ -402,6 +403,7 @@ def validate(config: Config) -> Config:
     _check(0 <= llm.history_tokens <= llm.max_model_len // 2, "llm.history_tokens",
            "must be between 0 and half of llm.max_model_len")
     _check(0 <= llm.first_piece_words <= 50, "llm.first_piece_words", "must be between 0 and 50")
+    _check(0 <= llm.first_piece_wait_ms <= 5000, "llm.first_piece_wait_ms", "must be between 0 and 5000")
     _check(3 <= llm.max_reply_words <= 500, "llm.max_reply_words", "must be between 3 and 500")
     _check(1 <= llm.max_tokens <= llm.max_model_len, "llm.max_tokens", "must be between 1 and max_model_len")
     _check(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")

@@ -77,10 +77,11 @@ class PieceSplitter:
                 self._pieces_cut += 1
         return pieces
 
-    def cut_due(self) -> list[str]:
-        """The voice is about to run out: cut what is pending now, at its last clause boundary, else after its
-        last whole word that does not lead into the next ("of", "the"); a piece holds MIN_DUE_WORDS words."""
-        if self._pieces_cut == 0:
+    def cut_due(self, first: bool = False) -> list[str]:
+        """The voice is about to run out (or, ``first``, the first piece has waited long enough): cut what is
+        pending now, at its last clause boundary, else after its last whole word that does not lead into the next
+        ("of", "the"); a piece holds MIN_DUE_WORDS words."""
+        if self._pieces_cut == 0 and not first:
             return []  # the first piece has its own rule
         for cut in (self._last_clause_end(), self._last_word_end()):
             if cut is not None and len(clean_for_speech(self._buffer[:cut]).split()) >= MIN_DUE_WORDS:
@@ -196,9 +197,10 @@ class ReplyShaper:
     def feed(self, delta: str) -> list[str]:
         return self._take(self.splitter.feed(delta)) if not self.complete else []
 
-    def cut_due(self) -> list[str]:
-        """What is pending, cut early because the voice would otherwise fall silent (see SpeechClock)."""
-        return self._take(self.splitter.cut_due()) if not self.complete else []
+    def cut_due(self, first: bool = False) -> list[str]:
+        """What is pending, cut early because the voice would otherwise fall silent (see SpeechClock), or because
+        the first piece has waited long enough for its words (``first``: a slow decode)."""
+        return self._take(self.splitter.cut_due(first)) if not self.complete else []
 
     def finish(self, cut_by_token_limit: bool) -> list[str]:
         """The rest once generation ended; a reply cut by the token limit loses its possibly split last word."""

@@ -429,6 +429,7 @@ class LlmWorker:
         llm = self.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
         clock = SpeechClock()  # when the pieces handed to the voice will have been spoken
+        first_wait = llm.first_piece_wait_ms / 1000
         streaming = req.reply_mode != "full"
         held: list[str] = []  # full mode: pieces wait for the end of generation
         gen_started = time.monotonic()
@@ -445,7 +446,11 @@ class LlmWorker:
             if delta.text:
                 self._publish(ReplyText(sid, tid, delta.text))
             held += shaper.feed(delta.text)
-            if streaming and not held and clock.due(time.monotonic()):
+            now = time.monotonic()
+            if streaming and not held and not run.spoken and "first_token_s" in timings and first_wait > 0 and \
+                    now - gen_started - timings["first_token_s"] >= first_wait:
+                held += shaper.cut_due(first=True)  # a slow decode: the first words so far, not three
+            elif streaming and not held and clock.due(now):
                 held += shaper.cut_due()  # the voice would fall silent before the sentence is generated
             if streaming:
                 for piece in held:
