@@ -110,9 +110,10 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
     from vita.logs import setup_logging
 
     setup_logging("front", config.server.log_level, config.server.log_format)
-    from vita.cpu import name_os_thread
+    from vita.cpu import name_os_thread, set_nice
 
     name_os_thread("vita-front")  # its socket threads inherit the name (the CPU budget tells them from the rest)
+    log.info("CPU priority: %s", set_nice(config.server.nice))  # first: every thread and worker inherits it
 
     from vita.app import FrontApp
     from vita.http_server import FrontServer

@@ -44,6 +44,7 @@ class ServerConfig:
     message_queue: str | None = None
     web_root: str | None = None
     trusted_proxies: str | None = None
+    nice: int = -5
 
 
 @dataclass
@@ -349,6 +350,7 @@ def validate(config: Config) -> Config:
     _check(bool(s.ip.strip()), "--ip", "must not be empty")
     _check(1 <= s.port <= 65535, "--port", f"must be between 1 and 65535, got {s.port}")
     _check(s.max_users >= 1, "--max_users", f"must be at least 1, got {s.max_users}")
+    _check(-20 <= s.nice <= 19, "server.nice", f"must be between -20 and 19, got {s.nice}")
     _check(s.timeout > 0, "--timeout", f"must be a positive number of seconds, got {s.timeout:g}")
     _check((s.certfile is None) == (s.keyfile is None), "--certfile/--keyfile", "give both or neither")
     for opt, p in (("--certfile", s.certfile), ("--keyfile", s.keyfile)):

@@ -130,3 +130,19 @@ def name_os_thread(name: str) -> None:
     threads, CTranslate2's) inherit it. Linux only; elsewhere nothing happens."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def set_nice(nice: int) -> str:
+    """Run the calling thread, and every thread and process it starts from now on, at ``nice`` (call it first
+    thing in the main thread: Linux keeps a nice value per thread, and new threads and processes inherit their
+    creator's). Raising priority needs root or CAP_SYS_NICE; without, the current value stays. Returns what
+    happened, for the start-up log."""
+    if not hasattr(os, "setpriority"):
+        return "priority unchanged (not supported here)"
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        return (f"running at nice {current}: nice {nice} needs root or CAP_SYS_NICE (the server's stages then share "
+                "the CPU equally with other programs)")
+    return f"running at nice {nice} (before other programs on this machine)"

@@ -285,8 +285,9 @@ class LocalVllmEngine:
 def lower_thread_priority(nice: int) -> None:
     """Make the calling thread, and the threads it starts from now on (vLLM's OpenMP threads inherit it), yield
     the CPU to the rest of the server: on a CPU the voice, ASR and the front are on a turn's critical path and
-    need the cores in short bursts; the engine uses whatever they leave. (Linux: a thread's nice value is its
-    own, and setpriority on a thread id sets that thread's alone.)"""
+    need the cores in short bursts; the engine uses whatever they leave. ``nice`` is added to the process's
+    own (server.nice), so the engine keeps its place beside other programs. (Linux: a thread's nice value is
+    its own, and setpriority on a thread id sets that thread's alone.)"""
     if nice <= 0 or not hasattr(os, "setpriority"):
         return
     with contextlib.suppress(OSError):
