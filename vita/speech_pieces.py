@@ -213,7 +213,7 @@ class ReplyShaper:
 
 
 SECONDS_PER_WORD = 0.30  # the bundled Piper voice speaks ~3.3 words a second (14 words in 4.05 s, 3 in 1.03 s)
-VOICE_MARGIN_S = 0.45  # a piece must reach the voice this long before the audio before it ends: its synthesis
+VOICE_MARGIN_S = 0.55  # a piece must reach the voice this long before the audio before it ends: its synthesis
                        # (~0.1-0.2 s on a busy CPU), the trip to the client and the client's own buffer
 
 
