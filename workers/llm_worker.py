@@ -429,7 +429,6 @@ class LlmWorker:
         llm = self.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
         clock = SpeechClock()  # when the pieces handed to the voice will have been spoken
-        first_wait = llm.first_piece_wait_ms / 1000
         streaming = req.reply_mode != "full"
         held: list[str] = []  # full mode: pieces wait for the end of generation
         gen_started = time.monotonic()
@@ -446,12 +445,9 @@ class LlmWorker:
             if delta.text:
                 self._publish(ReplyText(sid, tid, delta.text))
             held += shaper.feed(delta.text)
-            now = time.monotonic()
-            if streaming and not held and not run.spoken and "first_token_s" in timings and first_wait > 0 and \
-                    now - gen_started - timings["first_token_s"] >= first_wait:
-                held += shaper.cut_due(first=True)  # a slow decode: the first words so far, not three
-            elif streaming and not held and clock.due(now):
-                held += shaper.cut_due()  # the voice would fall silent before the sentence is generated
+            if streaming and not held:
+                first_token_at = gen_started + timings.get("first_token_s", 0.0)
+                held += self._cut_early(shaper, clock, bool(run.spoken), first_token_at)
             if streaming:
                 for piece in held:
                     await self._send_piece(req, run.spoken, piece, timings, gen_started)
@@ -472,6 +468,16 @@ class LlmWorker:
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+
+    def _cut_early(self, shaper: ReplyShaper, clock: SpeechClock, started: bool, first_token_at: float) -> list[str]:
+        """Pieces cut before their boundary: the first piece's first two words once it has decoded for
+        llm.first_piece_wait_ms (a slow decode), or the words pending when the voice would otherwise fall silent
+        before the sentence is generated."""
+        now = time.monotonic()
+        first_wait = self.config.llm.first_piece_wait_ms / 1000
+        if not started:
+            return shaper.cut_due(first=True) if first_wait and now - first_token_at >= first_wait else []
+        return shaper.cut_due() if clock.due(now) else []
 
     async def _to_tts(self, piece: TtsPiece) -> None:
         """Drop policy: a TTS queue still full after TTS_PUT_TIMEOUT_S means the voice is stuck; this turn fails
