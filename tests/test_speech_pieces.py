@@ -158,3 +158,9 @@ def test_a_first_piece_that_waited_long_enough_goes_with_two_words():
     splitter = PieceSplitter(first_piece_words=3)
     splitter.feed("It ")
     assert splitter.cut_due(first=True) == []  # one word is too little to start with
+
+
+def test_a_reply_cut_by_its_word_budget_does_not_end_on_a_leading_word():
+    budget = WordBudget(max_words=5)
+    assert budget.take("A rainbow is") == ("A rainbow is", False)  # a piece cut early: no sentence end
+    assert budget.take("made of light and rain.") == ("made.", True)  # two words fit: "made of." would dangle

@@ -126,6 +126,7 @@ class TtsConfig:
     chunk_ms: int = 200
     lead_ms: int = 250  # Socket.IO reply audio goes out at most this far ahead of the client's playback
     pace_chunk_ms: int = 100  # ...in pieces this long (vita/reply_pacer.py)
+    cpu_threads: int = 2
 
 
 @dataclass
@@ -436,8 +437,9 @@ def validate(config: Config) -> Config:
     _check(20 <= t.chunk_ms <= 2000, "tts.chunk_ms", "must be between 20 and 2000")
     _check(0 <= llm.cpu_nice <= 19, "llm.cpu_nice", "must be between 0 and 19")
     _check(20 <= t.pace_chunk_ms <= 1000, "tts.pace_chunk_ms", "must be between 20 and 1000")
-    _check(t.lead_ms == 0 or t.lead_ms >= t.pace_chunk_ms, "tts.lead_ms",
-           "must be 0 (no pacing) or at least tts.pace_chunk_ms")
+    _check(t.lead_ms == 0 or t.lead_ms >= 2 * t.pace_chunk_ms, "tts.lead_ms",
+           "must be 0 (no pacing) or at least twice tts.pace_chunk_ms (else the client runs dry between messages)")
+    _check(1 <= t.cpu_threads <= 64, "tts.cpu_threads", "must be between 1 and 64")
     _check(lim.max_audio_message_bytes >= 256, "limits.max_audio_message_bytes", "must be at least 256")
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")

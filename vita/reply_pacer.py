@@ -13,11 +13,21 @@ again.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
 DUCK_GAIN = 0.2  # the level our page ducks a reply to (web/app.js), applied here for clients that cannot duck
+
+
+class Fate(Enum):
+    """What becomes of a queued chunk, as its turn stands now (the turn machine's route)."""
+
+    SEND = "send"
+    HOLD = "hold"  # not yet: the turn's reply is held while the user speaks (it stays queued)
+    DROP = "drop"  # its turn ended: never sent, and it takes no time on the client's clock
 
 
 @dataclass(frozen=True)
@@ -35,12 +45,16 @@ class PacedChunk:
 
 
 class ReplyPacer:
+    """One session's queue of reply audio, and its estimate of when the client will have played what it was sent
+    (it plays in real time from each chunk's arrival, as VITA's page and ours do)."""
+
     def __init__(self, lead_s: float, chunk_s: float):
         self.lead_s = lead_s
         self.chunk_s = chunk_s
         self.queue: deque[PacedChunk] = deque()
         self.played_until = 0.0  # when the client will have played everything sent so far (monotonic)
         self.gain = 1.0
+        self.timer_set = False  # the session's thread has a wake-up for it pending (its owner sets and clears it)
 
     def push(self, turn_id: int, pcm: bytes, rate: int, last: bool = False) -> None:
         """Queue a chunk, cut into pieces of at most ``chunk_s`` so the lead stays small."""
@@ -49,12 +63,22 @@ class ReplyPacer:
         for n, piece in enumerate(pieces):
             self.queue.append(PacedChunk(turn_id, piece, rate, last and n == len(pieces) - 1))
 
-    def take(self, now: float) -> list[PacedChunk]:
+    def holds(self, turn_id: int) -> bool:
+        return any(chunk.turn_id == turn_id for chunk in self.queue)
+
+    def take(self, now: float, fate: Callable[[int], Fate]) -> list[PacedChunk]:
         """What may go out now: audio while the client holds less than ``lead_s`` (one piece always goes when
-        it holds nothing), at the current gain, and a reply's end as soon as the audio before it went."""
+        it holds nothing), at the current gain, and a reply's end as soon as the audio before it went. Chunks of
+        turns that ended are dropped on the way; a held turn's stop the queue until it is released."""
         out = []
         while self.queue:
             chunk = self.queue[0]
+            what = fate(chunk.turn_id)
+            if what is Fate.HOLD:
+                break
+            if what is Fate.DROP:
+                self.queue.popleft()
+                continue
             ahead = max(0.0, self.played_until - now)
             if chunk.pcm and ahead > 0 and ahead + chunk.seconds > self.lead_s + 1e-6:
                 break
@@ -66,9 +90,10 @@ class ReplyPacer:
             out.append(chunk)
         return out
 
-    def wake_in(self, now: float) -> float | None:
-        """Seconds until ``take`` has something to send; None when nothing is queued."""
-        if not self.queue:
+    def wake_in(self, now: float, fate: Callable[[int], Fate]) -> float | None:
+        """Seconds until ``take`` has something to send; None when nothing is queued or the next is held (the
+        release of a held turn calls ``take`` again)."""
+        if not self.queue or fate(self.queue[0].turn_id) is not Fate.SEND:
             return None
         ahead = max(0.0, self.played_until - now)
         return max(0.0, ahead + self.queue[0].seconds - self.lead_s)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vita.camera import FrameBuffer
+from vita.reply_pacer import ReplyPacer
 from vita.turn_taking import TurnTaking
 
 
@@ -29,8 +30,8 @@ class Session:
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
-    pacer: Any = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of playback
-    pace_due: bool = False  # the pacer's timer is set
+    pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
+    # playback
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)

@@ -42,9 +42,10 @@ _ABBREVIATIONS_LOWER = {abbr.lower() for abbr in ABBREVIATIONS}
 MIN_FIRST_PIECE_CHARS = 4  # "Hi," alone would be a tiny, choppy first sound; "Sure," is fine
 MIN_DUE_WORDS = 2  # a piece cut early because the voice is running out holds at least this many words
 # A piece cut early does not end on one of these (it would sound cut off mid-phrase: "a beautiful display of").
-_LEADING_WORDS = {"a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "and", "or", "but",
-                  "that", "which", "who", "is", "are", "was", "were", "my", "your", "its", "their", "our", "his",
-                  "her", "as", "than", "if", "so", "very"}
+_LEADING_WORDS = frozenset({
+    "a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "and", "or", "but", "that", "which",
+    "who", "is", "are", "was", "were", "my", "your", "its", "their", "our", "his", "her", "as", "than", "if", "so",
+    "very"})
 
 
 def clean_for_speech(text: str) -> str:
@@ -160,7 +161,10 @@ class WordBudget:
             return piece, self.words >= self.max_words
         if self._sentence_ended:  # what was said already ends a sentence: end there
             return "", True
-        kept = " ".join(words[: self.max_words - self.words]).rstrip(",;:—-")
+        kept_words = words[: self.max_words - self.words]
+        while len(kept_words) > 1 and kept_words[-1].lower().strip(",;:") in _LEADING_WORDS:
+            kept_words.pop()  # "... made of." would sound cut off: "... made."
+        kept = " ".join(kept_words).rstrip(",;:—-")
         self.words = self.max_words
         return (kept if kept.endswith(_FINAL_PUNCTUATION) else kept + "."), True
 
@@ -215,6 +219,8 @@ class ReplyShaper:
 SECONDS_PER_WORD = 0.30  # the bundled Piper voice speaks ~3.3 words a second (14 words in 4.05 s, 3 in 1.03 s)
 VOICE_MARGIN_S = 0.55  # a piece must reach the voice this long before the audio before it ends: its synthesis
                        # (~0.1-0.2 s on a busy CPU), the trip to the client and the client's own buffer
+VOICE_LATENCY_S = 0.15  # a piece handed to an idle voice is heard this long after (TTS first chunk p50 0.08-0.1 s
+                        # on a busy 2-core CPU, plus the trip to the client)
 
 
 class SpeechClock:
@@ -227,7 +233,7 @@ class SpeechClock:
     """
 
     def __init__(self, seconds_per_word: float = SECONDS_PER_WORD, margin_s: float = VOICE_MARGIN_S,
-                 voice_latency_s: float = 0.15):
+                 voice_latency_s: float = VOICE_LATENCY_S):
         self.seconds_per_word = seconds_per_word
         self.margin_s = margin_s
         self.voice_latency_s = voice_latency_s

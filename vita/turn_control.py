@@ -13,6 +13,7 @@ import logging
 import time
 import wave
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -25,7 +26,7 @@ from vita.listener import SpeechListener
 from vita.logs import turn_ids
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
 from vita.metrics import FrontMetrics
-from vita.reply_pacer import ReplyPacer
+from vita.reply_pacer import Fate, ReplyPacer
 from vita.session_actor import AudioIn, ClockTick, SessionActor
 from vita.sessions import Session
 from vita.turn_log import TurnLogger
@@ -78,8 +79,10 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
                    ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
+@dataclass(frozen=True)
 class PaceDue:
-    """Mail from the session's own timer: its paced reply audio may send more (``ReplyPacer.wake_in``)."""
+    """Mail from the session's own timer, or after a held reply is released: its paced reply audio may send
+    more (``ReplyPacer.wake_in``)."""
 
 
 def stop_phrases(setting: str) -> tuple[str, ...]:
@@ -179,7 +182,7 @@ class TurnController:
         elif isinstance(item, ClockTick):
             self._handle(session, Tick(time.monotonic(), self.workers_ready()))
         elif isinstance(item, PaceDue):
-            session.pace_due = False
+            session.pacer.timer_set = False
             self._pace(session)
         elif isinstance(item, EVENTS):
             self._handle(session, item)
@@ -253,7 +256,9 @@ class TurnController:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
             peer = self._peer(session)
-            if peer is None:  # Socket.IO: paced here, just ahead of the client's playback
+            # Socket.IO: paced here, just ahead of the client's playback. A reply that began here ends here even
+            # if a WebRTC peer connects meanwhile (the page would hear both).
+            if peer is None or session.pacer.holds(turn_id):
                 session.pacer.push(turn_id, message.pcm, message.sample_rate, message.last)
                 self._pace(session)
                 return
@@ -277,19 +282,21 @@ class TurnController:
 
     def _pace(self, session: Session) -> None:
         """Send the reply audio the client may hold now (VITA: raw int16 mono PCM at 24 kHz), and set the timer
-        for the rest. A chunk of a turn that ended meanwhile is dropped."""
+        for the rest. A chunk of a turn that ended meanwhile is dropped; a held turn's wait for its release."""
+        def fate(turn_id: int) -> Fate:
+            route = session.turns.route(turn_id)
+            return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
+
         now = time.monotonic()
-        for chunk in session.pacer.take(now):
-            if session.turns.route(chunk.turn_id) is not Route.DELIVER:
-                continue
+        for chunk in session.pacer.take(now, fate):
             if chunk.pcm:  # the state and first-audio timing go out before the audio they announce
                 self._handle(session, AudioSent(now, chunk.turn_id, chunk.seconds))
                 self.emit("audio", chunk.pcm, to=session.sid)
             if chunk.last:
                 self._handle(session, ReplyComplete(now, chunk.turn_id))
-        wake = session.pacer.wake_in(now)
-        if wake is not None and not session.pace_due:
-            session.pace_due = True
+        wake = session.pacer.wake_in(now, fate)
+        if wake is not None and not session.pacer.timer_set:
+            session.pacer.timer_set = True
             session.actor.after(wake, PaceDue())
 
     # --- the machine's actions -----------------------------------------------------------------------------
@@ -391,6 +398,7 @@ class TurnController:
         held, session.held = session.held, []
         for message in held:
             session.actor.follow(message)
+        session.actor.follow(PaceDue())  # the paced audio of a reply held while the user spoke goes on too
 
     def _judge(self, session: Session, action: JudgeTurn) -> None:
         """Ask the end-of-turn model (on its own thread, ~30-60 ms); the answer comes back as mail, and the VAD

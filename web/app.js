@@ -30,10 +30,14 @@ class Player {
   }
 
   // The user started speaking over the reply: quieter at once; the server decides whether it interrupts
-  // (stop_tts) or was a "mm-hmm" or a cough (unduck).
+  // (stop_tts) or was a "mm-hmm" or a cough (unduck). The server ducks what it has not sent yet itself (it paces
+  // the reply just ahead of playback), so only what is queued here is ducked here.
   duck(on) {
     if (!this.ctx) return;
-    this.gain.gain.setTargetAtTime(on ? DUCKED_GAIN : 1, this.ctx.currentTime, 0.015);
+    const gain = this.gain.gain, now = this.ctx.currentTime;
+    gain.cancelScheduledValues(now);
+    gain.setTargetAtTime(on ? DUCKED_GAIN : 1, now, 0.015);
+    if (on && this.nextStart > now) gain.setTargetAtTime(1, this.nextStart, 0.015);
   }
 
   play(bytes) {

@@ -272,8 +272,10 @@ class LlmWorker:
                 handed.cancel()  # stopping: the message goes with the worker
 
     def _handle(self, message: Any) -> None:
-        if isinstance(message, TurnRequest | ResetHistory | EndSession):
-            self._stop_warming(message.session_id)  # a turn prefills for itself; the others leave nothing to warm
+        if isinstance(message, TurnRequest):
+            self._stop_warming()  # a turn prefills for itself, and no warm-up may slow another session's turn
+        elif isinstance(message, ResetHistory | EndSession) or (isinstance(message, CancelTurn) and message.forget):
+            self._stop_warming(message.session_id)  # its history changed: that prefix is not the next one
         if isinstance(message, TurnRequest):
             self._cancel(message.session_id, message.turn_id - 1)  # a newer turn supersedes the running one
             task = asyncio.create_task(self._run_turn(message))
@@ -297,14 +299,15 @@ class LlmWorker:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
-        if not self.config.llm.warm_prefix or self.mode.omni or not self.config.llm.prefix_caching:
-            return
+        llm = self.config.llm
+        if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
+            return  # (a remote server's cache is its own business: no extra request per reply)
         prompt = self._text_prompt(history, "")
-        if prompt.text is None:  # a remote chat model renders its own prompts: nothing to warm from here
-            return
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
+            if self.running:  # another session's turn is generating: it goes first
+                return
             async for _ in self.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
                 pass
 
@@ -318,10 +321,12 @@ class LlmWorker:
         if not task.cancelled() and task.exception() is not None:  # only an optimisation: never a turn's error
             self.report.log.warning("prefix warm-up failed: %s", task.exception())
 
-    def _stop_warming(self, session_id: str) -> None:
-        task = self.warming.pop(session_id, None)
-        if task is not None:
-            task.cancel()
+    def _stop_warming(self, session_id: str | None = None) -> None:
+        """Cancel the warm-up of one session, or of all (its engine request is aborted)."""
+        for sid in [session_id] if session_id is not None else list(self.warming):
+            task = self.warming.pop(sid, None)
+            if task is not None:
+                task.cancel()
 
     def _cancel(self, session_id: str, up_to_turn: int) -> None:
         current = self.running.get(session_id)
@@ -476,7 +481,9 @@ class LlmWorker:
         now = time.monotonic()
         first_wait = self.config.llm.first_piece_wait_ms / 1000
         if not started:
-            return shaper.cut_due(first=True) if first_wait and now - first_token_at >= first_wait else []
+            if not (first_wait and self.config.llm.first_piece_words and now - first_token_at >= first_wait):
+                return []
+            return shaper.cut_due(first=True)
         return shaper.cut_due() if clock.due(now) else []
 
     async def _to_tts(self, piece: TtsPiece) -> None:

@@ -42,9 +42,9 @@ LOCAL_BOUND = 64  # the synthesis loop says it is alive at least this often (the
 class PiperEngine:
     """One Piper voice: text in, int16 mono audio at its native rate out, a sentence at a time.
 
-    Its onnxruntime threads do not spin while they wait (onnxruntime's default): on two cores a spinning voice
-    takes the core the LLM engine's threads need, and alone it is as fast either way (3 words in 44 vs 47 ms,
-    2 threads, 2026-11-25).
+    Its onnxruntime threads sleep while they wait (onnxruntime's default is to spin): on two cores a spinning
+    voice takes the core the LLM engine's threads need, and alone it is as fast either way (3 words in 44 vs
+    47 ms, 2 threads, 2026-11-25).
     """
 
     def __init__(self, folder: Path, threads: int = 2):
@@ -110,7 +110,7 @@ class TtsWorker:
             raise RuntimeError(f"voice {default!r} not found under {models / 'piper'} (have: {names})")
         for name in names:
             self.report(WorkerState.LOADING, f"loading Piper voice {name}")
-            self.engines[name] = PiperEngine(models / "piper" / name)
+            self.engines[name] = PiperEngine(models / "piper" / name, self.config.tts.cpu_threads)
         # First synthesis pays onnxruntime's warm-up; do it before saying ready.
         list(self.engines[default].synthesize("Ready."))
 
