@@ -88,13 +88,16 @@ def test_binary_audio_at_16khz_in_40ms_frames(client):
     check_turn_covers_speech(turns(client)[0], speech)
 
 
-def test_two_utterances_a_second_apart_make_two_turns(client):
+def test_two_utterances_seconds_apart_make_two_turns(client):
+    """Two seconds apart: the second begins after the first one's reply was heard (speech that goes on before
+    that, or within turn.extend_grace_ms of it, joins the first request instead: 1 s apart, that depended on how
+    fast this busy machine answered)."""
     a, b = spoken("Good morning."), spoken("How are you today?")
-    stream(client.sio, np.concatenate([silence(0.5), a, silence(1.0), b, silence(1.0)]), chunk_ms=32, binary=True)
+    stream(client.sio, np.concatenate([silence(0.5), a, silence(2.0), b, silence(1.0)]), chunk_ms=32, binary=True)
     assert client.wait_for(lambda evs: sum(n == "turn" for _, n, _ in evs) >= 2, 2)
     heard_everything(client)
     got = turns(client)
-    assert [t["turn_id"] for t in got] == [1, 2]
+    assert len(got) == 2 and got[0]["turn_id"] < got[1]["turn_id"]  # (a pause inside may use an id speculatively)
     assert got[0]["end_s"] < got[1]["start_s"]
 
 
