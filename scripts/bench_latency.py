@@ -25,19 +25,17 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _bench import percentile  # noqa: E402
+from _bench import Microphone, percentile  # noqa: E402
 
 from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, vita_message  # noqa: E402
+from tests.speech import RATE  # noqa: E402
 
 SHORT = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
          "Is a whale a mammal?", "What is two plus three?", "Who wrote Romeo and Juliet?",
@@ -64,67 +62,6 @@ def speech_of(voice: str, text: str) -> np.ndarray:
     from tests.speech import spoken
 
     return np.asarray(spoken(text))
-
-
-@dataclass
-class Said:
-    """One utterance handed to the microphone, and when its voiced part went out."""
-
-    speech: np.ndarray
-    onset_sent: float = 0.0
-    end_sent: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-class Microphone:
-    """Always open, like a page's: real-time frames of silence, or of what `say` was given."""
-
-    def __init__(self, client: RecordingClient, binary: bool):
-        self.client, self.binary = client, binary
-        self.step = RATE * (32 if binary else 8) // 1000
-        self.queue: collections.deque[Said] = collections.deque()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="mic", daemon=True)
-        self.thread.start()
-
-    def say(self, speech: np.ndarray) -> Said:
-        said = Said(speech)
-        self.queue.append(said)
-        return said
-
-    def _run(self) -> None:
-        started, sent = time.monotonic(), 0
-        current, pos, voiced = None, 0, (0, 0)
-        while not self.stop.is_set():
-            if current is None and self.queue:
-                current, pos = self.queue.popleft(), 0
-                loud = np.flatnonzero(np.abs(current.speech.astype(np.int32)) > 800)
-                voiced = (int(loud[0]), int(loud[-1])) if loud.size else (0, len(current.speech) - 1)
-            if current is not None:
-                chunk = current.speech[pos:pos + self.step]
-                if len(chunk) < self.step:
-                    chunk = np.concatenate([chunk, np.zeros(self.step - len(chunk), np.int16)])
-            else:
-                chunk = np.zeros(self.step, np.int16)
-            self.client.sio.emit("audio", chunk.astype("<i2").tobytes() if self.binary else vita_message(chunk))
-            if current is not None:
-                now = time.monotonic()
-                if pos <= voiced[0] < pos + self.step:
-                    current.onset_sent = now
-                if pos <= voiced[1] < pos + self.step:
-                    current.end_sent = now
-                pos += self.step
-                if pos >= len(current.speech):
-                    current.done.set()
-                    current = None
-            sent += self.step
-            delay = started + sent / RATE - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
 
 
 def events_between(client: RecordingClient, start: float, end: float) -> list[tuple[float, str, object]]:

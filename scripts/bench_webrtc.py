@@ -39,13 +39,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench import delta, histogram_quantile, percentile, scrape  # noqa: E402
+from _bench import Microphone, delta, histogram_quantile, percentile, scrape  # noqa: E402
 from bench import LONG_QUESTIONS, _cpu_s  # noqa: E402
 
 from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
 from tests.helpers import RecordingClient  # noqa: E402
 from tests.rtc_client import LOUD_RMS, RtcAudio  # noqa: E402
-from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
+from tests.speech import RATE, silence, spoken, voiced_span  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
              "What is two plus two?"]
@@ -72,51 +72,6 @@ def turn_over(after: float):
     return check
 
 
-class SocketMic:
-    """An open microphone over Socket.IO (binary PCM in 32 ms frames, or VITA's JSON in 8 ms), real-time pace,
-    silence unless told to say something; `said_at` holds when the last voiced sample of each utterance went."""
-
-    def __init__(self, client: RecordingClient, binary: bool):
-        self.client, self.binary = client, binary
-        self.queue: list[np.ndarray] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.voiced_end: float | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def say(self, speech: np.ndarray) -> None:
-        with self.lock:
-            self.queue.append(speech)
-
-    def _run(self) -> None:
-        chunk_ms = 32 if self.binary else 8
-        step = RATE * chunk_ms // 1000
-        started, sent = time.monotonic(), 0
-        pending, last_voiced = np.zeros(0, np.int16), -1
-        while not self.stop.is_set():
-            if not pending.size:
-                with self.lock:
-                    if self.queue:
-                        speech = self.queue.pop(0)
-                        pending, last_voiced = speech, int(voiced_span(speech)[1] * RATE)
-            piece = pending[:step] if pending.size else silence(step / RATE)
-            if pending.size:
-                if 0 <= last_voiced < step:
-                    self.voiced_end = time.monotonic()
-                last_voiced -= step
-                pending = pending[step:]
-            self.client.sio.emit("audio", piece.astype("<i2").tobytes() if self.binary else vita_message(piece))
-            sent += step
-            delay = started + sent / RATE - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
-
-
 def first_loud_pcm(messages: list[tuple[float, bytes]], rate: int = 24000) -> list[float]:
     """When the first reply sound is heard from Socket.IO `audio` messages played gap-free from the first one's
     arrival (as the pages do): the same measure as WebRTC's first loud decoded frame (TTS audio opens quietly)."""
@@ -131,7 +86,7 @@ def first_loud_pcm(messages: list[tuple[float, bytes]], rate: int = 24000) -> li
 
 
 @contextlib.contextmanager
-def talking(url: str, transport: str) -> Iterator[tuple[RecordingClient, RtcAudio | None, SocketMic | None]]:
+def talking(url: str, transport: str) -> Iterator[tuple[RecordingClient, RtcAudio | None, Microphone | None]]:
     """A session with an open microphone over `transport`: its client, and its WebRTC peer or socket microphone."""
     client = RecordingClient(url).connect()
     rtc = mic = None
@@ -139,7 +94,7 @@ def talking(url: str, transport: str) -> Iterator[tuple[RecordingClient, RtcAudi
         if transport == "webrtc":
             rtc = RtcAudio(client).connect()
         else:
-            mic = SocketMic(client, binary=transport == "binary")
+            mic = Microphone(client, binary=transport == "binary")
         yield client, rtc, mic
     finally:
         if mic is not None:
@@ -160,12 +115,11 @@ def conversation(url: str, transport: str, speeches: list[np.ndarray]) -> dict:
             if rtc is not None:
                 voiced_end = rtc.say(np.concatenate([silence(0.3), speech])) + 0.3 + voiced_span(speech)[1]
             else:
-                mic.voiced_end = None
-                mic.say(np.concatenate([silence(0.3), speech]))
+                said = mic.say(np.concatenate([silence(0.3), speech]))
             if not until(client, turn_over(asked), 60):
                 raise TimeoutError(f"{transport}: no answered turn within 60 s")
             if rtc is None:
-                voiced_end = mic.voiced_end
+                voiced_end = said.end_sent
                 heard = first_loud_pcm([(t, d) for t, n, d in client.events if n == "audio" and t > voiced_end])
             else:
                 heard = rtc.loud(after=voiced_end)
