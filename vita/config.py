@@ -44,7 +44,7 @@ class ServerConfig:
     message_queue: str | None = None
     web_root: str | None = None
     trusted_proxies: str | None = None
-    nice: int = -5
+    nice: int = -10
 
 
 @dataclass
