@@ -269,6 +269,7 @@ def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     for turn, question in enumerate(questions, 1):
         llm.inbox.put(TurnRequest(session, turn, text=question))
         assert llm.wait(lambda t=turn: any(m.turn_id == t for _, m in llm.of(session, TurnEnded)), 60)
+        assert wait_until(lambda: session in llm.worker.warming, 5)  # started after the turn ended (it waits 0.4 s)
         assert wait_until(lambda: session not in llm.worker.warming, 30)  # its prefix is in the cache
     timings = {m.turn_id: m.timings for _, m in llm.of(session, TurnTimings)}
     assert len(llm.worker.histories[session]) == 2  # trimmed before the last turn

@@ -88,3 +88,11 @@ def test_a_held_turn_waits_in_the_queue_and_an_ended_one_takes_no_time():
     out = pacer.take(0.0, fates.get)
     assert [c.turn_id for c in out] == [2, 2] and out[-1].last
     assert pacer.played_until == pytest.approx(0.2)
+
+
+def test_a_reply_that_began_here_is_known_to_have_begun_here_even_once_drained():
+    pacer = ReplyPacer(lead_s=0.25, chunk_s=0.1)
+    assert not pacer.began(3)
+    pacer.push(3, pcm(0.1), RATE)
+    pacer.take(0.0, send)
+    assert pacer.began(3) and not pacer.began(4)  # (a WebRTC peer connecting now does not split the reply)

@@ -164,3 +164,9 @@ def test_a_reply_cut_by_its_word_budget_does_not_end_on_a_leading_word():
     budget = WordBudget(max_words=5)
     assert budget.take("A rainbow is") == ("A rainbow is", False)  # a piece cut early: no sentence end
     assert budget.take("made of light and rain.") == ("made.", True)  # two words fit: "made of." would dangle
+
+
+def test_a_budget_cut_that_leaves_only_leading_words_says_nothing_more():
+    budget = WordBudget(max_words=4)
+    assert budget.take("Mars is a") == ("Mars is a", False)
+    assert budget.take("the red planet.") == ("", True)  # "the." alone would dangle

@@ -145,4 +145,4 @@ def set_nice(nice: int) -> str:
     except OSError:
         return (f"running at nice {current}: nice {nice} needs root or CAP_SYS_NICE (the server's stages then share "
                 "the CPU equally with other programs)")
-    return f"running at nice {nice} (before other programs on this machine)"
+    return f"running at nice {nice}" + (" (before other programs on this machine)" if nice < 0 else "")

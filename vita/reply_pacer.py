@@ -54,17 +54,20 @@ class ReplyPacer:
         self.queue: deque[PacedChunk] = deque()
         self.played_until = 0.0  # when the client will have played everything sent so far (monotonic)
         self.gain = 1.0
+        self.socket_turn: int | None = None  # the turn whose reply went out here: it ends here
         self.timer_set = False  # the session's thread has a wake-up for it pending (its owner sets and clears it)
 
     def push(self, turn_id: int, pcm: bytes, rate: int, last: bool = False) -> None:
         """Queue a chunk, cut into pieces of at most ``chunk_s`` so the lead stays small."""
+        self.socket_turn = turn_id
         step = max(2, int(self.chunk_s * rate) * 2)
         pieces = [pcm[i:i + step] for i in range(0, len(pcm), step)] or [b""]
         for n, piece in enumerate(pieces):
             self.queue.append(PacedChunk(turn_id, piece, rate, last and n == len(pieces) - 1))
 
-    def holds(self, turn_id: int) -> bool:
-        return any(chunk.turn_id == turn_id for chunk in self.queue)
+    def began(self, turn_id: int) -> bool:
+        """This turn's reply started here (a reply is not split between transports)."""
+        return self.socket_turn == turn_id
 
     def take(self, now: float, fate: Callable[[int], Fate]) -> list[PacedChunk]:
         """What may go out now: audio while the client holds less than ``lead_s`` (one piece always goes when

@@ -162,10 +162,12 @@ class WordBudget:
         if self._sentence_ended:  # what was said already ends a sentence: end there
             return "", True
         kept_words = words[: self.max_words - self.words]
-        while len(kept_words) > 1 and kept_words[-1].lower().strip(",;:") in _LEADING_WORDS:
+        while kept_words and kept_words[-1].lower().strip(",;:") in _LEADING_WORDS:
             kept_words.pop()  # "... made of." would sound cut off: "... made."
         kept = " ".join(kept_words).rstrip(",;:—-")
         self.words = self.max_words
+        if not kept:
+            return "", True
         return (kept if kept.endswith(_FINAL_PUNCTUATION) else kept + "."), True
 
 

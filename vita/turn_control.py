@@ -81,8 +81,10 @@ STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_tok
 
 @dataclass(frozen=True)
 class PaceDue:
-    """Mail from the session's own timer, or after a held reply is released: its paced reply audio may send
-    more (``ReplyPacer.wake_in``)."""
+    """Mail from the session's own timer (``timer``), or after a held reply is released: its paced reply audio
+    may send more (``ReplyPacer.wake_in``)."""
+
+    timer: bool = True
 
 
 def stop_phrases(setting: str) -> tuple[str, ...]:
@@ -182,7 +184,8 @@ class TurnController:
         elif isinstance(item, ClockTick):
             self._handle(session, Tick(time.monotonic(), self.workers_ready()))
         elif isinstance(item, PaceDue):
-            session.pacer.timer_set = False
+            if item.timer:
+                session.pacer.timer_set = False
             self._pace(session)
         elif isinstance(item, EVENTS):
             self._handle(session, item)
@@ -258,7 +261,7 @@ class TurnController:
             peer = self._peer(session)
             # Socket.IO: paced here, just ahead of the client's playback. A reply that began here ends here even
             # if a WebRTC peer connects meanwhile (the page would hear both).
-            if peer is None or session.pacer.holds(turn_id):
+            if peer is None or session.pacer.began(turn_id):
                 session.pacer.push(turn_id, message.pcm, message.sample_rate, message.last)
                 self._pace(session)
                 return
@@ -398,7 +401,7 @@ class TurnController:
         held, session.held = session.held, []
         for message in held:
             session.actor.follow(message)
-        session.actor.follow(PaceDue())  # the paced audio of a reply held while the user spoke goes on too
+        session.actor.follow(PaceDue(timer=False))  # the paced audio of a reply held while the user spoke goes on
 
     def _judge(self, session: Session, action: JudgeTurn) -> None:
         """Ask the end-of-turn model (on its own thread, ~30-60 ms); the answer comes back as mail, and the VAD

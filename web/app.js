@@ -35,9 +35,10 @@ class Player {
   duck(on) {
     if (!this.ctx) return;
     const gain = this.gain.gain, now = this.ctx.currentTime;
+    const holding = on && this.nextStart > now;  // with nothing queued, all that comes is ducked already
     gain.cancelScheduledValues(now);
-    gain.setTargetAtTime(on ? DUCKED_GAIN : 1, now, 0.015);
-    if (on && this.nextStart > now) gain.setTargetAtTime(1, this.nextStart, 0.015);
+    gain.setTargetAtTime(holding ? DUCKED_GAIN : 1, now, 0.015);
+    if (holding) gain.setTargetAtTime(1, this.nextStart, 0.015);
   }
 
   play(bytes) {

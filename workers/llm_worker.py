@@ -389,10 +389,13 @@ class LlmWorker:
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
             history.add(Exchange(run.user_text, run.said, turn_id=tid))
-            self._warm(sid, tid, history)
             self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
             self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
             self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
+            try:
+                self._warm(sid, tid, history)
+            except Exception:  # only an optimisation: the turn is answered either way
+                self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
             if run.generating:
                 with contextlib.suppress(Exception):
