@@ -33,9 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _bench import Microphone, percentile  # noqa: E402
+from eval_answers import answered_turn, synthesize  # noqa: E402
 
 from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE  # noqa: E402
 
 SHORT = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
          "Is a whale a mammal?", "What is two plus three?", "Who wrote Romeo and Juliet?",
@@ -51,45 +51,19 @@ GAP_S = 0.150  # issue 35: no gap longer than this inside a reply
 LOUD = 0.5  # a chunk at least this fraction of the reply's typical peak is full volume (ducked is 0.2)
 
 
-def speech_of(voice: str, text: str) -> np.ndarray:
-    if voice == "hibari":
-        import soxr
-        from hibari import Hibari
-
-        engine = speech_of.__dict__.setdefault("hibari", Hibari())
-        audio = np.asarray(engine(text), dtype=np.float32)
-        return (soxr.resample(audio, engine.sample_rate, RATE) * 32767).clip(-32768, 32767).astype(np.int16)
-    from tests.speech import spoken
-
-    return np.asarray(spoken(text))
-
-
 def events_between(client: RecordingClient, start: float, end: float) -> list[tuple[float, str, object]]:
     with client.changed:
         return [e for e in client.events if start <= e[0] <= end]
 
 
-def wait_turn_over(client: RecordingClient, after: float, timeout: float = 60) -> tuple[int, float] | None:
-    """The turn committed after `after` that was answered (one withdrawn as `extended` is followed by the next),
-    and when it went back to listening."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not client.wait_for(lambda evs, after=after: any(n == "turn" and t >= after for t, n, _ in evs), 30):
-            return None
-        turn_at, turn = next((t, d) for t, n, d in client.events if n == "turn" and t >= after)
-        tid = turn["turn_id"]
-
-        def ended(evs, tid=tid):
-            return any(n == "state" and d.get("state") == "listening" and d.get("turn_id") == tid
-                       for _, n, d in evs)
-        if not client.wait_for(ended, max(1.0, deadline - time.monotonic())):
-            return None
-        end_at, end = next((t, d) for t, n, d in client.events if n == "state" and d.get("turn_id") == tid
-                           and d.get("state") == "listening")
-        if end.get("reason") != "extended":
-            return tid, end_at
-        after = turn_at + 1e-6
-    return None
+def wait_turn_over(client: RecordingClient, after: float) -> tuple[int, float] | None:
+    """The answered turn asked after `after` (eval_answers.answered_turn) and when it went back to listening."""
+    try:
+        tid = answered_turn(client, after)
+    except TimeoutError:
+        return None
+    return tid, next(t for t, n, d in client.events if n == "state" and d.get("turn_id") == tid
+                     and d.get("state") == "listening")
 
 
 def playback(chunks: list[tuple[float, bytes]], stop_at: float | None = None) -> tuple[list[float], list[tuple]]:
@@ -110,7 +84,7 @@ def playback(chunks: list[tuple[float, bytes]], stop_at: float | None = None) ->
 
 
 def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict | None:
-    said = mic.say(speech_of(voice, text))
+    said = mic.say(synthesize(voice, text))
     said.done.wait(30)
     over = wait_turn_over(client, said.onset_sent)
     if over is None:
@@ -139,13 +113,13 @@ def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict
 
 def barge(client: RecordingClient, mic: Microphone, voice: str) -> dict | None:
     """Ask for a long reply; ~1 s into its sound, speak over it: onset → the reply's sound quiet at the client."""
-    said = mic.say(speech_of(voice, BARGE_OVER))
+    said = mic.say(synthesize(voice, BARGE_OVER))
     said.done.wait(30)
     if not client.wait_for(lambda evs: any(n == "audio" and t > said.end_sent for t, n, _ in evs), 30):
         return None
     first_audio = next(t for t, n, _ in client.events if n == "audio" and t > said.end_sent)
     time.sleep(max(0.0, first_audio + 1.0 - time.monotonic()))
-    over = mic.say(speech_of(voice, BARGE_WITH))
+    over = mic.say(synthesize(voice, BARGE_WITH))
     over.done.wait(30)
     client.wait_for(lambda evs: any(n == "stop_tts" and t > over.onset_sent for t, n, _ in evs), 5)
     wait_turn_over(client, over.onset_sent)

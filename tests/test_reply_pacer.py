@@ -64,7 +64,7 @@ def test_stop_drops_everything_unsent_and_resets_the_volume():
     pacer.take(0.0, send)
     pacer.duck(True)
     pacer.clear()
-    assert pacer.take(0.5, send) == [] and pacer.wake_in(0.5, send) is None and pacer.pending_s == 0
+    assert pacer.take(0.5, send) == [] and pacer.wake_in(0.5, send) is None and not pacer.queue
     pacer.push(2, pcm(0.1), RATE)
     (chunk,) = pacer.take(0.6, send)
     assert chunk.turn_id == 2 and int(np.frombuffer(chunk.pcm, "<i2").max()) == 10000

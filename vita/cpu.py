@@ -133,10 +133,10 @@ def name_os_thread(name: str) -> None:
 
 
 def set_nice(nice: int) -> str:
-    """Run the calling thread, and every thread and process it starts from now on, at ``nice`` (call it first
-    thing in the main thread: Linux keeps a nice value per thread, and new threads and processes inherit their
-    creator's). Raising priority needs root or CAP_SYS_NICE; without, the current value stays. Returns what
-    happened, for the start-up log."""
+    """Run the calling thread, and every thread and process it starts from now on, at ``nice`` (call it before
+    those start: Linux keeps a nice value per thread, and new threads and processes inherit their creator's).
+    Raising priority needs root or CAP_SYS_NICE; without, the current value stays. Returns what happened, for
+    the start-up log."""
     if not hasattr(os, "setpriority"):
         return "priority unchanged (not supported here)"
     current = os.getpriority(os.PRIO_PROCESS, 0)

@@ -111,10 +111,6 @@ class ReplyPacer:
         self.played_until = 0.0
         self.gain = 1.0
 
-    @property
-    def pending_s(self) -> float:
-        return sum(chunk.seconds for chunk in self.queue)
-
 
 def _scaled(pcm: bytes, gain: float) -> bytes:
     samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) * gain

@@ -48,6 +48,11 @@ _LEADING_WORDS = frozenset({
     "very"})
 
 
+def _leads_on(word: str) -> bool:
+    """A word a piece must not end on: it leads into the next ("of", "the")."""
+    return word.lower().strip(",;:") in _LEADING_WORDS
+
+
 def clean_for_speech(text: str) -> str:
     text = _SPECIAL_TOKEN.sub(" ", text)
     text = _MARKUP.sub("", text)
@@ -99,7 +104,7 @@ class PieceSplitter:
 
     def _last_word_end(self) -> int | None:
         words = list(_WORD_THEN_SPACE.finditer(self._buffer))
-        while words and words[-1].group().lower().strip(",;:") in _LEADING_WORDS:
+        while words and _leads_on(words[-1].group()):
             words.pop()
         if not words or self._is_abbreviation(self._buffer[:words[-1].end()]):
             return None
@@ -162,7 +167,7 @@ class WordBudget:
         if self._sentence_ended:  # what was said already ends a sentence: end there
             return "", True
         kept_words = words[: self.max_words - self.words]
-        while kept_words and kept_words[-1].lower().strip(",;:") in _LEADING_WORDS:
+        while kept_words and _leads_on(kept_words[-1]):
             kept_words.pop()  # "... made of." would sound cut off: "... made."
         kept = " ".join(kept_words).rstrip(",;:—-")
         self.words = self.max_words
@@ -242,7 +247,7 @@ class SpeechClock:
         self.ends_at: float | None = None
 
     def handed(self, piece: str, now: float) -> None:
-        start = now + self.voice_latency_s if self.ends_at is None else max(self.ends_at, now + self.voice_latency_s)
+        start = max(self.ends_at or 0.0, now + self.voice_latency_s)  # after what is queued, or afresh
         self.ends_at = start + len(piece.split()) * self.seconds_per_word
 
     def due(self, now: float) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu
+from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu, set_nice
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.omni import read_model_config
@@ -150,7 +150,11 @@ class LocalVllmEngine:
 
     def _run(self, loop: asyncio.AbstractEventLoop, built: asyncio.Future) -> None:
         name_os_thread("vllm-engine")  # and its OpenMP threads
-        lower_thread_priority(self.config.llm.cpu_nice if self.config.llm.device == "cpu" else 0)
+        if self.config.llm.device == "cpu" and self.config.llm.cpu_nice > 0:
+            # This thread and vLLM's OpenMP threads (they inherit it) yield the CPU to the rest of the server: on a
+            # CPU the voice, ASR and the front are on a turn's critical path and need the cores in short bursts;
+            # the engine uses what they leave, llm.cpu_nice above the server's own niceness.
+            set_nice(min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.config.llm.cpu_nice))
         try:
             apply_isa_cap()
             from vllm import EngineArgs
@@ -280,18 +284,6 @@ class LocalVllmEngine:
             self.commands.put(_STOP)
             self.thread.join(30)
             self.thread = None
-
-
-def lower_thread_priority(nice: int) -> None:
-    """Make the calling thread, and the threads it starts from now on (vLLM's OpenMP threads inherit it), yield
-    the CPU to the rest of the server: on a CPU the voice, ASR and the front are on a turn's critical path and
-    need the cores in short bursts; the engine uses whatever they leave. ``nice`` is added to the process's
-    own (server.nice), so the engine keeps its place beside other programs. (Linux: a thread's nice value is
-    its own, and setpriority on a thread id sets that thread's alone.)"""
-    if nice <= 0 or not hasattr(os, "setpriority"):
-        return
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
 
 
 def _settle(future: asyncio.Future, error: BaseException | None) -> None:
