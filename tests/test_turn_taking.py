@@ -33,6 +33,7 @@ from vita.turn_taking import (
     SpeechConfirmed,
     SpeechDropped,
     SpeechPaused,
+    SpeechPausedLonger,
     SpeechResumed,
     SpeechStarted,
     StartTurn,
@@ -338,6 +339,32 @@ def test_incomplete_keeps_listening_and_the_long_silence_still_ends_the_turn():
     assert m.handle(TurnJudged(2.15, judge.pause, 0.2)) == []
     assert m.phase is Phase.LISTENING and m.speculative
     assert of(m.handle(UtteranceEnded(3.3, SPEECH)), CommitTurn)
+
+
+def test_a_pause_the_model_doubted_is_judged_again_once_it_has_gone_on():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (start,), (first,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, first.pause, 0.3)) == []  # unfinished, ~0.13 s into the silence
+    (again,) = m.handle(SpeechPausedLonger(2.2, LONGER))
+    assert again == JudgeTurn(first.pause, LONGER)  # the same pause, with the silence since
+    assert m.handle(SpeechPausedLonger(2.3, LONGER)) == []  # asked once more, not at every chunk
+    assert m.handle(TurnJudged(2.25, again.pause, 0.8)) == [EndUtterance()]
+    (commit,) = of(m.handle(UtteranceEnded(2.26, SPEECH)), CommitTurn)
+    assert commit.turn_id == start.turn_id  # the speculative turn started at the pause is the one kept
+
+
+def test_a_pause_judged_finished_or_not_yet_judged_or_resumed_is_not_asked_again():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    m.handle(SpeechPaused(2.1, SPEECH))
+    assert m.handle(SpeechPausedLonger(2.2, LONGER)) == []  # the first answer has not come back
+    m.handle(SpeechResumed(2.3))
+    (judge,) = of(m.handle(SpeechPaused(3.1, SPEECH)), JudgeTurn)
+    assert m.handle(TurnJudged(3.15, judge.pause, 0.2)) == []
+    m.handle(SpeechResumed(3.18))  # the user went on: the doubt was about a pause that is over
+    (judge,) = of(m.handle(SpeechPaused(4.1, SPEECH)), JudgeTurn)
+    assert m.handle(SpeechPausedLonger(4.2, LONGER)) == []
 
 
 def test_a_judgement_that_arrives_after_speech_resumed_is_ignored():

@@ -7,7 +7,16 @@ import pytest
 
 from tests.speech import noise, silence, spoken, voiced_span
 from vita.config import Config
-from vita.vad import CHUNK, SAMPLE_RATE, Heard, SileroModel, SileroVad, VadSegmenter
+from vita.vad import (
+    CHUNK,
+    MIN_LEVEL_CHUNKS,
+    QUIET_TAIL_CHUNKS,
+    SAMPLE_RATE,
+    Heard,
+    SileroModel,
+    SileroVad,
+    VadSegmenter,
+)
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +126,47 @@ def test_the_pause_before_the_end_carries_the_speech_so_far():
             ended += [event.utterance] if event.kind is Heard.END else []
     (pause,), (end,) = paused, ended
     assert pause.speech_end_sample == end.speech_end_sample and pause.start_sample == end.start_sample
-    assert end.end_sample - pause.end_sample == (seg.end_silence_chunks - seg.pause_chunks) * CHUNK
-    assert end.pcm.startswith(pause.pcm)
+    assert pause.end_sample - pause.speech_end_sample == seg.pause_chunks * CHUNK  # pause_ms after the voice ended
+    assert end.end_sample > pause.end_sample and end.pcm.startswith(pause.pcm)
+
+
+def test_the_pause_is_found_where_the_voice_fell_silent_not_where_silero_let_go(speech):
+    """Silero's probability stays up 2-3 chunks after the voice stops; those chunks, down at the line's noise
+    floor, count as the pause's silence: the pause comes ~0.1 s sooner and the end of speech is where the voice
+    ended. The pause that goes on is reported once more, QUIET_TAIL_CHUNKS later."""
+    rng = np.random.default_rng(1)
+    stream = np.concatenate([silence(1.0), speech, silence(1.0)])
+    stream = (stream + rng.normal(0, 30, stream.size)).astype(np.int16)  # a quiet room: -60 dBFS
+    seg, events = segmenter(), []
+    for i in range(0, len(stream), 128):
+        events += [(seg.position, e) for e in seg.feed(stream[i:i + 128])]
+    (at, pause), = [(p, e.utterance) for p, e in events if e.kind is Heard.PAUSE]
+    (longer_at,) = [p for p, e in events if e.kind is Heard.PAUSE_LONGER]
+    _, truth_end = truth(speech, SAMPLE_RATE)
+    assert abs(pause.speech_end_sample - truth_end) <= 1.5 * CHUNK
+    assert at - truth_end <= seg.pause_chunks * CHUNK + 2 * CHUNK  # Silero alone: 3-4 chunks later still
+    assert longer_at - at == QUIET_TAIL_CHUNKS * CHUNK
+
+
+def test_only_chunks_at_the_noise_floor_and_well_under_the_voice_count_as_silence():
+    seg = segmenter()
+    seg.levels.extend([-25.0] * MIN_LEVEL_CHUNKS)  # the user's voice: -25 dBFS
+    seg.speech_start, seg.last_voiced_end = 0, 40 * CHUNK
+
+    def credit(floor: float, tail: list[float]) -> int:
+        seg.floor_levels.clear()
+        seg.floor_levels.extend([floor] * 10)
+        seg.tail_levels.clear()
+        seg.tail_levels.extend(tail)
+        seg.last_voiced_end = 40 * CHUNK
+        seg._credit_quiet_tail()
+        return seg.quiet_tail
+
+    assert credit(-70.0, [-30.0, -66.0, -69.0]) == 2  # the last two are at the floor; the voice ended before them
+    assert seg.last_voiced_end == 38 * CHUNK
+    assert credit(-70.0, [-66.0, -30.0, -69.0]) == 1  # only the run at the very end counts
+    assert credit(-42.0, [-40.0, -41.0, -42.0]) == 0  # a noisy room: its floor is within 20 dB of the voice
+    assert credit(-90.0, [-55.0, -58.0, -61.0]) == 1  # under -60 dBFS is silence even on a silent line
 
 
 def test_one_message_of_several_chunks_reports_its_events_in_the_order_they_happened():

@@ -16,6 +16,7 @@ from vita.turn_taking import (
     SpeechConfirmed,
     SpeechDropped,
     SpeechPaused,
+    SpeechPausedLonger,
     SpeechResumed,
     SpeechStarted,
     UtteranceEnded,
@@ -74,6 +75,8 @@ class SpeechListener:
                 events.append(SpeechDropped(now))
             elif vad.kind is Heard.PAUSE:
                 events.append(SpeechPaused(now, _speech(vad.utterance, arrived, position)))
+            elif vad.kind is Heard.PAUSE_LONGER:
+                events.append(SpeechPausedLonger(now, _speech(vad.utterance, arrived, position)))
             elif vad.kind is Heard.RESUME:
                 events.append(SpeechResumed(now))
             else:

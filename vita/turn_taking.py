@@ -147,6 +147,15 @@ class SpeechPaused:
 
 
 @dataclass(frozen=True)
+class SpeechPausedLonger:
+    """The same pause ~0.1 s later (the speech so far, with more silence): an end of turn the model doubted at the
+    pause's start is asked again, as more silence makes it surer (a robotic voice: 82 % → 93 % called finished)."""
+
+    now: float
+    speech: Speech
+
+
+@dataclass(frozen=True)
 class SpeechResumed:
     now: float
 
@@ -229,7 +238,8 @@ class Disconnected:
     now: float
 
 
-Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | TurnJudged | InterjectionHeard
+Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged
+         | InterjectionHeard
          | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
          | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
 
@@ -371,6 +381,7 @@ class TurnTaking:
         self.stopped_reply = False  # the current speech stopped the reply: a request only if it is more than a command
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
         self.pause_open = False
+        self.pause_doubted = False  # the end-of-turn model called the open pause unfinished (ask again later)
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -420,6 +431,7 @@ class TurnTaking:
         held_before = self._may_continue()
         self.user_speaking = False
         self.pause_open = False
+        self.pause_doubted = False
         actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
         if self.carrying is not None:  # what went on was a cough after all: the request goes as it was
             speech, self.carrying = self.carrying, None
@@ -436,18 +448,21 @@ class TurnTaking:
             if self._continues_request() and self.rules.judge:  # "Keep it short." before the reply: finished?
                 self.pause_seq += 1
                 self.pause_open = True
+                self.pause_doubted = False
                 return [JudgeTurn(self.pause_seq, e.speech)]
             if self.rules.stop_phrases and self.first_audio_sent and not self.speech_confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
                 # meanwhile; a backchannel unducks when they come back).
                 self.pause_seq += 1
                 self.pause_open = True
+                self.pause_doubted = False
                 return [HearInterjection(self.active_turn, self.pause_seq, e.speech)]
             # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
             # for the whole end-of-speech wait.
             return self._unduck()
         self.pause_seq += 1
         self.pause_open = True
+        self.pause_doubted = False
         actions: list[Action] = []
         if self.speculative_enabled:
             actions += self._cancel(DISCARDED)
@@ -458,10 +473,19 @@ class TurnTaking:
             actions.append(JudgeTurn(self.pause_seq, e.speech))
         return actions
 
+    def _on_SpeechPausedLonger(self, e: SpeechPausedLonger) -> list[Action]:
+        if not (self.pause_doubted and self.pause_open and self.user_speaking):
+            return []  # judged finished already, not judged (yet), or not a pause the model is asked about
+        self.pause_doubted = False
+        return [JudgeTurn(self.pause_seq, e.speech)]
+
     def _on_TurnJudged(self, e: TurnJudged) -> list[Action]:
         if e.pause != self.pause_seq or not self.pause_open or not self.user_speaking:
             return []  # the user went on (or the utterance ended) while the model thought
-        return [EndUtterance()] if e.probability >= self.rules.complete_threshold else []
+        if e.probability >= self.rules.complete_threshold:
+            return [EndUtterance()]
+        self.pause_doubted = True
+        return []
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
@@ -478,6 +502,7 @@ class TurnTaking:
         self.last_activity = e.now
         self.stopped_reply = self.stopped_reply or self.commanded  # "Stop. What about Spain?": a request after all
         self.pause_open = self.commanded = False
+        self.pause_doubted = False
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
@@ -488,6 +513,7 @@ class TurnTaking:
         self.last_activity = e.now
         self.user_speaking = False
         self.pause_open = False
+        self.pause_doubted = False
         confirmed, self.speech_confirmed = self.speech_confirmed, False
         actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
         if self.commanded:  # "Stop." stopped the reply; it asks for nothing more
@@ -534,6 +560,7 @@ class TurnTaking:
         self.pending_text = ""
         self.carrying = None  # the listener forgets it too (it is reset)
         self.pause_open = self.speech_confirmed = self.ducked = False
+        self.pause_doubted = False
         if self.active_turn is not None and not self.speculative:
             return self._cancel(e.reason)
         actions = self._cancel(DISCARDED) if self.active_turn is not None else []

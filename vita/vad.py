@@ -24,6 +24,14 @@ ECHO_HOLD_SAMPLES = int(ECHO_HOLD_S * SAMPLE_RATE)
 ECHO_VOICE_DB = 10  # a chunk within this of the user's level is their voice (it renews the hold)
 LEVEL_CHUNKS = 256  # the user's level is learnt from their last ~8 s of clearly voiced speech
 MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it (before that, nothing is guarded)
+# Silero's probability falls 2-3 chunks after the voice does (its recurrent state lags: 85-230 ms, p50 ~110 ms on
+# 10 spoken questions), so pauses and the end of speech were found ~0.1 s late. Chunks at the end of the voiced
+# run whose level is down at the room's noise floor are counted as the silence they are (at most QUIET_TAIL_CHUNKS).
+QUIET_TAIL_CHUNKS = 3
+QUIET_OVER_FLOOR_DB = 6  # a chunk this close to the noise floor is silent...
+QUIET_FLOOR_MIN_DBFS = -60  # ...and one under -60 dBFS always is (a digitally silent or very quiet line)...
+QUIET_UNDER_VOICE_DB = 20  # ...but never one within 20 dB of the user's voice (a noisy room gets no credit)
+FLOOR_CHUNKS = 64  # the noise floor: the median level of the last ~2 s of chunks Silero calls silent
 
 
 class SileroModel:
@@ -82,6 +90,7 @@ class Heard(StrEnum):
     DROPPED = "dropped"  # a reported start ended too short to keep (a cough, a click)
     PAUSE = "pause"  # a short silence inside a kept utterance (carries the speech so far)
     RESUME = "resume"  # speech went on after a reported pause
+    PAUSE_LONGER = "pause_longer"  # the reported pause has gone on ~0.1 s more (the end of turn may be asked again)
     END = "end"  # the utterance is over (carries it)
 
 
@@ -110,6 +119,7 @@ class VadSegmenter:
         # A shorter silence inside a kept utterance is a pause: a speculative turn may start there (0 = never).
         pause_chunks = max(1, round(pause_ms * SAMPLE_RATE / 1000 / CHUNK)) if pause_ms > 0 else 0
         self.pause_chunks = pause_chunks if pause_chunks < self.end_silence_chunks else 0
+        self.longer_pause_chunks = self.pause_chunks + QUIET_TAIL_CHUNKS if self.pause_chunks else 0
         self.pause_reported = False
         self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
@@ -121,6 +131,9 @@ class VadSegmenter:
         self.guarded = False  # the owner sets it while the assistant's reply plays
         self.loud_at = -ECHO_HOLD_SAMPLES  # stream position of the latest voiced chunk at the user's level
         self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's voiced chunks, learnt unguarded
+        self.floor_levels: deque[float] = deque(maxlen=FLOOR_CHUNKS)  # dBFS of chunks Silero calls silent
+        self.tail_levels: deque[float] = deque(maxlen=QUIET_TAIL_CHUNKS)  # dBFS of the last voiced chunks
+        self.quiet_tail = 0  # voiced chunks before the silence that were already silent by their level
         self.max_samples = int(max_utterance_s * SAMPLE_RATE)
         self.pending = np.zeros(0, dtype=np.int16)
         self.position = 0  # samples consumed so far
@@ -153,7 +166,8 @@ class VadSegmenter:
         self.speaking = False
         self.confirmed = self.onset_reported = self.confirm_reported = False
         self.speech = []
-        self.silent_chunks = 0
+        self.silent_chunks = self.quiet_tail = 0
+        self.tail_levels.clear()
         self.pause_reported = False
         self.carried = None
 
@@ -176,7 +190,10 @@ class VadSegmenter:
         while self.pending.size >= CHUNK:
             chunk, self.pending = self.pending[:CHUNK], self.pending[CHUNK:]
             samples = chunk.astype(np.float32) / 32768.0
-            p = self._echo_guard(self.vad.probability(samples), samples)
+            level = 10 * np.log10(float(np.mean(samples * samples)) + 1e-10)
+            p = self._echo_guard(self.vad.probability(samples), level)
+            if p < self.end_threshold:
+                self.floor_levels.append(level)
             chunk_start = self.position
             self.position += CHUNK
             if not self.speaking:
@@ -185,7 +202,9 @@ class VadSegmenter:
                     self.speech = [*self.pre_roll, chunk]
                     self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
                     self.last_voiced_end = self.position
-                    self.silent_chunks = 0
+                    self.silent_chunks = self.quiet_tail = 0
+                    self.tail_levels.clear()
+                    self.tail_levels.append(level)
                     self.voiced_samples = CHUNK
                     events += self._count_voiced()
                     self.pre_roll.clear()
@@ -194,15 +213,21 @@ class VadSegmenter:
                 continue
             self.speech.append(chunk)
             if p < self.end_threshold:
+                if self.silent_chunks == 0:
+                    self._credit_quiet_tail()
                 self.silent_chunks += 1
-                if self.silent_chunks == self.pause_chunks and self.confirmed and not self.pause_reported:
+                paused = self.silent_chunks + self.quiet_tail
+                if self.pause_chunks and paused >= self.pause_chunks and self.confirmed and not self.pause_reported:
                     self.pause_reported = True
                     events.append(VadEvent(Heard.PAUSE, self._so_far()))
+                elif self.pause_reported and paused == self.longer_pause_chunks:
+                    events.append(VadEvent(Heard.PAUSE_LONGER, self._so_far()))
             else:
                 if self.pause_reported:
                     self.pause_reported = False
                     events.append(VadEvent(Heard.RESUME))
-                self.silent_chunks = 0
+                self.silent_chunks = self.quiet_tail = 0
+                self.tail_levels.append(level)
                 self.last_voiced_end = self.position
                 self.voiced_samples += CHUNK
                 events += self._count_voiced()
@@ -214,7 +239,23 @@ class VadSegmenter:
                     events.append(event)
         return events
 
-    def _echo_guard(self, p: float, samples: np.ndarray) -> float:
+    def _credit_quiet_tail(self) -> None:
+        """Silero has just called a chunk silent: the voiced chunks before it that were already down at the
+        noise floor count as silence too (the pause began there), and the voice ended where they begin."""
+        floor = float(np.median(self.floor_levels)) if self.floor_levels else None
+        bound = max(floor + QUIET_OVER_FLOOR_DB, QUIET_FLOOR_MIN_DBFS) if floor is not None else QUIET_FLOOR_MIN_DBFS
+        if (voice := self.level_db) is not None:
+            bound = min(bound, voice - QUIET_UNDER_VOICE_DB)
+        quiet = 0
+        for level in reversed(self.tail_levels):
+            if level >= bound or self.last_voiced_end - (quiet + 1) * CHUNK <= self.speech_start:
+                break
+            quiet += 1
+        self.quiet_tail = quiet
+        self.last_voiced_end -= quiet * CHUNK
+        self.tail_levels.clear()
+
+    def _echo_guard(self, p: float, level: float) -> float:
         """While the assistant's reply plays (`guarded`), voiced sound far quieter than the user's own voice is
         taken for the reply leaking back from a speaker past the browser's echo canceller, and starts no speech.
         Once the user's voice has started speech, its quieter syllables within ECHO_HOLD_S of a chunk at their level
@@ -223,7 +264,6 @@ class VadSegmenter:
         is learnt from their speech while nothing plays."""
         if p < self.end_threshold or not self.echo_guard_db:
             return p
-        level = 10 * np.log10(float(np.mean(samples * samples)) + 1e-10)
         if not self.guarded:
             if p >= self.start_threshold:
                 self.levels.append(level)
@@ -272,7 +312,7 @@ class VadSegmenter:
         self.pause_reported = False
         audio = np.concatenate(self.speech)
         self.speech = []
-        self.silent_chunks = 0
+        self.silent_chunks = self.quiet_tail = 0
         confirmed, reported = self.confirmed, self.onset_reported
         self.confirmed = self.onset_reported = self.confirm_reported = False
         if not confirmed:  # a click or a cough (what it would have continued is still carried)
