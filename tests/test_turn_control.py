@@ -20,7 +20,15 @@ from vita.metrics import FrontMetrics
 from vita.sessions import Session
 from vita.turn_control import TurnController
 from vita.turn_log import TurnLogger
-from vita.turn_taking import Speech, SpeechDropped, SpeechPaused, SpeechStarted, Tick, UtteranceEnded
+from vita.turn_taking import (
+    Speech,
+    SpeechConfirmed,
+    SpeechDropped,
+    SpeechPaused,
+    SpeechStarted,
+    Tick,
+    UtteranceEnded,
+)
 
 PCM = np.zeros(2400, np.int16).tobytes()  # 50 ms of reply audio at 24 kHz
 
@@ -176,3 +184,34 @@ def test_reply_audio_waits_while_the_user_may_be_going_on_and_plays_once_it_was_
         turns.post(s, SpeechDropped(time.monotonic()))  # a cough after all
         assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
         assert wire.states() == ["thinking", "speaking"]
+
+
+def test_a_replys_text_goes_out_with_its_first_audio_not_before():
+    wire = Wire()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+        s.actor.post(messages.ReplyText("s1", 1, "Paris."))
+        s.actor.post(messages.ReplyText("s1", 1, "", done=True, text="Paris."))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert not any(e in ("reply_delta", "response_text") for e, _ in wire.sent)  # nothing heard yet
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))
+        assert wire.wait_for(lambda: any(e == "response_text" for e, _ in wire.sent))
+        events = [e for e, _ in wire.sent]
+        assert events.index("state") < events.index("reply_delta") < events.index("response_text")
+        assert wire.states() == ["thinking", "speaking"]
+
+
+def test_a_reply_withdrawn_before_it_was_heard_leaves_no_text():
+    """ "Tell me about the moon." ... "In one sentence.": the first half's reply was ready, unheard, when the user
+    went on; it is withdrawn, and the page never sees its text."""
+    wire = Wire()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+        s.actor.post(messages.ReplyText("s1", 1, "", done=True, text="The moon is Earth's only satellite."))
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic()))  # the request goes on
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # late audio of the withdrawn reply
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["extended"]
+        assert not any(e in ("reply_delta", "response_text", "audio") for e, _ in wire.sent)

@@ -40,6 +40,7 @@ from vita.turn_taking import (
     TextTyped,
     Tick,
     TurnDone,
+    TurnHeard,
     TurnJudged,
     TurnRules,
     TurnTaking,
@@ -47,6 +48,7 @@ from vita.turn_taking import (
     UtteranceEnded,
     is_stop_command,
     joined,
+    sounds_unfinished,
 )
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -327,9 +329,62 @@ def test_a_pause_starts_a_speculative_turn_and_asks_the_model_complete_ends_the_
     actions = m.handle(SpeechPaused(2.1, SPEECH))
     (start,), (judge,) = of(actions, StartTurn), of(actions, JudgeTurn)
     assert start.speculative and judge.speech == SPEECH
+    assert m.handle(TurnHeard(2.12, start.turn_id, "What is the capital of France?")) == []  # the model's turn
     assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == [EndUtterance()]
     (commit,) = of(m.handle(UtteranceEnded(2.16, SPEECH)), CommitTurn)
     assert commit.turn_id == start.turn_id  # the speculative turn's work is kept
+
+
+def test_finished_by_the_model_the_turn_ends_when_the_words_agree():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == []  # the speculative turn's ASR has not answered
+    assert m.handle(TurnHeard(2.3, start.turn_id, "How many legs does a spider have?")) == [EndUtterance()]
+
+
+@pytest.mark.parametrize("words", ["I have a question.", "Tell me about the moon and", "My favourite colours are,",
+                                   "What is the capital of"])
+def test_words_that_go_on_keep_the_turn_open_whatever_the_audio_model_says(words):
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnHeard(2.3, start.turn_id, words)) == []
+    assert m.handle(TurnJudged(2.35, judge.pause, 0.95)) == []
+    assert m.phase is Phase.LISTENING and m.speculative  # the long silence or more speech decides
+    m.handle(SpeechResumed(2.9))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(4.1, LONGER)))
+    assert m.handle(TurnHeard(4.3, start.turn_id, f"{words} How many legs does a spider have?")) == []
+    assert m.handle(TurnJudged(4.35, judge.pause, 0.95)) == [EndUtterance()]
+
+
+def test_a_speculative_turn_that_hears_nothing_leaves_the_models_word_standing():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == []
+    actions = m.handle(TurnUnanswered(2.2, start.turn_id, "not ready"))  # e.g. a worker restarting
+    assert of(actions, CancelTurn) and actions[-1] == EndUtterance()
+
+
+def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (first,) = of(m.handle(SpeechPaused(2.1, SPEECH)), StartTurn)
+    m.handle(SpeechResumed(2.2))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(3.1, LONGER)))
+    assert m.handle(TurnJudged(3.15, judge.pause, 0.9)) == []
+    assert m.handle(TurnHeard(3.2, first.turn_id, "What is the capital of France?")) == []  # discarded turn's
+    assert m.handle(TurnHeard(3.3, start.turn_id, "What is the capital of France? Keep it short.")) == [EndUtterance()]
+
+
+@pytest.mark.parametrize(("words", "unfinished"), [
+    ("What is it for?", False), ("Who is it from?", False), ("Tell me a joke.", False), ("Hello.", False),
+    ("Can I ask you something?", False), ("", False), ("I have a question.", True), ("Quick question:", True),
+    ("I was thinking about the moon and", True), ("So, um,", True), ("What is the capital of", True),
+    ("Tell me about the...", True), ("My name is Anna.", False)])
+def test_sounds_unfinished(words, unfinished):
+    assert sounds_unfinished(words) is unfinished
 
 
 def test_incomplete_keeps_listening_and_the_long_silence_still_ends_the_turn():
@@ -349,6 +404,7 @@ def test_a_pause_the_model_doubted_is_judged_again_once_it_has_gone_on():
     (again,) = m.handle(SpeechPausedLonger(2.2, LONGER))
     assert again == JudgeTurn(first.pause, LONGER)  # the same pause, with the silence since
     assert m.handle(SpeechPausedLonger(2.3, LONGER)) == []  # asked once more, not at every chunk
+    assert m.handle(TurnHeard(2.22, start.turn_id, "What is the capital of France?")) == []
     assert m.handle(TurnJudged(2.25, again.pause, 0.8)) == [EndUtterance()]
     (commit,) = of(m.handle(UtteranceEnded(2.26, SPEECH)), CommitTurn)
     assert commit.turn_id == start.turn_id  # the speculative turn started at the pause is the one kept
@@ -376,7 +432,8 @@ def test_a_judgement_that_arrives_after_speech_resumed_is_ignored():
     (second,) = of(m.handle(SpeechPaused(4.0, LONGER)), JudgeTurn)
     assert second.pause == first.pause + 1
     assert m.handle(TurnJudged(4.05, first.pause, 0.99)) == []  # an old pause's answer never ends a new one
-    assert m.handle(TurnJudged(4.05, second.pause, 0.99)) == [EndUtterance()]
+    m.handle(TurnHeard(4.1, m.active_turn, "My name is Anna and I live in Rome."))
+    assert m.handle(TurnJudged(4.15, second.pause, 0.99)) == [EndUtterance()]
 
 
 def test_going_on_before_the_reply_is_heard_extends_the_turn_instead_of_a_second_one():

@@ -58,6 +58,7 @@ from vita.turn_taking import (
     StartTurn,
     Tick,
     TurnDone,
+    TurnHeard,
     TurnJudged,
     TurnRules,
     TurnTaking,
@@ -244,6 +245,8 @@ class TurnController:
 
     def _on_output(self, session: Session, message: Any) -> None:
         turn_id = getattr(message, "turn_id", None)
+        if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
+            self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
         decision = session.turns.route(turn_id)
         if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
             session.held.append(message)
@@ -273,10 +276,9 @@ class TurnController:
         elif isinstance(message, Transcript):
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
-            if message.done:
-                self.emit("response_text", {"text": message.text, "turn_id": turn_id}, to=sid)
-            else:
-                self.emit("reply_delta", {"turn_id": turn_id, "text": message.delta}, to=sid)
+            session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
+            if session.turns.first_audio_sent:
+                self._say_unheard(session)
         elif isinstance(message, TurnTimings):
             self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
@@ -327,6 +329,7 @@ class TurnController:
         elif isinstance(action, FinishAfter):
             session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
+            self._say_unheard(session)  # a reply with no audio at all still shows its text
             if action.reason == "done":
                 self.metrics.turns_completed.inc()
                 log.info("turn completed", extra=turn_ids(sid, action.turn_id))
@@ -419,6 +422,7 @@ class TurnController:
         self.put("requests", cancel)
         self.put("tts", cancel)
         session.held.clear()
+        session.unheard.clear()
         if action.forget and action.reason == DISCARDED:
             log.debug("speculative turn discarded (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
             return
@@ -432,6 +436,16 @@ class TurnController:
         self.turn_log.update(session.sid, action.turn_id, timings=action.times)
         self.emit("timings", {"turn_id": action.turn_id, "stage": "front",
                               **{k: round(v, 4) for k, v in action.times.items()}}, to=session.sid)
+        self._say_unheard(session)
+
+    def _say_unheard(self, session: Session) -> None:
+        """The reply's text so far, now that its audio is heard (or it ended with none)."""
+        unheard, session.unheard = session.unheard, []
+        for message in unheard:
+            if message.done:
+                self.emit("response_text", {"text": message.text, "turn_id": message.turn_id}, to=session.sid)
+            else:
+                self.emit("reply_delta", {"turn_id": message.turn_id, "text": message.delta}, to=session.sid)
 
     def _save(self, session: Session, turn_id: int, pcm: bytes) -> None:
         try:

@@ -69,6 +69,17 @@ def joined(first: Speech, then: Speech) -> Speech:
     return Speech(pcm, first.started_at, then.ended_at, details, samples)
 
 
+@dataclass
+class OpenPause:
+    """The pause the user is in, and what is known of it: the end-of-turn model's view and the speculative turn's
+    words. The turn ends at the pause when the model says finished and the words, once heard, do not disagree."""
+
+    seq: int
+    doubted: bool = False  # the model said unfinished: asked once more when the pause goes on (SpeechPausedLonger)
+    sounds_finished: bool = False  # the model said finished
+    words: str | None = None  # what the speculative turn heard up to the pause
+
+
 @dataclass(frozen=True)
 class TurnRules:
     """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses; speech
@@ -87,6 +98,34 @@ MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech i
 
 def _words(text: str) -> list[str]:
     return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
+
+
+# Words after which a speaker goes on: a request never ends on them (with no full stop or question mark after the
+# function words: "What is it for?" is finished).
+GOING_ON_WORDS = frozenset(["and", "but", "or", "so", "because", "um", "uh", "er"])
+OPEN_ENDED_WORDS = frozenset([
+    "the", "a", "an", "to", "of", "with", "for", "about", "my", "your", "our", "their", "his", "her", "its", "in",
+    "on", "at", "from", "by", "into", "is", "are", "was", "were", "if", "that", "than", "as", "like", "whether"])
+# A whole utterance that only announces the request ("I have a question.", "Quick question:").
+PREAMBLES = frozenset({
+    "i have a question", "i have another question", "i have one more question", "i've got a question",
+    "i got a question", "i have a quick question", "quick question", "one more question", "another question",
+    "question", "let me ask you something", "let me ask you a question", "i want to ask you something",
+    "i'd like to ask you something", "i was wondering", "okay so", "ok so", "so", "well", "um", "uh", "listen",
+})
+
+
+def sounds_unfinished(text: str) -> bool:
+    """The words say the speaker is going on: they end on "and" or a comma, or only announce a request."""
+    text = text.strip()
+    words = _words(text)
+    if not words:
+        return False
+    if text.endswith((",", "...", "…", "-", "—", ":")) or words[-1] in GOING_ON_WORDS:
+        return True
+    if words[-1] in OPEN_ENDED_WORDS and not text.endswith((".", "?", "!")):
+        return True
+    return " ".join(words) in PREAMBLES
 
 
 def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
@@ -144,6 +183,15 @@ class SpeechPaused:
 
     now: float
     speech: Speech
+
+
+@dataclass(frozen=True)
+class TurnHeard:
+    """What ASR heard for a turn (for a speculative turn: the words up to the pause the user is in)."""
+
+    now: float
+    turn_id: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -238,7 +286,7 @@ class Disconnected:
     now: float
 
 
-Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged
+Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged | TurnHeard
          | InterjectionHeard
          | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
          | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
@@ -380,8 +428,7 @@ class TurnTaking:
         self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
         self.stopped_reply = False  # the current speech stopped the reply: a request only if it is more than a command
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
-        self.pause_open = False
-        self.pause_doubted = False  # the end-of-turn model called the open pause unfinished (ask again later)
+        self.pause: OpenPause | None = None  # the pause the user is in now, if any
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -430,8 +477,7 @@ class TurnTaking:
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
         held_before = self._may_continue()
         self.user_speaking = False
-        self.pause_open = False
-        self.pause_doubted = False
+        self.pause = None
         actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
         if self.carrying is not None:  # what went on was a cough after all: the request goes as it was
             speech, self.carrying = self.carrying, None
@@ -446,23 +492,15 @@ class TurnTaking:
             return []
         if self._committed():
             if self._continues_request() and self.rules.judge:  # "Keep it short." before the reply: finished?
-                self.pause_seq += 1
-                self.pause_open = True
-                self.pause_doubted = False
-                return [JudgeTurn(self.pause_seq, e.speech)]
+                return [JudgeTurn(self._open_pause(), e.speech)]
             if self.rules.stop_phrases and self.first_audio_sent and not self.speech_confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
                 # meanwhile; a backchannel unducks when they come back).
-                self.pause_seq += 1
-                self.pause_open = True
-                self.pause_doubted = False
-                return [HearInterjection(self.active_turn, self.pause_seq, e.speech)]
+                return [HearInterjection(self.active_turn, self._open_pause(), e.speech)]
             # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
             # for the whole end-of-speech wait.
             return self._unduck()
-        self.pause_seq += 1
-        self.pause_open = True
-        self.pause_doubted = False
+        pause = self._open_pause()
         actions: list[Action] = []
         if self.speculative_enabled:
             actions += self._cancel(DISCARDED)
@@ -470,22 +508,34 @@ class TurnTaking:
             self.speculative = True
             actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=self.stopped_reply))
         if self.rules.judge:
-            actions.append(JudgeTurn(self.pause_seq, e.speech))
+            actions.append(JudgeTurn(pause, e.speech))
         return actions
 
     def _on_SpeechPausedLonger(self, e: SpeechPausedLonger) -> list[Action]:
-        if not (self.pause_doubted and self.pause_open and self.user_speaking):
+        pause = self.pause
+        if pause is None or not pause.doubted or not self.user_speaking:
             return []  # judged finished already, not judged (yet), or not a pause the model is asked about
-        self.pause_doubted = False
-        return [JudgeTurn(self.pause_seq, e.speech)]
+        pause.doubted = False
+        return [JudgeTurn(pause.seq, e.speech)]
 
     def _on_TurnJudged(self, e: TurnJudged) -> list[Action]:
-        if e.pause != self.pause_seq or not self.pause_open or not self.user_speaking:
+        pause = self.pause
+        if pause is None or e.pause != pause.seq or not self.user_speaking:
             return []  # the user went on (or the utterance ended) while the model thought
-        if e.probability >= self.rules.complete_threshold:
-            return [EndUtterance()]
-        self.pause_doubted = True
-        return []
+        if e.probability < self.rules.complete_threshold:
+            pause.doubted = True
+            return []
+        pause.sounds_finished = True
+        if self.speculative and self.active_turn is not None and pause.words is None:
+            return []  # the speculative turn's words come before its reply could: they have a say too
+        return self._end_at_pause(pause)
+
+    def _on_TurnHeard(self, e: TurnHeard) -> list[Action]:
+        pause = self.pause
+        if pause is None or e.turn_id != self.active_turn or not self.speculative or not self.user_speaking:
+            return []  # not the words of the pause the user is in
+        pause.words = e.text
+        return self._end_at_pause(pause) if pause.sounds_finished else []
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
@@ -493,16 +543,15 @@ class TurnTaking:
         if is_stop_command(e.text, self.rules.stop_phrases):
             # "Stop." said all there was to say, unless the speech goes on; if it already has ("No, stop.", "Wait,
             # tell me..."), its words decide whether it is a request (the turn goes with unless_command)
-            self.commanded = self.user_speaking and self.pause_open
-            self.stopped_reply = self.stopped_reply or (self.user_speaking and not self.pause_open)
+            self.commanded = self.user_speaking and self.pause is not None
+            self.stopped_reply = self.stopped_reply or (self.user_speaking and self.pause is None)
             return self._cancel("barge-in")
-        return self._unduck() if not self.user_speaking or self.pause_open else []
+        return self._unduck() if not self.user_speaking or self.pause is not None else []
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
         self.stopped_reply = self.stopped_reply or self.commanded  # "Stop. What about Spain?": a request after all
-        self.pause_open = self.commanded = False
-        self.pause_doubted = False
+        self.pause, self.commanded = None, False
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
@@ -512,8 +561,7 @@ class TurnTaking:
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = False
-        self.pause_open = False
-        self.pause_doubted = False
+        self.pause = None
         confirmed, self.speech_confirmed = self.speech_confirmed, False
         actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
         if self.commanded:  # "Stop." stopped the reply; it asks for nothing more
@@ -559,8 +607,8 @@ class TurnTaking:
         self.user_speaking = False
         self.pending_text = ""
         self.carrying = None  # the listener forgets it too (it is reset)
-        self.pause_open = self.speech_confirmed = self.ducked = False
-        self.pause_doubted = False
+        self.speech_confirmed = self.ducked = False
+        self.pause = None
         if self.active_turn is not None and not self.speculative:
             return self._cancel(e.reason)
         actions = self._cancel(DISCARDED) if self.active_turn is not None else []
@@ -608,7 +656,10 @@ class TurnTaking:
         if e.turn_id != self.active_turn:
             return []
         if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
-            return self._cancel(DISCARDED)
+            actions = self._cancel(DISCARDED)
+            if self.pause is not None and self.pause.sounds_finished and self.user_speaking:
+                actions.append(EndUtterance())  # no words will come to agree: the model's word stands
+            return actions
         return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
 
     def _on_Tick(self, e: Tick) -> list[Action]:
@@ -639,6 +690,18 @@ class TurnTaking:
                            forget=speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _open_pause(self) -> int:
+        self.pause_seq += 1
+        self.pause = OpenPause(self.pause_seq)
+        return self.pause_seq
+
+    def _end_at_pause(self, pause: OpenPause) -> list[Action]:
+        """The audio model says the user has finished: so the turn ends here, unless their words say they are
+        going on ("I have a question.", "...and"): then the long silence (or more speech) decides."""
+        if pause.words is not None and sounds_unfinished(pause.words):
+            return []
+        return [EndUtterance()]
+
     def _committed(self) -> bool:
         return self.active_turn is not None and not self.speculative
 

@@ -294,6 +294,14 @@ class Log {
     if (panel) reply.after(panel);
   }
 
+  withdrawn(turnId) {
+    for (const map of [this.users, this.replies, this.panels]) {
+      const element = map.get(turnId);
+      if (element) element.remove();
+      map.delete(turnId);
+    }
+  }
+
   interrupted(turnId) {
     const p = this.replies.get(turnId);
     if (p) p.classList.add("interrupted");
@@ -393,7 +401,9 @@ class App {
     s.on("transcript", (m) => this.log.user(m.turn_id, m.text || "(nothing recognised)"));
     s.on("reply_delta", (m) => this.log.replyDelta(m.turn_id, m.text));
     s.on("response_text", (m) => this.log.replyDone(m.turn_id, m.text));
-    s.on("turn_cancelled", (m) => { if (m.reason !== "extended") this.log.interrupted(m.turn_id); });
+    // "extended": the user went on with the request before its reply was heard; the whole request comes as a new
+    // turn, so the withdrawn half leaves no bubble of its own.
+    s.on("turn_cancelled", (m) => m.reason === "extended" ? this.log.withdrawn(m.turn_id) : this.log.interrupted(m.turn_id));
     s.on("timings", (m) => this.timings(m));
     s.on("history_cleared", () => this.log.clear());
     s.on("error", (m) => {
