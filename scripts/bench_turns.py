@@ -7,15 +7,16 @@ frames at real-time pace; while the script waits it keeps the microphone open wi
 1. complete questions: end of turn = the server's `turn` event minus when the last voiced sample was sent;
    voice-to-voice = the first reply `audio` after that moment;
 2. requests with a pause inside (two parts synthesised apart, each trimmed to its audible span, joined with 0.4,
-   0.8 or 1.2 s of silence): "one turn" if exactly one turn is answered (`state` speaking) and its `transcript`
-   holds a content word of the second part (a turn withdrawn with `turn_cancelled` "extended" and sent again is
-   one turn), otherwise "cut early" (two replies, or a reply to the first part only); no reply at all is counted
-   apart;
+   0.8, 1.2 or 1.5 s of silence): "one turn" if exactly one turn is answered (`state` speaking, and not withdrawn)
+   and its `transcript` holds a content word of the second part (a turn withdrawn with `turn_cancelled`
+   "extended" and sent again is one turn: its reply is stopped within a word and leaves no text on the page),
+   otherwise "cut early" (two replies, or a reply to the first part only); no reply at all is counted apart;
 3. sounds over a reply (a typed question with a long reply; 0.5 s after `state` speaking: a cough, knocks, claps,
    keyboard typing, or a spoken backchannel): a false stop is `stop_tts` or `turn_cancelled` "barge-in" from the
    sound's onset to 3 s after its end; `duck` / `unduck` are recorded too;
-4. real interruptions, spoken 0.5 s into a long reply: stop = `stop_tts` arrival minus when the first voiced
-   sample of the interruption was sent; duck = `duck` arrival minus the same moment.
+4. real interruptions, spoken 0.5, 1.7 or 3.1 s into a long reply (in different pieces of it): stop = `stop_tts`
+   arrival minus when the first voiced sample of the interruption was sent; duck = `duck` arrival minus the same
+   moment.
 
 Each trial leaves its session as it found it: a reply still in flight is cut as the page does (`recording-stopped`
 then `recording-started`: the turn is cancelled and the VAD starts afresh), then `reset_state` clears the history;
@@ -70,7 +71,8 @@ PAUSED = [("My name is Anna.", "Please remember it."),
           ("I have a cat named Max.", "What should I feed him?"),
           ("How long should I", "boil an egg for?")]
 QUICK_PAUSED = PAUSED[1:3]  # one whose first part is a whole sentence, one whose first part is not
-PAUSES_S = (0.4, 0.8, 1.2)
+PAUSES_S = (0.4, 0.8, 1.2, 1.5)
+MAX_ONE_REPLY_PAUSE_S = 1.2  # issue 36: up to this inner pause, one reply that heard both halves
 BACKCHANNELS = ["Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right."]
 NOISES = ("cough", "knock", "clap", "typing")
 NOISE_VARIANTS = 5  # per category and --trials in a full run (1 with --quick)
@@ -79,6 +81,7 @@ INTERRUPTIONS = ["Wait, stop. What about Germany instead?", "Hold on, stop. What
                  "Sorry, stop there. Tell me about Italy instead.", "No, wait. What about Japan?"]
 COMMANDS = ["Stop.", "Wait.", "Hold on.", "No, stop."]  # voiced about as long as a backchannel: heard by the ASR
 SOUND_LEAD_S = 0.5  # the sound (or interruption) starts this long after `state` speaking arrived
+INTERRUPTION_LEADS_S = (0.5, 1.7, 3.1)  # interruptions start at different moments of the multi-piece reply
 FALSE_STOP_WINDOW_S = 3.0  # after the sound's end
 SESSION_TRIALS = 6
 STOP_WORDS = {"the", "and", "for", "you", "are", "was", "what", "how", "who", "why", "when", "where", "which", "this",
@@ -209,10 +212,13 @@ def turns(events: Events) -> list[int]:
 
 
 def answered(events: Events) -> list[int]:
-    """Turns that got reply audio (`state` speaking), in order."""
+    """Turns that got reply audio (`state` speaking) and kept it, in order: a reply withdrawn because the user went
+    on with the request (`turn_cancelled` "extended", within turn.extend_grace_ms of its first audio) is stopped
+    and leaves no text on the page; the whole request is answered by a later turn."""
+    withdrawn = {d.get("turn_id") for _, n, d in events if n == "turn_cancelled" and d.get("reason") == "extended"}
     ids: list[int] = []
     for _, n, d in events:
-        if n == "state" and d.get("state") == "speaking" and d.get("turn_id") not in ids:
+        if n == "state" and d.get("state") == "speaking" and d.get("turn_id") not in ids | withdrawn:
             ids.append(d.get("turn_id"))
     return ids
 
@@ -408,9 +414,9 @@ def sound_over_reply(client: RecordingClient, category: str, label: str, sound: 
     return row
 
 
-def _said_over_reply(client: RecordingClient, voice: str, text: str
+def _said_over_reply(client: RecordingClient, voice: str, text: str, lead_s: float = SOUND_LEAD_S
                      ) -> tuple[float, int, dict[str, float], float] | None:
-    """Ask the long question; SOUND_LEAD_S into its reply, say `text` (then 2 s of open microphone). When it was
+    """Ask the long question; `lead_s` into its reply, say `text` (then 2 s of open microphone). When it was
     asked, its turn id, when the first and last voiced samples of `text` were sent, and how long it is voiced;
     None if no reply came."""
     mark = time.monotonic()
@@ -420,7 +426,7 @@ def _said_over_reply(client: RecordingClient, voice: str, text: str
     speaking_at, turn_id = speaking
     speech = say(voice, text)
     first, last = voiced_span(speech)
-    lead = max(0.0, SOUND_LEAD_S - (time.monotonic() - speaking_at))
+    lead = max(0.0, lead_s - (time.monotonic() - speaking_at))
     sent = play(client, np.concatenate([silence(lead), speech, silence(2.0)]),
                 {"onset": int((lead + first) * RATE), "end": int((lead + last) * RATE)})
     return mark, turn_id, sent, last - first
@@ -429,9 +435,9 @@ def _said_over_reply(client: RecordingClient, voice: str, text: str
 NO_REPLY = "no reply (unanswered, stalled, or not within 60 s)"
 
 
-def interruption(client: RecordingClient, voice: str, text: str) -> dict:
-    row: dict = {"voice": voice, "text": text}
-    said = _said_over_reply(client, voice, text)
+def interruption(client: RecordingClient, voice: str, text: str, lead_s: float = SOUND_LEAD_S) -> dict:
+    row: dict = {"voice": voice, "text": text, "lead_s": lead_s}
+    said = _said_over_reply(client, voice, text, lead_s)
     if said is None:
         return {**row, "error": NO_REPLY}
     mark, turn_id, sent, _ = said
@@ -563,9 +569,11 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
             two = len([r for r in rows if r.get("why") == "two replies"])
             ext = len([r for r in rows if r.get("extended")])
             rate = f"{cut}/{len(judged)} = {cut / len(judged):.0%}" if judged else ""
+            # Past ~1.2 s the first half's reply has been heard: the second half is a new request (by design).
+            held_to_one = pause <= MAX_ONE_REPLY_PAUSE_S
             add("2 paused requests", voice, len(judged), f"cut early, pause {pause:.1f} s", rate=rate,
-                target=f"<= {TARGETS['cut_early_rate']:.0%}",
-                ok=(cut / len(judged) <= TARGETS["cut_early_rate"]) if judged else None,
+                target=f"<= {TARGETS['cut_early_rate']:.0%}" if held_to_one else "",
+                ok=(cut / len(judged) <= TARGETS["cut_early_rate"]) if judged and held_to_one else None,
                 notes=f"one turn {one}, cut {cut} ({two} two replies, {cut - two} first part only), no reply {none}; "
                       f"extended in {ext}; unknown (no transcript) {unknown}; "
                       f"errors {len(rows) - len(judged) - unknown}")
@@ -593,6 +601,7 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         if not rows:
             continue
         stop = [r["stop_s"] for r in rows if r.get("stop_s") is not None]
+        missed = len([r for r in rows if r.get("error") == "no stop_tts"])
         duck = [r["duck_s"] for r in rows if r.get("duck_s") is not None]
         heard = len([r for r in rows if r.get("next_answered")])
         twice = len([r for r in rows if (r.get("barge_ins") or 0) > 1])
@@ -600,8 +609,10 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         p50, p90 = p50_p90(stop)
         add("4 interruptions", voice, len(stop), "stop_tts after onset (ms)", p50, p90, target=target,
             ok=None if p50 is None else p50 <= TARGETS["stop"], unit=1000, digits=0,
+            rate=f"stopped {len(stop)}/{len(stop) + missed}",
             notes=f"interruption answered as the next turn in {heard}/{len(rows)}; its first part answered, "
-                  f"then cut by its second, in {twice}")
+                  f"then cut by its second, in {twice}; started {', '.join(f'{x:.1f}' for x in INTERRUPTION_LEADS_S)}"
+                  " s into the reply")
         p50, p90 = p50_p90(duck)
         add("4 interruptions", voice, len(duck), "duck after onset (ms)", p50, p90, target=target,
             ok=None if p50 is None else p50 <= TARGETS["stop"], unit=1000, digits=0)
@@ -660,8 +671,10 @@ def plan(args: argparse.Namespace, voices: list[str]) -> dict[str, list[tuple[st
                                     partial(paused_request, voice=voice, first=a, second=b, pause_s=pause))
                                    for a, b in paused for pause in PAUSES_S]
             if "4" in kinds:
-                jobs["interruptions"] += [(f"interruptions, {voice}", text,
-                                           partial(interruption, voice=voice, text=text)) for text in interruptions]
+                leads = INTERRUPTION_LEADS_S[:1] if args.quick else INTERRUPTION_LEADS_S
+                jobs["interruptions"] += [(f"interruptions, {voice}", f"{text} ({lead:.1f} s in)",
+                                           partial(interruption, voice=voice, text=text, lead_s=lead))
+                                          for text in interruptions for lead in leads]
                 jobs["commands"] += [(f"one-word commands, {voice}", text,
                                       partial(command_over_reply, voice=voice, text=text))
                                      for text in (COMMANDS[:2] if args.quick else COMMANDS)]

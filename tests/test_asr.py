@@ -29,3 +29,14 @@ def test_short_window_hears_the_words_and_nothing_in_silence_or_noise(whisper):
     assert whisper.transcribe(question.tobytes()) == "How many legs does a spider have?"
     assert whisper.transcribe(silence(1.0).tobytes()) == ""
     assert whisper.transcribe(noise(1.0).tobytes()) == ""
+
+
+def test_whisper_is_sure_of_clear_speech_and_less_so_of_the_same_words_in_noise(whisper):
+    question = np.concatenate([silence(0.2), spoken("Which animal has a long trunk?"), silence(0.3)])
+    clear = whisper.hear(question.tobytes())
+    assert "trunk" in clear.text.lower() and clear.avg_logprob > Config().asr.ask_again_below
+    rng = np.random.default_rng(0)
+    level = np.sqrt(np.mean(question.astype(np.float32) ** 2))
+    buried = (question + rng.normal(0, 1.5 * level, question.size)).clip(-32768, 32767).astype(np.int16)
+    noisy = whisper.hear(buried.tobytes())
+    assert noisy.text == "" or noisy.avg_logprob < clear.avg_logprob, (clear, noisy)

@@ -89,11 +89,11 @@ def test_binary_audio_at_16khz_in_40ms_frames(client):
 
 
 def test_two_utterances_seconds_apart_make_two_turns(client):
-    """Two seconds apart: the second begins after the first one's reply was heard (speech that goes on before
+    """2.5 s apart: the second begins after the first one's reply was heard (speech that goes on before
     that, or within turn.extend_grace_ms of it, joins the first request instead: 1 s apart, that depended on how
     fast this busy machine answered)."""
     a, b = spoken("Good morning."), spoken("How are you today?")
-    stream(client.sio, np.concatenate([silence(0.5), a, silence(2.0), b, silence(1.0)]), chunk_ms=32, binary=True)
+    stream(client.sio, np.concatenate([silence(0.5), a, silence(2.5), b, silence(1.0)]), chunk_ms=32, binary=True)
     assert client.wait_for(lambda evs: sum(n == "turn" for _, n, _ in evs) >= 2, 2)
     heard_everything(client)
     got = turns(client)

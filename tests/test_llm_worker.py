@@ -163,6 +163,33 @@ def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
     (_, timings), = llm.of("spoken", TurnTimings)
     for key in ("asr_s", "first_token_s", "first_piece_s", "generate_s", "tokens", "tokens_per_s"):
         assert timings.timings[key] > 0, key
+    # Whisper was sure of these words: answered, not asked again
+    assert timings.timings["asr_logprob"] > llm.worker.config.asr.ask_again_below
+    assert "asked_again" not in timings.timings
+
+
+def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
+    """Under asr.ask_again_below (here set above any real confidence, so that this clear question counts as
+    misheard) the reply is a short request to say it again: spoken, with the words heard on the page, the turn
+    marked in its timings, and nothing of it in the history."""
+    from workers.llm_worker import ASK_AGAIN
+
+    asr = llm.worker.config.asr
+    saved, asr.ask_again_below = asr.ask_again_below, 0.0
+    try:
+        audio = np.concatenate([silence(0.3), spoken("Which animal has a long trunk?"), silence(0.3)])
+        llm.inbox.put(TurnRequest("unsure", 1, audio=audio.tobytes(), sample_rate=RATE))
+        ended = llm.wait_ended("unsure")
+    finally:
+        asr.ask_again_below = saved
+    assert ended.reason == "done" and ended.spoken == ASK_AGAIN
+    assert " ".join(p.text for _, p in pieces(llm, "unsure")) == ASK_AGAIN
+    (_, transcript), = llm.of("unsure", Transcript)
+    assert "trunk" in transcript.text.lower()
+    (_, timings), = llm.of("unsure", TurnTimings)
+    assert timings.timings["asked_again"] == 1 and timings.timings["asr_logprob"] < 0
+    assert [m.text for _, m in llm.of("unsure", ReplyText) if m.done] == [ASK_AGAIN]
+    assert not len(llm.worker.histories.get("unsure", []))
 
 
 def test_first_piece_is_sent_before_generation_ends(llm):

@@ -65,7 +65,7 @@ class TurnConfig:
     complete_threshold: float = 0.5
     incomplete_wait_ms: int = 1500
     extend: bool = True
-    extend_grace_ms: int = 300
+    extend_grace_ms: int = 500
     barge_in_confirm_ms: int = 650
     echo_guard_db: float = 20.0
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
@@ -79,6 +79,7 @@ class AsrConfig:
     language: str | None = "en"
     beam_size: int = 1
     short_window: bool = True
+    ask_again_below: float | None = -0.9  # Whisper's mean token log-probability under which it misheard
 
 
 @dataclass
@@ -392,6 +393,8 @@ def validate(config: Config) -> Config:
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")
+    _check(a.ask_again_below is None or -10 <= a.ask_again_below <= 0, "asr.ask_again_below",
+           "must be a log-probability between -10 and 0, or null")
     _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
     _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",

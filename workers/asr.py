@@ -7,6 +7,7 @@ same words); windows under 10 s broke the transcripts. Longer utterances take fa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,14 @@ def window_seconds(audio_s: float, short_window: bool) -> float | None:
     return window if window < 30.0 else None
 
 
+@dataclass(frozen=True)
+class Heard:
+    """A transcript and Whisper's own confidence in it: the mean log-probability of its tokens."""
+
+    text: str
+    avg_logprob: float = 0.0
+
+
 class WhisperTranscriber:
     def __init__(self, model_dir: Path, compute_type: str, cpu_threads: int, language: str | None,
                  beam_size: int, device: str = "cpu", short_window: bool = True):
@@ -55,9 +64,13 @@ class WhisperTranscriber:
                            if language or not multilingual else None)
 
     def transcribe(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> str:
+        return self.hear(pcm, sample_rate).text
+
+    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> Heard:
+        """The words, and how sure Whisper is of them ("" for silence, a cough, noise)."""
         audio = pcm16_to_float(pcm, sample_rate)
         if audio.size < WHISPER_RATE // 10:
-            return ""
+            return Heard("")
         window = window_seconds(audio.size / WHISPER_RATE, self.short_window)
         if window is not None and self._tokenizer is not None:
             return self._transcribe_window(audio, window)
@@ -65,13 +78,13 @@ class WhisperTranscriber:
             audio, language=self.language, beam_size=self.beam_size, condition_on_previous_text=False,
             vad_filter=False, without_timestamps=True,
         )
-        words = [
-            s.text.strip() for s in segments
-            if not (s.no_speech_prob > NO_SPEECH_PROB and s.avg_logprob < MIN_AVG_LOGPROB)
-        ]
-        return " ".join(w for w in words if w).strip()
+        kept = [s for s in segments if s.text.strip()
+                and not (s.no_speech_prob > NO_SPEECH_PROB and s.avg_logprob < MIN_AVG_LOGPROB)]
+        if not kept:
+            return Heard("")
+        return Heard(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
 
-    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> str:
+    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> Heard:
         padded = np.pad(audio, (0, int(window_s * WHISPER_RATE) - audio.size))
         features = self.model.feature_extractor(padded, padding=0)[:, : int(window_s * 100)]
         encoded = self.model.encode(features)
@@ -83,5 +96,5 @@ class WhisperTranscriber:
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
-            return ""
-        return self._tokenizer.decode(tokens).strip()
+            return Heard("")
+        return Heard(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))

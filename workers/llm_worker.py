@@ -63,6 +63,8 @@ MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the ev
 # engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
 # pieces are being synthesized then, and their voice must not wait for it.
 WARM_DELAY_S = 0.4
+# The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
+ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
 
 
 class TtsBusy(Exception):
@@ -100,6 +102,7 @@ class TurnRun:
     spoken: list[str] = field(default_factory=list)  # pieces handed to TTS
     timings: dict[str, float] = field(default_factory=dict)
     generating: bool = False
+    misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
 
     @property
     def said(self) -> str:
@@ -384,6 +387,9 @@ class LlmWorker:
             if req.unless_command and not self.mode.omni and is_stop_command(run.user_text, req.unless_command):
                 self._publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
                 return
+            if run.misheard:
+                await self._ask_again(req, run)
+                return
             prompt, transcribing = prepared
             await self._generate(req, run, prompt)
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
@@ -426,7 +432,7 @@ class LlmWorker:
         else:
             loop = asyncio.get_running_loop()
             cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
-            run.user_text = await self._cascade_text(req, run.timings, run.started)  # meanwhile, the frames
+            run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:
                 return None
             prompt = self._text_prompt(history, run.user_text, await cues if cues else "")
@@ -504,14 +510,32 @@ class LlmWorker:
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
 
-    async def _cascade_text(self, req: TurnRequest, timings: dict[str, float], started: float) -> str:
+    async def _cascade_text(self, req: TurnRequest, run: TurnRun) -> str:
         """Cascade: the utterance through ASR, joined with any typed text."""
         transcript = ""
         if req.audio:
-            transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
-            timings["asr_s"] = time.monotonic() - started
+            heard = await self._in_thread(self.asr.hear, req.audio, req.sample_rate)
+            transcript = heard.text
+            run.timings["asr_s"] = time.monotonic() - run.started
+            if transcript:
+                run.timings["asr_logprob"] = heard.avg_logprob
+                below = self.config.asr.ask_again_below
+                run.misheard = below is not None and heard.avg_logprob < below and not req.text.strip()
             self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
+
+    async def _ask_again(self, req: TurnRequest, run: TurnRun) -> None:
+        """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
+        rather than answer it. The exchange stays out of the history (its words are noise)."""
+        sid, tid = req.session_id, req.turn_id
+        run.timings["asked_again"] = 1.0
+        run.user_text = ""  # nor does a cancel put its words there
+        started = time.monotonic()
+        await self._send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
+        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
+        self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
+        self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
 
     def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
                      ) -> tuple[EnginePrompt, asyncio.Future | None]:
