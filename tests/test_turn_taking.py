@@ -15,6 +15,7 @@ from vita.turn_taking import (
     CommitTurn,
     Connected,
     Disconnected,
+    EndPauseAfter,
     EndUtterance,
     FinishAfter,
     FirstAudio,
@@ -22,6 +23,7 @@ from vita.turn_taking import (
     InterjectionHeard,
     Interrupted,
     JudgeTurn,
+    PauseWaited,
     Phase,
     PlaybackDone,
     RecordingToggled,
@@ -318,9 +320,10 @@ def test_reply_audio_is_progress_and_speculative_turns_are_not_watched():
 
 
 # --- turn-taking like a person: the end-of-turn model, extending a request, barge-in that means it ---------------
-def judging(extend: bool = True) -> TurnTaking:
+def judging(extend: bool = True, words_wait_s: float = 0.0) -> TurnTaking:
     return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, complete_threshold=0.5, extend=extend,
-                                                                  extend_grace_s=0.3))
+                                                                  extend_grace_s=0.3,
+                                                                  finished_words_wait_s=words_wait_s))
 
 
 def test_a_pause_starts_a_speculative_turn_and_asks_the_model_complete_ends_the_utterance_at_once():
@@ -356,6 +359,29 @@ def test_words_that_go_on_keep_the_turn_open_whatever_the_audio_model_says(words
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(4.1, LONGER)))
     assert m.handle(TurnHeard(4.3, start.turn_id, f"{words} How many legs does a spider have?")) == []
     assert m.handle(TurnJudged(4.35, judge.pause, 0.95)) == [EndUtterance()]
+
+
+def test_words_that_end_a_sentence_end_a_doubted_pause_sooner_than_the_long_silence():
+    m = judging(words_wait_s=0.6)
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.2)) == []  # the audio model doubts it
+    (wait,) = m.handle(TurnHeard(2.4, start.turn_id, "How many legs does a spider have?"))
+    assert wait == EndPauseAfter(judge.pause, pytest.approx(0.3))  # 0.6 s from the pause, not from the words
+    assert m.handle(PauseWaited(2.7, judge.pause)) == [EndUtterance()]
+
+
+def test_a_pause_the_user_went_on_from_is_not_ended_by_its_wait():
+    m = judging(words_wait_s=0.6)
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    m.handle(TurnJudged(2.15, judge.pause, 0.2))
+    assert of(m.handle(TurnHeard(2.4, start.turn_id, "My name is Anna.")), EndPauseAfter)
+    m.handle(SpeechResumed(2.5))  # "Please remember it."
+    assert m.handle(PauseWaited(2.7, judge.pause)) == []
+    (judge2,) = of(m.handle(SpeechPaused(3.6, LONGER)), JudgeTurn)
+    assert m.handle(PauseWaited(3.61, judge.pause)) == []  # an old pause's wait ends nothing
+    assert of(m.handle(TurnHeard(3.8, m.active_turn, "My name is and")), EndPauseAfter) == []  # goes on: no wait
 
 
 def test_a_speculative_turn_that_hears_nothing_leaves_the_models_word_standing():

@@ -64,6 +64,7 @@ class TurnConfig:
     end_of_turn_model: bool = True
     complete_threshold: float = 0.5
     incomplete_wait_ms: int = 1500
+    finished_words_wait_ms: int = 600
     extend: bool = True
     extend_grace_ms: int = 500
     barge_in_confirm_ms: int = 650
@@ -390,6 +391,8 @@ def validate(config: Config) -> Config:
            "turn.barge_in_confirm_ms", "must be 0 (interrupt at onset) or between vad.barge_in_ms and 3000")
     _check(0 <= turn.echo_guard_db <= 60, "turn.echo_guard_db", "must be between 0 (off) and 60")
     _check(0 <= turn.extend_grace_ms <= 2000, "turn.extend_grace_ms", "must be between 0 and 2000")
+    _check(0 <= turn.finished_words_wait_ms <= turn.incomplete_wait_ms, "turn.finished_words_wait_ms",
+           "must be between 0 (off) and turn.incomplete_wait_ms")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")

@@ -39,6 +39,7 @@ from vita.turn_taking import (
     CloseSession,
     CommitTurn,
     Disconnected,
+    EndPauseAfter,
     EndUtterance,
     Event,
     FinishAfter,
@@ -47,6 +48,7 @@ from vita.turn_taking import (
     InterjectionHeard,
     Interrupted,
     JudgeTurn,
+    PauseWaited,
     Phase,
     PlaybackDone,
     RecordingToggled,
@@ -110,6 +112,7 @@ class TurnController:
                             if turn.end_of_turn_model else None)
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
                                extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000,
+                               finished_words_wait_s=turn.finished_words_wait_ms / 1000,
                                stop_phrases=stop_phrases(turn.stop_words))
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
@@ -336,6 +339,8 @@ class TurnController:
             self.turn_log.front_ended(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
             self._judge(session, action)
+        elif isinstance(action, EndPauseAfter):
+            session.actor.after(action.delay, PauseWaited(time.monotonic() + action.delay, action.pause))
         elif isinstance(action, HearInterjection):
             pcm = action.speech.pcm[-int(INTERJECTION_MAX_S * SAMPLE_RATE) * 2:]
             self.put("requests", messages.InterjectionCheck(sid, action.turn_id, action.pause, pcm, SAMPLE_RATE))

@@ -75,6 +75,7 @@ class OpenPause:
     words. The turn ends at the pause when the model says finished and the words, once heard, do not disagree."""
 
     seq: int
+    opened_at: float = 0.0
     doubted: bool = False  # the model said unfinished: asked once more when the pause goes on (SpeechPausedLonger)
     sounds_finished: bool = False  # the model said finished
     words: str | None = None  # what the speculative turn heard up to the pause
@@ -88,6 +89,7 @@ class TurnRules:
 
     judge: bool = False
     complete_threshold: float = 0.5
+    finished_words_wait_s: float = 0.0  # a pause whose words end a sentence ends the turn after this (0 = never)
     extend: bool = False
     extend_grace_s: float = 0.0
     stop_phrases: tuple[str, ...] = ()  # short speech over the reply saying one of these stops it (heard by ASR)
@@ -126,6 +128,11 @@ def sounds_unfinished(text: str) -> bool:
     if words[-1] in OPEN_ENDED_WORDS and not text.endswith((".", "?", "!")):
         return True
     return " ".join(words) in PREAMBLES
+
+
+def ends_sentence(text: str) -> bool:
+    """The words end a sentence ("...have?", "...please.") and do not say the speaker goes on."""
+    return text.strip().endswith((".", "?", "!")) and not sounds_unfinished(text)
 
 
 def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
@@ -192,6 +199,14 @@ class TurnHeard:
     now: float
     turn_id: int
     text: str
+
+
+@dataclass(frozen=True)
+class PauseWaited:
+    """The wait asked for by EndPauseAfter is over (the session's own timer)."""
+
+    now: float
+    pause: int
 
 
 @dataclass(frozen=True)
@@ -287,7 +302,7 @@ class Disconnected:
 
 
 Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged | TurnHeard
-         | InterjectionHeard
+         | PauseWaited | InterjectionHeard
          | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
          | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
 
@@ -366,6 +381,14 @@ class CloseSession:
 
 
 @dataclass(frozen=True)
+class EndPauseAfter:
+    """Post PauseWaited(pause) after `delay` seconds (the session's timer)."""
+
+    pause: int
+    delay: float
+
+
+@dataclass(frozen=True)
 class JudgeTurn:
     """Ask the end-of-turn model about the speech so far; its answer comes back as TurnJudged(pause)."""
 
@@ -396,7 +419,7 @@ class CarrySpeech:
 
 
 Action = (StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
-          | HearInterjection | EndUtterance | CarrySpeech | ReleaseHeld)
+          | EndPauseAfter | HearInterjection | EndUtterance | CarrySpeech | ReleaseHeld)
 
 
 class TurnTaking:
@@ -492,15 +515,15 @@ class TurnTaking:
             return []
         if self._committed():
             if self._continues_request() and self.rules.judge:  # "Keep it short." before the reply: finished?
-                return [JudgeTurn(self._open_pause(), e.speech)]
+                return [JudgeTurn(self._open_pause(e.now), e.speech)]
             if self.rules.stop_phrases and self.first_audio_sent and not self.speech_confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
                 # meanwhile; a backchannel unducks when they come back).
-                return [HearInterjection(self.active_turn, self._open_pause(), e.speech)]
+                return [HearInterjection(self.active_turn, self._open_pause(e.now), e.speech)]
             # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
             # for the whole end-of-speech wait.
             return self._unduck()
-        pause = self._open_pause()
+        pause = self._open_pause(e.now)
         actions: list[Action] = []
         if self.speculative_enabled:
             actions += self._cancel(DISCARDED)
@@ -535,7 +558,17 @@ class TurnTaking:
         if pause is None or e.turn_id != self.active_turn or not self.speculative or not self.user_speaking:
             return []  # not the words of the pause the user is in
         pause.words = e.text
-        return self._end_at_pause(pause) if pause.sounds_finished else []
+        if pause.sounds_finished:
+            return self._end_at_pause(pause)
+        if self.rules.finished_words_wait_s and ends_sentence(e.text):
+            # The model doubts it, the words say a sentence ended: a shorter wait than the long silence.
+            return [EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.finished_words_wait_s - e.now))]
+        return []
+
+    def _on_PauseWaited(self, e: PauseWaited) -> list[Action]:
+        if self.pause is None or self.pause.seq != e.pause or not self.user_speaking:
+            return []  # the user went on meanwhile
+        return [EndUtterance()]
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
@@ -690,9 +723,9 @@ class TurnTaking:
                            forget=speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
-    def _open_pause(self) -> int:
+    def _open_pause(self, now: float) -> int:
         self.pause_seq += 1
-        self.pause = OpenPause(self.pause_seq)
+        self.pause = OpenPause(self.pause_seq, now)
         return self.pause_seq
 
     def _end_at_pause(self, pause: OpenPause) -> list[Action]:
