@@ -122,6 +122,10 @@ def score(results: list[Result], questions: dict[str, dict]) -> None:
     mark_repeats(results, questions)
 
 
+def asked(result: Result) -> bool:
+    return bool(result.extra.get("asked_again"))
+
+
 def summary(results: list[Result]) -> dict:
     n = len(results)
     heard = [r.heard_ok for r in results if r.heard_ok is not None]
@@ -132,6 +136,11 @@ def summary(results: list[Result]) -> dict:
             "mean_words": round(statistics.mean(r.words for r in results), 1) if n else 0.0,
             "over_25_words": sum(r.words > MAX_WORDS for r in results),
             "repeats": sum(r.repeat_of is not None for r in results),
+            # asr.ask_again_below: "say it again" when Whisper misheard (the key words not heard), and when not
+            "asked_again_misheard": f"{sum(asked(r) for r in results if r.heard_ok is False)}"
+                                    f"/{sum(r.heard_ok is False for r in results)}",
+            "asked_again_heard": f"{sum(asked(r) for r in results if r.heard_ok)}"
+                                 f"/{sum(bool(r.heard_ok) for r in results)}",
             "first_token_p50_s": round(statistics.median(ft), 3) if ft else None,
             "voice_to_voice_p50_s": round(statistics.median(v2v), 3) if v2v else None,
             "voice_to_voice_p90_s": round(float(np.percentile(v2v, 90)), 3) if v2v else None}
@@ -285,7 +294,8 @@ def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
                     result.heard = heard[-1]["text"] if heard else ""
                     result.first_token_s = stages.get("llm", {}).get("first_token_s")
                     result.voice_to_voice_s = stages.get("front", {}).get("voice_to_voice_s")
-                    result.extra = {k: stages.get("llm", {}).get(k) for k in ("asr_s", "first_piece_s")}
+                    result.extra = {k: stages.get("llm", {}).get(k)
+                                    for k in ("asr_s", "first_piece_s", "asr_logprob", "asked_again")}
                 except TimeoutError:
                     result.heard = ""
                 results.append(result)
