@@ -61,3 +61,34 @@ def test_a_sentence_cut_at_an_inner_pause_is_not_complete(model):
     whole = hibari("I was wondering, if you have a moment, what the capital of Canada is.")
     cut = whole[: int(0.8 * SAMPLE_RATE)]  # "I was wondering,"
     assert model.probability(np.concatenate([silence(0.3), cut, silence(0.2)])) < 0.5
+
+
+def test_a_session_has_one_job_waiting_so_a_flood_of_pauses_cannot_delay_another(model):
+    """One session hands in 100 pauses at once (a client pausing every 128 ms, or a hostile one): its older unstarted
+    jobs are replaced by its newest, and another session's pause is judged right after."""
+    import threading
+
+    from vita.end_of_turn import EndOfTurnJudge
+
+    judge = EndOfTurnJudge(model)
+    answered: list[str] = []
+    done = threading.Event()
+
+    def answer(name: str):
+        def on(probability: float, took: float) -> None:
+            answered.append(name)
+            if name == "calm":
+                done.set()
+        return on
+
+    speech = np.concatenate([silence(0.3), hibari("What is the capital of France?"), silence(0.2)])
+    try:
+        for i in range(100):
+            judge.judge("flood", speech, answer(f"flood-{i}"))
+        judge.judge("calm", speech, answer("calm"))
+        assert done.wait(10)
+        assert answered.index("calm") <= 2  # behind at most the flood's running job and its newest one
+        assert len([a for a in answered if a.startswith("flood")]) <= 2
+        assert "flood-99" in answered  # the newest pause is the one judged
+    finally:
+        judge.close()

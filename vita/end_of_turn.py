@@ -13,8 +13,10 @@ in one thread's memory instead of growing in every session thread's malloc arena
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import numpy as np
@@ -98,30 +100,50 @@ class EndOfTurnModel:
 
 class EndOfTurnJudge:
     """The model's own thread: sessions hand it speech and get the probability back through a callback (which
-    posts it to their mailbox). Pauses of several sessions at once are judged one after another (~30-60 ms each)."""
+    posts it to their mailbox). Pauses of several sessions are judged one after another (~30-60 ms each), and each
+    session has at most one job waiting: a newer pause of the same session replaces its older, unstarted one (whose
+    answer would be stale anyway), so one client pausing every 128 ms cannot queue work that delays the others."""
 
     def __init__(self, model: EndOfTurnModel):
         self.model = model
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="end-of-turn",
-                                           initializer=name_os_thread, initargs=("end-of-turn",))
+        self.pending: OrderedDict[Hashable, tuple[np.ndarray, Callable[[float, float], None]]] = OrderedDict()
+        self.changed = threading.Condition()
+        self.closed = False
         # Its thread starts now (not at the first pause: a thread count taken before must hold), warming the model.
-        self.executor.submit(model.probability, np.zeros(SAMPLE_RATE, np.int16))
+        self.thread = threading.Thread(target=self._run, name="end-of-turn", daemon=True)
+        self.thread.start()
 
-    def judge(self, pcm: np.ndarray, answer: Callable[[float, float], None]) -> None:
-        """answer(probability, seconds the model took), on the model's thread; a failure answers 0.0 (not
-        finished: the long silence still ends the turn)."""
-        def run() -> None:
-            import time
+    def judge(self, key: Hashable, pcm: np.ndarray, answer: Callable[[float, float], None]) -> None:
+        """answer(probability, seconds the model took), on the model's thread, unless `key` (a session) hands in
+        newer speech before this was started; a failure answers 0.0 (not finished: the long silence still ends
+        the turn)."""
+        with self.changed:
+            self.pending.pop(key, None)
+            self.pending[key] = (pcm, answer)  # to the back of the line
+            self.changed.notify()
 
+    def _run(self) -> None:
+        name_os_thread("end-of-turn")
+        self.model.probability(np.zeros(SAMPLE_RATE, np.int16))
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.pending or self.closed)
+                if self.closed:
+                    return
+                _, (pcm, answer) = self.pending.popitem(last=False)
             started = time.monotonic()
             try:
                 probability = self.model.probability(pcm)
             except Exception:  # a model failure must not leave the session waiting: silence ends the turn
                 log.exception("end-of-turn model failed")
                 probability = 0.0
-            answer(probability, time.monotonic() - started)
-
-        self.executor.submit(run)
+            try:
+                answer(probability, time.monotonic() - started)
+            except Exception:
+                log.exception("end-of-turn answer failed")
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        with self.changed:
+            self.closed = True
+            self.pending.clear()
+            self.changed.notify()

@@ -420,7 +420,7 @@ class TurnController:
             session.actor.post(TurnJudged(time.monotonic(), action.pause, probability))
 
         window = WINDOW_S * SAMPLE_RATE  # the model hears the last 8 s: hand over no more than that
-        self.end_of_turn.judge(np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
+        self.end_of_turn.judge(session.sid, np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
 
     def _cancel(self, session: Session, action: CancelTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
