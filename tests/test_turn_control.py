@@ -215,3 +215,17 @@ def test_a_reply_withdrawn_before_it_was_heard_leaves_no_text():
         assert s.actor.call_and_wait(lambda: None, 5)
         assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["extended"]
         assert not any(e in ("reply_delta", "response_text", "audio") for e, _ in wire.sent)
+
+
+def test_speech_whose_audio_stops_arriving_ends_and_the_session_listens_again():
+    """The client stopped sending audio mid-speech: after AUDIO_GONE_S the speech is over (here too short to be a
+    turn), instead of "speaking" for good (typed text would wait for it forever)."""
+    from vita.turn_control import AUDIO_GONE_S
+
+    wire = Wire()
+    with live(wire) as (turns, s):
+        turns.post(s, SpeechStarted(time.monotonic()))
+        assert s.actor.call_and_wait(lambda: None, 5) and s.turns.user_speaking
+        s.audio_at = time.monotonic() - AUDIO_GONE_S  # its last audio came that long ago
+        assert wire.wait_for(lambda: any(e == "vad" and p.get("speaking") is False for e, p in wire.sent), 3)
+        assert not s.turns.user_speaking

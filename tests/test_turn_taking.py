@@ -737,3 +737,13 @@ def test_speech_that_interrupted_a_reply_is_answered_only_if_it_is_more_than_a_c
     assert of(m.handle(SpeechConfirmed(4.2)), CancelTurn)
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
     assert start.stopped_reply
+
+
+def test_typed_text_waiting_for_the_users_speech_is_capped():
+    """A client that starts speaking and then floods text_input must not grow the waiting text without bound."""
+    m = TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(max_text_chars=100))
+    m.handle(SpeechStarted(0.5))
+    assert sent(m.handle(TextTyped(0.6, "a" * 60))) == ["text_queued"]
+    (error,) = m.handle(TextTyped(0.7, "b" * 60))
+    assert error == Send("error", error.payload) and error.payload["code"] == "text_too_long"
+    assert m.pending_text == "a" * 60

@@ -31,6 +31,7 @@ class Session:
     turn_frames: int = 0  # camera frames the latest turn took
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     unheard: list = field(default_factory=list, repr=False)  # the committed reply's text, until its audio goes out
+    audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
     pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
     # playback
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)

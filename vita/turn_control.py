@@ -75,6 +75,7 @@ Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the que
 FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
+AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their speech has ended
 SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 # Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
@@ -113,6 +114,7 @@ class TurnController:
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
                                extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000,
                                finished_words_wait_s=turn.finished_words_wait_ms / 1000,
+                               max_text_chars=config.limits.max_text_chars,
                                stop_phrases=stop_phrases(turn.stop_words))
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
@@ -128,6 +130,7 @@ class TurnController:
         tts = self.config.tts
         session.pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
                          else ReplyPacer(float("inf"), 3600.0))
+        session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
         session.actor.start()
@@ -186,7 +189,13 @@ class TurnController:
         if isinstance(item, AudioIn):
             self._hear(session, item)
         elif isinstance(item, ClockTick):
-            self._handle(session, Tick(time.monotonic(), self.workers_ready()))
+            now = time.monotonic()
+            if session.turns.user_speaking and now - session.audio_at > AUDIO_GONE_S:
+                # The client stopped sending audio mid-speech (a muted or broken microphone, or a client that
+                # never meant to finish): what was heard ends there, as silence would have ended it.
+                for event in session.listener.end_now(now) or [SpeechDropped(now)]:
+                    session.actor.follow(event)
+            self._handle(session, Tick(now, self.workers_ready()))
         elif isinstance(item, PaceDue):
             if item.timer:
                 session.pacer.timer_set = False
@@ -200,6 +209,7 @@ class TurnController:
             self._on_output(session, item)
 
     def _hear(self, session: Session, audio: AudioIn) -> None:
+        session.audio_at = audio.arrived
         try:
             events = session.listener.hear(audio.pcm, audio.rate, audio.arrived, time.monotonic())
         except Exception:  # a VAD failure must end neither this session's thread nor its turns

@@ -93,6 +93,7 @@ class TurnRules:
     extend: bool = False
     extend_grace_s: float = 0.0
     stop_phrases: tuple[str, ...] = ()  # short speech over the reply saying one of these stops it (heard by ASR)
+    max_text_chars: int = 2000  # typed text waiting for the user's speech to end holds at most this much
 
 
 MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
@@ -627,6 +628,10 @@ class TurnTaking:
     def _on_TextTyped(self, e: TextTyped) -> list[Action]:
         self.last_activity = e.now
         if self.user_speaking:  # the user is mid-sentence: the text joins that turn
+            if len(self.pending_text) + len(e.text) + 1 > self.rules.max_text_chars:  # a flood, not a request
+                return [Send("error", {"code": "text_too_long", "message": "Too much text typed while you were "
+                                       f"speaking (at most {self.rules.max_text_chars} characters wait for the "
+                                       "turn); this text was dropped."})]
             self.pending_text = f"{self.pending_text} {e.text}".strip()
             actions: list[Action] = [Send("text_queued", {"text": e.text})]
             if self.speculative and self.active_turn is not None:
