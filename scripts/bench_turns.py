@@ -218,7 +218,7 @@ def answered(events: Events) -> list[int]:
     withdrawn = {d.get("turn_id") for _, n, d in events if n == "turn_cancelled" and d.get("reason") == "extended"}
     ids: list[int] = []
     for _, n, d in events:
-        if n == "state" and d.get("state") == "speaking" and d.get("turn_id") not in ids | withdrawn:
+        if n == "state" and d.get("state") == "speaking" and d.get("turn_id") not in {*ids, *withdrawn}:
             ids.append(d.get("turn_id"))
     return ids
 

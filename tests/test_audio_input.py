@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vita.audio_input import AudioFormatError, decode_audio_message
+from vita.audio_input import AudioBudget, AudioFormatError, decode_audio_message
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -57,3 +57,25 @@ def test_any_input_decodes_or_is_rejected_cleanly(payload):
     except AudioFormatError:
         return
     assert pcm.dtype == np.int16 and 8000 <= rate <= 96000
+
+
+def test_vita_json_is_held_to_the_byte_limit_however_short_its_numbers():
+    """"0," is two characters: a length check that assumed six per byte let three times the limit through."""
+    zeros = json.dumps({"sample_rate": 16000, "audio": [0] * (LIMIT + 2)}, separators=(",", ":"))
+    assert len(zeros) < 6 * LIMIT  # the old check passed it
+    with pytest.raises(AudioFormatError, match="at most"):
+        decode_audio_message(zeros, 16000, LIMIT)
+    loudest = json.dumps({"sample_rate": 16000, "audio": [255] * LIMIT})  # "255, " per byte: still allowed
+    assert decode_audio_message(loudest, 16000, LIMIT)[0].size == LIMIT // 2
+
+
+def test_the_audio_budget_allows_real_time_with_room_and_refuses_a_flood():
+    budget = AudioBudget(rate=1.5, burst_s=3.0, now=0.0)
+    t = 0.0
+    for _ in range(1000):  # 8 s of VITA's 8 ms messages in real time
+        t += 0.008
+        assert budget.take(0.008, t)
+    assert budget.take(2.5, t)  # a stalled connection's backlog arriving at once
+    taken = sum(budget.take(0.064, t + i * 0.001) for i in range(1000))  # 64 s of audio in one second
+    assert taken * 0.064 < 3.0  # what the burst and a second of 1.5x refill leave, no more
+    assert budget.take(0.5, t + 1.0 + 2.0)  # after a while the session may send again

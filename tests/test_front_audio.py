@@ -264,3 +264,16 @@ def test_two_sessions_never_see_each_others_messages(server):
     finally:
         a.close()
         b.close()
+
+
+def test_audio_faster_than_real_time_is_refused_and_the_session_goes_on(client):
+    """A client sending ten seconds of audio at once (whatever its transport, the VAD runs in real time) gets
+    `audio_overrun` for what is over its budget; its real-time speech afterwards is heard as ever."""
+    frame = np.zeros(16000, np.int16).astype("<i2").tobytes()  # 1 s in one message
+    for _ in range(10):
+        client.sio.emit("audio", frame)
+    assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "audio_overrun" for _, n, d in evs), 5)
+    # The budget refills at 1.5 s of audio a second: a real-time stream right after the flood is never refused.
+    speech = spoken("Hello there.")
+    stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=32, binary=True)
+    assert client.wait_event("turn", 2)

@@ -340,8 +340,10 @@ class FrontApp:
         self.metrics.audio_handler.observe(time.perf_counter() - started)
 
     def _hear(self, session: Session, pcm: Any, rate: int) -> bool:
-        """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD."""
-        heard = not pcm.size or self.turns.hear(session, pcm, rate)
+        """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
+        the session's real-time budget."""
+        heard = not pcm.size or (session.audio_budget.take(pcm.size / rate, time.monotonic())
+                                 and self.turns.hear(session, pcm, rate))
         if not heard:
             self.metrics.audio_dropped.inc()
             self.turns.report(session, "audio_overrun",

@@ -11,6 +11,7 @@ import json
 import numpy as np
 
 MIN_RATE, MAX_RATE = 8000, 96000
+JSON_CHARS_PER_BYTE = 5  # "255, " (Python's json.dumps; a browser's JSON.stringify writes "255,")
 
 
 class AudioFormatError(ValueError):
@@ -29,7 +30,7 @@ def pcm_from_bytes(data: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype="<i2").astype(np.int16, copy=False)
 
 
-def decode_vita_audio(payload: str) -> tuple[np.ndarray, int]:
+def decode_vita_audio(payload: str, max_bytes: int | None = None) -> tuple[np.ndarray, int]:
     """VITA's JSON string: returns (int16 samples, sample rate)."""
     try:
         message = json.loads(payload)
@@ -44,6 +45,8 @@ def decode_vita_audio(payload: str) -> tuple[np.ndarray, int]:
         raise AudioFormatError("\"audio\" must hold byte values (integers 0-255)") from None
     if values.ndim != 1 or (values.size and (values.min() < 0 or values.max() > 255)):
         raise AudioFormatError("\"audio\" must hold byte values (integers 0-255)")
+    if max_bytes is not None and values.size > max_bytes:
+        raise AudioFormatError(f"an audio message may hold at most {max_bytes} bytes")
     return pcm_from_bytes(values.astype(np.uint8).tobytes()), rate
 
 
@@ -54,7 +57,28 @@ def decode_audio_message(data: object, binary_rate: int, max_bytes: int) -> tupl
             raise AudioFormatError(f"an audio message may hold at most {max_bytes} bytes")
         return pcm_from_bytes(data), binary_rate
     if isinstance(data, str):
-        if len(data) > 6 * max_bytes:  # "255," per byte at worst, plus the envelope
+        # Before parsing: "255, " is the longest a byte is written; the decoded bytes are then counted exactly
+        # ("0," is two characters: a length check alone let three times the limit through).
+        if len(data) > JSON_CHARS_PER_BYTE * max_bytes + 64:
             raise AudioFormatError(f"an audio message may hold at most {max_bytes} bytes")
-        return decode_vita_audio(data)
+        return decode_vita_audio(data, max_bytes)
     raise AudioFormatError("audio must be binary int16 PCM or VITA's JSON string")
+
+
+class AudioBudget:
+    """How much microphone audio a session may send, whatever the transport: real time with room to spare
+    (`rate` seconds of audio per second, after a burst of `burst_s` a stalled connection may deliver at once).
+    The VAD behind it runs in real time; a client sending faster only fills the front's memory and CPU."""
+
+    def __init__(self, rate: float = 1.5, burst_s: float = 3.0, now: float = 0.0):
+        self.rate, self.burst_s = rate, burst_s
+        self.left, self.at = burst_s, now
+
+    def take(self, seconds: float, now: float) -> bool:
+        """Spend `seconds` of audio; False (and nothing spent) when the budget is out: drop the audio."""
+        self.left = min(self.burst_s, self.left + max(0.0, now - self.at) * self.rate)
+        self.at = now
+        if seconds > self.left:
+            return False
+        self.left -= seconds
+        return True

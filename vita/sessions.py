@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vita.audio_input import AudioBudget
 from vita.camera import FrameBuffer
 from vita.reply_pacer import ReplyPacer
 from vita.turn_taking import TurnTaking
@@ -32,6 +33,7 @@ class Session:
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     unheard: list = field(default_factory=list, repr=False)  # the committed reply's text, until its audio goes out
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
+    audio_budget: AudioBudget = field(default_factory=lambda: AudioBudget(now=time.monotonic()), repr=False)
     pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
     # playback
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
