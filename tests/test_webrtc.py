@@ -89,8 +89,10 @@ def test_offers_are_rate_limited(client):
 
 @pytest.mark.parametrize("candidate", [{"candidate": "candidate:garbage"}, {"candidate": 5},
                                        {"candidate": "candidate:1 1 udp 1 10.0.0.1 9 typ host",
-                                        "sdpMLineIndex": "x"}, "hello"],
-                         ids=["garbage", "number", "bad-index", "string"])
+                                        "sdpMLineIndex": "x"}, "hello",
+                                       {"candidate": "candidate:1 1 udp 1 3f2c1a.local 9 typ host", "sdpMid": "0",
+                                        "sdpMLineIndex": 0}],
+                         ids=["garbage", "number", "bad-index", "string", "mdns"])
 def test_a_bad_ice_candidate_is_reported_and_the_call_goes_on(client, rtc, candidate):
     client.sio.emit("rtc_candidate", candidate)
     assert client.wait_event("error", 10), client.events

@@ -12,13 +12,17 @@ import pytest
 from vita.config import ConfigError, WebRtcConfig, check_ice_servers
 from vita.webrtc import (
     FRAME_SAMPLES,
+    MAX_CANDIDATES,
     OPUS_RATE,
     SILENT_TAIL_FRAMES,
     InOrderBuffer,
     OpusTrack,
     PortRangeLoop,
+    RtcError,
     announce_host,
+    candidate_allowed,
     limit_opus,
+    screen_offer,
     set_jitter_buffer,
 )
 
@@ -188,3 +192,29 @@ def test_out_of_order_and_lost_packets_cost_one_packet_never_a_lasting_delay():
     assert released(buffer, [1, 3, 2, 4]) == [1, 3, None, 4]  # 2 came after 3: dropped, 4 not delayed
     assert released(buffer, [6, 7, 5, 8]) == [6, 7, None, 8]  # 5 lost (or late): nothing waits for it
     assert released(buffer, [8, 9]) == [None, 9]  # a repeat is dropped
+
+
+@pytest.mark.parametrize(("address", "client", "allowed"), [
+    ("93.184.216.34", "8.8.8.8", True),  # public to public
+    ("192.168.1.20", "8.8.8.8", False),  # a stranger naming the server's internal network
+    ("10.0.0.5", "192.168.1.30", True),  # a LAN client
+    ("100.64.1.2", "8.8.8.8", False),  # carrier-grade NAT space is private too
+    ("127.0.0.1", "8.8.8.8", False), ("127.0.0.1", "127.0.0.1", True),  # loopback only from this machine
+    ("169.254.10.1", "192.168.1.30", False), ("fe80::1", "192.168.1.30", False),  # link-local: never
+    ("3f2c1a.local", "192.168.1.30", False),  # mDNS: resolving it probes the server's own network
+    ("example.com", "8.8.8.8", False), ("224.0.0.1", "192.168.1.30", False),
+])
+def test_candidates_the_server_may_send_checks_to(address, client, allowed):
+    assert candidate_allowed(address, client) is allowed
+
+
+def test_an_offer_keeps_only_allowed_candidates_at_most_a_few_and_one_audio_stream():
+    head = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n"
+    lines = [f"a=candidate:{i} 1 udp 2130706431 93.184.216.{i % 250} {40000 + i} typ host" for i in range(100)]
+    lines += ["a=candidate:x 1 udp 2130706431 192.168.0.9 40000 typ host",
+              "a=candidate:y 1 udp 2130706431 abc.local 40001 typ host"]
+    sdp, kept = screen_offer(head + "\r\n".join(lines) + "\r\n", "8.8.8.8")
+    assert kept == MAX_CANDIDATES and sdp.count("a=candidate:") == MAX_CANDIDATES
+    assert "192.168.0.9" not in sdp and ".local" not in sdp and sdp.startswith(head)
+    with pytest.raises(RtcError, match="media sections"):
+        screen_offer("v=0\r\n" + "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\n" * 120, "8.8.8.8")

@@ -369,7 +369,8 @@ class FrontApp:
         try:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
-            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear(session, pcm, rate))
+            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear(session, pcm, rate),
+                                  client=request.remote_addr)
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)

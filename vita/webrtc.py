@@ -46,6 +46,49 @@ SILENT_TAIL_FRAMES = 5  # a reply track sends 100 ms of silence after its audio,
 MAX_SDP_CHARS = 20000  # an offer for one audio track is ~2-5 KB
 CLOSE_TIMEOUT_S = 5.0
 ANSWER_TIMEOUT_S = 6.0  # the page gives up after 8 s; the client's socket thread waits meanwhile
+MAX_CANDIDATES = 32  # remote ICE candidates per peer (offer and trickled): a browser offers a handful
+MAX_MEDIA_SECTIONS = 4  # m= lines in an offer: one audio stream, and perhaps video or data the server refuses
+CONNECT_DEADLINE_S = 15.0  # a peer not connected (ICE + DTLS) this long after its answer is closed
+
+
+def candidate_allowed(address: str, client: str | None) -> bool:
+    """Whether the server may send ICE checks to `address`, offered by a client that connected from `client`:
+    never to mDNS names (resolving them probes the server's own network), loopback or link-local addresses
+    (unless the client itself is on this machine); private addresses only for a client that connected from a
+    private address (a LAN keeps working; a stranger cannot make the server probe its internal network)."""
+    if address.endswith(".local"):
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False  # a name to resolve: the server probes only addresses it is given
+    try:
+        peer = ipaddress.ip_address(client) if client else None
+    except ValueError:
+        peer = None
+    if ip.is_loopback:
+        return peer is not None and peer.is_loopback
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return False
+    if not ip.is_global:  # private, carrier-grade NAT, documentation ranges
+        return peer is not None and (not peer.is_global or peer.is_loopback)
+    return True
+
+
+def screen_offer(sdp: str, client: str | None) -> tuple[str, int]:
+    """The offer with the candidates the server may not probe removed; how many it keeps."""
+    kept, lines, count = 0, [], 0
+    for line in sdp.splitlines():
+        if line.startswith("a=candidate:"):
+            fields = line.split()
+            count += 1
+            if len(fields) < 8 or not candidate_allowed(fields[4], client) or kept >= MAX_CANDIDATES:
+                continue
+            kept += 1
+        lines.append(line)
+    if sum(1 for line in lines if line.startswith("m=")) > MAX_MEDIA_SECTIONS:
+        raise RtcError(f"the offer has more than {MAX_MEDIA_SECTIONS} media sections (one audio stream is used)")
+    return "\r\n".join(lines) + "\r\n", kept
 
 
 class RtcError(Exception):
@@ -271,11 +314,13 @@ Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when
 class RtcPeer:
     """One session's peer connection: the microphone in (to `hear`), the reply out (``track``)."""
 
-    def __init__(self, sid: str, pc: Any, track: Any, hear: Hear):
+    def __init__(self, sid: str, pc: Any, track: Any, hear: Hear, client: str | None = None):
         self.sid = sid
         self.pc = pc
         self.track = track
         self.hear = hear
+        self.client = client  # the address the client connected from: which candidates it may name
+        self.candidates = 0  # remote candidates taken (offer and trickled)
         self.receiving: asyncio.Task | None = None
         self.closed = False
 
@@ -306,6 +351,7 @@ class RtcHub:
     def __init__(self, settings: RtcSettings):
         self.settings = settings
         self.peers: dict[str, RtcPeer] = {}
+        self.answering: asyncio.Lock | None = None  # one offer at a time: two in flight could orphan a peer
         self.loop = PortRangeLoop(settings.ports)
         self.thread = threading.Thread(target=self._run, name="webrtc-loop", daemon=True)
         self.thread.start()
@@ -319,12 +365,14 @@ class RtcHub:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     # --- blocking API (any thread) ------------------------------------------------------------------------
-    def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S) -> str:
-        """Make (or remake) the session's peer connection from the browser's offer; the answer's SDP."""
+    def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S,
+               client: str | None = None) -> str:
+        """Make (or remake) the session's peer connection from the browser's offer (`client`: the address the
+        session connected from); the answer's SDP."""
         if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
             raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
                            f"{MAX_SDP_CHARS} characters)")
-        answering = self.submit(self._answer(sid, offer_sdp, hear))
+        answering = self.submit(self._answer(sid, offer_sdp, hear, client))
         try:
             return answering.result(timeout)
         except TimeoutError:
@@ -359,7 +407,14 @@ class RtcHub:
         self.thread.join(CLOSE_TIMEOUT_S)
 
     # --- the loop -----------------------------------------------------------------------------------------
-    async def _answer(self, sid: str, offer_sdp: str, hear: Hear) -> str:
+    async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None) -> str:
+        if self.answering is None:
+            self.answering = asyncio.Lock()
+        async with self.answering:
+            return await self._answer_one(sid, offer_sdp, hear, client)
+
+    async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None) -> str:
+        offer_sdp, kept = screen_offer(offer_sdp, client)
         old = self.peers.get(sid)
         if old is not None:
             await self._close(old)
@@ -367,7 +422,8 @@ class RtcHub:
         servers = [RTCIceServer(**server) for server in self.settings.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
         track = OpusTrack(send_silence=False)
-        peer = RtcPeer(sid, pc, track, hear)
+        peer = RtcPeer(sid, pc, track, hear, client)
+        peer.candidates = kept
         self.peers[sid] = peer
 
         @pc.on("track")
@@ -389,6 +445,9 @@ class RtcHub:
                 raise RtcError("the offer has no audio")
             audio[0].sender.replaceTrack(track)
             audio[0].direction = "sendrecv"
+            for other in pc.getTransceivers():
+                if other is not audio[0]:
+                    other.direction = "inactive"  # one microphone is heard; nothing else is received or decoded
             set_jitter_buffer(pc, InOrderBuffer)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers every candidate first (no trickle)
         except RtcError:
@@ -397,8 +456,16 @@ class RtcHub:
         except Exception as exc:  # a malformed or unusable offer
             await self._close(peer)
             raise RtcError(f"could not answer the offer: {exc}") from exc
+        self.loop.call_later(CONNECT_DEADLINE_S, self._connect_deadline, peer)
         sdp = limit_opus(pc.localDescription.sdp)
         return announce_host(sdp, self.settings.announce) if self.settings.announce else sdp
+
+    def _connect_deadline(self, peer: RtcPeer) -> None:
+        """A peer that has not connected by now never will (or is held open on purpose): its ports go."""
+        if not peer.closed and peer.pc.connectionState != "connected":
+            log.info("peer connection not connected after %.0f s: closed", CONNECT_DEADLINE_S,
+                     extra={"sid": peer.sid})
+            asyncio.ensure_future(self._close(peer))
 
     def _listening_ended(self, peer: RtcPeer, task: asyncio.Task) -> None:
         """The microphone's frames stopped coming: closed (fine), or a decode or hand-over failed (a dead
@@ -415,7 +482,15 @@ class RtcHub:
         if not text.strip():
             await peer.pc.addIceCandidate(None)  # "": the end of the browser's candidates
             return
+        if peer.pc.iceConnectionState in ("connected", "completed") or peer.connected:
+            raise ValueError("the connection is established: no more candidates are taken")
+        if peer.candidates >= MAX_CANDIDATES:
+            raise ValueError(f"at most {MAX_CANDIDATES} candidates are taken per connection")
         parsed = candidate_from_sdp(text.removeprefix("candidate:"))
+        if not candidate_allowed(parsed.ip, peer.client):
+            raise ValueError(f"the server does not send to {parsed.ip!r} (mDNS, loopback, link-local, or a private "
+                             "address offered from outside)")
+        peer.candidates += 1
         parsed.sdpMid, parsed.sdpMLineIndex = mid, index
         await peer.pc.addIceCandidate(parsed)
 
