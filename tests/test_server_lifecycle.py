@@ -351,6 +351,10 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
         assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers  # a wrong link plants no cookie
         assert again.get("/metrics").status_code == 401
         assert again.get("/health").status_code == 200 and again.get("/ready").status_code == 200
+        # ...but /health's detail (workers, paths, addresses, errors) only with the token
+        assert set(again.get("/health").json()) == {"status", "detail"}
+        detailed = again.get("/health", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert "workers" in detailed and "turn_log" in detailed
         link = again.get(f"/?token={TOKEN}", allow_redirects=False)
         assert link.status_code == 303 and link.headers["Location"] == "/"
         cookie = link.cookies.get("vita_token")

@@ -2,7 +2,8 @@
 
 A token may come as `?token=` (the link an operator hands out; the page then keeps it in an HttpOnly cookie and
 drops it from the address bar), as `Authorization: Bearer` (scrapers, scripts) or in Socket.IO's connect `auth`.
-/health and /ready stay open for liveness probes. Comparison is constant-time.
+/health and /ready stay open for liveness probes (/health's detail — workers, paths, addresses, errors — only with
+the token). Comparison is constant-time.
 """
 
 from __future__ import annotations

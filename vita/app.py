@@ -232,6 +232,9 @@ class FrontApp:
 
         @app.get("/health")
         def health():
+            if not self.guard.allows(request):  # a probe without the token learns whether it is up, no more
+                return jsonify({"status": "ready" if self.graph.ready() else "starting",
+                                "detail": "send the access token for the detailed view"})
             workers = self.graph.health()
             return jsonify({
                 "status": "ready" if self.graph.ready() else "starting",
