@@ -408,7 +408,8 @@ def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
     ("What is it for?", False), ("Who is it from?", False), ("Tell me a joke.", False), ("Hello.", False),
     ("Can I ask you something?", False), ("", False), ("I have a question.", True), ("Quick question:", True),
     ("I was thinking about the moon and", True), ("So, um,", True), ("What is the capital of", True),
-    ("Tell me about the...", True), ("My name is Anna.", False)])
+    ("Tell me about the...", True), ("My name is Anna.", False), ("How long should I?", True),
+    ("Can you?", False), ("Tell me a joke, can you?", False), ("What time is it?", False)])
 def test_sounds_unfinished(words, unfinished):
     assert sounds_unfinished(words) is unfinished
 

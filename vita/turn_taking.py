@@ -109,6 +109,9 @@ GOING_ON_WORDS = frozenset(["and", "but", "or", "so", "because", "um", "uh", "er
 OPEN_ENDED_WORDS = frozenset([
     "the", "a", "an", "to", "of", "with", "for", "about", "my", "your", "our", "their", "his", "her", "its", "in",
     "on", "at", "from", "by", "into", "is", "are", "was", "were", "if", "that", "than", "as", "like", "whether"])
+QUESTION_WORDS = frozenset(["what", "how", "when", "where", "why", "which", "who"])
+MODAL_WORDS = frozenset(["should", "can", "could", "would", "will", "do", "does", "did", "must", "may", "might"])
+SUBJECT_WORDS = frozenset(["i", "you", "we", "they", "he", "she", "it"])
 # A whole utterance that only announces the request ("I have a question.", "Quick question:").
 PREAMBLES = frozenset({
     "i have a question", "i have another question", "i have one more question", "i've got a question",
@@ -119,7 +122,8 @@ PREAMBLES = frozenset({
 
 
 def sounds_unfinished(text: str) -> bool:
-    """The words say the speaker is going on: they end on "and" or a comma, or only announce a request."""
+    """The words say the speaker is going on: they end on "and" or a comma, or only announce a request, or ask
+    a question that stops at its verb ("How long should I?": Whisper adds the question mark)."""
     text = text.strip()
     words = _words(text)
     if not words:
@@ -127,6 +131,9 @@ def sounds_unfinished(text: str) -> bool:
     if text.endswith((",", "...", "…", "-", "—", ":")) or words[-1] in GOING_ON_WORDS:
         return True
     if words[-1] in OPEN_ENDED_WORDS and not text.endswith((".", "?", "!")):
+        return True
+    if (len(words) >= 4 and words[0] in QUESTION_WORDS and words[-2] in MODAL_WORDS
+            and words[-1] in SUBJECT_WORDS):
         return True
     return " ".join(words) in PREAMBLES
 
