@@ -66,7 +66,7 @@ class TurnConfig:
     incomplete_wait_ms: int = 1500
     finished_words_wait_ms: int = 600
     extend: bool = True
-    extend_grace_ms: int = 500
+    extend_grace_ms: int = 800
     barge_in_confirm_ms: int = 650
     echo_guard_db: float = 20.0
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
