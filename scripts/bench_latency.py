@@ -102,8 +102,9 @@ def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict
     return {"question": text, "turn_id": tid, "reply": texts[-1] if texts else "",
             "client_v2v_s": audio[0][0] - said.end_sent if audio else None,
             "server_v2v_s": front.get("voice_to_voice_s"),
-            # the server's clock starts at the end of speech its VAD found; the reply reaches the client in ~2 ms
-            "end_found_late_s": audio[0][0] - said.end_sent - front["voice_to_voice_s"]
+            # where the server's VAD put the end of speech, after the last voiced sample the client sent: what the
+            # server's own voice-to-voice leaves out (the reply reaches the client in ~2 ms)
+            "speech_end_late_s": audio[0][0] - said.end_sent - front["voice_to_voice_s"]
             if audio and "voice_to_voice_s" in front else None,
             "end_of_speech_s": stages.get("vad", {}).get("end_of_speech_s"), "asr_s": llm.get("asr_s"),
             "first_token_s": first, "first_piece_s": llm.get("first_piece_s"),
@@ -226,7 +227,7 @@ def main() -> int:
             stop_server(server)
     print(f"\n{args.transport} client, voice {args.voice}, {len(rows)} answered of "
           f"{len(questions) * args.rounds}; seconds:")
-    for key in ("client_v2v_s", "server_v2v_s", "end_found_late_s", "end_of_speech_s", "asr_s", "first_token_s",
+    for key in ("client_v2v_s", "server_v2v_s", "speech_end_late_s", "end_of_speech_s", "asr_s", "first_token_s",
                 "first_piece_s", "tts_first_chunk_s", "prompt_tokens", "cached_tokens", "decode_tok_s", "max_gap_s"):
         print(f"  {key:18} {stats(rows, key)}")
     print(f"  replies with a gap > {GAP_S * 1000:.0f} ms: {sum(r['gaps_over'] > 0 for r in rows)} of {len(rows)}")

@@ -381,7 +381,8 @@ def test_a_pause_the_user_went_on_from_is_not_ended_by_its_wait():
     assert m.handle(PauseWaited(2.7, judge.pause)) == []
     (judge2,) = of(m.handle(SpeechPaused(3.6, LONGER)), JudgeTurn)
     assert m.handle(PauseWaited(3.61, judge.pause)) == []  # an old pause's wait ends nothing
-    assert of(m.handle(TurnHeard(3.8, m.active_turn, "My name is and")), EndPauseAfter) == []  # goes on: no wait
+    m.handle(TurnJudged(3.65, judge2.pause, 0.2))
+    assert m.handle(TurnHeard(3.8, m.active_turn, "My name is Anna, and.")) == []  # goes on: no shorter wait
 
 
 def test_a_speculative_turn_that_hears_nothing_leaves_the_models_word_standing():
@@ -409,7 +410,8 @@ def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
     ("Can I ask you something?", False), ("", False), ("I have a question.", True), ("Quick question:", True),
     ("I was thinking about the moon and", True), ("So, um,", True), ("What is the capital of", True),
     ("Tell me about the...", True), ("My name is Anna.", False), ("How long should I?", True),
-    ("Can you?", False), ("Tell me a joke, can you?", False), ("What time is it?", False)])
+    ("Can you?", False), ("Tell me a joke, can you?", False), ("What time is it?", False), ("I think so.", False),
+    ("I stayed home because", True)])
 def test_sounds_unfinished(words, unfinished):
     assert sounds_unfinished(words) is unfinished
 
@@ -435,6 +437,16 @@ def test_a_pause_the_model_doubted_is_judged_again_once_it_has_gone_on():
     assert m.handle(TurnJudged(2.25, again.pause, 0.8)) == [EndUtterance()]
     (commit,) = of(m.handle(UtteranceEnded(2.26, SPEECH)), CommitTurn)
     assert commit.turn_id == start.turn_id  # the speculative turn started at the pause is the one kept
+
+
+def test_a_doubt_that_comes_back_after_the_pause_went_on_is_asked_again_at_once():
+    """The shared judge was busy: its first answer came after the pause had already gone on."""
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (first,) = of(m.handle(SpeechPaused(2.1, SPEECH)), JudgeTurn)
+    assert m.handle(SpeechPausedLonger(2.2, LONGER)) == []  # no answer yet: nothing to ask again
+    assert m.handle(TurnJudged(2.25, first.pause, 0.3)) == [JudgeTurn(first.pause, LONGER)]
+    assert m.handle(TurnJudged(2.3, first.pause, 0.3)) == []  # twice at most
 
 
 def test_a_pause_judged_finished_or_not_yet_judged_or_resumed_is_not_asked_again():
@@ -744,6 +756,8 @@ def test_typed_text_waiting_for_the_users_speech_is_capped():
     """A client that starts speaking and then floods text_input must not grow the waiting text without bound."""
     m = TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(max_text_chars=100))
     m.handle(SpeechStarted(0.5))
+    assert sent(m.handle(TextTyped(0.55, "c" * 100))) == ["text_queued"]  # one text of the full size is fine
+    m.pending_text = ""
     assert sent(m.handle(TextTyped(0.6, "a" * 60))) == ["text_queued"]
     (error,) = m.handle(TextTyped(0.7, "b" * 60))
     assert error == Send("error", error.payload) and error.payload["code"] == "text_too_long"

@@ -328,7 +328,7 @@ class FrontApp:
         if session is None:
             return
         if self.rtc is not None:
-            self.rtc.close(session.sid)  # its peer connection and UDP ports go with it
+            self.rtc.close(session.sid, session_ended=True)  # its peer connection and UDP ports go with it
         self.turns.detach(session)  # its turn cancelled, then EndSession to the workers, then its thread ends
         log.info("disconnected", extra=turn_ids(session.sid))
 

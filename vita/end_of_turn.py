@@ -124,7 +124,10 @@ class EndOfTurnJudge:
 
     def _run(self) -> None:
         name_os_thread("end-of-turn")
-        self.model.probability(np.zeros(SAMPLE_RATE, np.int16))
+        try:
+            self.model.probability(np.zeros(SAMPLE_RATE, np.int16))
+        except Exception:  # each job reports its own failure; the thread must live on to answer them
+            log.exception("end-of-turn model warm-up failed")
         while True:
             with self.changed:
                 self.changed.wait_for(lambda: self.pending or self.closed)

@@ -12,6 +12,7 @@ from typing import Any
 
 from vita.audio_input import AudioBudget
 from vita.camera import FrameBuffer
+from vita.messages import ReplyText
 from vita.reply_pacer import ReplyPacer
 from vita.turn_taking import TurnTaking
 
@@ -31,7 +32,7 @@ class Session:
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
-    unheard: list = field(default_factory=list, repr=False)  # the committed reply's text, until its audio goes out
+    unheard: list[ReplyText] = field(default_factory=list, repr=False)  # the reply's text, until its audio goes out
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
     audio_budget: AudioBudget = field(default_factory=lambda: AudioBudget(now=time.monotonic()), repr=False)
     pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of

@@ -32,6 +32,7 @@ from vita.sessions import Session
 from vita.turn_log import TurnLogger
 from vita.turn_taking import (
     DISCARDED,
+    STALLED,
     Action,
     AudioSent,
     CancelTurn,
@@ -155,6 +156,7 @@ class TurnController:
 
     def hear(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio for the session's VAD; False when its backlog is full (dropped)."""
+        session.audio_at = time.monotonic()  # as it arrives (a busy session thread still has audio coming)
         return session.actor is not None and session.actor.post_audio(pcm, rate)
 
     def restart_listening(self, session: Session, reason: str) -> None:
@@ -192,8 +194,8 @@ class TurnController:
             now = time.monotonic()
             if session.turns.user_speaking and now - session.audio_at > AUDIO_GONE_S:
                 # The client stopped sending audio mid-speech (a muted or broken microphone, or a client that
-                # never meant to finish): what was heard ends there, as silence would have ended it.
-                for event in session.listener.end_now(now) or [SpeechDropped(now)]:
+                # never meant to finish): what was heard ends where its audio did, as silence would have ended it.
+                for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
                     session.actor.follow(event)
             self._handle(session, Tick(now, self.workers_ready()))
         elif isinstance(item, PaceDue):
@@ -209,7 +211,6 @@ class TurnController:
             self._on_output(session, item)
 
     def _hear(self, session: Session, audio: AudioIn) -> None:
-        session.audio_at = audio.arrived
         try:
             events = session.listener.hear(audio.pcm, audio.rate, audio.arrived, time.monotonic())
         except Exception:  # a VAD failure must end neither this session's thread nor its turns
@@ -437,6 +438,8 @@ class TurnController:
         self.put("requests", cancel)
         self.put("tts", cancel)
         session.held.clear()
+        if action.reason == STALLED:
+            self._say_unheard(session)  # the voice is stuck, not the text: the user still reads the reply
         session.unheard.clear()
         if action.forget and action.reason == DISCARDED:
             log.debug("speculative turn discarded (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))

@@ -77,6 +77,8 @@ class OpenPause:
     seq: int
     opened_at: float = 0.0
     doubted: bool = False  # the model said unfinished: asked once more when the pause goes on (SpeechPausedLonger)
+    later: Speech | None = None  # the speech with the pause gone on (SpeechPausedLonger), for that second question
+    asked_again: bool = False
     sounds_finished: bool = False  # the model said finished
     words: str | None = None  # what the speculative turn heard up to the pause
 
@@ -128,8 +130,10 @@ def sounds_unfinished(text: str) -> bool:
     words = _words(text)
     if not words:
         return False
-    if text.endswith((",", "...", "…", "-", "—", ":")) or words[-1] in GOING_ON_WORDS:
+    if text.endswith((",", "...", "…", "-", "—", ":")):
         return True
+    if words[-1] in GOING_ON_WORDS and not (words[-1] == "so" and text.endswith((".", "?", "!"))):
+        return True  # "...and", "...because" (but "I think so." is finished)
     if words[-1] in OPEN_ENDED_WORDS and not text.endswith((".", "?", "!")):
         return True
     if (len(words) >= 4 and words[0] in QUESTION_WORDS and words[-2] in MODAL_WORDS
@@ -544,10 +548,10 @@ class TurnTaking:
 
     def _on_SpeechPausedLonger(self, e: SpeechPausedLonger) -> list[Action]:
         pause = self.pause
-        if pause is None or not pause.doubted or not self.user_speaking:
-            return []  # judged finished already, not judged (yet), or not a pause the model is asked about
-        pause.doubted = False
-        return [JudgeTurn(pause.seq, e.speech)]
+        if pause is None or not self.user_speaking:
+            return []
+        pause.later = e.speech  # if the model's first answer is still to come, it is asked again when it is
+        return self._judge_again(pause)
 
     def _on_TurnJudged(self, e: TurnJudged) -> list[Action]:
         pause = self.pause
@@ -555,7 +559,7 @@ class TurnTaking:
             return []  # the user went on (or the utterance ended) while the model thought
         if e.probability < self.rules.complete_threshold:
             pause.doubted = True
-            return []
+            return self._judge_again(pause)
         pause.sounds_finished = True
         if self.speculative and self.active_turn is not None and pause.words is None:
             return []  # the speculative turn's words come before its reply could: they have a say too
@@ -568,7 +572,7 @@ class TurnTaking:
         pause.words = e.text
         if pause.sounds_finished:
             return self._end_at_pause(pause)
-        if self.rules.finished_words_wait_s and ends_sentence(e.text):
+        if self.rules.judge and self.rules.finished_words_wait_s and ends_sentence(e.text):
             # The model doubts it, the words say a sentence ended: a shorter wait than the long silence.
             return [EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.finished_words_wait_s - e.now))]
         return []
@@ -635,7 +639,7 @@ class TurnTaking:
     def _on_TextTyped(self, e: TextTyped) -> list[Action]:
         self.last_activity = e.now
         if self.user_speaking:  # the user is mid-sentence: the text joins that turn
-            if len(self.pending_text) + len(e.text) + 1 > self.rules.max_text_chars:  # a flood, not a request
+            if len(f"{self.pending_text} {e.text}".strip()) > self.rules.max_text_chars:  # a flood, not a request
                 return [Send("error", {"code": "text_too_long", "message": "Too much text typed while you were "
                                        f"speaking (at most {self.rules.max_text_chars} characters wait for the "
                                        "turn); this text was dropped."})]
@@ -703,7 +707,7 @@ class TurnTaking:
         if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
             actions = self._cancel(DISCARDED)
             if self.pause is not None and self.pause.sounds_finished and self.user_speaking:
-                actions.append(EndUtterance())  # no words will come to agree: the model's word stands
+                actions += self._end_at_pause(self.pause)  # no (more) words will come: the model's word stands
             return actions
         return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
 
@@ -735,6 +739,13 @@ class TurnTaking:
                            forget=speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _judge_again(self, pause: OpenPause) -> list[Action]:
+        """The model doubted the pause and it has gone on: ask once more, with the silence since."""
+        if not pause.doubted or pause.later is None or pause.asked_again:
+            return []
+        pause.asked_again = True
+        return [JudgeTurn(pause.seq, pause.later)]
+
     def _open_pause(self, now: float) -> int:
         self.pause_seq += 1
         self.pause = OpenPause(self.pause_seq, now)

@@ -58,14 +58,9 @@ def candidate_allowed(address: str, client: str | None) -> bool:
     private address (a LAN keeps working; a stranger cannot make the server probe its internal network)."""
     if address.endswith(".local"):
         return False
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
+    ip, peer = _address(address), _address(client)
+    if ip is None:
         return False  # a name to resolve: the server probes only addresses it is given
-    try:
-        peer = ipaddress.ip_address(client) if client else None
-    except ValueError:
-        peer = None
     if ip.is_loopback:
         return peer is not None and peer.is_loopback
     if ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved:
@@ -73,6 +68,15 @@ def candidate_allowed(address: str, client: str | None) -> bool:
     if not ip.is_global:  # private, carrier-grade NAT, documentation ranges
         return peer is not None and (not peer.is_global or peer.is_loopback)
     return True
+
+
+def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address (an IPv4-mapped IPv6 one as the IPv4 it is), or None."""
+    try:
+        ip = ipaddress.ip_address(text) if text else None
+    except ValueError:
+        return None
+    return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
 
 
 def screen_offer(sdp: str, client: str | None) -> tuple[str, int]:
@@ -322,6 +326,7 @@ class RtcPeer:
         self.client = client  # the address the client connected from: which candidates it may name
         self.candidates = 0  # remote candidates taken (offer and trickled)
         self.receiving: asyncio.Task | None = None
+        self.was_connected = False
         self.closed = False
 
     @property
@@ -351,7 +356,7 @@ class RtcHub:
     def __init__(self, settings: RtcSettings):
         self.settings = settings
         self.peers: dict[str, RtcPeer] = {}
-        self.answering: asyncio.Lock | None = None  # one offer at a time: two in flight could orphan a peer
+        self.answering: dict[str, asyncio.Lock] = {}  # a session's offers one at a time (two could orphan a peer)
         self.loop = PortRangeLoop(settings.ports)
         self.thread = threading.Thread(target=self._run, name="webrtc-loop", daemon=True)
         self.thread.start()
@@ -385,8 +390,10 @@ class RtcHub:
         if peer is not None:
             self.submit(self._add_candidate(peer, candidate)).result(5.0)
 
-    def close(self, sid: str) -> bool:
-        """Close the session's peer connection (disconnect, or the page fell back to Socket.IO)."""
+    def close(self, sid: str, session_ended: bool = False) -> bool:
+        """Close the session's peer connection (disconnect: `session_ended`, or the page fell back to Socket.IO)."""
+        if session_ended:
+            self.loop.call_soon_threadsafe(self.answering.pop, sid, None)
         peer = self.peers.get(sid)
         if peer is None:
             return False
@@ -408,9 +415,7 @@ class RtcHub:
 
     # --- the loop -----------------------------------------------------------------------------------------
     async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None) -> str:
-        if self.answering is None:
-            self.answering = asyncio.Lock()
-        async with self.answering:
+        async with self.answering.setdefault(sid, asyncio.Lock()):
             return await self._answer_one(sid, offer_sdp, hear, client)
 
     async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None) -> str:
@@ -435,6 +440,7 @@ class RtcHub:
         @pc.on("connectionstatechange")
         async def on_state() -> None:
             log.info("peer connection %s", pc.connectionState, extra={"sid": sid})
+            peer.was_connected = peer.was_connected or pc.connectionState == "connected"
             if pc.connectionState in ("failed", "closed") and self.peers.get(sid) is peer:
                 await self._close(peer)
 
@@ -462,7 +468,7 @@ class RtcHub:
 
     def _connect_deadline(self, peer: RtcPeer) -> None:
         """A peer that has not connected by now never will (or is held open on purpose): its ports go."""
-        if not peer.closed and peer.pc.connectionState != "connected":
+        if not peer.closed and not peer.was_connected:
             log.info("peer connection not connected after %.0f s: closed", CONNECT_DEADLINE_S,
                      extra={"sid": peer.sid})
             asyncio.ensure_future(self._close(peer))

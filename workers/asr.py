@@ -39,8 +39,9 @@ def window_seconds(audio_s: float, short_window: bool) -> float | None:
 
 
 @dataclass(frozen=True)
-class Heard:
-    """A transcript and Whisper's own confidence in it: the mean log-probability of its tokens."""
+class Transcription:
+    """A transcript and Whisper's own confidence in it: the mean log-probability of its tokens (on Whisper's long
+    path, over 29 s, that of its least sure segment)."""
 
     text: str
     avg_logprob: float = 0.0
@@ -66,11 +67,11 @@ class WhisperTranscriber:
     def transcribe(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> str:
         return self.hear(pcm, sample_rate).text
 
-    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> Heard:
+    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> Transcription:
         """The words, and how sure Whisper is of them ("" for silence, a cough, noise)."""
         audio = pcm16_to_float(pcm, sample_rate)
         if audio.size < WHISPER_RATE // 10:
-            return Heard("")
+            return Transcription("")
         window = window_seconds(audio.size / WHISPER_RATE, self.short_window)
         if window is not None and self._tokenizer is not None:
             return self._transcribe_window(audio, window)
@@ -81,10 +82,10 @@ class WhisperTranscriber:
         kept = [s for s in segments if s.text.strip()
                 and not (s.no_speech_prob > NO_SPEECH_PROB and s.avg_logprob < MIN_AVG_LOGPROB)]
         if not kept:
-            return Heard("")
-        return Heard(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
+            return Transcription("")
+        return Transcription(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
 
-    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> Heard:
+    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> Transcription:
         padded = np.pad(audio, (0, int(window_s * WHISPER_RATE) - audio.size))
         features = self.model.feature_extractor(padded, padding=0)[:, : int(window_s * 100)]
         encoded = self.model.encode(features)
@@ -96,5 +97,5 @@ class WhisperTranscriber:
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
-            return Heard("")
-        return Heard(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
+            return Transcription("")
+        return Transcription(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))

@@ -381,14 +381,14 @@ class LlmWorker:
         try:
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
             prepared = await self._prepare(req, run, history)
-            if prepared is None:
-                self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
-                return
             if req.unless_command and not self.mode.omni and is_stop_command(run.user_text, req.unless_command):
                 self._publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
                 return
             if run.misheard:
                 await self._ask_again(req, run)
+                return
+            if prepared is None:
+                self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
                 return
             prompt, transcribing = prepared
             await self._generate(req, run, prompt)
@@ -424,7 +424,8 @@ class LlmWorker:
 
     async def _prepare(self, req: TurnRequest, run: TurnRun, history: ConversationHistory
                        ) -> tuple[EnginePrompt, Any] | None:
-        """The prompt, and (omni) the task transcribing the audio; None when the user said nothing."""
+        """The prompt, and (omni) the task transcribing the audio; None when the user said nothing (or ASR
+        misheard them: run.misheard)."""
         transcribing = None
         if self.mode.omni:
             prompt, transcribing = self._omni_prompt(req, history)
@@ -434,6 +435,8 @@ class LlmWorker:
             cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
             run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:
+                return None
+            if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
             prompt = self._text_prompt(history, run.user_text, await cues if cues else "")
         run.timings["context_turns"] = float(len(history))
