@@ -1,10 +1,19 @@
-"""Benchmark ASR: Whisper base and tiny.en, 30 s window against the short window, on Piper-spoken questions.
+"""Benchmark ASR: Whisper base and tiny.en — speed (30 s window against the short window) and accuracy.
 
-Usage: .venv/bin/python scripts/bench_asr.py   (prints per-model medians and what each heard)
+speed: six Piper-spoken questions, per-model medians and what each heard.
+accuracy: the spoken questions of scripts/eval_questions.json in evaluation voices (hibari natural, piper and
+espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
+transcripts (WER > 0.5), and Whisper's own confidence (mean token log-probability) — how many transcripts fall
+under asr.ask_again_below, garbled and not (what the "say it again" reply would catch, and what it would cost).
+
+Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy] [--voices hibari,piper,espeak] [--models ...]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 import statistics
 import sys
 import time
@@ -13,6 +22,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eval_answers import QUESTIONS as QUESTIONS_FILE  # noqa: E402
+from eval_answers import synthesize  # noqa: E402
 
 from tests.speech import silence, spoken  # noqa: E402
 from vita.config import Config  # noqa: E402
@@ -20,10 +33,11 @@ from workers.asr import WhisperTranscriber  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
+GARBLED_WER = 0.5
+NOISE_SNR_DB = 10
 
 
-def main() -> int:
-    models = Config().models_path()
+def speed(models: Path) -> None:
     clips = [np.concatenate([silence(0.2), spoken(q), silence(0.3)]).tobytes() for q in QUESTIONS]
     for name in ("whisper-base", "whisper-tiny.en"):
         for short in (False, True):
@@ -35,6 +49,73 @@ def main() -> int:
                 times.append(time.perf_counter() - started)
             window = "short window" if short else "30 s window"
             print(f"{name:<16} {window:<13} median {statistics.median(times[1:]):.3f} s  {heard}")
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    ref, hyp = words(reference), words(hypothesis)
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)] / max(1, len(ref))
+
+
+def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
+    """int16 16 kHz speech; "+noise": white noise NOISE_SNR_DB under the speech's level."""
+    name, _, noisy = voice.partition("+")
+    audio = synthesize(name, text).astype(np.float32)
+    if noisy:
+        level = float(np.sqrt(np.mean(audio ** 2)))
+        audio = audio + rng.normal(0, level * 10 ** (-NOISE_SNR_DB / 20), audio.size)
+    return np.concatenate([np.zeros(3200), audio, np.zeros(4800)]).clip(-32768, 32767).astype(np.int16)
+
+
+def asked_again(results: list[dict], below: float | None) -> int:
+    return sum(bool(below is not None and r["heard"] and r["logprob"] < below) for r in results)
+
+
+def accuracy(models: Path, names: list[str], voices: list[str], out: str | None) -> None:
+    questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
+    below = Config().asr.ask_again_below
+    rows = []
+    for name in names:
+        asr = WhisperTranscriber(models / name, "int8", 2, "en", 1)
+        for voice in voices:
+            rng = np.random.default_rng(0)
+            results = []
+            for q in questions:
+                heard = asr.hear(voice_audio(voice, q, rng).tobytes())
+                results.append({"model": name, "voice": voice, "question": q, "heard": heard.text,
+                                "logprob": heard.avg_logprob, "wer": word_error_rate(q, heard.text)})
+            garbled = [r for r in results if r["wer"] > GARBLED_WER]
+            clear = [r for r in results if r["wer"] <= GARBLED_WER]
+            mean_wer = statistics.mean(r["wer"] for r in results)
+            print(f"{name:<16} {voice:<14} n {len(results)}  mean WER {mean_wer:.3f}  garbled {len(garbled)}  "
+                  f"asked again (< {below}): garbled {asked_again(garbled, below)}/{len(garbled)}, "
+                  f"the rest {asked_again(clear, below)}/{len(clear)}", flush=True)
+            rows += results
+    if out:
+        Path(out).write_text(json.dumps(rows, indent=1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", choices=("speed", "accuracy"), default="speed")
+    parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
+                        help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
+    parser.add_argument("--models", default="whisper-base,whisper-tiny.en")
+    parser.add_argument("--json", help="accuracy: every transcript here")
+    args = parser.parse_args()
+    models = Config().models_path()
+    if args.what == "speed":
+        speed(models)
+    else:
+        accuracy(models, args.models.split(","), args.voices.split(","), args.json)
     return 0
 
 
