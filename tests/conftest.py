@@ -152,11 +152,13 @@ def server(request, tmp_path_factory) -> RunningServer:
         stop_server(running)
 
 
-def wait_health(server: RunningServer, predicate, timeout: float = 10.0) -> dict:
-    """/health once predicate(health) holds, or the last one at the deadline (the caller asserts on it)."""
+def wait_health(server: RunningServer, predicate, timeout: float = 10.0, token: str | None = None) -> dict:
+    """/health once predicate(health) holds, or the last one at the deadline (the caller asserts on it); with the
+    server's access token when it has one (the detail is behind it)."""
     deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while True:
-        health = server.get("/health").json()
+        health = server.get("/health", headers=headers).json()
         if predicate(health) or time.monotonic() > deadline:
             return health
         time.sleep(0.1)

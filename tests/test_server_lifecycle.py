@@ -204,7 +204,8 @@ def turn_log_of(server) -> list[dict]:
 
 def speak_one_turn(server, auth: dict | None = None) -> dict:
     """A spoken question answered and played out; returns the session's pseudonymous id and its reply."""
-    assert wait_health(server, lambda h: h["sessions"] == 0)["sessions"] == 0
+    token = (auth or {}).get("token")
+    assert wait_health(server, lambda h: h["sessions"] == 0, token=token)["sessions"] == 0
     question = spoken("What is the capital of France?")
     client = RecordingClient(server.url).connect(auth)
     try:
