@@ -229,3 +229,28 @@ def test_speech_whose_audio_stops_arriving_ends_and_the_session_listens_again():
         s.audio_at = time.monotonic() - AUDIO_GONE_S  # its last audio came that long ago
         assert wire.wait_for(lambda: any(e == "vad" and p.get("speaking") is False for e, p in wire.sent), 3)
         assert not s.turns.user_speaking
+
+
+def test_a_sessions_end_is_retried_while_a_workers_queue_is_full():
+    """EndSession dropped once used to leave the session's history and voice state in the workers for good."""
+    class FullAtFirst(Wire):
+        def __init__(self):
+            super().__init__()
+            self.refused = 0
+
+        def put(self, queue_name, message):
+            if isinstance(message, messages.EndSession) and self.refused < 2:
+                self.refused += 1
+                return False  # the queue stayed full for its timeout
+            return super().put(queue_name, message)
+
+    wire = FullAtFirst()
+    turns = controller(wire)
+    s = session(turns)
+    try:
+        turns.detach(s)
+        assert wire.wait_for(lambda: len([m for _, m in wire.puts if isinstance(m, messages.EndSession)]) == 2, 5)
+        assert wire.refused == 2
+        assert sorted(q for q, m in wire.puts if isinstance(m, messages.EndSession)) == ["requests", "tts"]
+    finally:
+        turns.close()

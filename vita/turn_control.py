@@ -10,6 +10,7 @@ is handled after the action list, never inside it, so actions leave in the order
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import wave
 from collections.abc import Callable
@@ -77,7 +78,9 @@ FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
 AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their speech has ended
-SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
+SESSION_JOIN_S = 2.0
+END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
+END_SESSION_RETRY_S = 0.5  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 # Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
 STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",
@@ -117,6 +120,8 @@ class TurnController:
                                finished_words_wait_s=turn.finished_words_wait_ms / 1000,
                                max_text_chars=config.limits.max_text_chars,
                                stop_phrases=stop_phrases(turn.stop_words))
+        self.closing = False
+        self.end_retry = threading.Event()  # set when the server stops: retries of EndSession give up at once
         save = config.limits.save_utterances_dir
         self.save_dir = Path(save).expanduser() if save else None
 
@@ -147,8 +152,16 @@ class TurnController:
         session.actor.join(SESSION_JOIN_S)
 
     def _end_session(self, sid: str) -> None:
+        """Tell the workers to forget the session (its history, its voice's state). A turn's put may be dropped
+        when a queue stays full; this one is retried for END_SESSION_PATIENCE_S on the ending session's own
+        thread (no other session waits), or the workers would keep that state for good."""
+        deadline = time.monotonic() + END_SESSION_PATIENCE_S
         for name in ("requests", "tts"):
-            self.put(name, messages.EndSession(sid))
+            while not self.put(name, messages.EndSession(sid)):
+                if self.closing or time.monotonic() >= deadline:
+                    log.warning("%s: the end of the session was not delivered", name, extra=turn_ids(sid))
+                    break
+                self.end_retry.wait(END_SESSION_RETRY_S)  # a queue that is gone fails at once: do not spin
 
     def post(self, session: Session, event: Event) -> None:
         if session.actor is not None:
@@ -181,7 +194,9 @@ class TurnController:
             session.actor.call(run)
 
     def close(self) -> None:
-        """The server is stopping: the end-of-turn model's thread goes too."""
+        """The server is stopping: the end-of-turn model's thread goes too, and no session's end is retried."""
+        self.closing = True
+        self.end_retry.set()
         if self.end_of_turn is not None:
             self.end_of_turn.close()
 
