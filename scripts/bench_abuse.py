@@ -1,0 +1,213 @@
+"""Abuse benchmark (issue 37): one seated client tries to sink the front while another session asks questions.
+
+Starts its own server (or `--url` with `--server_pid`). A victim session asks spoken questions (hibari, our page's
+32 ms binary frames, the microphone open throughout) and times voice-to-voice at the client: first alone, then
+while each abuser runs for `--seconds` (one at a time, each on a connection of its own), then after it has left.
+The front's RSS and thread count are sampled before, at the end of, and 5 s after each abuse.
+
+Abusers: JSON audio at the byte limit as fast as the socket takes it; binary audio likewise; speech cut into words
+with 150 ms gaps (a pause, a judge job and a speculative turn every ~0.3 s); 64 ms of speech, then 2000-character
+texts as fast as allowed; a typed question cut by recording-stopped/started, over and over (TTS cancels); WebRTC
+offers with 120 media sections; a connected WebRTC peer flooded with ICE candidates naming loopback, private,
+link-local and mDNS addresses.
+
+Targets (issue 37): under each abuse the front's RSS grows <= 50 MB and its threads <= +10; the victim's
+voice-to-voice p50 within 20 % of its value alone; after the abuser leaves, RSS within 10 MB of the baseline.
+
+Usage: .venv/bin/python scripts/bench_abuse.py [--seconds 60] [--only NAME,...] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench import Microphone  # noqa: E402
+from bench_latency import ask  # noqa: E402
+from eval_answers import synthesize  # noqa: E402
+
+from tests.helpers import RecordingClient  # noqa: E402
+
+QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
+             "What color is the sky?", "Is a whale a mammal?", "What is two plus three?"]
+RATE = 16000
+
+
+def json_audio(stop: threading.Event, client: RecordingClient) -> None:
+    message = json.dumps({"sample_rate": RATE, "audio": [0] * 64_000})  # at the byte limit, "0, " a byte
+    while not stop.is_set():
+        client.sio.emit("audio", message)
+
+
+def binary_audio(stop: threading.Event, client: RecordingClient) -> None:
+    frame = bytes(64_000)
+    while not stop.is_set():
+        client.sio.emit("audio", frame)
+
+
+def word_gaps(stop: threading.Event, client: RecordingClient) -> None:
+    word = synthesize("hibari", "Go.")
+    loud = np.flatnonzero(np.abs(word.astype(np.int32)) > 800)
+    unit = np.concatenate([word[loud[0]:loud[-1]], np.zeros(int(0.15 * RATE), np.int16)])
+    sent, started = 0, time.monotonic()
+    while not stop.is_set():
+        for i in range(0, len(unit), 512):
+            client.sio.emit("audio", unit[i:i + 512].astype("<i2").tobytes())
+            sent += 512
+            time.sleep(max(0.0, started + sent / RATE - time.monotonic()))
+
+
+def text_while_speaking(stop: threading.Event, client: RecordingClient) -> None:
+    speech = synthesize("hibari", "Hello there.")
+    client.sio.emit("audio", speech[:int(0.064 * RATE) * 4].astype("<i2").tobytes())
+    text = "x" * 2000
+    while not stop.is_set():
+        client.sio.emit("text_input", {"text": text})
+
+
+def cancel_churn(stop: threading.Event, client: RecordingClient) -> None:
+    while not stop.is_set():
+        client.sio.emit("text_input", {"text": "Tell me a long story about a dragon and a knight."})
+        stop.wait(0.8)
+        client.sio.emit("recording-stopped")
+        client.sio.emit("recording-started")
+
+
+def many_sections(stop: threading.Event, client: RecordingClient) -> None:
+    sdp = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n" + "".join(
+        f"m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:{i}\r\na=rtpmap:111 opus/48000/2\r\n" for i in range(120))
+    while not stop.is_set():
+        client.sio.emit("rtc_offer", {"type": "offer", "sdp": sdp})
+        stop.wait(1.1)  # the offer gate: one a second
+
+
+def candidates(stop: threading.Event, client: RecordingClient) -> None:
+    from tests.rtc_client import RtcAudio
+
+    peer = RtcAudio(client).connect()
+    addresses = ["127.0.0.1", "10.1.2.3", "169.254.1.1", "abcd.local", "192.168.0.1", "93.184.216.34"]
+    n = 0
+    try:
+        while not stop.is_set():
+            address = addresses[n % len(addresses)]
+            client.sio.emit("rtc_candidate", {"candidate": f"candidate:{n} 1 udp 2130706431 {address} "
+                                              f"{10000 + n % 50000} typ host", "sdpMid": "0", "sdpMLineIndex": 0})
+            n += 1
+    finally:
+        peer.close()
+
+
+ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
+    "json_audio": json_audio, "binary_audio": binary_audio, "word_gaps": word_gaps,
+    "text_while_speaking": text_while_speaking, "cancel_churn": cancel_churn, "many_sections": many_sections,
+    "candidates": candidates}
+
+
+def front_usage(pid: int) -> dict[str, float]:
+    process = psutil.Process(pid)
+    return {"rss_mb": round(process.memory_info().rss / 2**20, 1), "threads": process.num_threads()}
+
+
+def victim_turns(client: RecordingClient, mic: Microphone, until: float) -> list[float]:
+    """Spoken questions until `until`; their voice-to-voice at the client."""
+    v2v, i = [], 0
+    while time.monotonic() < until:
+        row = ask(client, mic, "hibari", QUESTIONS[i % len(QUESTIONS)])
+        i += 1
+        if row and row.get("client_v2v_s") is not None:
+            v2v.append(row["client_v2v_s"])
+    return v2v
+
+
+def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingClient, mic: Microphone) -> dict:
+    before = front_usage(pid)
+    stop, abuser = threading.Event(), RecordingClient(url).connect()
+    errors: list[str] = []
+
+    def run() -> None:
+        try:
+            ABUSERS[name](stop, abuser)
+        except Exception as exc:  # the server closing the abuser's connection ends its abuse
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=run, name=f"abuse-{name}", daemon=True)
+    thread.start()
+    v2v = victim_turns(victim, mic, time.monotonic() + seconds)
+    during = front_usage(pid)
+    stop.set()
+    thread.join(10)
+    codes = sorted({d.get("code") for _, n, d in abuser.events if n == "error" and isinstance(d, dict)})
+    failed = [d.get("message") for _, n, d in abuser.events if n == "rtc_failed" and isinstance(d, dict)]
+    abuser.close()
+    time.sleep(5.0)  # the front's allocator and engine.io's timers settle after the abuser left
+    after = front_usage(pid)
+    return {"abuse": name, "before": before, "during": during, "after": after, "victim_v2v": v2v,
+            "victim_v2v_p50": statistics.median(v2v) if v2v else None, "abuser_errors": codes,
+            "abuser_rtc_failed": failed[:1], "abuser_ended": errors[:1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running server (with --server_pid: its front's pid)")
+    parser.add_argument("--server_pid", type=int)
+    parser.add_argument("--seconds", type=float, default=60.0, help="each abuse (and the baseline) this long")
+    parser.add_argument("--only", help="comma-separated abusers: " + ", ".join(ABUSERS))
+    parser.add_argument("--json", help="write every row here")
+    args = parser.parse_args()
+    server, url, pid = None, args.url, args.server_pid
+    if url is None:
+        from tests.conftest import start_server, wait_ready
+
+        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "3")
+        wait_ready(server)
+        url, pid = server.url, server.process.pid
+    names = args.only.split(",") if args.only else list(ABUSERS)
+    victim = RecordingClient(url).connect()
+    mic = Microphone(victim, binary=True)
+    rows = []
+    try:
+        ask(victim, mic, "hibari", "Hello there.")  # warm-up turn
+        base = front_usage(pid)
+        alone = victim_turns(victim, mic, time.monotonic() + args.seconds)
+        alone_p50 = statistics.median(alone)
+        print(f"alone: victim v2v p50 {alone_p50:.3f} s ({len(alone)} turns); front {base}", flush=True)
+        for name in names:
+            row = run_abuse(url, pid, name, args.seconds, victim, mic)
+            rows.append(row)
+            p50 = row["victim_v2v_p50"]
+            grew = row["during"]["rss_mb"] - row["before"]["rss_mb"]
+            threads = row["during"]["threads"] - row["before"]["threads"]
+            left = row["after"]["rss_mb"] - base["rss_mb"]
+            ok = (grew <= 50 and threads <= 10 and p50 is not None and p50 <= 1.2 * alone_p50 and left <= 10)
+            print(f"{name:20} victim v2v p50 {p50 if p50 is None else round(p50, 3)} s ({len(row['victim_v2v'])}"
+                  f" turns, {100 * (p50 / alone_p50 - 1) if p50 else 0:+.0f} %); front RSS +{grew:.1f} MB, threads"
+                  f" {threads:+d}; after it left RSS {left:+.1f} MB vs baseline, threads {row['after']['threads']};"
+                  f" the abuser got {row['abuser_errors'] or row['abuser_rtc_failed'] or '-'}"
+                  f"  {'PASS' if ok else 'FAIL'}", flush=True)
+    finally:
+        mic.close()
+        victim.close()
+        if server is not None:
+            from tests.conftest import stop_server
+
+            stop_server(server)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"alone": alone, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
