@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vita.audio_input import AudioBudget, AudioFormatError, decode_audio_message
+from vita.audio_input import AudioFormatError, decode_audio_message
+from vita.sessions import RateBudget
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -70,7 +71,7 @@ def test_vita_json_is_held_to_the_byte_limit_however_short_its_numbers():
 
 
 def test_the_audio_budget_allows_real_time_with_room_and_refuses_a_flood():
-    budget = AudioBudget(rate=1.5, burst_s=3.0, now=0.0)
+    budget = RateBudget(rate=1.5, burst=3.0, now=0.0)
     t = 0.0
     for _ in range(1000):  # 8 s of VITA's 8 ms messages in real time
         t += 0.008

@@ -277,3 +277,12 @@ def test_audio_faster_than_real_time_is_refused_and_the_session_goes_on(client):
     speech = spoken("Hello there.")
     stream(client.sio, np.concatenate([silence(LEAD_S), speech, silence(1.0)]), chunk_ms=32, binary=True)
     assert client.wait_event("turn", 2)
+
+
+def test_typed_messages_faster_than_a_person_types_are_refused(client):
+    """Each typed message starts a turn (a prompt to prefill) and cancels the one before: a flood of them used to
+    keep the shared LLM worker busy for every session."""
+    for i in range(8):
+        client.sio.emit("text_input", {"text": f"Question number {i}?"})
+    assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "rate_limited" for _, n, d in evs), 5)
+    assert len([1 for _, n, _ in client.events if n == "text_queued" or n == "turn"]) <= 4

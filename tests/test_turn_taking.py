@@ -762,3 +762,32 @@ def test_typed_text_waiting_for_the_users_speech_is_capped():
     (error,) = m.handle(TextTyped(0.7, "b" * 60))
     assert error == Send("error", error.payload) and error.payload["code"] == "text_too_long"
     assert m.pending_text == "a" * 60
+
+
+def test_speech_that_keeps_pausing_is_speculated_on_less_and_less():
+    """A client pausing every 0.3 s used to start an ASR run and a prefill at every pause, starving the others:
+    after speculative turns that the speech went on from, the next waits 0.5, 1, 2 s...; a new utterance starts
+    afresh."""
+    m = TurnTaking(idle_timeout_s=60, now=0.0)
+    m.handle(SpeechStarted(0.1))
+    started = []
+    t = 0.5
+    while t < 6.0:
+        speech = Speech(b"\0\0" * 1600, started_at=0.1, ended_at=t - 0.1)
+        started += [t for _ in of(m.handle(SpeechPaused(t, speech)), StartTurn)]
+        m.handle(SpeechResumed(t + 0.15))
+        t += 0.3
+    assert started[:2] == [0.5, pytest.approx(1.1)]  # the first, then one 0.5 s later
+    gaps = [b - a for a, b in zip(started, started[1:], strict=False)]
+    assert all(later >= earlier for earlier, later in zip(gaps, gaps[1:], strict=False)) and len(started) <= 5
+    m.handle(UtteranceEnded(6.2, SPEECH))
+    m.handle(Interrupted(6.3, "reset"))  # (its turn ended)
+    m.handle(SpeechStarted(8.0))  # the next utterance: speculated on at its first pause
+    assert of(m.handle(SpeechPaused(9.0, Speech(b"\0\0" * 1600, started_at=8.0, ended_at=8.9))), StartTurn)
+
+
+def test_long_speech_is_not_speculated_on():
+    m = TurnTaking(idle_timeout_s=60, now=0.0)
+    m.handle(SpeechStarted(0.1))
+    long = Speech(b"\0\0" * 1600, started_at=0.1, ended_at=12.0)
+    assert not of(m.handle(SpeechPaused(12.2, long)), StartTurn)

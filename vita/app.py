@@ -432,6 +432,9 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
+        if not session.text_budget.take(1.0, time.monotonic()):
+            self.turns.report(session, "rate_limited", "Too many typed messages; wait a moment between them.")
+            return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))
 
     def on_set_voice(self, session: Session, data: Any) -> None:

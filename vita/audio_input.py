@@ -64,21 +64,3 @@ def decode_audio_message(data: object, binary_rate: int, max_bytes: int) -> tupl
         return decode_vita_audio(data, max_bytes)
     raise AudioFormatError("audio must be binary int16 PCM or VITA's JSON string")
 
-
-class AudioBudget:
-    """How much microphone audio a session may send, whatever the transport: real time with room to spare
-    (`rate` seconds of audio per second, after a burst of `burst_s` a stalled connection may deliver at once).
-    The VAD behind it runs in real time; a client sending faster only fills the front's memory and CPU."""
-
-    def __init__(self, rate: float = 1.5, burst_s: float = 3.0, now: float = 0.0):
-        self.rate, self.burst_s = rate, burst_s
-        self.left, self.at = burst_s, now
-
-    def take(self, seconds: float, now: float) -> bool:
-        """Spend `seconds` of audio; False (and nothing spent) when the budget is out: drop the audio."""
-        self.left = min(self.burst_s, self.left + max(0.0, now - self.at) * self.rate)
-        self.at = now
-        if seconds > self.left:
-            return False
-        self.left -= seconds
-        return True

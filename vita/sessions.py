@@ -10,11 +10,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vita.audio_input import AudioBudget
 from vita.camera import FrameBuffer
 from vita.messages import ReplyText
 from vita.reply_pacer import ReplyPacer
 from vita.turn_taking import TurnTaking
+
+
+class RateBudget:
+    """A token bucket: `rate` units a second after a burst of `burst` (seconds of audio, typed requests). The work
+    behind an inbound event costs far more than the event: the budget bounds what one client can make the shared
+    workers do, whatever its transport."""
+
+    def __init__(self, rate: float, burst: float, now: float = 0.0):
+        self.rate, self.burst = rate, burst
+        self.left, self.at = burst, now
+
+    def take(self, units: float, now: float) -> bool:
+        """Spend `units`; False (and nothing spent) when the budget is out: refuse the input."""
+        self.left = min(self.burst, self.left + max(0.0, now - self.at) * self.rate)
+        self.at = now
+        if units > self.left:
+            return False
+        self.left -= units
+        return True
 
 
 @dataclass
@@ -34,7 +52,10 @@ class Session:
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     unheard: list[ReplyText] = field(default_factory=list, repr=False)  # the reply's text, until its audio goes out
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
-    audio_budget: AudioBudget = field(default_factory=lambda: AudioBudget(now=time.monotonic()), repr=False)
+    # Microphone audio, whatever the transport: real time with room to spare (the VAD behind it runs in real time).
+    audio_budget: RateBudget = field(default_factory=lambda: RateBudget(1.5, 3.0, time.monotonic()), repr=False)
+    # Typed requests: each starts a turn (a prompt to prefill) and cancels the one before; a person types far slower.
+    text_budget: RateBudget = field(default_factory=lambda: RateBudget(1.0, 3.0, time.monotonic()), repr=False)
     pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
     # playback
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)

@@ -22,6 +22,7 @@ import numpy as np
 
 from vita import messages
 from vita.config import Config
+from vita.cpu import trim_heap
 from vita.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
 from vita.listener import SpeechListener
 from vita.logs import turn_ids
@@ -148,6 +149,7 @@ class TurnController:
             return
         session.actor.post(Disconnected(time.monotonic()))
         session.actor.call(lambda: self._end_session(session.sid))
+        session.actor.call(trim_heap)  # what its messages took is free now: the OS gets it back
         session.actor.stop()
         session.actor.join(SESSION_JOIN_S)
 

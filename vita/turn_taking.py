@@ -98,6 +98,8 @@ class TurnRules:
     max_text_chars: int = 2000  # typed text waiting for the user's speech to end holds at most this much
 
 
+SPECULATE_MAX_S = 10.0  # speech longer than this is not speculated on (its ASR alone costs ~0.3 s)
+SPECULATION_BACKOFF_S = 0.5  # after a discarded speculative turn, the next waits this long, doubling each time
 MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
 
 
@@ -462,6 +464,8 @@ class TurnTaking:
         self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
         self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
         self.stopped_reply = False  # the current speech stopped the reply: a request only if it is more than a command
+        self.speculated_at = 0.0  # when the latest speculative turn started
+        self.discarded_in_a_row = 0  # speculative turns of the current speech that it went on from
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
         self.pause: OpenPause | None = None  # the pause the user is in now, if any
         self._last_turn = 0
@@ -492,6 +496,7 @@ class TurnTaking:
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
         self.user_speaking = True
+        self.discarded_in_a_row = 0
         self.speech_confirmed = self.commanded = self.stopped_reply = False
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
@@ -537,10 +542,11 @@ class TurnTaking:
             return self._unduck()
         pause = self._open_pause(e.now)
         actions: list[Action] = []
-        if self.speculative_enabled:
+        if self.speculative_enabled and self._may_speculate(e):
             actions += self._cancel(DISCARDED)
             turn_id = self._new_turn()
             self.speculative = True
+            self.speculated_at = e.now
             actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=self.stopped_reply))
         if self.rules.judge:
             actions.append(JudgeTurn(pause, e.speech))
@@ -601,6 +607,7 @@ class TurnTaking:
             return self._duck()  # the speech over the reply goes on after all
         if self.active_turn is None or not self.speculative:
             return []
+        self.discarded_in_a_row += 1
         return self._cancel(DISCARDED)
 
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
@@ -745,6 +752,16 @@ class TurnTaking:
             return []
         pause.asked_again = True
         return [JudgeTurn(pause.seq, pause.later)]
+
+    def _may_speculate(self, e: SpeechPaused) -> bool:
+        """Speculate at this pause? Each one costs the shared workers an ASR run and a prefill: after speculative
+        turns that speech went on from, the next waits longer (0.5, 1, 2, 4 s...), and speech longer than
+        SPECULATE_MAX_S is not speculated on (a client pausing every 0.3 s for a minute starved other sessions)."""
+        if e.speech.ended_at - e.speech.started_at > SPECULATE_MAX_S:
+            return False
+        if not self.discarded_in_a_row:
+            return True
+        return e.now - self.speculated_at >= SPECULATION_BACKOFF_S * 2 ** (self.discarded_in_a_row - 1)
 
     def _open_pause(self, now: float) -> int:
         self.pause_seq += 1
