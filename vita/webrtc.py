@@ -387,8 +387,11 @@ class RtcHub:
 
     def add_candidate(self, sid: str, candidate: dict) -> None:
         peer = self.peers.get(sid)
-        if peer is not None:
-            self.submit(self._add_candidate(peer, candidate)).result(5.0)
+        if peer is None:
+            return
+        if peer.was_connected or peer.candidates >= MAX_CANDIDATES:  # refused here, without the loop's time
+            raise ValueError("no more candidates are taken for this connection")
+        self.submit(self._add_candidate(peer, candidate)).result(5.0)
 
     def close(self, sid: str, session_ended: bool = False) -> bool:
         """Close the session's peer connection (disconnect: `session_ended`, or the page fell back to Socket.IO)."""
