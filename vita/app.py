@@ -38,6 +38,7 @@ WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
 RTC_OFFER_INTERVAL_S = 1.0  # a session's WebRTC offers come at most this often
+MIN_TEXT_COST = 200  # characters a typed message costs against the session's budget, however short
 SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
 
 
@@ -432,7 +433,7 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
-        if not session.text_budget.take(1.0, time.monotonic()):
+        if not session.text_budget.take(max(len(text), MIN_TEXT_COST), time.monotonic()):
             self.turns.report(session, "rate_limited", "Too many typed messages; wait a moment between them.")
             return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))

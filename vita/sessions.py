@@ -54,8 +54,9 @@ class Session:
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
     # Microphone audio, whatever the transport: real time with room to spare (the VAD behind it runs in real time).
     audio_budget: RateBudget = field(default_factory=lambda: RateBudget(1.5, 3.0, time.monotonic()), repr=False)
-    # Typed requests: each starts a turn (a prompt to prefill) and cancels the one before; a person types far slower.
-    text_budget: RateBudget = field(default_factory=lambda: RateBudget(1.0, 3.0, time.monotonic()), repr=False)
+    # Typed characters: each message starts a turn (a prompt to prefill: its cost grows with its length) and cancels
+    # the one before; a person types ~5 characters a second, a paste comes now and then.
+    text_budget: RateBudget = field(default_factory=lambda: RateBudget(100.0, 4000.0, time.monotonic()), repr=False)
     pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
     # playback
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
