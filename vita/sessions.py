@@ -62,8 +62,7 @@ class Session:
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
-    _allowance: float = -1.0  # token bucket of inbound events; -1 = full on first use
-    _allowance_at: float = field(default_factory=time.monotonic, repr=False)
+    _events: RateBudget | None = field(default=None, repr=False)  # inbound events; made (full) on first use
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def should_report(self, code: str, every_s: float = 1.0) -> bool:
@@ -79,14 +78,9 @@ class Session:
         """Token bucket over inbound events (one second of burst): False when the client sends too fast."""
         now = time.monotonic()
         with self.lock:
-            if self._allowance < 0:
-                self._allowance = per_s
-            self._allowance = min(per_s, self._allowance + (now - self._allowance_at) * per_s)
-            self._allowance_at = now
-            if self._allowance < 1:
-                return False
-            self._allowance -= 1
-            return True
+            if self._events is None:
+                self._events = RateBudget(per_s, per_s, now)
+            return self._events.take(1.0, now)
 
 
 class SessionRegistry:

@@ -79,9 +79,9 @@ FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
 AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their speech has ended
-SESSION_JOIN_S = 2.0
+SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
-END_SESSION_RETRY_S = 0.5  # how long ending a session waits for its thread (then it ends on its own, after its puts)
+END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 # Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
 STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",

@@ -116,6 +116,7 @@ OPEN_ENDED_WORDS = frozenset([
 QUESTION_WORDS = frozenset(["what", "how", "when", "where", "why", "which", "who"])
 MODAL_WORDS = frozenset(["should", "can", "could", "would", "will", "do", "does", "did", "must", "may", "might"])
 SUBJECT_WORDS = frozenset(["i", "you", "we", "they", "he", "she", "it"])
+SENTENCE_ENDS = (".", "?", "!")
 # A whole utterance that only announces the request ("I have a question.", "Quick question:").
 PREAMBLES = frozenset({
     "i have a question", "i have another question", "i have one more question", "i've got a question",
@@ -134,9 +135,9 @@ def sounds_unfinished(text: str) -> bool:
         return False
     if text.endswith((",", "...", "…", "-", "—", ":")):
         return True
-    if words[-1] in GOING_ON_WORDS and not (words[-1] == "so" and text.endswith((".", "?", "!"))):
+    if words[-1] in GOING_ON_WORDS and not (words[-1] == "so" and text.endswith(SENTENCE_ENDS)):
         return True  # "...and", "...because" (but "I think so." is finished)
-    if words[-1] in OPEN_ENDED_WORDS and not text.endswith((".", "?", "!")):
+    if words[-1] in OPEN_ENDED_WORDS and not text.endswith(SENTENCE_ENDS):
         return True
     if (len(words) >= 4 and words[0] in QUESTION_WORDS and words[-2] in MODAL_WORDS
             and words[-1] in SUBJECT_WORDS):
@@ -146,7 +147,7 @@ def sounds_unfinished(text: str) -> bool:
 
 def ends_sentence(text: str) -> bool:
     """The words end a sentence ("...have?", "...please.") and do not say the speaker goes on."""
-    return text.strip().endswith((".", "?", "!")) and not sounds_unfinished(text)
+    return text.strip().endswith(SENTENCE_ENDS) and not sounds_unfinished(text)
 
 
 def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:

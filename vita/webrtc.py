@@ -81,11 +81,10 @@ def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
 
 def screen_offer(sdp: str, client: str | None) -> tuple[str, int]:
     """The offer with the candidates the server may not probe removed; how many it keeps."""
-    kept, lines, count = 0, [], 0
+    kept, lines = 0, []
     for line in sdp.splitlines():
         if line.startswith("a=candidate:"):
             fields = line.split()
-            count += 1
             if len(fields) < 8 or not candidate_allowed(fields[4], client) or kept >= MAX_CANDIDATES:
                 continue
             kept += 1
@@ -333,6 +332,14 @@ class RtcPeer:
     def connected(self) -> bool:
         return not self.closed and self.pc.connectionState == "connected"
 
+    def refuses_candidates(self) -> str | None:
+        """Why no more remote candidates are taken (ICE is done, or the peer has its fill); None if they are."""
+        if self.was_connected or self.connected or self.pc.iceConnectionState in ("connected", "completed"):
+            return "the connection is established: no more candidates are taken"
+        if self.candidates >= MAX_CANDIDATES:
+            return f"at most {MAX_CANDIDATES} candidates are taken per connection"
+        return None
+
     async def listen(self, incoming: Any) -> None:
         """Decoded Opus frames (48 kHz, stereo s16) → mono int16 → the session's listener."""
         while True:
@@ -389,8 +396,8 @@ class RtcHub:
         peer = self.peers.get(sid)
         if peer is None:
             return
-        if peer.was_connected or peer.candidates >= MAX_CANDIDATES:  # refused here, without the loop's time
-            raise ValueError("no more candidates are taken for this connection")
+        if (refused := peer.refuses_candidates()) is not None:  # refused here, without the loop's time
+            raise ValueError(refused)
         self.submit(self._add_candidate(peer, candidate)).result(5.0)
 
     def close(self, sid: str, session_ended: bool = False) -> bool:
@@ -491,10 +498,8 @@ class RtcHub:
         if not text.strip():
             await peer.pc.addIceCandidate(None)  # "": the end of the browser's candidates
             return
-        if peer.pc.iceConnectionState in ("connected", "completed") or peer.connected:
-            raise ValueError("the connection is established: no more candidates are taken")
-        if peer.candidates >= MAX_CANDIDATES:
-            raise ValueError(f"at most {MAX_CANDIDATES} candidates are taken per connection")
+        if (refused := peer.refuses_candidates()) is not None:  # asked again: it may have connected meanwhile
+            raise ValueError(refused)
         parsed = candidate_from_sdp(text.removeprefix("candidate:"))
         if not candidate_allowed(parsed.ip, peer.client):
             raise ValueError(f"the server does not send to {parsed.ip!r} (mDNS, loopback, link-local, or a private "

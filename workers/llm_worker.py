@@ -395,9 +395,7 @@ class LlmWorker:
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
             history.add(Exchange(run.user_text, run.said, turn_id=tid))
-            self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
-            self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
-            self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
+            self._publish_answered(sid, tid, run)
             try:
                 self._warm(sid, tid, history)
             except Exception:  # only an optimisation: the turn is answered either way
@@ -536,6 +534,10 @@ class LlmWorker:
         started = time.monotonic()
         await self._send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
         await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        self._publish_answered(sid, tid, run)
+
+    def _publish_answered(self, sid: str, tid: int, run: TurnRun) -> None:
+        """An answered turn's last messages: the reply as spoken, the timings, the end."""
         self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
         self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
         self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
