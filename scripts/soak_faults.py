@@ -201,6 +201,7 @@ class Turn:
     stuck_at: float | None = None
     barged_at: float | None = None  # when this session started speaking over this turn's reply
     withdrawn_at: float | None = None  # the server withdrew its turn as "extended"; a new turn should follow
+    carried: bool = False  # ...and one did: the request went on in it (check_stuck)
     transcript: str = ""
     reply: str = ""
 
@@ -212,7 +213,7 @@ class Turn:
         if self.stuck_at is not None:
             return "stuck"
         if self.ended_at is None:
-            return "open"
+            return "carried" if self.carried else "open"
         if self.errors:
             return f"error:{self.errors[0][1]}"
         if self.end_reason == "barge-in":
@@ -664,6 +665,7 @@ class Session:
                                                      for tid, t in self.committed):
                 # Withdrawn as "extended" and carried into a turn the server made next: when the next question began
                 # within extend_grace_ms of this one's first audio, that turn is booked to the next question.
+                turn.carried = True
                 self.open.remove(turn)
                 continue
             if now() > turn.deadline(self.soak.stall_s, self.soak.args.margin_s):
