@@ -40,6 +40,7 @@ from bench_latency import ask  # noqa: E402
 from eval_answers import synthesize  # noqa: E402
 
 from tests.helpers import RecordingClient  # noqa: E402
+from vita.audio_input import JSON_MAX_BYTES  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
              "What color is the sky?", "Is a whale a mammal?", "What is two plus three?"]
@@ -47,7 +48,7 @@ RATE = 16000
 
 
 def json_audio(stop: threading.Event, client: RecordingClient) -> None:
-    message = json.dumps({"sample_rate": RATE, "audio": [0] * 64_000})  # at the byte limit, "0, " a byte
+    message = json.dumps({"sample_rate": RATE, "audio": [0] * JSON_MAX_BYTES})  # at the byte limit, "0, " a byte
     while not stop.is_set():
         client.sio.emit("audio", message)
 
@@ -118,7 +119,22 @@ ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
 
 def front_usage(pid: int) -> dict[str, float]:
     process = psutil.Process(pid)
-    return {"rss_mb": round(process.memory_info().rss / 2**20, 1), "threads": process.num_threads()}
+    cpu = process.cpu_times()
+    return {"rss_mb": round(process.memory_info().rss / 2**20, 1), "threads": process.num_threads(),
+            "cpu_s": cpu.user + cpu.system, "at": time.monotonic()}
+
+
+def cpu_share(before: dict, after: dict) -> float:
+    """The front's CPU between two samples, in cores."""
+    return (after["cpu_s"] - before["cpu_s"]) / max(1e-6, after["at"] - before["at"])
+
+
+def thread_cpu_s(native_id: int | None) -> float:
+    """CPU time of one thread of this process (the abuser's client: it shares the machine with the server)."""
+    for thread in psutil.Process().threads():
+        if thread.id == native_id:
+            return thread.user_time + thread.system_time
+    return 0.0
 
 
 def victim_turns(client: RecordingClient, mic: Microphone, until: float) -> list[float]:
@@ -147,6 +163,7 @@ def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingCl
     thread.start()
     v2v = victim_turns(victim, mic, time.monotonic() + seconds)
     during = front_usage(pid)
+    abuser_cpu = thread_cpu_s(thread.native_id) / max(1e-6, during["at"] - before["at"])
     stop.set()
     thread.join(10)
     codes = sorted({d.get("code") for _, n, d in abuser.events if n == "error" and isinstance(d, dict)})
@@ -156,6 +173,7 @@ def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingCl
     after = front_usage(pid)
     return {"abuse": name, "before": before, "during": during, "after": after, "victim_v2v": v2v,
             "victim_v2v_p50": statistics.median(v2v) if v2v else None, "abuser_errors": codes,
+            "front_cores": round(cpu_share(before, during), 2), "abuser_client_cores": round(abuser_cpu, 2),
             "abuser_rtc_failed": failed[:1], "abuser_ended": errors[:1]}
 
 
@@ -183,7 +201,9 @@ def main() -> int:
         base = front_usage(pid)
         alone = victim_turns(victim, mic, time.monotonic() + args.seconds)
         alone_p50 = statistics.median(alone)
-        print(f"alone: victim v2v p50 {alone_p50:.3f} s ({len(alone)} turns); front {base}", flush=True)
+        cores = cpu_share(base, front_usage(pid))
+        print(f"alone: victim v2v p50 {alone_p50:.3f} s ({len(alone)} turns); front RSS {base['rss_mb']} MB,"
+              f" {base['threads']} threads, {cores:.2f} cores", flush=True)
         for name in names:
             row = run_abuse(url, pid, name, args.seconds, victim, mic)
             rows.append(row)
@@ -195,6 +215,7 @@ def main() -> int:
             print(f"{name:20} victim v2v p50 {p50 if p50 is None else round(p50, 3)} s ({len(row['victim_v2v'])}"
                   f" turns, {100 * (p50 / alone_p50 - 1) if p50 else 0:+.0f} %); front RSS +{grew:.1f} MB, threads"
                   f" {threads:+d}; after it left RSS {left:+.1f} MB vs baseline, threads {row['after']['threads']};"
+                  f" front {row['front_cores']:.2f} cores, abuser's client {row['abuser_client_cores']:.2f} cores;"
                   f" the abuser got {row['abuser_errors'] or row['abuser_rtc_failed'] or '-'}"
                   f"  {'PASS' if ok else 'FAIL'}", flush=True)
     finally:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vita.audio_input import AudioFormatError, decode_audio_message
+from vita.audio_input import JSON_MAX_BYTES, AudioFormatError, decode_audio_message
 from vita.sessions import RateBudget
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -62,12 +62,21 @@ def test_any_input_decodes_or_is_rejected_cleanly(payload):
 
 def test_vita_json_is_held_to_the_byte_limit_however_short_its_numbers():
     """"0," is two characters: a length check that assumed six per byte let three times the limit through."""
-    zeros = json.dumps({"sample_rate": 16000, "audio": [0] * (LIMIT + 2)}, separators=(",", ":"))
-    assert len(zeros) < 6 * LIMIT  # the old check passed it
+    zeros = json.dumps({"sample_rate": 16000, "audio": [0] * (JSON_MAX_BYTES + 2)}, separators=(",", ":"))
+    assert len(zeros) < 6 * JSON_MAX_BYTES  # the old check passed it
     with pytest.raises(AudioFormatError, match="at most"):
         decode_audio_message(zeros, 16000, LIMIT)
-    loudest = json.dumps({"sample_rate": 16000, "audio": [255] * LIMIT})  # "255, " per byte: still allowed
-    assert decode_audio_message(loudest, 16000, LIMIT)[0].size == LIMIT // 2
+    loudest = json.dumps({"sample_rate": 16000, "audio": [255] * JSON_MAX_BYTES})  # "255, " per byte: allowed
+    assert decode_audio_message(loudest, 16000, LIMIT)[0].size == JSON_MAX_BYTES // 2
+
+
+def test_vita_json_messages_are_capped_below_the_binary_limit():
+    """A JSON message costs a list and copies of its text: 0.5 s of audio at most (VITA sends 8 ms)."""
+    assert JSON_MAX_BYTES < LIMIT
+    over = json.dumps({"sample_rate": 16000, "audio": [1] * (JSON_MAX_BYTES + 2)})
+    with pytest.raises(AudioFormatError, match=f"at most {JSON_MAX_BYTES} bytes"):
+        decode_audio_message(over, 16000, LIMIT)
+    assert decode_audio_message(bytes(JSON_MAX_BYTES + 2), 16000, LIMIT)[0].size == JSON_MAX_BYTES // 2 + 1
 
 
 def test_the_audio_budget_allows_real_time_with_room_and_refuses_a_flood():
@@ -79,4 +88,7 @@ def test_the_audio_budget_allows_real_time_with_room_and_refuses_a_flood():
     assert budget.take(2.5, t)  # a stalled connection's backlog arriving at once
     taken = sum(budget.take(0.064, t + i * 0.001) for i in range(1000))  # 64 s of audio in one second
     assert taken * 0.064 < 3.0  # what the burst and a second of 1.5x refill leave, no more
+    assert not budget.open(t + 1.0)  # what comes next is refused without being parsed...
+    assert not budget.open(t + 1.5)
+    assert budget.open(t + 1.0 + 1.0)  # ...until half the burst is back (1.5 s at 1.5x)
     assert budget.take(0.5, t + 1.0 + 2.0)  # after a while the session may send again

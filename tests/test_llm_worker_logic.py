@@ -8,6 +8,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 
 import pytest
 
@@ -247,3 +248,45 @@ def test_the_publisher_never_blocks_and_counts_what_it_drops():
     publisher.put_timeout = 0.001
     publisher.flush()
     assert publisher.dropped == PUBLISH_BOUND + 50 and stuck.qsize() == 1  # each one timed out, none blocked
+
+
+def test_a_session_over_its_share_lets_another_sessions_turn_finish_first():
+    """Speech cut into words keeps one session's turns always in flight; under contention its next turn waits
+    for the other session's turn in flight, which then runs alone."""
+    worker, engine = make_worker(("Paris is the capital of France. " * 4).split(), first_piece_words=0)
+    engine.step_s = 0.01
+    for ago in range(9):  # a turn a second
+        worker.ledger.started("busy", time.monotonic() - ago)
+    order: list[str] = []
+    stream = engine.stream
+
+    def recorded_stream(prompt, sampling, request_id):
+        order.append(f"start {request_id}")
+        return stream(prompt, sampling, request_id)
+
+    engine.stream = recorded_stream
+
+    async def scenario() -> None:
+        worker._handle(TurnRequest("calm", 1, text="Capital of France?"))
+        calm = worker.running["calm"][1]
+        calm.add_done_callback(lambda _t: order.append("calm done"))
+        await asyncio.sleep(0.005)
+        worker._handle(TurnRequest("busy", 2, text="Go."))
+        busy = worker.running["busy"][1]
+        await asyncio.gather(calm, busy, return_exceptions=True)
+
+    asyncio.run(scenario())
+    worker.publisher.flush()
+    assert order == ["start calm:1", "calm done", "start busy:2"]
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings) and m.session_id == "busy"]
+    assert timings.timings["fair_wait_s"] > 0.05  # it waited for calm's whole reply
+    assert len(engine.prompts) == 2
+
+
+def test_a_session_over_its_share_does_not_wait_when_nobody_else_has_a_turn():
+    worker, _ = make_worker(["Fine."])
+    for ago in range(9):
+        worker.ledger.started("busy", time.monotonic() - ago)
+    run_turn(worker, TurnRequest("busy", 2, text="Go."))
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
+    assert "fair_wait_s" not in timings.timings

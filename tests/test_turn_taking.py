@@ -7,6 +7,7 @@ import pytest
 from vita.turn_taking import (
     DISCARDED,
     EXTENDED,
+    MAX_EXTENDED_S,
     STALLED,
     AudioSent,
     CancelTurn,
@@ -486,6 +487,16 @@ def test_going_on_before_the_reply_is_heard_extends_the_turn_instead_of_a_second
     assert m.route(turn) is Route.DROP and m.phase is Phase.LISTENING
     (start,) = of(m.handle(UtteranceEnded(4.0, LONGER)), StartTurn)  # the listener's utterance carries SPEECH
     assert start.turn_id == turn + 1 and start.speech == LONGER
+
+
+def test_a_request_already_long_is_not_extended_again_what_follows_is_a_turn_of_its_own():
+    """Speech cut into words, each pause answered and withdrawn by the next word, grew one request without end."""
+    m = judging()
+    long_request = Speech(b"\0\0" * int(16000 * MAX_EXTENDED_S), started_at=0.5, ended_at=0.5 + MAX_EXTENDED_S)
+    turn = spoken_turn(m, long_request, now=MAX_EXTENDED_S + 0.8)
+    m.handle(SpeechStarted(MAX_EXTENDED_S + 1.0))
+    actions = m.handle(SpeechConfirmed(MAX_EXTENDED_S + 1.4))
+    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
 
 
 def test_a_cough_after_the_turn_was_withdrawn_sends_the_request_as_it_was():

@@ -335,6 +335,9 @@ class FrontApp:
 
     def on_audio(self, session: Session, data: Any) -> None:
         started = time.perf_counter()
+        if not session.audio_budget.open(time.monotonic()):
+            self._overrun(session)  # a flood is refused before its text is parsed: parsing it was the cost
+            return
         try:
             pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
         except AudioFormatError as exc:
@@ -349,11 +352,14 @@ class FrontApp:
         heard = not pcm.size or (session.audio_budget.take(pcm.size / rate, time.monotonic())
                                  and self.turns.hear(session, pcm, rate))
         if not heard:
-            self.metrics.audio_dropped.inc()
-            self.turns.report(session, "audio_overrun",
-                              "Audio is arriving faster than it can be processed; some was dropped.")
+            self._overrun(session)
         self.metrics.audio_seconds.inc(pcm.size / rate)
         return heard
+
+    def _overrun(self, session: Session) -> None:
+        self.metrics.audio_dropped.inc()
+        self.turns.report(session, "audio_overrun",
+                          "Audio is arriving faster than it can be processed; some was dropped.")
 
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays

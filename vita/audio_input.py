@@ -12,6 +12,10 @@ import numpy as np
 
 MIN_RATE, MAX_RATE = 8000, 96000
 JSON_CHARS_PER_BYTE = 5  # "255, " (Python's json.dumps; a browser's JSON.stringify writes "255,")
+# VITA's page sends 256 bytes every 8 ms. A JSON message becomes a Python list and several copies of its text on
+# the way in; capped at 0.5 s of 16 kHz audio, a flood of them stays small in the heap (at the binary limit the
+# front kept ~25 MB of heap after the flood ended).
+JSON_MAX_BYTES = 16_000
 
 
 class AudioFormatError(ValueError):
@@ -57,6 +61,7 @@ def decode_audio_message(data: object, binary_rate: int, max_bytes: int) -> tupl
             raise AudioFormatError(f"an audio message may hold at most {max_bytes} bytes")
         return pcm_from_bytes(data), binary_rate
     if isinstance(data, str):
+        max_bytes = min(max_bytes, JSON_MAX_BYTES)
         # Before parsing: "255, " is the longest a byte is written; the decoded bytes are then counted exactly
         # ("0," is two characters: a length check alone let three times the limit through).
         if len(data) > JSON_CHARS_PER_BYTE * max_bytes + 64:

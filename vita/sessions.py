@@ -24,15 +24,27 @@ class RateBudget:
     def __init__(self, rate: float, burst: float, now: float = 0.0):
         self.rate, self.burst = rate, burst
         self.left, self.at = burst, now
+        self.cooling = False
+
+    def available(self, now: float) -> float:
+        self.left = min(self.burst, self.left + max(0.0, now - self.at) * self.rate)
+        self.at = now
+        return self.left
 
     def take(self, units: float, now: float) -> bool:
         """Spend `units`; False (and nothing spent) when the budget is out: refuse the input."""
-        self.left = min(self.burst, self.left + max(0.0, now - self.at) * self.rate)
-        self.at = now
-        if units > self.left:
+        if units > self.available(now):
+            self.cooling = True
             return False
         self.left -= units
         return True
+
+    def open(self, now: float) -> bool:
+        """Whether to look at input at all: after a refusal, not until half the burst is back. A flood is then
+        refused before it costs any parsing, instead of each message being parsed to find it is over."""
+        if self.cooling and self.available(now) >= self.burst / 2:
+            self.cooling = False
+        return not self.cooling
 
 
 @dataclass

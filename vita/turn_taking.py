@@ -55,6 +55,10 @@ class Speech:
 
 
 MAX_JOIN_GAP_S = 0.3  # silence kept between the two parts of a request joined into one turn (ASR needs a little)
+# A request already this long is not extended further: what follows is a turn of its own. Bounds what one turn
+# sends to ASR (speech cut into words, each pause answered and withdrawn by the next word, grew one request
+# without end: Whisper then took seconds on it and every other session's turns waited behind it).
+MAX_EXTENDED_S = 12.0
 
 
 def joined(first: Speech, then: Speech) -> Speech:
@@ -795,7 +799,8 @@ class TurnTaking:
 
     def _continues_request(self) -> bool:
         """The speech being heard goes on with the committed (spoken) request: it began before the reply was."""
-        return self.rules.extend and self.turn_speech is not None and self.onset_before_reply
+        return (self.rules.extend and self.turn_speech is not None and self.onset_before_reply
+                and len(self.turn_speech.pcm) / 32000 < MAX_EXTENDED_S)
 
     def _unduck(self) -> list[Action]:
         if not self.ducked:

@@ -42,6 +42,7 @@ from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, Pro
 from vita.speech_pieces import ReplyShaper, SpeechClock
 from vita.turn_taking import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
+from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.omni import (
@@ -63,6 +64,7 @@ MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the ev
 # engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
 # pieces are being synthesized then, and their voice must not wait for it.
 WARM_DELAY_S = 0.4
+FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
 # The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
 ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
 
@@ -128,6 +130,8 @@ class LlmWorker:
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
         self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
         self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
+        self.ledger = ServiceLedger()  # who asked for many turns lately: that session yields under contention
+        self.yielding: set[str] = set()  # sessions whose turn waits for the others' (never waited on in turn)
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
                                            initargs=("asr",))
         # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
@@ -300,6 +304,8 @@ class LlmWorker:
             self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
             self.latest_check.pop(message.session_id, None)
+            if isinstance(message, EndSession):
+                self.ledger.forget(message.session_id)
 
     def _warm(self, session_id: str, turn_id: int, history: ConversationHistory) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
@@ -379,6 +385,8 @@ class LlmWorker:
         sid, tid = req.session_id, req.turn_id
         run = TurnRun(request_id=f"{sid}:{tid}", started=time.monotonic())
         try:
+            self.ledger.started(sid, run.started)
+            await self._take_fair_share(sid, run)
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
             prepared = await self._prepare(req, run, history)
             if req.unless_command and not self.mode.omni and is_stop_command(run.user_text, req.unless_command):
@@ -419,6 +427,24 @@ class LlmWorker:
                 reason = "its language model stopped and is being restarted; please ask again in a moment"
             self._publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self._publish(TurnEnded(sid, tid, NAME, "error"))
+
+    async def _take_fair_share(self, sid: str, run: TurnRun) -> None:
+        """A session over its share of the worker lets the turns other sessions have in flight now finish first
+        (see fair_share); a cancel while waiting ends the turn as usual."""
+        if not self.ledger.over_share(sid, run.started):
+            return
+        others = [task for other, (_tid, task) in self.running.items()
+                  if other != sid and other not in self.yielding and not task.done()]
+        if not others:
+            return
+        self.yielding.add(sid)
+        try:
+            await asyncio.wait(others, timeout=FAIR_WAIT_MAX_S)
+        finally:
+            self.yielding.discard(sid)
+        now = time.monotonic()
+        run.timings["fair_wait_s"] = now - run.started
+        run.started = now  # the turn's own timings start when it does
 
     async def _prepare(self, req: TurnRequest, run: TurnRun, history: ConversationHistory
                        ) -> tuple[EnginePrompt, Any] | None:
