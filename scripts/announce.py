@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vita.message_queue import announce, redacted  # noqa: E402
+from vita.web.message_queue import announce, redacted  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ from bench_latency import ask  # noqa: E402
 from eval_answers import synthesize  # noqa: E402
 
 from tests.helpers import RecordingClient  # noqa: E402
-from vita.audio_input import JSON_MAX_BYTES  # noqa: E402
+from vita.web.audio_input import JSON_MAX_BYTES  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
              "What color is the sky?", "Is a whale a mammal?", "What is two plus three?"]

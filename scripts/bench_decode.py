@@ -23,9 +23,9 @@ PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer da
 async def measure(config) -> None:
     from transformers import AutoTokenizer
 
-    from vita.prompting import ConversationHistory, PromptBuilder
     from workers.generation import EnginePrompt, SamplingSettings
     from workers.local_engine import LocalVllmEngine
+    from workers.prompting import ConversationHistory, PromptBuilder
 
     started = time.monotonic()
     engine = LocalVllmEngine(config)

@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _bench import summary_ms  # noqa: E402
 
 from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
-from vita.audio_input import decode_audio_message  # noqa: E402
 from vita.config import Config  # noqa: E402
-from vita.listener import SpeechListener  # noqa: E402
-from vita.session_actor import AudioIn, SessionActor  # noqa: E402
-from vita.vad import CHUNK, Heard, SileroVad, VadSegmenter  # noqa: E402
+from vita.turns.listener import SpeechListener  # noqa: E402
+from vita.turns.session_actor import AudioIn, SessionActor  # noqa: E402
+from vita.turns.vad import CHUNK, Heard, SileroVad, VadSegmenter  # noqa: E402
+from vita.web.audio_input import decode_audio_message  # noqa: E402
 
 SENTENCES = ["What is the capital of France?", "Yes.", "Please tell me a joke about cats.",
              "Could you turn the lights off in the kitchen, please?", "No, thank you."]

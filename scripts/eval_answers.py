@@ -175,10 +175,10 @@ def chains(questions: list[dict]) -> list[list[dict]]:
 async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     from transformers import AutoTokenizer
 
-    from vita.prompting import ConversationHistory, Exchange, PromptBuilder
-    from vita.speech_pieces import ReplyShaper
     from workers.generation import EnginePrompt, SamplingSettings
     from workers.local_engine import LocalVllmEngine
+    from workers.prompting import ConversationHistory, Exchange, PromptBuilder
+    from workers.speech_pieces import ReplyShaper
 
     llm = config.llm
     engine = LocalVllmEngine(config)

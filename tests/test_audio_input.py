@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vita.audio_input import JSON_MAX_BYTES, AudioFormatError, decode_audio_message
-from vita.sessions import RateBudget
+from vita.turns.sessions import RateBudget
+from vita.web.audio_input import JSON_MAX_BYTES, AudioFormatError, decode_audio_message
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

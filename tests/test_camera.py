@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from vita.camera import FrameBuffer, FrameError, decode_frame, image_dimensions
+from vita.turns.camera import FrameBuffer, FrameError, decode_frame, image_dimensions
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

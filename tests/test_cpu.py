@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vita.cpu import ISA_CAP_ENV, choose_llm, cpu_dtype, int8_kernel, omp_threads_bind, read_cpu
-from vita.models import LLM_NAMES
+from vita.machine.cpu import ISA_CAP_ENV, choose_llm, cpu_dtype, int8_kernel, omp_threads_bind, read_cpu
+from vita.machine.models import LLM_NAMES
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

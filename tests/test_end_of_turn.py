@@ -7,7 +7,7 @@ import pytest
 
 from tests.speech import silence, voiced_span
 from vita.config import Config
-from vita.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
+from vita.turns.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
 
 
 def hibari(text: str) -> np.ndarray:
@@ -68,7 +68,7 @@ def test_a_session_has_one_job_waiting_so_a_flood_of_pauses_cannot_delay_another
     jobs are replaced by its newest, and another session's pause is judged right after."""
     import threading
 
-    from vita.end_of_turn import EndOfTurnJudge
+    from vita.turns.end_of_turn import EndOfTurnJudge
 
     judge = EndOfTurnJudge(model)
     answered: list[str] = []

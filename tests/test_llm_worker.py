@@ -288,7 +288,7 @@ def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_someth
 def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     """After each reply the next prompt's prefix is prefilled: even once the history is trimmed (so the new prompt
     differs from the last right after the persona), the next turn finds all but its question in the prefix cache."""
-    from vita.prompting import ConversationHistory
+    from workers.prompting import ConversationHistory
 
     session = "warmed"
     llm.worker.histories[session] = ConversationHistory(2)  # trimmed when the third exchange is added

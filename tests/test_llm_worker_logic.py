@@ -15,10 +15,10 @@ import pytest
 from tests.helpers import wait_until
 from vita.config import Config
 from vita.messages import CancelTurn, ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
-from vita.prompting import PromptBuilder
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm_worker import MAILBOX_BOUND, LlmWorker
+from workers.prompting import PromptBuilder
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

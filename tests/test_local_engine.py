@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vita.config import Config
-from vita.cpu import CpuFeatures
+from vita.machine.cpu import CpuFeatures
 from workers.llm_worker import device_env
 from workers.local_engine import engine_kwargs
 

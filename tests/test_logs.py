@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from vita.logs import JsonFormatter, RedactSecrets, TextFormatter, turn_ids
+from vita.ops.logs import JsonFormatter, RedactSecrets, TextFormatter, turn_ids
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

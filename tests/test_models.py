@@ -10,12 +10,12 @@ import pytest
 
 from tests.conftest import ROOT
 from vita.config import Config
-from vita.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, SplitGguf, assemble, missing_models
+from vita.machine.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, SplitGguf, assemble, missing_models
 
 
 def run_models(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vita.models", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "vita.machine.models", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
 
 
 def test_second_run_does_nothing_and_says_so():
@@ -66,13 +66,13 @@ def test_damaged_model_is_detected_and_rebuilt(tmp_path):
 def test_split_gguf_joins_its_parts_in_order_and_refuses_a_wrong_checksum(tmp_path, monkeypatch):
     import hashlib
 
-    import vita.models
+    import vita.machine.models
 
     parts = {f"fake_part{i}": bytes([i]) * (1000 + i) for i in (1, 2, 3)}
     for package, data in parts.items():
         (tmp_path / package).mkdir()
         (tmp_path / package / f"part{int(package[-1]):02d}.bin").write_bytes(data)
-    monkeypatch.setattr(vita.models, "_package_data", lambda package: tmp_path / package)
+    monkeypatch.setattr(vita.machine.models, "_package_data", lambda package: tmp_path / package)
     joined = b"".join(parts.values())
     good = SplitGguf("fake_part", 3, hashlib.sha256(joined).hexdigest(), "q.gguf")
     (tmp_path / "out").mkdir()

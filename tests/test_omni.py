@@ -20,8 +20,8 @@ from tests.test_llm_worker import LlmHarness
 from tests.tiny_models import build_tiny_qwen2_audio, qwen2_audio_processor
 from vita.config import Config
 from vita.messages import ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
-from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder
 from workers.omni import detect_input_mode, frames_to_images
+from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder
 
 PERSONA = "Vita is a helpful voice assistant."
 

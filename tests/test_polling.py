@@ -16,10 +16,10 @@ import socketio
 import websocket
 
 from tests.helpers import wait_until
-from vita.access import COOKIE, AccessGuard
 from vita.config import LimitsConfig
-from vita.http_server import FrontServer
-from vita.socket_guard import SocketGuard
+from vita.web.access import COOKIE, AccessGuard
+from vita.web.http_server import FrontServer
+from vita.web.socket_guard import SocketGuard
 
 pytestmark = pytest.mark.fast  # no model: the front's HTTP server and Socket.IO stack around a one-event app
 

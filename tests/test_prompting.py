@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from vita.config import Config
-from vita.prompting import ConversationHistory, Exchange, PromptBuilder
+from workers.prompting import ConversationHistory, Exchange, PromptBuilder
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

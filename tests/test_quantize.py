@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vita.quantize import (
+from vita.machine.quantize import (
     compressed_tensors_config,
     convert_tensor,
     hf_name,

@@ -50,7 +50,7 @@ def test_worker_answers_a_spoken_question_through_the_remote_server(remote_llm, 
     # what the server says it generated.
     from transformers import AutoTokenizer
 
-    from vita.prompting import ConversationHistory
+    from workers.prompting import ConversationHistory
 
     rendered = remote_llm.worker.prompts.build(ConversationHistory(0), transcript.text)
     expected = len(AutoTokenizer.from_pretrained(str(Config().llm_model_path()))(rendered)["input_ids"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vita.reply_pacer import DUCK_GAIN, Fate, ReplyPacer
+from vita.turns.reply_pacer import DUCK_GAIN, Fate, ReplyPacer
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -16,7 +16,7 @@ import redis
 from tests.conftest import ROOT, free_port, start_server, stop_server, wait_ready
 from tests.helpers import RecordingClient
 from tests.test_conversation import ask_aloud, turn_done
-from vita.message_queue import CHANNEL
+from vita.web.message_queue import CHANNEL
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from tests.conftest import ARTIFACTS, start_server, stop_server, wait_health, wa
 from tests.helpers import RawSocketIO, RecordingClient
 from tests.speech import noise, silence, spoken, stream
 from tests.test_llm_worker import LONG_REPLY
-from vita.turn_log import read_turns
+from vita.ops.turn_log import read_turns
 
 TIMEOUT_S = 3
 

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from vita.session_actor import AudioIn, ClockTick, SessionActor
+from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

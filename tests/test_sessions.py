@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vita.sessions import Session, SessionRegistry
+from vita.turns.sessions import Session, SessionRegistry
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -1,5 +1,6 @@
 """The turn controller on a session's real mailbox thread, with a recording client and workers (the machine's
-actions are what is checked; the Silero and Smart Turn graphs are loaded, no worker runs).
+actions are what is checked; no model is loaded: the tests post the listener's events themselves, and no worker
+runs).
 
 The ordering cases are the ones a re-entrant design got wrong: a speculative turn's held outputs released while
 its commit's actions were still being carried out put "speaking" before "thinking", or "listening" before
@@ -13,14 +14,16 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from vita import messages
 from vita.config import Config
-from vita.metrics import FrontMetrics
-from vita.sessions import Session
-from vita.turn_control import TurnController
-from vita.turn_log import TurnLogger
-from vita.turn_taking import (
+from vita.ops.metrics import FrontMetrics
+from vita.ops.turn_log import TurnLogger
+from vita.turns.listener import SpeechListener
+from vita.turns.sessions import Session
+from vita.turns.turn_control import Ears, TurnController
+from vita.turns.turn_events import (
     Speech,
     SpeechConfirmed,
     SpeechDropped,
@@ -29,6 +32,9 @@ from vita.turn_taking import (
     Tick,
     UtteranceEnded,
 )
+from vita.turns.vad import SileroVad, VadSegmenter
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 PCM = np.zeros(2400, np.int16).tobytes()  # 50 ms of reply audio at 24 kHz
 
@@ -65,8 +71,22 @@ def controller(wire: Wire, ready: bool = True, **limits) -> TurnController:
     config = Config()
     for key, value in limits.items():
         setattr(config.limits, key, value)
-    return TurnController(config, wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
+    return TurnController(config, deaf_ears(config), wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
                           lambda: ready, FrontMetrics(lambda: 1, dict), TurnLogger(None, 1))
+
+
+class SilentProbe(SileroVad):
+    """A VAD that hears no speech (a fake for this unit test of the adapter: speech events are posted directly)."""
+
+    def __init__(self):
+        self.reset()
+
+    def probability(self, chunk) -> float:
+        return 0.0
+
+
+def deaf_ears(config: Config) -> Ears:
+    return Ears(lambda: SpeechListener(VadSegmenter.from_config(config.vad, SilentProbe(), config.turn)), None)
 
 
 def session(turns: TurnController) -> Session:
@@ -220,7 +240,7 @@ def test_a_reply_withdrawn_before_it_was_heard_leaves_no_text():
 def test_speech_whose_audio_stops_arriving_ends_and_the_session_listens_again():
     """The client stopped sending audio mid-speech: after AUDIO_GONE_S the speech is over (here too short to be a
     turn), instead of "speaking" for good (typed text would wait for it forever)."""
-    from vita.turn_control import AUDIO_GONE_S
+    from vita.turns.turn_control import AUDIO_GONE_S
 
     wire = Wire()
     with live(wire) as (turns, s):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from vita.turn_log import TurnLogger, open_db, prune, read_turns
+from vita.ops.turn_log import TurnLogger, open_db, prune, read_turns
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -94,7 +94,7 @@ def test_unwritable_path_is_one_clear_error_and_nothing_raises(tmp_path, caplog)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     logger = TurnLogger(blocker / "turns.sqlite3", retention_days=30)
-    with caplog.at_level(logging.ERROR, logger="vita.turn_log"):
+    with caplog.at_level(logging.ERROR, logger="vita.ops.turn_log"):
         logger.start()
         deadline = time.monotonic() + 5
         while logger.error is None and time.monotonic() < deadline:

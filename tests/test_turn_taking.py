@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vita.turn_taking import (
+from vita.turns.turn_events import (
     DISCARDED,
     EXTENDED,
-    MAX_EXTENDED_S,
     STALLED,
     AudioSent,
     CancelTurn,
@@ -46,13 +45,12 @@ from vita.turn_taking import (
     TurnHeard,
     TurnJudged,
     TurnRules,
-    TurnTaking,
     TurnUnanswered,
     UtteranceEnded,
-    is_stop_command,
     joined,
-    sounds_unfinished,
 )
+from vita.turns.turn_taking import MAX_EXTENDED_S, TurnTaking
+from vita.words import is_stop_command, sounds_unfinished
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.speech import noise, silence, spoken, voiced_span
 from vita.config import Config
-from vita.vad import (
+from vita.turns.vad import (
     CHUNK,
     MIN_LEVEL_CHUNKS,
     QUIET_TAIL_CHUNKS,

@@ -89,7 +89,7 @@ def test_web_root_serves_the_operators_page_and_falls_back_to_ours(web_root_serv
     assert "VITA protocol page" in web_root_server.get("/").text
     assert web_root_server.get("/static/vendor/socket.io.min.js").status_code == 200  # ours: the page has none
     for path in ("/static/../server.py", "/static/%2e%2e/server.py", "/static/..%2fREADME.md",
-                 "/static//etc/passwd", "/static/vendor/../../vita/app.py"):
+                 "/static//etc/passwd", "/static/vendor/../../vita/web/app.py"):
         response = web_root_server.get(path)
         assert response.status_code == 404, path
 

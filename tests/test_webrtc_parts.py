@@ -1,4 +1,4 @@
-"""vita/webrtc.py's parts that need no peer: the answer's SDP edits, the reply track's queue and pacing of
+"""vita/web/webrtc.py's parts that need no peer: the answer's SDP edits, the reply track's queue and pacing of
 packets, the port range, and the config's ICE servers and ports. No model, no server."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vita.config import ConfigError, WebRtcConfig, check_ice_servers
-from vita.webrtc import (
+from vita.web.webrtc import (
     FRAME_SAMPLES,
     MAX_CANDIDATES,
     OPUS_RATE,

@@ -82,7 +82,7 @@ def config_from_args(argv: list[str] | None = None) -> Config:
 
 
 def _check_models(config: Config) -> None:
-    from vita.models import EMBEDDED_MODELS, LLM_NAMES, missing_models
+    from vita.machine.models import EMBEDDED_MODELS, LLM_NAMES, missing_models
 
     # Every non-LLM model, plus the bundled LLM in use (none with an operator's own folder or server).
     needed = tuple(m.name for m in EMBEDDED_MODELS if m.name not in LLM_NAMES)
@@ -107,17 +107,17 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
         print(f"server.py: error: {exc}", file=sys.stderr)
         return 2
 
-    from vita.logs import setup_logging
+    from vita.ops.logs import setup_logging
 
     setup_logging("front", config.server.log_level, config.server.log_format)
-    from vita.cpu import name_os_thread, set_nice
+    from vita.machine.cpu import name_os_thread, set_nice
 
     name_os_thread("vita-front")  # its socket threads inherit the name (the CPU budget tells them from the rest)
     log.info("CPU priority: %s", set_nice(config.server.nice))  # first: every thread and worker inherits it
 
-    from vita.app import FrontApp
-    from vita.http_server import FrontServer
     from vita.process_graph import ProcessGraph
+    from vita.web.app import FrontApp
+    from vita.web.http_server import FrontServer
 
     s = config.server
     ssl_context = _tls_context(config)
@@ -138,7 +138,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
 
 def _tls_context(config: Config) -> Any:
-    from vita.tls import ensure_self_signed, server_context
+    from vita.web.tls import ensure_self_signed, server_context
 
     s = config.server
     if not s.tls:
@@ -173,7 +173,7 @@ def _stop_on_signals(front: Any, server: Any) -> None:
 
 
 def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> None:
-    from vita.dispatcher import OutputDispatcher
+    from vita.turns.dispatcher import OutputDispatcher
 
     graph.start()
     front.turn_log.start()

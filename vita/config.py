@@ -127,7 +127,7 @@ class TtsConfig:
     output_sample_rate: int = 24000
     chunk_ms: int = 200
     lead_ms: int = 250  # Socket.IO reply audio goes out at most this far ahead of the client's playback
-    pace_chunk_ms: int = 100  # ...in pieces this long (vita/reply_pacer.py)
+    pace_chunk_ms: int = 100  # ...in pieces this long (vita/turns/reply_pacer.py)
     cpu_threads: int = 2
 
 
@@ -137,6 +137,7 @@ class LimitsConfig:
     max_frame_bytes: int = 2_000_000
     max_text_chars: int = 2000
     max_events_per_s: float = 400.0
+    max_socket_bytes_per_s: int = 1_000_000
     max_image_pixels: int = 12_000_000
     max_attachments: int = 2
     max_connections: int = 512
@@ -238,7 +239,7 @@ class Config:
             return self.llm_model_path().name, "--model_path names it"
         if self.llm.model != "auto":
             return self.llm.model, "llm.model in the configuration names it"
-        from vita.cpu import choose_llm, read_cpu
+        from vita.machine.cpu import choose_llm, read_cpu
 
         return choose_llm(read_cpu())
 
@@ -426,7 +427,7 @@ def validate(config: Config) -> Config:
     _check(s.message_queue is None or s.message_queue.startswith(("redis://", "rediss://", "unix://")),
            "--message_queue", f"must be a redis:// URL, got {s.message_queue!r}")
     if s.web_root is not None:
-        from vita.web_root import page_problem
+        from vita.web.web_root import page_problem
 
         problem = page_problem(Path(s.web_root).expanduser())
         _check(problem is None, "--web_root", problem or "")
@@ -450,6 +451,8 @@ def validate(config: Config) -> Config:
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")
     _check(lim.max_events_per_s >= 10, "limits.max_events_per_s", "must be at least 10")
+    _check(lim.max_socket_bytes_per_s == 0 or lim.max_socket_bytes_per_s >= 100_000, "limits.max_socket_bytes_per_s",
+           "must be 0 (unpaced) or at least 100000")
     _check(lim.max_image_pixels >= 64 * 64, "limits.max_image_pixels", "must be at least 4096")
     _check(0 <= lim.max_attachments <= 64, "limits.max_attachments", "must be between 0 and 64")
     _check(lim.max_connections >= 16, "limits.max_connections", "must be at least 16")

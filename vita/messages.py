@@ -6,6 +6,7 @@ Cancellation is by (session_id, turn_id): a stage drops any message whose turn i
 
 from __future__ import annotations
 
+import logging
 import queue
 import sys
 import threading
@@ -203,6 +204,9 @@ class WorkerHeartbeat:
     pid: int
 
 
+PUT_TIMEOUT_S = 2.0  # a put to a queue that stays full this long drops the message (logged), never hangs
+
+
 def read_messages(inbox: Any, stop: threading.Event, poll_s: float = 1.0) -> Iterator[Any]:
     """Every stage's queue loop: blocking reads until ``stop`` is set or a Shutdown arrives (which is yielded).
 
@@ -219,3 +223,15 @@ def read_messages(inbox: Any, stop: threading.Event, poll_s: float = 1.0) -> Ite
         yield message
         if isinstance(message, Shutdown):
             return
+
+
+def put_or_drop(target: Any, message: Any, log: logging.Logger, timeout: float = PUT_TIMEOUT_S,
+                what: str = "") -> bool:
+    """Put with a deadline: a stuck or full queue costs one dropped message and a log line, never a hung worker."""
+    try:
+        target.put(message, timeout=timeout)
+        return True
+    except Exception as exc:  # queue.Full, or the manager is gone while stopping
+        log.warning("dropped %s%s: the queue stayed full or is gone (%s)", type(message).__name__,
+                    f" for {what}" if what else "", type(exc).__name__ if not str(exc) else exc)
+        return False

@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vita.messages import WorkerHeartbeat, WorkerState, WorkerStatus
+from vita.messages import PUT_TIMEOUT_S, WorkerHeartbeat, WorkerState, WorkerStatus, put_or_drop
 
 _PR_SET_PDEATHSIG = 1
-PUT_TIMEOUT_S = 2.0  # a worker's put to a front queue that stays full this long drops the message (logged)
 PUBLISH_BOUND = 1024  # messages an event loop has published and its publisher thread has not yet put
 
 
@@ -39,7 +38,7 @@ def prepare_process(name: str, env: dict[str, str], server: Any = None) -> loggi
         setproctitle.setproctitle(f"vita-{name}-worker")
     except ImportError:
         pass
-    from vita.logs import setup_logging
+    from vita.ops.logs import setup_logging
 
     setup_logging(name, getattr(server, "log_level", "info"), getattr(server, "log_format", "text"))
     return logging.getLogger(f"vita.{name}")
@@ -94,17 +93,6 @@ def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable
     finally:
         close()
     report.log.info("stopped")
-
-
-def put_or_drop(target: Any, message: Any, log: logging.Logger, timeout: float = PUT_TIMEOUT_S) -> bool:
-    """Put with a deadline: a stuck or full queue costs one dropped message and a log line, never a hung worker."""
-    try:
-        target.put(message, timeout=timeout)
-        return True
-    except Exception as exc:  # queue.Full, or the manager is gone while stopping
-        log.warning("dropped %s: the queue stayed full or is gone (%s)", type(message).__name__,
-                    type(exc).__name__ if not str(exc) else exc)
-        return False
 
 
 class Publisher:

@@ -17,7 +17,7 @@ EXPECTED = "paris"
 
 def answer(model_dir: Path) -> str:
     from vita.config import Config
-    from vita.cpu import apply_isa_cap
+    from vita.machine.cpu import apply_isa_cap
     from workers.llm_worker import device_env
     from workers.local_engine import engine_kwargs
 

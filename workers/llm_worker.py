@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import isa_cap_env, name_os_thread, omp_threads_bind, read_cpu
-from vita.logs import turn_ids
+from vita.machine.cpu import isa_cap_env, name_os_thread, omp_threads_bind, read_cpu
 from vita.messages import (
     ALL_TURNS,
     CancelTurn,
@@ -38,9 +37,8 @@ from vita.messages import (
     WorkerState,
     read_messages,
 )
-from vita.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from vita.speech_pieces import ReplyShaper, SpeechClock
-from vita.turn_taking import is_stop_command
+from vita.ops.logs import turn_ids
+from vita.words import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
@@ -53,7 +51,9 @@ from workers.omni import (
     read_model_config,
     utterance_audio,
 )
+from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from workers.remote_engine import RemoteEngine, RemoteEngineError
+from workers.speech_pieces import ReplyShaper, SpeechClock
 
 NAME = "llm"
 TTS_PUT_TIMEOUT_S = 1.0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vita.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu, set_nice
+from vita.machine.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu, set_nice
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.omni import read_model_config

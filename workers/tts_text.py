@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from vita.speech_pieces import ABBREVIATIONS
+from workers.speech_pieces import ABBREVIATIONS
 
 _ONES = [
     "zero",

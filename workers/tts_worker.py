@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vita.machine.models import available_voices
 from vita.messages import (
     ALL_TURNS,
     CancelTurn,
@@ -27,10 +28,10 @@ from vita.messages import (
     TtsPiece,
     TurnTimings,
     WorkerState,
+    put_or_drop,
     read_messages,
 )
-from vita.models import available_voices
-from workers.common import StatusReporter, install_fault_signal, prepare_process, put_or_drop, run_stage
+from workers.common import StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"

@@ -1,7 +1,7 @@
-"""The front's adapter around each session's turn-taking state machine (``vita/turn_taking.py``).
+"""The front's adapter around each session's turn-taking state machine (``vita/turns/turn_taking.py``).
 
 Socket handlers, the VAD and the output dispatcher post what happened to the session's mailbox
-(``vita/session_actor.py``); on the session's thread the machine decides and this module carries out its
+(``vita/turns/session_actor.py``); on the session's thread the machine decides and this module carries out its
 actions: TurnRequests and CancelTurns to the workers, events to the client, the turn log and metrics, timers,
 closing the session. What an action sets off (a committed turn's held outputs, a failed put's unanswered turn)
 is handled after the action list, never inside it, so actions leave in the order the machine gave them.
@@ -22,17 +22,17 @@ import numpy as np
 
 from vita import messages
 from vita.config import Config
-from vita.cpu import trim_heap
-from vita.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
-from vita.listener import SpeechListener
-from vita.logs import turn_ids
+from vita.machine.cpu import trim_heap
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
-from vita.metrics import FrontMetrics
-from vita.reply_pacer import Fate, ReplyPacer
-from vita.session_actor import AudioIn, ClockTick, SessionActor
-from vita.sessions import Session
-from vita.turn_log import TurnLogger
-from vita.turn_taking import (
+from vita.ops.logs import turn_ids
+from vita.ops.metrics import FrontMetrics
+from vita.ops.turn_log import TurnLogger
+from vita.turns.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
+from vita.turns.listener import SpeechListener
+from vita.turns.reply_pacer import Fate, ReplyPacer
+from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
+from vita.turns.sessions import Session
+from vita.turns.turn_events import (
     DISCARDED,
     STALLED,
     Action,
@@ -66,10 +66,10 @@ from vita.turn_taking import (
     TurnHeard,
     TurnJudged,
     TurnRules,
-    TurnTaking,
     TurnUnanswered,
 )
-from vita.vad import SAMPLE_RATE, SileroModel, VadSegmenter
+from vita.turns.turn_taking import TurnTaking
+from vita.turns.vad import SAMPLE_RATE, SileroModel, VadSegmenter
 
 log = logging.getLogger("vita.turns")
 
@@ -101,21 +101,37 @@ def stop_phrases(setting: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in setting.split(",") if p.strip())
 
 
+@dataclass(frozen=True)
+class Ears:
+    """What the adapter hears with, built once per front and passed in (its tests bring their own): a listener per
+    session (its own VAD state over the one shared Silero graph), and the end-of-turn judge (None: silence alone
+    ends a turn)."""
+
+    listener: Callable[[], SpeechListener]
+    judge: EndOfTurnJudge | None
+
+    @classmethod
+    def load(cls, config: Config) -> Ears:
+        vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
+        judge = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
+                 if config.turn.end_of_turn_model else None)
+        return cls(lambda: SpeechListener(VadSegmenter.from_config(config.vad, vad_model, config.turn)), judge)
+
+
 class TurnController:
-    def __init__(self, config: Config, emit: Emit, put: Put, disconnect: Callable[[str], None],
+    def __init__(self, config: Config, ears: Ears, emit: Emit, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None):
         self.config = config
-        self.rtc = rtc  # the front's RtcHub (vita/webrtc.py): a session with a connected peer hears replies there
+        self.rtc = rtc  # the front's RtcHub (vita/web/webrtc.py): a session with a connected peer hears replies there
         self.metrics = metrics
         self.turn_log = turn_log
         self.workers_ready = workers_ready
         self.emit = emit
         self.put = put
         self.disconnect = disconnect
-        self.vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
+        self.ears = ears
+        self.end_of_turn = ears.judge
         turn = config.turn
-        self.end_of_turn = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
-                            if turn.end_of_turn_model else None)
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
                                extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000,
                                finished_words_wait_s=turn.finished_words_wait_ms / 1000,
@@ -133,7 +149,7 @@ class TurnController:
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=self.rules)
-        session.listener = SpeechListener(VadSegmenter.from_config(self.config.vad, self.vad_model, self.config.turn))
+        session.listener = self.ears.listener()
         tts = self.config.tts
         session.pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
                          else ReplyPacer(float("inf"), 3600.0))

@@ -4,7 +4,7 @@ Nothing here touches a model hub: every byte comes from an installed package. Ea
 temporary folder and renamed into place, and ``manifest.json`` records the files and sizes, so a second run
 only re-checks sizes and says there is nothing to do.
 
-Run as ``python -m vita.models [--models_dir DIR] [--verify]``.
+Run as ``python -m vita.machine.models [--models_dir DIR] [--verify]``.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class SplitGguf:
     parts: int
     sha256: str
     file_name: str
-    int8_sha256: str = ""  # of the int8 W8A8 weights vita.quantize makes from it (reproducible: same bytes)
+    int8_sha256: str = ""  # of the int8 W8A8 weights vita.machine.quantize makes from it (reproducible: same bytes)
 
     def assemble(self, folder: Path) -> Path:
         import hashlib
@@ -147,9 +147,9 @@ def _split_gguf_builder(split: SplitGguf) -> Callable[[Path], None]:
 
 
 def _int8_builder(split: SplitGguf) -> Callable[[Path], None]:
-    """The GGUF straight to int8 W8A8 (vita/quantize.py), its sha256 checked against the reference build."""
+    """The GGUF straight to int8 W8A8 (vita/machine/quantize.py), its sha256 checked against the reference build."""
     def build(out: Path) -> None:
-        from vita.quantize import gguf_to_int8, sha256_files
+        from vita.machine.quantize import gguf_to_int8, sha256_files
 
         gguf_dir = out / "_gguf"
         gguf_dir.mkdir()
@@ -245,7 +245,7 @@ def _check_served_llm(path: Path) -> None:
     _check_llm(path)
     try:
         result = subprocess.run([sys.executable, "-m", "workers.llm_check", str(path)], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent.parent, timeout=ANSWER_CHECK_TIMEOUT_S)
+                                cwd=Path(__file__).resolve().parents[2], timeout=ANSWER_CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"vLLM answer check did not finish within {ANSWER_CHECK_TIMEOUT_S} s") from None
     if result.returncode != 0:
@@ -265,7 +265,7 @@ def _check_smart_turn(path: Path) -> None:
     """Loads in onnxruntime and answers with a probability."""
     import numpy as np
 
-    from vita.end_of_turn import EndOfTurnModel
+    from vita.turns.end_of_turn import EndOfTurnModel
 
     model = EndOfTurnModel(path / SMART_TURN_FILE)
     probability = model.probability(np.zeros(16000, np.int16))
@@ -282,7 +282,7 @@ def _check_silero(path: Path) -> None:
         raise RuntimeError(f"unexpected ONNX inputs {sorted(names)}")
 
 
-# The default LLM where the CPU runs it well (vita/cpu.py choose_llm): the best answerer of the packaged models,
+# The default LLM where the CPU runs it well (vita/machine/cpu.py choose_llm): the best answerer of the packaged models,
 # in int8 so that it decodes about as fast as the 0.5B did in bf16 (README "Answer quality").
 DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct-int8"
 FAST_LLM = "qwen2.5-coder-0.5b-instruct"
@@ -394,7 +394,7 @@ def assemble(models_dir: Path, verify: bool = False, names: tuple[str, ...] | No
 def main(argv: list[str] | None = None) -> int:
     from vita.config import ConfigError, load_config
 
-    parser = argparse.ArgumentParser(prog="python -m vita.models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vita.machine.models", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML config whose models_dir is used")
     parser.add_argument("--models_dir", help="folder for the models (overrides the config)")
     parser.add_argument("--verify", action="store_true", help="load-check models that are already present")

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vita.turns.turn_events import MAX_JOIN_GAP_S
+
 if TYPE_CHECKING:
     from vita.config import TurnConfig, VadConfig
 
 SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
-MAX_CARRIED_GAP_S = 0.3  # silence kept between a carried utterance and its continuation (ASR needs a little)
 ECHO_HOLD_S = 0.3  # guarded, quieter chunks count as the user's this long after one at their level (in a word)
 ECHO_HOLD_SAMPLES = int(ECHO_HOLD_S * SAMPLE_RATE)
 ECHO_VOICE_DB = 10  # a chunk within this of the user's level is their voice (it renews the hold)
@@ -147,7 +148,8 @@ class VadSegmenter:
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
 
     @classmethod
-    def from_config(cls, v: VadConfig, model: SileroModel | Path, turn: TurnConfig | None = None) -> VadSegmenter:
+    def from_config(cls, v: VadConfig, model: SileroModel | Path | SileroVad, turn: TurnConfig | None = None
+                    ) -> VadSegmenter:
         """A segmenter with its own Silero state, tuned by the config's `vad` section; with the end-of-turn model
         on (`turn`), silence alone ends an utterance only after turn.incomplete_wait_ms (the model ends it at the
         pause when it says the turn is complete)."""
@@ -155,7 +157,8 @@ class VadSegmenter:
         end_silence_ms = turn.incomplete_wait_ms if model_on else v.end_silence_ms
         confirm_ms = turn.barge_in_confirm_ms if turn is not None else 0
         echo_guard_db = turn.echo_guard_db if turn is not None else 0.0
-        return cls(SileroVad(model), v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
+        vad = model if isinstance(model, SileroVad) else SileroVad(model)
+        return cls(vad, v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
                    v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms,
                    echo_guard_db)
 
@@ -296,11 +299,11 @@ class VadSegmenter:
         return events
 
     def _utterance(self, audio: np.ndarray) -> Utterance:
-        """The speech heard, after the earlier utterance it continues (with at most MAX_CARRIED_GAP_S between)."""
+        """The speech heard, after the earlier utterance it continues (with at most MAX_JOIN_GAP_S between)."""
         if self.carried is None:
             return Utterance(audio.tobytes(), self.speech_start, self.position, self.last_voiced_end)
         earlier = self.carried
-        gap = min(self.speech_start - earlier.end_sample, int(MAX_CARRIED_GAP_S * SAMPLE_RATE))
+        gap = min(self.speech_start - earlier.end_sample, int(MAX_JOIN_GAP_S * SAMPLE_RATE))
         pcm = earlier.pcm + np.zeros(max(0, gap), np.int16).tobytes() + audio.tobytes()
         return Utterance(pcm, earlier.start_sample, self.position, self.last_voiced_end)
 

@@ -9,10 +9,10 @@ import logging
 import threading
 from typing import Any
 
-from vita.cpu import name_os_thread
+from vita.machine.cpu import name_os_thread
 from vita.messages import Shutdown, read_messages
-from vita.sessions import SessionRegistry
-from vita.turn_control import TurnController
+from vita.turns.sessions import SessionRegistry
+from vita.turns.turn_control import TurnController
 
 log = logging.getLogger("vita.dispatch")
 

@@ -14,26 +14,25 @@ import psutil
 from flask import Flask, Response, abort, jsonify, redirect, request, send_file
 from flask_socketio import SocketIO
 
-from vita.access import COOKIE, OPEN_PATHS, AccessGuard
-from vita.audio_input import AudioFormatError, check_rate, decode_audio_message
-from vita.camera import FrameError, decode_frame
 from vita.config import PROJECT_ROOT, Config
-from vita.connections import ConnectionTable
-from vita.logs import turn_ids
-from vita.message_queue import QueueProbe, socketio_options
-from vita.messages import REPLY_MODES, ResetHistory
-from vita.metrics import CONTENT_TYPE, FrontMetrics
-from vita.models import available_voices
-from vita.sessions import Session, SessionRegistry
-from vita.socket_guard import SocketGuard
-from vita.turn_control import TurnController
-from vita.turn_log import TurnLogger
-from vita.turn_taking import Connected, TextTyped
-from vita.web_root import WebRoot
-from vita.web_security import ForwardedHeaders, security_headers
+from vita.machine.models import available_voices
+from vita.messages import REPLY_MODES, ResetHistory, put_or_drop
+from vita.ops.logs import turn_ids
+from vita.ops.metrics import CONTENT_TYPE, FrontMetrics
+from vita.ops.turn_log import TurnLogger
+from vita.turns.camera import FrameError, decode_frame
+from vita.turns.sessions import Session, SessionRegistry
+from vita.turns.turn_control import Ears, TurnController
+from vita.turns.turn_events import Connected, TextTyped
+from vita.web.access import COOKIE, OPEN_PATHS, AccessGuard
+from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
+from vita.web.connections import ConnectionTable
+from vita.web.message_queue import QueueProbe, socketio_options
+from vita.web.socket_guard import SocketGuard
+from vita.web.web_root import WebRoot
+from vita.web.web_security import ForwardedHeaders, security_headers
 
-log = logging.getLogger("vita.app")
-PUT_TIMEOUT_S = 2.0  # a worker queue still full after this long is stuck: the message is dropped, never waited on
+log = logging.getLogger("vita.web.app")
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
@@ -53,7 +52,7 @@ def rtc_hub(config: Config) -> Any:
     """The front's WebRTC peers (one asyncio loop thread), or None when webrtc.enabled is false."""
     if not config.webrtc.enabled:
         return None
-    from vita.webrtc import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
+    from vita.web.webrtc import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
 
     return RtcHub(RtcSettings.from_config(config.webrtc))
 
@@ -96,7 +95,8 @@ class FrontApp:
                                  engineio_logger=logging.getLogger("engineio.server"),
                                  cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None,
                                  **socketio_options(queue_url))
-        self.socket_guard = SocketGuard(self.socketio.server, self._bad_event, config.limits.max_attachments)
+        self.socket_guard = SocketGuard(self.socketio.server, self._bad_event, config.limits.max_attachments,
+                                        read_bytes_per_s=config.limits.max_socket_bytes_per_s)
         self.socket_guard.install()
         self.flask.wsgi_app = ForwardedHeaders(self.flask.wsgi_app, config.trusted_proxies())  # outermost
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
@@ -106,8 +106,8 @@ class FrontApp:
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.rtc = rtc_hub(config)
-        self.turns = TurnController(config, self.emit, self._put, self._disconnect, graph.ready, self.metrics,
-                                    self.turn_log, rtc=self.rtc)
+        self.turns = TurnController(config, Ears.load(config), self.emit, self._put, self._disconnect, graph.ready,
+                                    self.metrics, self.turn_log, rtc=self.rtc)
         graph.on_death = self.on_worker_death
         self._routes()
         self._events()
@@ -126,14 +126,10 @@ class FrontApp:
 
     def _put(self, queue_name: str, message: Any) -> bool:
         """Hand a message to a worker; False (message dropped, logged) when its queue stays full or is gone."""
-        try:
-            self.graph.queues[queue_name].put(message, timeout=PUT_TIMEOUT_S)
+        if put_or_drop(self.graph.queues[queue_name], message, log, what=f"the {queue_name} queue"):
             return True
-        except Exception as exc:  # queue.Full, or the manager is gone while stopping
-            log.warning("%s queue: %s dropped (%s)", queue_name, type(message).__name__,
-                        type(exc).__name__ if not str(exc) else exc)
-            self.metrics.queue_drops.labels(queue_name).inc()
-            return False
+        self.metrics.queue_drops.labels(queue_name).inc()
+        return False
 
     def _session(self, sid: str | None = None) -> Session | None:
         """The caller's session, or None when it has none or is over its event rate (the event is dropped)."""
@@ -364,7 +360,7 @@ class FrontApp:
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays
         on Socket.IO audio."""
-        from vita.webrtc import RtcError
+        from vita.web.webrtc import RtcError
 
         if self.rtc is None:
             self.emit("rtc_failed", {"message": "WebRTC is switched off on this server (webrtc.enabled)."},

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vita.cpu import name_os_thread
+from vita.machine.cpu import name_os_thread
 
 log = logging.getLogger("vita.session")
 

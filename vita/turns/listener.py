@@ -1,6 +1,6 @@
 """A session's ears: microphone audio at any rate → 16 kHz → Silero VAD → turn-taking events, in order.
 
-No thread of its own: the session's mailbox thread (``vita/session_actor.py``) calls ``hear`` for each audio
+No thread of its own: the session's mailbox thread (``vita/turns/session_actor.py``) calls ``hear`` for each audio
 message, so what the VAD heard reaches the turn machine in the order it happened, between the session's other
 events and never beside them.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from vita.turn_taking import (
+from vita.turns.turn_events import (
     Event,
     Speech,
     SpeechConfirmed,
@@ -21,7 +21,7 @@ from vita.turn_taking import (
     SpeechStarted,
     UtteranceEnded,
 )
-from vita.vad import SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
+from vita.turns.vad import SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
 
 
 def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:

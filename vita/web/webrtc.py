@@ -33,7 +33,7 @@ from aiortc.utils import uint16_add
 
 from vita.config import WebRtcConfig, check_ice_servers
 
-log = logging.getLogger("vita.webrtc")
+log = logging.getLogger("vita.web.webrtc")
 
 OPUS_RATE = 48000  # WebRTC's Opus clock
 FRAME_SAMPLES = 960  # 20 ms at 48 kHz: one Opus packet of the reply (the microphone's may be longer: ptime)

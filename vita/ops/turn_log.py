@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("vita.turn_log")
+log = logging.getLogger("vita.ops.turn_log")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vita.cpu import name_os_thread
+from vita.machine.cpu import name_os_thread
 
-log = logging.getLogger("vita.end_of_turn")
+log = logging.getLogger("vita.turns.end_of_turn")
 
 SAMPLE_RATE = 16000
 WINDOW_S = 8

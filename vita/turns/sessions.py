@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vita.camera import FrameBuffer
 from vita.messages import ReplyText
-from vita.reply_pacer import ReplyPacer
-from vita.turn_taking import TurnTaking
+from vita.turns.camera import FrameBuffer
+from vita.turns.reply_pacer import ReplyPacer
+from vita.turns.turn_taking import TurnTaking
 
 
 class RateBudget:
@@ -50,7 +50,7 @@ class RateBudget:
 @dataclass
 class Session:
     """One connection: its settings, camera frames, and its turn state — ``turns``, ``listener``, ``held`` and
-    ``handling`` belong to its mailbox thread (``actor``), which alone touches them (``vita/turn_control.py``)."""
+    ``handling`` belong to its mailbox thread (``actor``), which alone touches them (``vita/turns/turn_control.py``)."""
 
     sid: str
     voice: str | None = None

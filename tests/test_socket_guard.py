@@ -1,0 +1,43 @@
+"""The socket guard's pure parts (the rest is exercised against a live server in test_hardening)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from vita.web.socket_guard import MeteredSocket
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+
+class Flood:
+    """A socket whose peer always has `chunk` bytes ready (a client sending as fast as its link allows)."""
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+        self.closed = False
+
+    def recv(self, size: int) -> bytes:
+        return bytes(min(size, self.chunk))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_flood_is_read_no_faster_than_the_rate_after_its_burst():
+    sock = MeteredSocket(Flood(10_000), bytes_per_s=1_000_000, burst=100_000)
+    started = time.monotonic()
+    got = sum(len(sock.recv(65536)) for _ in range(40))  # 400 kB: the burst, then 300 kB at 1 MB/s
+    assert got == 400_000
+    assert time.monotonic() - started >= 0.29
+
+
+def test_a_client_within_its_rate_is_never_held_and_the_socket_passes_through():
+    sock = MeteredSocket(Flood(1_000), bytes_per_s=1_000_000, burst=100_000)
+    started = time.monotonic()
+    for _ in range(50):  # 50 kB, within the burst
+        sock.recv(4096)
+    assert time.monotonic() - started < 0.05
+    sock.close()
+    assert sock._sock.closed  # everything but recv is the socket's own

@@ -1,0 +1,1 @@
+"""What this machine has: CPU features and thread placement, the bundled models and how setup builds them."""

@@ -1,0 +1,1 @@
+"""Operations: logs, metrics and the turn log."""

@@ -1,0 +1,63 @@
+"""What a transcript's words say about a turn: the speaker is going on, the sentence has ended, or a few words
+ask the assistant to stop. Shared by the front's turn machine and the LLM worker (which hears "Stop." itself)."""
+
+from __future__ import annotations
+
+MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
+
+
+def words_of(text: str) -> list[str]:
+    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
+
+
+# Words after which a speaker goes on: a request never ends on them (with no full stop or question mark after the
+# function words: "What is it for?" is finished).
+GOING_ON_WORDS = frozenset(["and", "but", "or", "so", "because", "um", "uh", "er"])
+OPEN_ENDED_WORDS = frozenset([
+    "the", "a", "an", "to", "of", "with", "for", "about", "my", "your", "our", "their", "his", "her", "its", "in",
+    "on", "at", "from", "by", "into", "is", "are", "was", "were", "if", "that", "than", "as", "like", "whether"])
+QUESTION_WORDS = frozenset(["what", "how", "when", "where", "why", "which", "who"])
+MODAL_WORDS = frozenset(["should", "can", "could", "would", "will", "do", "does", "did", "must", "may", "might"])
+SUBJECT_WORDS = frozenset(["i", "you", "we", "they", "he", "she", "it"])
+SENTENCE_ENDS = (".", "?", "!")
+# A whole utterance that only announces the request ("I have a question.", "Quick question:").
+PREAMBLES = frozenset({
+    "i have a question", "i have another question", "i have one more question", "i've got a question",
+    "i got a question", "i have a quick question", "quick question", "one more question", "another question",
+    "question", "let me ask you something", "let me ask you a question", "i want to ask you something",
+    "i'd like to ask you something", "i was wondering", "okay so", "ok so", "so", "well", "um", "uh", "listen",
+})
+
+
+def sounds_unfinished(text: str) -> bool:
+    """The words say the speaker is going on: they end on "and" or a comma, or only announce a request, or ask
+    a question that stops at its verb ("How long should I?": Whisper adds the question mark)."""
+    text = text.strip()
+    words = words_of(text)
+    if not words:
+        return False
+    if text.endswith((",", "...", "…", "-", "—", ":")):
+        return True
+    if words[-1] in GOING_ON_WORDS and not (words[-1] == "so" and text.endswith(SENTENCE_ENDS)):
+        return True  # "...and", "...because" (but "I think so." is finished)
+    if words[-1] in OPEN_ENDED_WORDS and not text.endswith(SENTENCE_ENDS):
+        return True
+    if (len(words) >= 4 and words[0] in QUESTION_WORDS and words[-2] in MODAL_WORDS
+            and words[-1] in SUBJECT_WORDS):
+        return True
+    return " ".join(words) in PREAMBLES
+
+
+def ends_sentence(text: str) -> bool:
+    """The words end a sentence ("...have?", "...please.") and do not say the speaker goes on."""
+    return text.strip().endswith(SENTENCE_ENDS) and not sounds_unfinished(text)
+
+
+def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
+    """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No."), not a backchannel ("Mm-hmm.",
+    "Yeah.", "Okay.") nor a sentence that happens to hold one of the words."""
+    words = words_of(text)
+    if not words or len(words) > MAX_COMMAND_WORDS:
+        return False
+    joined_words = f" {' '.join(words)} "
+    return any(f" {' '.join(words_of(p))} " in joined_words for p in phrases if words_of(p))
