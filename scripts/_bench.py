@@ -1,16 +1,12 @@
-"""Helpers shared by the benchmark scripts (importable because scripts/ is on sys.path when they run)."""
+"""Helpers shared by the benchmark scripts: percentiles, a worker started as the server starts it, /metrics.
+(The microphone, the server and the client are in vita/harness.)"""
 
 from __future__ import annotations
 
-import collections
 import multiprocessing
 import statistics
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 RATE = 16000  # what the microphones send
 
@@ -31,7 +27,6 @@ def start_worker(target: Any, inbox: str, config: Any, daemon: bool) -> tuple[An
 
     Returns (manager, queues, process, seconds to ready).
     """
-    import time
 
     from vita.messages import WorkerState, WorkerStatus
     from vita.process_graph import QUEUES
@@ -82,73 +77,3 @@ def histogram_quantile(before: dict, after: dict, name: str, q: float) -> float 
             return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
         lower, below = bound, cumulative
     return lower
-
-
-# --- an open microphone over Socket.IO ------------------------------------------------------------------------
-@dataclass
-class Said:
-    """One utterance handed to the microphone, and when its voiced part went out."""
-
-    speech: np.ndarray
-    onset_sent: float = 0.0
-    end_sent: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-class Microphone:
-    """Always open, like a page's: real-time frames of silence, or of what `say` was given."""
-
-    def __init__(self, client: Any, binary: bool):
-        self.client, self.binary = client, binary
-        self.step = RATE * (32 if binary else 8) // 1000
-        self.queue: collections.deque[Said] = collections.deque()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="mic", daemon=True)
-        self.thread.start()
-
-    def say(self, speech: np.ndarray) -> Said:
-        said = Said(speech)
-        self.queue.append(said)
-        return said
-
-    def _run(self) -> None:
-        started, sent = time.monotonic(), 0
-        current, pos, voiced = None, 0, (0, 0)
-        while not self.stop.is_set():
-            if current is None and self.queue:
-                current, pos = self.queue.popleft(), 0
-                loud = np.flatnonzero(np.abs(current.speech.astype(np.int32)) > 800)
-                voiced = (int(loud[0]), int(loud[-1])) if loud.size else (0, len(current.speech) - 1)
-            if current is not None:
-                chunk = current.speech[pos:pos + self.step]
-                if len(chunk) < self.step:
-                    chunk = np.concatenate([chunk, np.zeros(self.step - len(chunk), np.int16)])
-            else:
-                chunk = np.zeros(self.step, np.int16)
-            self.client.sio.emit("audio", chunk.astype("<i2").tobytes() if self.binary else _vita_message(chunk))
-            if current is not None:
-                now = time.monotonic()
-                if pos <= voiced[0] < pos + self.step:
-                    current.onset_sent = now
-                if pos <= voiced[1] < pos + self.step:
-                    current.end_sent = now
-                pos += self.step
-                if pos >= len(current.speech):
-                    current.done.set()
-                    current = None
-            sent += self.step
-            delay = started + sent / RATE - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
-
-
-
-def _vita_message(pcm: np.ndarray) -> str:
-    """VITA's page format: a JSON string with the PCM's bytes as a list of numbers."""
-    import json
-
-    return json.dumps({"sample_rate": RATE, "audio": list(pcm.astype("<i2").tobytes())})

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from vita.web.message_queue import announce, redacted  # noqa: E402
+from vita.web.message_queue import announce, redacted
 
 
 def main(argv: list[str] | None = None) -> int:

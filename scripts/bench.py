@@ -23,14 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from _bench import delta, histogram_quantile, percentile, scrape
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _bench import delta, histogram_quantile, percentile, scrape  # noqa: E402
-
-from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
-from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, noise, silence, spoken, stream, vita_message, voiced_span  # noqa: E402
+from vita.harness.client import RecordingClient
+from vita.harness.server import start_server, stop_server, wait_ready
+from vita.harness.speech import RATE, RealTime, noise, silence, spoken, stream, vita_message, voiced_span
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Can you tell me what the weather is like in spring?"]
@@ -46,15 +43,13 @@ def send_speech(client: RecordingClient, speech: np.ndarray, lead_s: float = 0.5
     audio = np.concatenate([silence(lead_s), speech, silence(tail_s)])
     last_voiced = int((lead_s + voiced_span(speech)[1]) * RATE)
     step = RATE * FRAME_MS // 1000
-    started = time.monotonic()
+    clock = RealTime()
     sent_last_voiced = 0.0
     for i in range(0, len(audio), step):
         client.sio.emit("audio", audio[i:i + step].astype("<i2").tobytes())
         if i <= last_voiced < i + step:
             sent_last_voiced = time.monotonic()
-        delay = started + (i + step) / RATE - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        clock.wait(i + step)
     return sent_last_voiced
 
 

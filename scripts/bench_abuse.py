@@ -31,16 +31,12 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from bench_latency import ask
+from eval_answers import synthesize
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _bench import Microphone  # noqa: E402
-from bench_latency import ask  # noqa: E402
-from eval_answers import synthesize  # noqa: E402
-
-from tests.helpers import RecordingClient  # noqa: E402
-from vita.web.audio_input import JSON_MAX_BYTES  # noqa: E402
+from vita.harness.client import RecordingClient
+from vita.harness.speech import Microphone
+from vita.web.audio_input import JSON_MAX_BYTES
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
              "What color is the sky?", "Is a whale a mammal?", "What is two plus three?"]
@@ -63,12 +59,15 @@ def word_gaps(stop: threading.Event, client: RecordingClient) -> None:
     word = synthesize("hibari", "Go.")
     loud = np.flatnonzero(np.abs(word.astype(np.int32)) > 800)
     unit = np.concatenate([word[loud[0]:loud[-1]], np.zeros(int(0.15 * RATE), np.int16)])
-    sent, started = 0, time.monotonic()
+    mic = Microphone(client, binary=True, name="abuser-mic")
+    block = np.tile(unit, 10)
+    queued = mic.say(block)
     while not stop.is_set():
-        for i in range(0, len(unit), 512):
-            client.sio.emit("audio", unit[i:i + 512].astype("<i2").tobytes())
-            sent += 512
-            time.sleep(max(0.0, started + sent / RATE - time.monotonic()))
+        following = mic.say(block)  # always one behind the one being sent: no silence between them
+        while not queued.done.wait(0.1) and not stop.is_set():
+            pass
+        queued = following
+    mic.close()
 
 
 def text_while_speaking(stop: threading.Event, client: RecordingClient) -> None:
@@ -96,7 +95,7 @@ def many_sections(stop: threading.Event, client: RecordingClient) -> None:
 
 
 def candidates(stop: threading.Event, client: RecordingClient) -> None:
-    from tests.rtc_client import RtcAudio
+    from vita.harness.rtc import RtcAudio
 
     peer = RtcAudio(client).connect()
     addresses = ["127.0.0.1", "10.1.2.3", "169.254.1.1", "abcd.local", "192.168.0.1", "93.184.216.34"]
@@ -187,7 +186,7 @@ def main() -> int:
     args = parser.parse_args()
     server, url, pid = None, args.url, args.server_pid
     if url is None:
-        from tests.conftest import start_server, wait_ready
+        from vita.harness.server import start_server, wait_ready
 
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "3")
         wait_ready(server)
@@ -222,7 +221,7 @@ def main() -> int:
         mic.close()
         victim.close()
         if server is not None:
-            from tests.conftest import stop_server
+            from vita.harness.server import stop_server
 
             stop_server(server)
     if args.json:

@@ -20,16 +20,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from eval_answers import QUESTIONS as QUESTIONS_FILE
+from eval_answers import synthesize
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from eval_answers import QUESTIONS as QUESTIONS_FILE  # noqa: E402
-from eval_answers import synthesize  # noqa: E402
-
-from tests.speech import silence, spoken  # noqa: E402
-from vita.config import Config  # noqa: E402
-from workers.asr import WhisperTranscriber  # noqa: E402
+from vita.config import Config
+from vita.harness.speech import silence, spoken
+from workers.asr import WhisperTranscriber
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]

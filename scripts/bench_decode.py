@@ -12,9 +12,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer day at the beach.",
            "Explain how a car engine works.", "What is the capital of France?"]

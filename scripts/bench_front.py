@@ -16,17 +16,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import summary_ms
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _bench import summary_ms  # noqa: E402
-
-from tests.speech import RATE, silence, spoken, vita_message, voiced_span  # noqa: E402
-from vita.config import Config  # noqa: E402
-from vita.turns.listener import SpeechListener  # noqa: E402
-from vita.turns.session_actor import AudioIn, SessionActor  # noqa: E402
-from vita.turns.vad import CHUNK, Heard, SileroVad, VadSegmenter  # noqa: E402
-from vita.web.audio_input import decode_audio_message  # noqa: E402
+from vita.config import Config
+from vita.harness.speech import RATE, silence, spoken, vita_message, voiced_span
+from vita.turns.listener import SpeechListener
+from vita.turns.session_actor import AudioIn, SessionActor
+from vita.turns.vad import CHUNK, Heard, SileroVad, VadSegmenter
+from vita.web.audio_input import decode_audio_message
 
 SENTENCES = ["What is the capital of France?", "Yes.", "Please tell me a joke about cats.",
              "Could you turn the lights off in the kitchen, please?", "No, thank you."]

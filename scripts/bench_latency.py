@@ -29,13 +29,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import percentile
+from eval_answers import answered_turn, synthesize
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _bench import Microphone, percentile  # noqa: E402
-from eval_answers import answered_turn, synthesize  # noqa: E402
-
-from tests.helpers import RecordingClient  # noqa: E402
+from vita.harness.client import RecordingClient
+from vita.harness.speech import Microphone
 
 SHORT = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
          "Is a whale a mammal?", "What is two plus three?", "Who wrote Romeo and Juliet?",
@@ -189,7 +187,7 @@ def main() -> int:
     args = parser.parse_args()
     server, url = None, args.url
     if url is None:
-        from tests.conftest import start_server, wait_ready
+        from vita.harness.server import start_server, wait_ready
 
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *args.server_args)
         wait_ready(server)
@@ -222,7 +220,7 @@ def main() -> int:
         mic.close()
         client.close()
         if server is not None:
-            from tests.conftest import stop_server
+            from vita.harness.server import stop_server
 
             stop_server(server)
     print(f"\n{args.transport} client, voice {args.voice}, {len(rows)} answered of "

@@ -13,20 +13,18 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _bench import start_worker
 
-from _bench import start_worker  # noqa: E402
-
-from tests.speech import RATE, silence, spoken  # noqa: E402
-from vita.config import Config  # noqa: E402
-from vita.messages import (  # noqa: E402
+from vita.config import Config
+from vita.harness.speech import RATE, silence, spoken
+from vita.messages import (
     Shutdown,
     Transcript,
     TurnEnded,
     TurnRequest,
     TurnTimings,
 )
-from workers.llm_worker import run_llm_worker  # noqa: E402
+from workers.llm_worker import run_llm_worker
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Good morning! Can you tell me what the weather is like in spring and in summer?"]

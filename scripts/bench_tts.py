@@ -13,13 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _bench import percentile, start_worker
 
-from _bench import percentile, start_worker  # noqa: E402
-
-from vita.config import Config  # noqa: E402
-from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings  # noqa: E402
-from workers.tts_worker import run_tts_worker  # noqa: E402
+from vita.config import Config
+from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings
+from workers.tts_worker import run_tts_worker
 
 PIECES = [
     "Sure,",

@@ -42,17 +42,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _bench import percentile
+from bench import FRAME_MS, LONG_QUESTIONS, open_mic, send_speech
+from eval_answers import _digits, _norm, synthesize
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _bench import percentile  # noqa: E402
-from bench import FRAME_MS, LONG_QUESTIONS, open_mic, send_speech  # noqa: E402
-from eval_answers import _digits, _norm, synthesize  # noqa: E402
-
-from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
-from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, silence, stream, voiced_span  # noqa: E402
+from vita.harness.client import RecordingClient
+from vita.harness.server import start_server, stop_server, wait_ready
+from vita.harness.speech import RATE, silence, stream, voiced_span
 
 # General questions, not chosen for (or tuned on) anything.
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
@@ -187,8 +183,8 @@ def wait_open_mic(client: RecordingClient, predicate: Callable[[Events], bool], 
 
 
 def play(client: RecordingClient, audio: np.ndarray, marks: dict[str, int]) -> dict[str, float]:
-    """Stream `audio` like send_speech (tests.speech.stream, 32 ms binary frames, real time); returns when the frame
-    holding each marked sample index was sent."""
+    """Stream `audio` like send_speech (vita.harness.speech.stream, 32 ms binary frames, real time); returns when the
+    frame holding each marked sample index was sent."""
     step = RATE * FRAME_MS // 1000
     sent: dict[str, float] = {}
 

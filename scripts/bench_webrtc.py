@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -35,17 +34,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
+from _bench import delta, histogram_quantile, percentile, scrape
+from bench import LONG_QUESTIONS, _cpu_s
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _bench import Microphone, delta, histogram_quantile, percentile, scrape  # noqa: E402
-from bench import LONG_QUESTIONS, _cpu_s  # noqa: E402
-
-from tests.conftest import start_server, stop_server, wait_ready  # noqa: E402
-from tests.helpers import RecordingClient  # noqa: E402
-from tests.rtc_client import LOUD_RMS, RtcAudio  # noqa: E402
-from tests.speech import RATE, silence, spoken, voiced_span  # noqa: E402
+from vita.harness.client import RecordingClient
+from vita.harness.rtc import LOUD_RMS, RtcAudio
+from vita.harness.server import start_server, stop_server, wait_ready
+from vita.harness.speech import RATE, Microphone, silence, spoken, voiced_span
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
              "What is two plus two?"]

@@ -31,10 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from tests.helpers import RecordingClient
+    from vita.harness.client import RecordingClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QUESTIONS = Path(__file__).with_name("eval_questions.json")
 MAX_WORDS = 25
@@ -244,7 +242,7 @@ def synthesize(voice: str, text: str) -> np.ndarray:
             rate, data = w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
         return soxr.resample(data.astype(np.float32), rate, 16000).clip(-32768, 32767).astype(np.int16)
     if voice == "piper":
-        from tests.speech import spoken
+        from vita.harness.speech import spoken
 
         return np.asarray(spoken(text))
     raise SystemExit(f"unknown voice {voice!r}: hibari, espeak[:VARIANT] or piper")
@@ -271,7 +269,7 @@ def answered_turn(client: RecordingClient, after: float) -> int:
 def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
     from bench import open_mic, send_speech
 
-    from tests.helpers import RecordingClient
+    from vita.harness.client import RecordingClient
 
     client = RecordingClient(url).connect()
     results = []
@@ -335,7 +333,7 @@ def main() -> int:
             report[name] = {"summary": print_results(f"typed {name} ({report['model']})", results),
                             "results": [asdict(r) for r in results]}
     else:
-        from tests.conftest import start_server, stop_server, wait_ready
+        from vita.harness.server import start_server, stop_server, wait_ready
 
         spoken_qs = [q for q in questions if "camera" not in q]
         server = None

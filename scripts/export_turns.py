@@ -12,10 +12,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from vita.config import load_config  # noqa: E402
-from vita.ops.turn_log import read_turns  # noqa: E402
+from vita.config import load_config
+from vita.ops.turn_log import read_turns
 
 
 def main(argv: list[str] | None = None) -> int:

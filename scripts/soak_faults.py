@@ -57,19 +57,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import psutil
 import requests
+from _bench import percentile
+from bench import LONG_QUESTIONS, QUESTIONS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _bench import percentile  # noqa: E402
-from bench import FRAME_MS, LONG_QUESTIONS, QUESTIONS  # noqa: E402
-
-import tests.conftest as conftest  # noqa: E402
-from tests.helpers import RecordingClient  # noqa: E402
-from tests.speech import RATE, noise, silence, spoken, voiced_span  # noqa: E402
-from vita.config import load_config  # noqa: E402
+import tests.conftest as conftest
+from vita.config import load_config
+from vita.harness.client import RecordingClient
+from vita.harness.speech import Microphone, noise, spoken
 
 FAULTS = ("kill_llm", "freeze_llm", "engine_raise", "freeze_tts", "lose_end")
 WORKER_OF = {"kill_llm": "llm", "freeze_llm": "llm", "engine_raise": "llm", "freeze_tts": "tts", "lose_end": "tts"}
@@ -89,84 +85,6 @@ EXTRA_QUESTIONS = ["How many legs does a spider have?", "What color is the sky o
 
 def now() -> float:
     return time.monotonic()
-
-
-# --- the microphone ----------------------------------------------------------------------------------------------
-@dataclass
-class Utterance:
-    pcm: np.ndarray
-    first_voiced: int  # sample index
-    last_voiced: int
-    started_at: float = 0.0  # when the frame with its first voiced sample was sent
-    ended_at: float = 0.0  # ... its last voiced sample
-    voiced_end: threading.Event = field(default_factory=threading.Event)
-    failed: bool = False
-
-
-class Mic(threading.Thread):
-    """A microphone that never stops: 32 ms frames of room noise at real-time pace, utterances mixed in."""
-
-    def __init__(self, client: RecordingClient, name: str, level: float, seed: int):
-        super().__init__(name=f"mic-{name}", daemon=True)
-        self.client = client
-        self.background = noise(10.0, level=level, seed=seed) if level > 0 else silence(10.0)
-        self.queue: collections.deque[Utterance] = collections.deque()
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.late_max_s = 0.0
-        self.broken = False
-
-    def say(self, pcm: np.ndarray) -> Utterance:
-        first, last = voiced_span(pcm)
-        utterance = Utterance(pcm, int(first * RATE), int(last * RATE))
-        with self.lock:
-            self.queue.append(utterance)
-        return utterance
-
-    def run(self) -> None:
-        step = RATE * FRAME_MS // 1000
-        started, k, current, pos = now(), 0, None, 0
-        while not self.stop.is_set():
-            offset = (k * step) % (len(self.background) - step)
-            frame = self.background[offset:offset + step].astype(np.int32)
-            marks = []
-            if current is None:
-                with self.lock:
-                    current, pos = (self.queue.popleft(), 0) if self.queue else (None, 0)
-            if current is not None:
-                piece = current.pcm[pos:pos + step]
-                frame[:len(piece)] += piece
-                marks = [m for m in ("first_voiced", "last_voiced") if pos <= getattr(current, m) < pos + step]
-            try:
-                self.client.sio.emit("audio", np.clip(frame, -32768, 32767).astype("<i2").tobytes())
-            except Exception:  # the connection is gone: the session notices the disconnect and reconnects
-                self.broken = True
-                self._fail(current)
-                return
-            sent = now()
-            if current is not None:
-                if "first_voiced" in marks:
-                    current.started_at = sent
-                if "last_voiced" in marks:
-                    current.ended_at = sent
-                    current.voiced_end.set()
-                pos += step
-                if pos >= len(current.pcm):
-                    current = None
-            k += 1
-            delay = started + k * step / RATE - now()
-            self.late_max_s = max(self.late_max_s, -delay)
-            if delay > 0:
-                time.sleep(delay)
-        self._fail(current)
-
-    def _fail(self, current: Utterance | None) -> None:
-        with self.lock:
-            left = ([current] if current is not None else []) + list(self.queue)
-            self.queue.clear()
-        for utterance in left:
-            utterance.failed = True
-            utterance.voiced_end.set()
 
 
 class SoakClient(RecordingClient):
@@ -469,7 +387,7 @@ class Session:
         self.seed = seed
         self.rng = random.Random(seed)
         self.client: SoakClient | None = None
-        self.mic: Mic | None = None
+        self.mic: Microphone | None = None
         self.cursor = 0
         self.turns: dict[int, Turn] = {}  # by turn_id
         self.said: collections.deque = collections.deque(maxlen=4)  # (Utterance, Turn) of the latest questions
@@ -489,13 +407,13 @@ class Session:
     def connect(self) -> None:
         self.client = SoakClient(self.soak.url).connect()
         self.cursor = 0
-        self.mic = Mic(self.client, self.name, self.soak.args.noise_level, self.seed)
-        self.mic.start()
+        level = self.soak.args.noise_level
+        background = noise(10.0, level=level, seed=self.seed) if level > 0 else None
+        self.mic = Microphone(self.client, binary=True, background=background, name=f"mic-{self.name}")
 
     def close(self) -> None:
         if self.mic is not None:
-            self.mic.stop.set()
-            self.mic.join(2)
+            self.mic.close()
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.close()
@@ -548,7 +466,7 @@ class Session:
             self.last_tid = max(self.last_tid, tid)
             self.committed.append((tid, t))
             # A turn is the latest question's whose speech had started (the next one may be queued already).
-            turn = next((q for u, q in reversed(self.said) if 0 < u.started_at <= t), None)
+            turn = next((q for u, q in reversed(self.said) if 0 < u.onset_sent <= t), None)
             if turn is None:
                 self.soak.anomaly(self.name, f"turn {tid} committed with no question pending", turn=data)
                 return
@@ -747,7 +665,7 @@ class Session:
             with self.soak.lock:
                 self.soak.turns.remove(turn)
             return
-        turn.speech_start, turn.speech_end = utterance.started_at, utterance.ended_at
+        turn.speech_start, turn.speech_end = utterance.onset_sent, utterance.end_sent
         self.open.append(turn)
         self.soak.announce("sent", self.name)
 

@@ -22,8 +22,6 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def serve(port_queue: multiprocessing.Queue, state_dir: str) -> None:
     import flask

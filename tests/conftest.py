@@ -5,121 +5,32 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 import requests
-import urllib3
 
-ROOT = Path(__file__).resolve().parent.parent
+from vita.harness.server import (
+    BASE_ENV,
+    READY_TIMEOUT_S,
+    ROOT,
+    RunningServer,
+    free_port,
+    probe_first_health,
+    start_server,
+    stop_server,
+    wait_no_sessions,
+    wait_ready,
+)
+
 ARTIFACTS = ROOT / "test-artifacts"
-READY_TIMEOUT_S = 420
 
-urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-# The environment as the test run found it: servers get this, not whatever an in-process engine added since.
-BASE_ENV = dict(os.environ)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class RunningServer:
-    process: subprocess.Popen
-    url: str
-    state_dir: Path
-    log_path: Path
-    first_health: dict = field(default_factory=dict)
-    first_health_latency_s: float = 0.0
-    ready_after_s: float = 0.0
-    probe: threading.Thread | None = None  # probe_first_health, for a server launched before its first test
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def get(self, path: str, **kw) -> requests.Response:
-        return requests.get(self.url + path, verify=False, timeout=5, **kw)
-
-
-def start_server(tmp: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
-    port = free_port()
-    state = tmp / "state"
-    log_path = tmp / "server.log"
-    cmd = [sys.executable, str(ROOT / "server.py"), "--port", str(port), "--state_dir", str(state), *args]
-    process = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
-                               env={**BASE_ENV, "PYTHONUNBUFFERED": "1", **(env or {})})
-    return RunningServer(process, f"https://127.0.0.1:{port}", state, log_path)
-
-
-def probe_first_health(server: RunningServer, deadline: float) -> None:
-    """Record the first /health the server answers (while its models load) and how long that request took."""
-    while not server.first_health and time.monotonic() < deadline and server.process.poll() is None:
-        try:
-            t = time.monotonic()
-            health = server.get("/health").json()
-            server.first_health_latency_s, server.first_health = time.monotonic() - t, health
-        except requests.ConnectionError:
-            time.sleep(0.2)
-
-
-def wait_ready(server: RunningServer, timeout: float = READY_TIMEOUT_S) -> None:
-    started = time.monotonic()
-    deadline = started + timeout
-    probe_first_health(server, deadline)
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()[-4000:]}")
-        try:
-            if server.get("/ready").status_code == 200:
-                server.ready_after_s = time.monotonic() - started
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"server not ready after {timeout} s:\n{server.log()[-4000:]}")
-
-
-def stop_server(server: RunningServer) -> None:
-    """SIGTERM, as an operator stops it. Every server a test starts thereby also shows that it stops within 15 s
-    and leaves no process behind (a server that does not is killed, then the test fails)."""
-    if server.process.poll() is not None:
-        return
-    family = psutil.Process(server.process.pid).children(recursive=True)
-    started = time.monotonic()
-    server.process.send_signal(signal.SIGTERM)
-    try:
-        server.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
-    took = time.monotonic() - started
-    _, left = psutil.wait_procs(family, timeout=5)
-    for process in left:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    assert took < 15 and not left, (f"stopping took {took:.1f} s; left behind: "
-                                     f"{[p.pid for p in left]}\n{server.log()[-3000:]}")
-
-
-@contextlib.contextmanager
-def running_server(tmp: Path, *args: str):
-    running = start_server(tmp, *args)
-    try:
-        wait_ready(running)
-        yield running
-    finally:
-        stop_server(running)
 
 
 def launch_shared_server(tmp: Path) -> RunningServer:
@@ -152,27 +63,10 @@ def server(request, tmp_path_factory) -> RunningServer:
         stop_server(running)
 
 
-def wait_health(server: RunningServer, predicate, timeout: float = 10.0, token: str | None = None) -> dict:
-    """/health once predicate(health) holds, or the last one at the deadline (the caller asserts on it); with the
-    server's access token when it has one (the detail is behind it)."""
-    deadline = time.monotonic() + timeout
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    while True:
-        health = server.get("/health", headers=headers).json()
-        if predicate(health) or time.monotonic() > deadline:
-            return health
-        time.sleep(0.1)
-
-
-def wait_no_sessions(server: RunningServer) -> None:
-    """The shared server is between tests once the last test's client is gone."""
-    wait_health(server, lambda h: not h["sessions"], timeout=5)
-
-
 @pytest.fixture
 def client(server):
     """A recording Socket.IO client of its own on the shared server."""
-    from tests.helpers import RecordingClient
+    from vita.harness.client import RecordingClient
 
     wait_no_sessions(server)
     c = RecordingClient(server.url).connect()

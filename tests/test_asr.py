@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.speech import noise, silence, spoken
 from vita.config import Config
+from vita.harness.speech import noise, silence, spoken
 from workers.asr import WhisperTranscriber, window_seconds
 
 

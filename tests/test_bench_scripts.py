@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from vita.harness.server import ROOT
 
 
 def test_tts_benchmark_runs_the_real_worker_and_reports():

@@ -15,10 +15,10 @@ import numpy as np
 import requests
 import websocket
 
-from tests.conftest import wait_health, wait_no_sessions
-from tests.helpers import RawSocketIO, RecordingClient
-from tests.speech import silence, spoken, stream
 from tests.test_camera import image_bomb
+from vita.harness.client import RawSocketIO, RecordingClient
+from vita.harness.server import wait_health, wait_no_sessions
+from vita.harness.speech import silence, spoken, stream
 
 PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")  # the first bytes of a TLS ClientHello, then nothing
 

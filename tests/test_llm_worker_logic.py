@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until
 from vita.config import Config
+from vita.harness.client import wait_until
 from vita.messages import CancelTurn, ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings

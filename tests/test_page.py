@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from tests.browser import chromium, open_page, write_wav
-from tests.conftest import ARTIFACTS, wait_health
-from tests.speech import silence, spoken
+from tests.conftest import ARTIFACTS
+from vita.harness.server import wait_health
+from vita.harness.speech import silence, spoken
 
 
 @pytest.fixture(scope="module")

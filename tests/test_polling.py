@@ -15,8 +15,8 @@ import requests
 import socketio
 import websocket
 
-from tests.helpers import wait_until
 from vita.config import LimitsConfig
+from vita.harness.client import wait_until
 from vita.web.access import COOKIE, AccessGuard
 from vita.web.http_server import FrontServer
 from vita.web.socket_guard import SocketGuard

@@ -13,9 +13,9 @@ import time
 import pytest
 import redis
 
-from tests.conftest import ROOT, free_port, start_server, stop_server, wait_ready
-from tests.helpers import RecordingClient
 from tests.test_conversation import ask_aloud, turn_done
+from vita.harness.client import RecordingClient
+from vita.harness.server import ROOT, free_port, start_server, stop_server, wait_ready
 from vita.web.message_queue import CHANNEL
 
 

@@ -16,10 +16,11 @@ import pytest
 import socketio
 
 from tests.browser import chromium, open_page
-from tests.conftest import ARTIFACTS, start_server, stop_server, wait_health, wait_ready
-from tests.helpers import RawSocketIO, RecordingClient
-from tests.speech import noise, silence, spoken, stream
+from tests.conftest import ARTIFACTS
 from tests.test_llm_worker import LONG_REPLY
+from vita.harness.client import RawSocketIO, RecordingClient
+from vita.harness.server import start_server, stop_server, wait_health, wait_ready
+from vita.harness.speech import noise, silence, spoken, stream
 from vita.ops.turn_log import read_turns
 
 TIMEOUT_S = 3

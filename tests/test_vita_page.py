@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.browser import chromium, open_page, write_wav
-from tests.conftest import ROOT, running_server
-from tests.speech import silence, spoken, voiced_span
+from vita.harness.server import ROOT, running_server
+from vita.harness.speech import silence, spoken, voiced_span
 
 VITA_PAGE = ROOT / "tests" / "data" / "vita_page"
 QUESTION = "What is the capital of France?"

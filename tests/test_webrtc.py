@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import wait_health
-from tests.helpers import RecordingClient
-from tests.rtc_client import RtcAudio
-from tests.speech import silence, spoken
+from vita.harness.client import RecordingClient
+from vita.harness.rtc import RtcAudio
+from vita.harness.server import wait_health
+from vita.harness.speech import silence, spoken
 
 
 @pytest.fixture

@@ -55,7 +55,6 @@ class ReplyPacer:
         self.played_until = 0.0  # when the client will have played everything sent so far (monotonic)
         self.gain = 1.0
         self.socket_turn: int | None = None  # the turn whose reply went out here: it ends here
-        self.timer_set = False  # the session's thread has a wake-up for it pending (its owner sets and clears it)
 
     def push(self, turn_id: int, pcm: bytes, rate: int, last: bool = False) -> None:
         """Queue a chunk, cut into pieces of at most ``chunk_s`` so the lead stays small."""

@@ -12,7 +12,6 @@ from typing import Any
 
 from vita.messages import ReplyText
 from vita.turns.camera import FrameBuffer
-from vita.turns.reply_pacer import ReplyPacer
 from vita.turns.turn_taking import TurnTaking
 
 
@@ -69,8 +68,7 @@ class Session:
     # Typed characters: each message starts a turn (a prompt to prefill: its cost grows with its length) and cancels
     # the one before; a person types ~5 characters a second, a paste comes now and then.
     text_budget: RateBudget = field(default_factory=lambda: RateBudget(100.0, 4000.0, time.monotonic()), repr=False)
-    pacer: ReplyPacer | None = field(default=None, repr=False)  # its Socket.IO reply audio, sent just ahead of
-    # playback
+    output: Any = field(default=None, repr=False)  # where its reply audio goes (vita/turns/reply_sinks.py)
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)

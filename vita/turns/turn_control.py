@@ -30,6 +30,7 @@ from vita.ops.turn_log import TurnLogger
 from vita.turns.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
 from vita.turns.listener import SpeechListener
 from vita.turns.reply_pacer import Fate, ReplyPacer
+from vita.turns.reply_sinks import PacedSink, ReplyOutput, SinkEvents
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 from vita.turns.sessions import Session
 from vita.turns.turn_events import (
@@ -150,13 +151,27 @@ class TurnController:
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=self.rules)
         session.listener = self.ears.listener()
-        tts = self.config.tts
-        session.pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
-                         else ReplyPacer(float("inf"), 3600.0))
+        session.output = self._output(session)
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
         session.actor.start()
+
+    def _output(self, session: Session) -> ReplyOutput:
+        """The session's reply audio: Socket.IO's `audio` event, paced, or its WebRTC peer's track."""
+        tts = self.config.tts
+        pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
+                 else ReplyPacer(float("inf"), 3600.0))
+
+        def fate(turn_id: int) -> Fate:
+            route = session.turns.route(turn_id)
+            return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
+
+        events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
+                            complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)))
+        paced = PacedSink(pacer, lambda pcm: self.emit("audio", pcm, to=session.sid), fate,
+                          lambda delay: session.actor.after(delay, PaceDue()), events)
+        return ReplyOutput(paced, lambda: self._peer(session), events)
 
     def detach(self, session: Session) -> None:
         """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
@@ -232,9 +247,7 @@ class TurnController:
                     session.actor.follow(event)
             self._handle(session, Tick(now, self.workers_ready()))
         elif isinstance(item, PaceDue):
-            if item.timer:
-                session.pacer.timer_set = False
-            self._pace(session)
+            session.output.due(time.monotonic(), timer=item.timer)
         elif isinstance(item, EVENTS):
             self._handle(session, item)
         elif isinstance(item, messages.InterjectionText):
@@ -308,18 +321,7 @@ class TurnController:
     def _deliver(self, session: Session, message: Any) -> None:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
-            peer = self._peer(session)
-            # Socket.IO: paced here, just ahead of the client's playback. A reply that began here ends here even
-            # if a WebRTC peer connects meanwhile (the page would hear both).
-            if peer is None or session.pacer.began(turn_id):
-                session.pacer.push(turn_id, message.pcm, message.sample_rate, message.last)
-                self._pace(session)
-                return
-            if message.pcm:  # the state and first-audio timing go out before the audio they announce
-                self._handle(session, AudioSent(now, turn_id, len(message.pcm) / 2 / message.sample_rate))
-            peer.track.push(message.pcm, message.sample_rate, last=message.last)  # Opus, paced by the track
-            if message.last:
-                self._handle(session, ReplyComplete(now, turn_id))
+            session.output.play(message, now)
         elif isinstance(message, Transcript):
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
@@ -332,35 +334,14 @@ class TurnController:
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
             self._handle(session, TurnUnanswered(now, turn_id, message.reason))
 
-    def _pace(self, session: Session) -> None:
-        """Send the reply audio the client may hold now (VITA: raw int16 mono PCM at 24 kHz), and set the timer
-        for the rest. A chunk of a turn that ended meanwhile is dropped; a held turn's wait for its release."""
-        def fate(turn_id: int) -> Fate:
-            route = session.turns.route(turn_id)
-            return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
-
-        now = time.monotonic()
-        for chunk in session.pacer.take(now, fate):
-            if chunk.pcm:  # the state and first-audio timing go out before the audio they announce
-                self._handle(session, AudioSent(now, chunk.turn_id, chunk.seconds))
-                self.emit("audio", chunk.pcm, to=session.sid)
-            if chunk.last:
-                self._handle(session, ReplyComplete(now, chunk.turn_id))
-        wake = session.pacer.wake_in(now, fate)
-        if wake is not None and not session.pacer.timer_set:
-            session.pacer.timer_set = True
-            session.actor.after(wake, PaceDue())
-
     # --- the machine's actions -----------------------------------------------------------------------------
     def _carry_out(self, session: Session, action: Action) -> None:
         sid = session.sid
         if isinstance(action, Send):
             if action.event == "stop_tts":
-                session.pacer.clear()  # what the client has not been sent is never sent
-                if (peer := self._peer(session)) is not None:
-                    peer.track.flush()  # what the track had queued is never sent: silence within one 20 ms packet
+                session.output.stop()  # what the client has not been sent (or heard, over WebRTC) is never sent
             elif action.event in ("duck", "unduck"):
-                session.pacer.duck(action.event == "duck")  # for clients that cannot duck (VITA's page)
+                session.output.duck(action.event == "duck")
             if action.payload is None:
                 self.emit(action.event, to=sid)
             else:

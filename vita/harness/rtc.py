@@ -15,7 +15,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
-from tests.helpers import RecordingClient
+from vita.harness.client import RecordingClient
 from vita.web.webrtc import OpusTrack, set_jitter_buffer
 
 CLIENT_PREFETCH = 1  # packets this client's jitter buffer holds back: 20 ms (Chromium's held 14 ms here)
