@@ -9,7 +9,6 @@ from vita.turns.turn_events import (
     EXTENDED,
     STALLED,
     AudioSent,
-    CancelTurn,
     CarrySpeech,
     CloseSession,
     CommitTurn,
@@ -39,6 +38,7 @@ from vita.turns.turn_events import (
     SpeechResumed,
     SpeechStarted,
     StartTurn,
+    StopTurn,
     TextTyped,
     Tick,
     TurnDone,
@@ -133,10 +133,10 @@ def test_confirmed_speech_while_busy_cancels_the_turn_audibly(busy):
     m = machine()
     turn = spoken_turn(m) if busy == "thinking" else speaking(m)
     onset = m.handle(SpeechStarted(4.0))
-    assert not of(onset, CancelTurn)  # a cough or a "mm-hmm" starts like this: nothing is cancelled yet
+    assert not of(onset, StopTurn)  # a cough or a "mm-hmm" starts like this: nothing is cancelled yet
     assert sent(onset) == (["vad", "duck"] if busy == "speaking" else ["vad"])
     actions = m.handle(SpeechConfirmed(4.4))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)]
+    assert of(actions, StopTurn) == [StopTurn(turn, "barge-in", audible=True)]
     assert sent(actions) == ["stop_tts", "turn_cancelled", "state"]
     assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
 
@@ -169,7 +169,7 @@ def test_text_during_an_utterance_joins_it():
 def test_recording_toggle_reset_and_worker_failure_cancel_the_turn(event, reason):
     m = machine()
     turn = speaking(m)
-    assert of(m.handle(event), CancelTurn) == [CancelTurn(turn, reason, audible=True)]
+    assert of(m.handle(event), StopTurn) == [StopTurn(turn, reason, audible=True)]
 
 
 def test_recording_toggle_without_a_turn_still_stops_playback():
@@ -186,7 +186,7 @@ def test_a_dropped_start_is_reported_and_is_not_speech():
 def test_disconnect_cancels_the_turn_silently():
     m = machine()
     turn = speaking(m)
-    assert m.handle(Disconnected(4.0)) == [CancelTurn(turn, "disconnect", audible=False)]
+    assert m.handle(Disconnected(4.0)) == [StopTurn(turn, "disconnect", audible=False)]
 
 
 # --- speculative turn start ----------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_the_real_end_of_speech_commits_the_speculative_turn_without_redoing_it(
     m.handle(SpeechStarted(0.5))
     m.handle(SpeechPaused(2.15, SPEECH))
     actions = m.handle(UtteranceEnded(2.3, SPEECH))
-    assert of(actions, StartTurn) == [] and of(actions, CancelTurn) == []
+    assert of(actions, StartTurn) == [] and of(actions, StopTurn) == []
     assert of(actions, CommitTurn) == [CommitTurn(1, SPEECH, "")]
     assert m.route(1) is Route.DELIVER and m.phase is Phase.THINKING and m.speech_end_at == SPEECH.ended_at
 
@@ -214,7 +214,7 @@ def test_speech_resuming_after_a_pause_discards_the_speculative_turn_then_a_new_
     m.handle(SpeechStarted(0.5))
     m.handle(SpeechPaused(2.15, SPEECH))
     discarded = m.handle(SpeechResumed(2.25))
-    assert discarded == [CancelTurn(1, DISCARDED, audible=False, forget=True)]  # no stop_tts: nothing was heard
+    assert discarded == [StopTurn(1, DISCARDED, audible=False, forget=True)]  # no stop_tts: nothing was heard
     assert m.route(1) is Route.DROP
     assert m.handle(SpeechPaused(3.15, LONGER)) == [StartTurn(2, LONGER, "", speculative=True)]
     assert of(m.handle(UtteranceEnded(3.3, LONGER)), CommitTurn) == [CommitTurn(2, LONGER, "")]
@@ -224,7 +224,7 @@ def test_text_typed_while_speaking_discards_the_speculative_turn_that_lacks_it()
     m = machine()
     m.handle(SpeechStarted(0.5))
     m.handle(SpeechPaused(2.15, SPEECH))
-    assert of(m.handle(TextTyped(2.2, "in Paris")), CancelTurn) == [CancelTurn(1, DISCARDED, False, True)]
+    assert of(m.handle(TextTyped(2.2, "in Paris")), StopTurn) == [StopTurn(1, DISCARDED, False, True)]
     (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
     assert start.text == "in Paris" and not start.speculative
 
@@ -233,7 +233,7 @@ def test_speculative_turn_that_heard_nothing_is_forgotten_and_the_end_starts_afr
     m = machine()
     m.handle(SpeechStarted(0.5))
     m.handle(SpeechPaused(2.15, SPEECH))
-    assert m.handle(TurnUnanswered(2.2, 1, "no speech recognised")) == [CancelTurn(1, DISCARDED, False, True)]
+    assert m.handle(TurnUnanswered(2.2, 1, "no speech recognised")) == [StopTurn(1, DISCARDED, False, True)]
     (start,) = of(m.handle(UtteranceEnded(2.3, SPEECH)), StartTurn)
     assert start.turn_id == 2 and not start.speculative
 
@@ -288,7 +288,7 @@ def test_a_turn_that_never_answers_is_cancelled_with_an_error_and_the_idle_clock
     turn = spoken_turn(m, now=2.3)  # committed at 2.3: thinking, and nothing ever comes back
     assert m.handle(Tick(17.0, workers_ready=True)) == []
     actions = m.handle(Tick(17.5, workers_ready=True))
-    assert stalled_error(actions) and of(actions, CancelTurn) == [CancelTurn(turn, STALLED, audible=True)]
+    assert stalled_error(actions) and of(actions, StopTurn) == [StopTurn(turn, STALLED, audible=True)]
     assert sent(actions)[-1] == "state" and actions[-1].payload["state"] == "listening"
     assert m.phase is Phase.LISTENING and m.active_turn is None and m.route(turn) is Route.DROP
     assert m.handle(Tick(77.0, workers_ready=True)) == []  # idle from the cancel on, not from the question
@@ -302,7 +302,7 @@ def test_a_reply_whose_end_is_lost_is_cancelled_once_its_audio_has_played_and_th
     m.handle(AudioSent(4.0, turn, 2.0))  # ...until 15.0
     assert m.handle(Tick(29.9, workers_ready=True)) == []  # 15 s after the audio the client is playing ran out
     actions = m.handle(Tick(30.1, workers_ready=True))
-    assert stalled_error(actions) and of(actions, CancelTurn)[0].turn_id == turn and m.phase is Phase.LISTENING
+    assert stalled_error(actions) and of(actions, StopTurn)[0].turn_id == turn and m.phase is Phase.LISTENING
 
 
 def test_reply_audio_is_progress_and_speculative_turns_are_not_watched():
@@ -390,7 +390,7 @@ def test_a_speculative_turn_that_hears_nothing_leaves_the_models_word_standing()
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
     assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == []
     actions = m.handle(TurnUnanswered(2.2, start.turn_id, "not ready"))  # e.g. a worker restarting
-    assert of(actions, CancelTurn) and actions[-1] == EndUtterance()
+    assert of(actions, StopTurn) and actions[-1] == EndUtterance()
 
 
 def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
@@ -480,7 +480,7 @@ def test_going_on_before_the_reply_is_heard_extends_the_turn_instead_of_a_second
     assert m.phase is Phase.THINKING
     assert sent(m.handle(SpeechStarted(2.6))) == ["vad"]  # nothing withdrawn on onset alone
     actions = m.handle(SpeechConfirmed(3.0))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
     assert of(actions, CarrySpeech) == [CarrySpeech(SPEECH)] and "stop_tts" not in sent(actions)
     assert m.route(turn) is Route.DROP and m.phase is Phase.LISTENING
     (start,) = of(m.handle(UtteranceEnded(4.0, LONGER)), StartTurn)  # the listener's utterance carries SPEECH
@@ -494,7 +494,7 @@ def test_a_request_already_long_is_not_extended_again_what_follows_is_a_turn_of_
     turn = spoken_turn(m, long_request, now=MAX_EXTENDED_S + 0.8)
     m.handle(SpeechStarted(MAX_EXTENDED_S + 1.0))
     actions = m.handle(SpeechConfirmed(MAX_EXTENDED_S + 1.4))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
+    assert of(actions, StopTurn) == [StopTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
 
 
 def test_a_cough_after_the_turn_was_withdrawn_sends_the_request_as_it_was():
@@ -513,14 +513,14 @@ def test_once_the_reply_is_heard_confirmed_speech_interrupts_instead_of_extendin
     turn = speaking(m)
     m.handle(SpeechStarted(3.5))
     actions = m.handle(SpeechConfirmed(3.9))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
+    assert of(actions, StopTurn) == [StopTurn(turn, "barge-in", audible=True)] and not of(actions, CarrySpeech)
 
 
 def test_a_typed_turn_is_interrupted_not_extended():
     m = judging()
     (start,) = of(m.handle(TextTyped(1.0, "hello")), StartTurn)
     m.handle(SpeechStarted(1.5))
-    assert of(m.handle(SpeechConfirmed(1.9)), CancelTurn) == [CancelTurn(start.turn_id, "barge-in", audible=True)]
+    assert of(m.handle(SpeechConfirmed(1.9)), StopTurn) == [StopTurn(start.turn_id, "barge-in", audible=True)]
 
 
 @pytest.mark.parametrize("sound", ["backchannel", "cough"])
@@ -534,7 +534,7 @@ def test_a_backchannel_or_a_cough_over_the_reply_ducks_it_and_changes_nothing_el
     else:
         end = SpeechDropped(3.7)
     actions = m.handle(end)
-    assert not of(actions, CancelTurn) and not of(actions, StartTurn)
+    assert not of(actions, StopTurn) and not of(actions, StartTurn)
     assert "duck" not in sent(actions) and not m.ducked
     assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER
 
@@ -557,7 +557,7 @@ def test_speech_right_after_the_first_reply_audio_extends_and_stops_those_few_wo
     m.handle(AudioSent(2.5, turn, 0.2))
     m.handle(SpeechStarted(2.6))
     actions = m.handle(SpeechConfirmed(2.9))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
     assert sent(actions)[0] == "stop_tts" and of(actions, CarrySpeech) == [CarrySpeech(SPEECH)]
 
 
@@ -578,7 +578,7 @@ def test_speech_soon_after_the_first_audio_still_extends_later_speech_interrupts
     turn = spoken_turn(m)
     m.handle(AudioSent(2.5, turn, 2.0))
     m.handle(SpeechStarted(2.5 + after_first_audio))
-    (cancel,) = of(m.handle(SpeechConfirmed(3.5)), CancelTurn)
+    (cancel,) = of(m.handle(SpeechConfirmed(3.5)), StopTurn)
     assert cancel.reason == outcome
 
 
@@ -594,7 +594,7 @@ def test_a_short_continuation_before_the_reply_joins_the_request_even_unconfirme
     (judge,) = of(m.handle(SpeechPaused(3.2, THEN)), JudgeTurn)  # asked whether the continuation is finished
     assert m.handle(TurnJudged(3.25, judge.pause, 0.9)) == [EndUtterance()]
     actions = m.handle(UtteranceEnded(3.3, THEN))
-    assert of(actions, CancelTurn) == [CancelTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
     (start,) = of(actions, StartTurn)
     assert start.speech == joined(FIRST, THEN) and start.turn_id == turn + 1 and of(actions, CommitTurn)
     assert start.speech.pcm.startswith(FIRST.pcm) and start.speech.pcm.endswith(THEN.pcm)
@@ -610,7 +610,7 @@ def test_text_typed_during_a_backchannel_is_a_request_of_its_own():
     actions = m.handle(UtteranceEnded(4.0, SPEECH))  # the speech was a "mm-hmm": the text must not be stranded
     (start,) = of(actions, StartTurn)
     assert start.text == "and Germany?" and start.speech is None
-    assert of(actions, CancelTurn) == [CancelTurn(turn, "new turn", audible=True)]
+    assert of(actions, StopTurn) == [StopTurn(turn, "new turn", audible=True)]
 
 
 def test_a_reset_forgets_a_withdrawn_request():
@@ -639,7 +639,7 @@ def test_a_held_reply_is_withdrawn_unheard_when_the_request_goes_on():
     m.handle(SpeechStarted(2.5))
     assert m.route(turn) is Route.HOLD
     actions = m.handle(SpeechConfirmed(3.0))
-    assert "stop_tts" not in sent(actions) and of(actions, CancelTurn)[0].reason == EXTENDED
+    assert "stop_tts" not in sent(actions) and of(actions, StopTurn)[0].reason == EXTENDED
     assert m.route(turn) is Route.DROP
 
 
@@ -679,7 +679,7 @@ def test_short_speech_over_the_reply_is_heard_at_its_pause_and_stop_interrupts()
     (hear,) = of(actions, HearInterjection)
     assert hear.turn_id == turn and hear.speech == SPEECH and "unduck" not in sent(actions)  # ducked till heard
     stopped = m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop."))
-    assert sent(stopped)[:2] == ["stop_tts", "turn_cancelled"] and of(stopped, CancelTurn)[0].reason == "barge-in"
+    assert sent(stopped)[:2] == ["stop_tts", "turn_cancelled"] and of(stopped, StopTurn)[0].reason == "barge-in"
     assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
     ended = m.handle(UtteranceEnded(5.1, SPEECH))  # "Stop." asked for nothing more: no turn of its own
     assert sent(ended) == ["vad"] and not of(ended, StartTurn) and m.active_turn is None
@@ -707,7 +707,7 @@ def test_a_stop_heard_after_the_speech_went_on_stops_the_reply_and_the_rest_is_a
     m.handle(SpeechStarted(3.5))
     (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
     m.handle(SpeechResumed(4.0))
-    assert of(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Wait.")), CancelTurn)
+    assert of(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Wait.")), StopTurn)
     m.handle(SpeechConfirmed(4.5))
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
     assert start.speech == LONGER and start.stopped_reply  # "No, stop." too: the LLM worker reads its words
@@ -734,7 +734,7 @@ def test_words_heard_too_late_change_nothing():
     assert second.pause > first.pause
     assert m.handle(InterjectionHeard(4.5, turn, first.pause, "Stop.")) == []
     m.handle(ReplyComplete(4.6, turn))  # played out: the turn is over
-    assert not of(m.handle(InterjectionHeard(4.7, turn, second.pause, "Stop.")), CancelTurn)
+    assert not of(m.handle(InterjectionHeard(4.7, turn, second.pause, "Stop.")), StopTurn)
 
 
 def test_confirmed_speech_and_speech_before_the_reply_are_not_sent_for_a_check():
@@ -756,7 +756,7 @@ def test_speech_that_interrupted_a_reply_is_answered_only_if_it_is_more_than_a_c
     m = commanding()
     speaking(m)
     m.handle(SpeechStarted(3.5))
-    assert of(m.handle(SpeechConfirmed(4.2)), CancelTurn)
+    assert of(m.handle(SpeechConfirmed(4.2)), StopTurn)
     (start,) = of(m.handle(UtteranceEnded(5.5, LONGER)), StartTurn)
     assert start.stopped_reply
 

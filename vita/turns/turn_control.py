@@ -38,7 +38,6 @@ from vita.turns.turn_events import (
     STALLED,
     Action,
     AudioSent,
-    CancelTurn,
     CarrySpeech,
     CloseSession,
     CommitTurn,
@@ -62,6 +61,7 @@ from vita.turns.turn_events import (
     Send,
     SpeechDropped,
     StartTurn,
+    StopTurn,
     Tick,
     TurnDone,
     TurnHeard,
@@ -200,7 +200,7 @@ class TurnController:
         if session.actor is not None:
             session.actor.post(event)
 
-    def hear(self, session: Session, pcm: Any, rate: int) -> bool:
+    def post_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio for the session's VAD; False when its backlog is full (dropped)."""
         session.audio_at = time.monotonic()  # as it arrives (a busy session thread still has audio coming)
         return session.actor is not None and session.actor.post_audio(pcm, rate)
@@ -220,7 +220,7 @@ class TurnController:
         only if it had a turn in flight."""
         def run() -> None:
             actions = self._handle(session, Interrupted(time.monotonic(), reason))
-            if notice is not None and any(isinstance(a, CancelTurn) and a.audible for a in actions):
+            if notice is not None and any(isinstance(a, StopTurn) and a.audible for a in actions):
                 self.emit("error", notice, to=session.sid)
 
         if session.actor is not None:
@@ -237,7 +237,7 @@ class TurnController:
     def receive(self, session: Session, item: Any) -> None:
         """One item of the session's mail (see SessionActor)."""
         if isinstance(item, AudioIn):
-            self._hear(session, item)
+            self._listen(session, item)
         elif isinstance(item, ClockTick):
             now = time.monotonic()
             if session.turns.user_speaking and now - session.audio_at > AUDIO_GONE_S:
@@ -256,7 +256,7 @@ class TurnController:
         else:
             self._on_output(session, item)
 
-    def _hear(self, session: Session, audio: AudioIn) -> None:
+    def _listen(self, session: Session, audio: AudioIn) -> None:
         try:
             events = session.listener.hear(audio.pcm, audio.rate, audio.arrived, time.monotonic())
         except Exception:  # a VAD failure must end neither this session's thread nor its turns
@@ -277,7 +277,7 @@ class TurnController:
             for action in actions:
                 try:
                     self._carry_out(session, action)
-                except Exception:  # one failed action must not skip the others (a CancelTurn, a stop_tts)
+                except Exception:  # one failed action must not skip the others (a cancel, a stop_tts)
                     log.exception("could not carry out %s", type(action).__name__, extra=turn_ids(session.sid))
             # While the reply plays, its echo must not pass for the user (vad.py _echo_guard).
             session.listener.segmenter.guarded = session.turns.phase is Phase.SPEAKING
@@ -350,7 +350,7 @@ class TurnController:
             self._start(session, action)
         elif isinstance(action, CommitTurn):
             self._commit(session, action)
-        elif isinstance(action, CancelTurn):
+        elif isinstance(action, StopTurn):
             self._cancel(session, action)
         elif isinstance(action, FirstAudio):
             self._first_audio(session, action)
@@ -447,7 +447,7 @@ class TurnController:
         window = WINDOW_S * SAMPLE_RATE  # the model hears the last 8 s: hand over no more than that
         self.end_of_turn.judge(session.sid, np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
 
-    def _cancel(self, session: Session, action: CancelTurn) -> None:
+    def _cancel(self, session: Session, action: StopTurn) -> None:
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
         self.put("requests", cancel)
         self.put("tts", cancel)

@@ -268,7 +268,7 @@ class CommitTurn:
 
 
 @dataclass(frozen=True)
-class CancelTurn:
+class StopTurn:
     """Stop the turn in the workers. ``audible``: the client knew of it (stop_tts, turn_cancelled, state);
     ``forget``: it never happened (a discarded speculative turn: no history, no log)."""
 
@@ -356,5 +356,5 @@ class CarrySpeech:
     speech: Speech | None
 
 
-Action = (StartTurn | CommitTurn | CancelTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
+Action = (StartTurn | CommitTurn | StopTurn | Send | FirstAudio | FinishAfter | TurnDone | CloseSession | JudgeTurn
           | EndPauseAfter | HearInterjection | EndUtterance | CarrySpeech | ReleaseHeld)

@@ -27,7 +27,6 @@ from vita.turns.turn_events import (
     STALLED_MID_REPLY,
     Action,
     AudioSent,
-    CancelTurn,
     CarrySpeech,
     CloseSession,
     CommitTurn,
@@ -59,6 +58,7 @@ from vita.turns.turn_events import (
     SpeechResumed,
     SpeechStarted,
     StartTurn,
+    StopTurn,
     TextTyped,
     Tick,
     TurnDone,
@@ -385,7 +385,7 @@ class TurnTaking:
             return []
         speculative, turn_id = self.speculative, self.active_turn
         self._reset_turn()
-        return [CancelTurn(turn_id, DISCARDED if speculative else "disconnect", audible=False,
+        return [StopTurn(turn_id, DISCARDED if speculative else "disconnect", audible=False,
                            forget=speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
@@ -460,7 +460,7 @@ class TurnTaking:
         turn_id, heard = self.active_turn, self.first_audio_sent
         self._reset_turn()
         return [*([Send("stop_tts")] if heard else []),  # the first words of a reply that came too soon
-                CancelTurn(turn_id, EXTENDED, audible=False, forget=True),
+                StopTurn(turn_id, EXTENDED, audible=False, forget=True),
                 Send("turn_cancelled", {"turn_id": turn_id, "reason": EXTENDED}),
                 Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED})]
 
@@ -503,8 +503,8 @@ class TurnTaking:
             return []
         self._reset_turn()
         if speculative:
-            return [CancelTurn(turn_id, DISCARDED, audible=False, forget=True)]
-        actions: list[Action] = [Send("stop_tts"), CancelTurn(turn_id, reason, audible=True),
+            return [StopTurn(turn_id, DISCARDED, audible=False, forget=True)]
+        actions: list[Action] = [Send("stop_tts"), StopTurn(turn_id, reason, audible=True),
                                  Send("turn_cancelled", {"turn_id": turn_id, "reason": reason})]
         if busy:
             actions.append(Send("state", {"state": "listening", "turn_id": turn_id, "reason": reason}))

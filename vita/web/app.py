@@ -339,14 +339,14 @@ class FrontApp:
         except AudioFormatError as exc:
             self.turns.report(session, "bad_audio", str(exc))
             return
-        self._hear(session, pcm, rate)
+        self._admit_audio(session, pcm, rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
 
-    def _hear(self, session: Session, pcm: Any, rate: int) -> bool:
+    def _admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
         the session's real-time budget."""
         heard = not pcm.size or (session.audio_budget.take(pcm.size / rate, time.monotonic())
-                                 and self.turns.hear(session, pcm, rate))
+                                 and self.turns.post_audio(session, pcm, rate))
         if not heard:
             self._overrun(session)
         self.metrics.audio_seconds.inc(pcm.size / rate)
@@ -375,8 +375,8 @@ class FrontApp:
         try:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
-            sdp = self.rtc.answer(session.sid, offer.get("sdp"), lambda pcm, rate: self._hear(session, pcm, rate),
-                                  client=request.remote_addr)
+            sdp = self.rtc.answer(session.sid, offer.get("sdp"),
+                                  lambda pcm, rate: self._admit_audio(session, pcm, rate), client=request.remote_addr)
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)
