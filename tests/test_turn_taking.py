@@ -206,7 +206,7 @@ def test_the_real_end_of_speech_commits_the_speculative_turn_without_redoing_it(
     actions = m.handle(UtteranceEnded(2.3, SPEECH))
     assert of(actions, StartTurn) == [] and of(actions, StopTurn) == []
     assert of(actions, CommitTurn) == [CommitTurn(1, SPEECH, "")]
-    assert m.route(1) is Route.DELIVER and m.phase is Phase.THINKING and m.speech_end_at == SPEECH.ended_at
+    assert m.route(1) is Route.DELIVER and m.phase is Phase.THINKING and m.turn.speech_end_at == SPEECH.ended_at
 
 
 def test_speech_resuming_after_a_pause_discards_the_speculative_turn_then_a_new_one_follows():
@@ -274,7 +274,7 @@ def test_speech_typing_and_recording_count_as_activity():
         m = TurnTaking(idle_timeout_s=10, now=0.0)
         m.handle(event)
         m.handle(Interrupted(8.0, "reset"))
-        m.user_speaking = False
+        m.speech = None  # whatever was heard is over
         assert m.handle(Tick(15.0, workers_ready=True)) == [], event
 
 
@@ -535,7 +535,7 @@ def test_a_backchannel_or_a_cough_over_the_reply_ducks_it_and_changes_nothing_el
         end = SpeechDropped(3.7)
     actions = m.handle(end)
     assert not of(actions, StopTurn) and not of(actions, StartTurn)
-    assert "duck" not in sent(actions) and not m.ducked
+    assert "duck" not in sent(actions) and not m.turn.ducked
     assert m.phase is Phase.SPEAKING and m.route(turn) is Route.DELIVER
 
 
@@ -618,9 +618,9 @@ def test_a_reset_forgets_a_withdrawn_request():
     spoken_turn(m)
     m.handle(SpeechStarted(2.6))
     m.handle(SpeechConfirmed(3.0))
-    assert m.carrying is not None
+    assert m.speech.carrying is not None
     actions = m.handle(Interrupted(3.2, "reset"))
-    assert CarrySpeech(None) in actions and m.carrying is None
+    assert CarrySpeech(None) in actions and m.speech.carrying is None
 
 
 def test_the_reply_is_held_while_the_user_may_be_going_on_and_released_if_it_was_a_cough():

@@ -27,20 +27,6 @@ STALLED_MESSAGE = "The assistant did not answer in time; please ask again."
 STALLED_MID_REPLY = "The assistant's reply stopped before its end; ask again if something is missing."
 
 
-@dataclass
-class OpenPause:
-    """The pause the user is in, and what is known of it: the end-of-turn model's view and the speculative turn's
-    words. The turn ends at the pause when the model says finished and the words, once heard, do not disagree."""
-
-    seq: int
-    opened_at: float = 0.0
-    doubted: bool = False  # the model said unfinished: asked once more when the pause goes on (SpeechPausedLonger)
-    later: Speech | None = None  # the speech with the pause gone on (SpeechPausedLonger), for that second question
-    asked_again: bool = False
-    sounds_finished: bool = False  # the model said finished
-    words: str | None = None  # what the speculative turn heard up to the pause
-
-
 @dataclass(frozen=True)
 class TurnRules:
     """How turns are decided (the config's `turn` section): judge = ask the end-of-turn model at pauses; speech

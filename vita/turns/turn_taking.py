@@ -41,7 +41,6 @@ from vita.turns.turn_events import (
     InterjectionHeard,
     Interrupted,
     JudgeTurn,
-    OpenPause,
     PauseWaited,
     Phase,
     PlaybackDone,
@@ -69,6 +68,7 @@ from vita.turns.turn_events import (
     UtteranceEnded,
     joined,
 )
+from vita.turns.turn_state import ActiveTurn, OpenPause, UserSpeech
 from vita.words import ends_sentence, is_stop_command, sounds_unfinished
 
 SPECULATE_MAX_S = 10.0  # speech longer than this is not speculated on (its ASR alone costs ~0.3 s)
@@ -80,7 +80,8 @@ MAX_EXTENDED_S = 12.0
 
 
 class TurnTaking:
-    """The turn state of one session. Not thread-safe: its owner serialises calls."""
+    """The turn state of one session: the turn in flight and the speech being heard, each None when there is
+    none. Not thread-safe: its owner serialises calls."""
 
     def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True, stall_s: float = 15.0,
                  rules: TurnRules | None = None):
@@ -88,32 +89,38 @@ class TurnTaking:
         self.rules = rules or TurnRules()
         self.stall_s = stall_s  # a committed turn with no reply audio for this long is cancelled (the watchdog)
         self.speculative_enabled = speculative
-        self.phase = Phase.LISTENING
-        self.active_turn: int | None = None
-        self.speculative = False  # the active turn is speculative (not yet committed)
-        self.user_speaking = False
+        self.turn: ActiveTurn | None = None
+        self.speech: UserSpeech | None = None
         self.pending_text = ""  # typed while the user was speaking: joins the spoken turn
         self.last_activity = now
-        self.playback_ends_at = 0.0
-        self.turn_started_at = 0.0  # when the active turn became real
-        self.speech_end_at: float | None = None  # the active turn's last voiced sample
-        self.first_audio_sent = False
-        self.progress_at = now  # the committed turn's start or its latest reply audio
-        self.turn_speech: Speech | None = None  # what the committed turn heard (to carry it when extended)
-        self.speech_confirmed = False  # the current speech went on long enough to interrupt or extend
-        self.onset_before_reply = False  # the current speech began before the committed turn's reply was heard
-        self.first_audio_at = 0.0
-        self.ducked = False  # the client was told to duck the reply under the user's (unconfirmed) speech
-        self.carrying: Speech | None = None  # the withdrawn turn's speech, carried into the utterance being heard
-        self.commanded = False  # the current speech stopped the reply by its words ("Stop."): it is not a request
-        self.stopped_reply = False  # the current speech stopped the reply: a request only if it is more than a command
-        self.speculated_at = 0.0  # when the latest speculative turn started
-        self.discarded_in_a_row = 0  # speculative turns of the current speech that it went on from
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
-        self.pause: OpenPause | None = None  # the pause the user is in now, if any
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
+    @property
+    def active_turn(self) -> int | None:
+        return self.turn.turn_id if self.turn is not None else None
+
+    @property
+    def phase(self) -> Phase:
+        return self.turn.phase if self.turn is not None else Phase.LISTENING
+
+    @property
+    def speculative(self) -> bool:
+        return self.turn is not None and self.turn.speculative
+
+    @property
+    def user_speaking(self) -> bool:
+        return self.speech is not None
+
+    @property
+    def first_audio_sent(self) -> bool:
+        return self.turn is not None and self.turn.first_audio_at is not None
+
+    @property
+    def pause(self) -> OpenPause | None:
+        return self.speech.pause if self.speech is not None else None
+
     def route(self, turn_id: int | None) -> Route:
         if turn_id is None or turn_id != self.active_turn:
             return Route.DROP
@@ -127,9 +134,10 @@ class TurnTaking:
     def stalled(self, now: float) -> bool:
         """The committed turn has had no reply audio for stall_s, counted from its start, its latest audio or the
         end of what the client is still playing."""
-        if self.active_turn is None or self.speculative or self.phase is Phase.LISTENING:
+        turn = self.turn
+        if turn is None or turn.speculative:
             return False
-        return now - max(self.progress_at, self.playback_ends_at) > self.stall_s
+        return now - max(turn.progress_at, turn.playback_ends_at) > self.stall_s
 
     # --- the machine -------------------------------------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -138,45 +146,48 @@ class TurnTaking:
 
     def _on_SpeechStarted(self, e: SpeechStarted) -> list[Action]:
         self.last_activity = e.now
-        self.user_speaking = True
-        self.discarded_in_a_row = 0
-        self.speech_confirmed = self.commanded = self.stopped_reply = False
+        turn = self.turn
         # Speech that began before any of the reply was heard goes on with the request, even if the reply's first
         # audio arrives before the speech is confirmed (the user cannot have been answering it).
-        self.onset_before_reply = self._committed() and (
-            not self.first_audio_sent or e.now - self.first_audio_at <= self.rules.extend_grace_s)
+        before_reply = self._committed() and (
+            turn.first_audio_at is None or e.now - turn.first_audio_at <= self.rules.extend_grace_s)
+        carrying = self.speech.carrying if self.speech is not None else None
+        self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying)
         actions: list[Action] = [Send("vad", {"speaking": True})]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
 
     def _on_SpeechConfirmed(self, e: SpeechConfirmed) -> list[Action]:
-        self.speech_confirmed = True
+        speech = self.speech
+        if speech is None:
+            return []
+        speech.confirmed = True
         if not self._committed():
             return []
-        if self._continues_request():
-            return self._extend()
-        self.stopped_reply = True
+        if self._continues_request(speech):
+            return self._extend(speech)
+        speech.stopped_reply = True
         return self._cancel("barge-in")
 
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
         held_before = self._may_continue()
-        self.user_speaking = False
-        self.pause = None
+        speech, self.speech = self.speech, None
         actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
-        if self.carrying is not None:  # what went on was a cough after all: the request goes as it was
-            speech, self.carrying = self.carrying, None
+        if speech is not None and speech.carrying is not None:  # a cough after all: the request goes as it was
+            carried = speech.carrying
             text, self.pending_text = self.pending_text, ""
             turn_id = self._new_turn()
-            return actions + [CarrySpeech(None), StartTurn(turn_id, speech, text),
-                              *self._commit(turn_id, speech, text, e.now)]
+            return actions + [CarrySpeech(None), StartTurn(turn_id, carried, text),
+                              *self._commit(turn_id, carried, text, e.now)]
         return actions + self._release(held_before) + self._typed_turn(e.now)
 
     def _on_SpeechPaused(self, e: SpeechPaused) -> list[Action]:
-        if not self.user_speaking:
+        speech = self.speech
+        if speech is None:
             return []
         if self._committed():
-            if self._continues_request() and self.rules.judge:  # "Keep it short." before the reply: finished?
+            if self._continues_request(speech) and self.rules.judge:  # "Keep it short." before the reply: finished?
                 return [JudgeTurn(self._open_pause(e.now), e.speech)]
-            if self.rules.stop_phrases and self.first_audio_sent and not self.speech_confirmed:
+            if self.rules.stop_phrases and self.first_audio_sent and not speech.confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
                 # meanwhile; a backchannel unducks when they come back).
                 return [HearInterjection(self.active_turn, self._open_pause(e.now), e.speech)]
@@ -185,38 +196,37 @@ class TurnTaking:
             return self._unduck()
         pause = self._open_pause(e.now)
         actions: list[Action] = []
-        if self.speculative_enabled and self._may_speculate(e):
+        if self.speculative_enabled and self._may_speculate(speech, e):
             actions += self._cancel(DISCARDED)
-            turn_id = self._new_turn()
-            self.speculative = True
-            self.speculated_at = e.now
-            actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=self.stopped_reply))
+            turn_id = self._new_turn(speculative=True)
+            speech.speculated_at = e.now
+            actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=speech.stopped_reply))
         if self.rules.judge:
             actions.append(JudgeTurn(pause, e.speech))
         return actions
 
     def _on_SpeechPausedLonger(self, e: SpeechPausedLonger) -> list[Action]:
         pause = self.pause
-        if pause is None or not self.user_speaking:
+        if pause is None:
             return []
         pause.later = e.speech  # if the model's first answer is still to come, it is asked again when it is
         return self._judge_again(pause)
 
     def _on_TurnJudged(self, e: TurnJudged) -> list[Action]:
         pause = self.pause
-        if pause is None or e.pause != pause.seq or not self.user_speaking:
+        if pause is None or e.pause != pause.seq:
             return []  # the user went on (or the utterance ended) while the model thought
         if e.probability < self.rules.complete_threshold:
             pause.doubted = True
             return self._judge_again(pause)
         pause.sounds_finished = True
-        if self.speculative and self.active_turn is not None and pause.words is None:
+        if self.speculative and pause.words is None:
             return []  # the speculative turn's words come before its reply could: they have a say too
         return self._end_at_pause(pause)
 
     def _on_TurnHeard(self, e: TurnHeard) -> list[Action]:
         pause = self.pause
-        if pause is None or e.turn_id != self.active_turn or not self.speculative or not self.user_speaking:
+        if pause is None or e.turn_id != self.active_turn or not self.speculative:
             return []  # not the words of the pause the user is in
         pause.words = e.text
         if pause.sounds_finished:
@@ -227,44 +237,46 @@ class TurnTaking:
         return []
 
     def _on_PauseWaited(self, e: PauseWaited) -> list[Action]:
-        if self.pause is None or self.pause.seq != e.pause or not self.user_speaking:
+        if self.pause is None or self.pause.seq != e.pause:
             return []  # the user went on meanwhile
         return [EndUtterance()]
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
+        speech = self.speech
         if is_stop_command(e.text, self.rules.stop_phrases):
             # "Stop." said all there was to say, unless the speech goes on; if it already has ("No, stop.", "Wait,
             # tell me..."), its words decide whether it is a request (the turn goes with unless_command)
-            self.commanded = self.user_speaking and self.pause is not None
-            self.stopped_reply = self.stopped_reply or (self.user_speaking and self.pause is None)
+            if speech is not None:
+                speech.commanded = speech.pause is not None
+                speech.stopped_reply = speech.stopped_reply or speech.pause is None
             return self._cancel("barge-in")
-        return self._unduck() if not self.user_speaking or self.pause is not None else []
+        return self._unduck() if speech is None or speech.pause is not None else []
 
     def _on_SpeechResumed(self, e: SpeechResumed) -> list[Action]:
         self.last_activity = e.now
-        self.stopped_reply = self.stopped_reply or self.commanded  # "Stop. What about Spain?": a request after all
-        self.pause, self.commanded = None, False
+        speech = self.speech
+        if speech is not None:
+            speech.stopped_reply = speech.stopped_reply or speech.commanded  # "Stop. What about Spain?": a request
+            speech.pause, speech.commanded = None, False
         if self._committed():
             return self._duck()  # the speech over the reply goes on after all
-        if self.active_turn is None or not self.speculative:
+        if not self.speculative:
             return []
-        self.discarded_in_a_row += 1
+        if speech is not None:
+            speech.discarded_in_a_row += 1
         return self._cancel(DISCARDED)
 
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
         self.last_activity = e.now
-        self.user_speaking = False
-        self.pause = None
-        confirmed, self.speech_confirmed = self.speech_confirmed, False
+        heard, self.speech = self.speech or UserSpeech(e.now), None
         actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
-        if self.commanded:  # "Stop." stopped the reply; it asks for nothing more
-            self.commanded = False
+        if heard.commanded:  # "Stop." stopped the reply; it asks for nothing more
             return actions + self._typed_turn(e.now)
-        if self._committed() and not confirmed:
-            if self._continues_request():  # a short continuation before the reply was heard: one request
-                speech = joined(self.turn_speech, e.speech)
+        if self._committed() and not heard.confirmed:
+            if self._continues_request(heard):  # a short continuation before the reply was heard: one request
+                speech = joined(self.turn.speech, e.speech)
                 actions += self._withdraw()
                 turn_id = self._new_turn()
                 text, self.pending_text = self.pending_text, ""
@@ -272,18 +284,14 @@ class TurnTaking:
             # "mm-hmm", "yeah" over the reply: not a turn, not an interruption (typed text waiting for the
             # utterance goes on its own)
             return actions + self._typed_turn(e.now)
-        self.carrying = None
         text, self.pending_text = self.pending_text, ""
-        if self.active_turn is not None and self.speculative and not text:
-            self.stopped_reply = False
-            turn_id = self.active_turn  # the speculative turn heard exactly this: keep its work
-            self.speculative = False
-            return actions + self._commit(turn_id, e.speech, text, e.now)
-        if self.active_turn is not None:
+        if self.speculative and not text:
+            self.turn.speculative = False  # the speculative turn heard exactly this: keep its work
+            return actions + self._commit(self.turn.turn_id, e.speech, text, e.now)
+        if self.turn is not None:
             actions += self._cancel("new turn")
         turn_id = self._new_turn()
-        stopped_reply, self.stopped_reply = self.stopped_reply, False
-        return actions + [StartTurn(turn_id, e.speech, text, stopped_reply=stopped_reply)] + self._commit(
+        return actions + [StartTurn(turn_id, e.speech, text, stopped_reply=heard.stopped_reply)] + self._commit(
             turn_id, e.speech, text, e.now)
 
     def _on_TextTyped(self, e: TextTyped) -> list[Action]:
@@ -295,7 +303,7 @@ class TurnTaking:
                                        "turn); this text was dropped."})]
             self.pending_text = f"{self.pending_text} {e.text}".strip()
             actions: list[Action] = [Send("text_queued", {"text": e.text})]
-            if self.speculative and self.active_turn is not None:
+            if self.speculative:
                 actions += self._cancel(DISCARDED)  # the speculative turn did not have this text
             return actions
         self.pending_text = e.text
@@ -303,45 +311,42 @@ class TurnTaking:
 
     def _on_RecordingToggled(self, e: RecordingToggled) -> list[Action]:
         self.last_activity = e.now
-        self.user_speaking = False
+        self.speech = None  # the listener forgets it too (it is reset), with what it carried
         self.pending_text = ""
-        self.carrying = None  # the listener forgets it too (it is reset)
-        self.speech_confirmed = self.ducked = False
-        self.pause = None
-        if self.active_turn is not None and not self.speculative:
+        if self.turn is not None:
+            self.turn.ducked = False
+        if self._committed():
             return self._cancel(e.reason)
-        actions = self._cancel(DISCARDED) if self.active_turn is not None else []
+        actions = self._cancel(DISCARDED) if self.turn is not None else []
         return actions + [Send("stop_tts")]
 
     def _on_Interrupted(self, e: Interrupted) -> list[Action]:
         actions = self._cancel(e.reason)
-        if self.carrying is not None:  # e.g. reset: the withdrawn request is forgotten with the rest
-            self.carrying = None
+        if self.speech is not None and self.speech.carrying is not None:  # e.g. reset: forgotten with the rest
+            self.speech.carrying = None
             actions.append(CarrySpeech(None))
         return actions
 
     def _on_AudioSent(self, e: AudioSent) -> list[Action]:
         if self.route(e.turn_id) is not Route.DELIVER:
             return []
+        turn = self.turn
         actions: list[Action] = []
-        if self.phase is not Phase.SPEAKING:
-            self.phase = Phase.SPEAKING
+        if turn.first_audio_at is None:
+            turn.first_audio_at = e.now
             actions.append(Send("state", {"state": "speaking", "turn_id": e.turn_id}))
-        if not self.first_audio_sent:
-            self.first_audio_sent = True
-            self.first_audio_at = e.now
-            times = {"first_audio_s": e.now - self.turn_started_at}
-            if self.speech_end_at is not None:
-                times["voice_to_voice_s"] = e.now - self.speech_end_at
+            times = {"first_audio_s": e.now - turn.committed_at}
+            if turn.speech_end_at is not None:
+                times["voice_to_voice_s"] = e.now - turn.speech_end_at
             actions.append(FirstAudio(e.turn_id, times))
-        self.playback_ends_at = max(self.playback_ends_at, e.now) + e.seconds
-        self.progress_at = e.now
+        turn.playback_ends_at = max(turn.playback_ends_at, e.now) + e.seconds
+        turn.progress_at = e.now
         return actions
 
     def _on_ReplyComplete(self, e: ReplyComplete) -> list[Action]:
         if self.route(e.turn_id) is not Route.DELIVER:
             return []
-        left = self.playback_ends_at - e.now
+        left = self.turn.playback_ends_at - e.now
         if left > 0:  # the turn stays interruptible until the client has played what it was sent
             return [FinishAfter(e.turn_id, left)]
         return self._finish(e.turn_id, "done", e.now)
@@ -356,7 +361,7 @@ class TurnTaking:
             return []
         if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
             actions = self._cancel(DISCARDED)
-            if self.pause is not None and self.pause.sounds_finished and self.user_speaking:
+            if self.pause is not None and self.pause.sounds_finished:
                 actions += self._end_at_pause(self.pause)  # no (more) words will come: the model's word stands
             return actions
         return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
@@ -368,7 +373,7 @@ class TurnTaking:
             actions += self._cancel(STALLED)
             self.last_activity = e.now
             return actions
-        if not e.workers_ready or self.phase is not Phase.LISTENING or self.active_turn is not None:
+        if not e.workers_ready or self.turn is not None:
             self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
             return []
         if self.idle_for(e.now) > self.idle_timeout_s:
@@ -380,13 +385,12 @@ class TurnTaking:
         return []
 
     def _on_Disconnected(self, e: Disconnected) -> list[Action]:
-        self.user_speaking = False
-        if self.active_turn is None:
+        self.speech = None
+        turn, self.turn = self.turn, None
+        if turn is None:
             return []
-        speculative, turn_id = self.speculative, self.active_turn
-        self._reset_turn()
-        return [StopTurn(turn_id, DISCARDED if speculative else "disconnect", audible=False,
-                           forget=speculative)]
+        return [StopTurn(turn.turn_id, DISCARDED if turn.speculative else "disconnect", audible=False,
+                         forget=turn.speculative)]
 
     # --- helpers -----------------------------------------------------------------------------------------------
     def _judge_again(self, pause: OpenPause) -> list[Action]:
@@ -396,19 +400,19 @@ class TurnTaking:
         pause.asked_again = True
         return [JudgeTurn(pause.seq, pause.later)]
 
-    def _may_speculate(self, e: SpeechPaused) -> bool:
+    def _may_speculate(self, speech: UserSpeech, e: SpeechPaused) -> bool:
         """Speculate at this pause? Each one costs the shared workers an ASR run and a prefill: after speculative
         turns that speech went on from, the next waits longer (0.5, 1, 2, 4 s...), and speech longer than
         SPECULATE_MAX_S is not speculated on (a client pausing every 0.3 s for a minute starved other sessions)."""
         if e.speech.ended_at - e.speech.started_at > SPECULATE_MAX_S:
             return False
-        if not self.discarded_in_a_row:
+        if not speech.discarded_in_a_row:
             return True
-        return e.now - self.speculated_at >= SPECULATION_BACKOFF_S * 2 ** (self.discarded_in_a_row - 1)
+        return e.now - speech.speculated_at >= SPECULATION_BACKOFF_S * 2 ** (speech.discarded_in_a_row - 1)
 
     def _open_pause(self, now: float) -> int:
         self.pause_seq += 1
-        self.pause = OpenPause(self.pause_seq, now)
+        self.speech.pause = OpenPause(self.pause_seq, now)
         return self.pause_seq
 
     def _end_at_pause(self, pause: OpenPause) -> list[Action]:
@@ -419,100 +423,87 @@ class TurnTaking:
         return [EndUtterance()]
 
     def _committed(self) -> bool:
-        return self.active_turn is not None and not self.speculative
+        return self.turn is not None and not self.turn.speculative
 
     def _duck(self) -> list[Action]:
-        if not self._committed() or self.phase is not Phase.SPEAKING or self.ducked:
+        turn = self.turn
+        if not self._committed() or turn.first_audio_at is None or turn.ducked:
             return []
-        self.ducked = True
-        return [Send("duck", {"turn_id": self.active_turn})]
+        turn.ducked = True
+        return [Send("duck", {"turn_id": turn.turn_id})]
 
     def _may_continue(self) -> bool:
         """The user is speaking, and may be going on with the committed request (nothing of its reply heard)."""
-        return (self.user_speaking and self._continues_request() and not self.first_audio_sent
+        return (self.speech is not None and self._continues_request(self.speech) and not self.first_audio_sent
                 and self._committed())
 
     def _release(self, held_before: bool) -> list[Action]:
         return [ReleaseHeld()] if held_before and not self._may_continue() and self._committed() else []
 
-    def _continues_request(self) -> bool:
-        """The speech being heard goes on with the committed (spoken) request: it began before the reply was."""
-        return (self.rules.extend and self.turn_speech is not None and self.onset_before_reply
-                and len(self.turn_speech.pcm) / 32000 < MAX_EXTENDED_S)
+    def _continues_request(self, speech: UserSpeech) -> bool:
+        """The speech goes on with the committed (spoken) request: it began before the reply was heard."""
+        request = self.turn.speech if self.turn is not None else None
+        return (self.rules.extend and request is not None and speech.before_reply
+                and len(request.pcm) / 32000 < MAX_EXTENDED_S)
 
     def _unduck(self) -> list[Action]:
-        if not self.ducked:
+        if self.turn is None or not self.turn.ducked:
             return []
-        self.ducked = False
-        return [Send("unduck", {"turn_id": self.active_turn})]
+        self.turn.ducked = False
+        return [Send("unduck", {"turn_id": self.turn.turn_id})]
 
-    def _extend(self) -> list[Action]:
+    def _extend(self, speech: UserSpeech) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
         reply) and carry its speech into the utterance being heard, which becomes the turn."""
-        speech = self.turn_speech
+        request = self.turn.speech
         actions = self._withdraw()
-        self.carrying = speech
-        return actions + [CarrySpeech(speech)]
+        speech.carrying = request
+        return actions + [CarrySpeech(request)]
 
     def _withdraw(self) -> list[Action]:
         """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
         stopped)."""
-        turn_id, heard = self.active_turn, self.first_audio_sent
-        self._reset_turn()
-        return [*([Send("stop_tts")] if heard else []),  # the first words of a reply that came too soon
-                StopTurn(turn_id, EXTENDED, audible=False, forget=True),
-                Send("turn_cancelled", {"turn_id": turn_id, "reason": EXTENDED}),
-                Send("state", {"state": "listening", "turn_id": turn_id, "reason": EXTENDED})]
+        turn, self.turn = self.turn, None
+        return [*([Send("stop_tts")] if turn.first_audio_at is not None else []),  # words of a reply too soon
+                StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
+                Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": EXTENDED}),
+                Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": EXTENDED})]
 
     def _typed_turn(self, now: float) -> list[Action]:
         """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""
         text, self.pending_text = self.pending_text, ""
         if not text:
             return []
-        actions = self._cancel("new turn") if self.active_turn is not None else []
+        actions = self._cancel("new turn") if self.turn is not None else []
         turn_id = self._new_turn()
         return actions + [StartTurn(turn_id, None, text)] + self._commit(turn_id, None, text, now)
 
-    def _new_turn(self) -> int:
+    def _new_turn(self, speculative: bool = False) -> int:
         self._last_turn += 1
-        self.active_turn = self._last_turn
-        self.speculative = False
-        self.first_audio_sent = False
-        self.playback_ends_at = 0.0
+        self.turn = ActiveTurn(self._last_turn, speculative=speculative)
         return self._last_turn
 
     def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:
-        self.phase = Phase.THINKING
-        self.turn_started_at = self.progress_at = now
-        self.speech_end_at = speech.ended_at if speech is not None else None
-        self.turn_speech = speech
+        turn = self.turn
+        turn.committed_at = turn.progress_at = now
+        turn.speech_end_at = speech.ended_at if speech is not None else None
+        turn.speech = speech
         return [CommitTurn(turn_id, speech, text), Send("state", {"state": "thinking", "turn_id": turn_id})]
-
-    def _reset_turn(self) -> None:
-        self.active_turn = None
-        self.speculative = False
-        self.phase = Phase.LISTENING
-        self.playback_ends_at = 0.0
-        self.turn_speech = None
-        self.ducked = False  # stop_tts (or the reply's end) resets the client's volume
 
     def _cancel(self, reason: str) -> list[Action]:
         """Cancel the active turn; the client hears of it only if it had been told of the turn."""
-        turn_id, speculative, busy = self.active_turn, self.speculative, self.phase is not Phase.LISTENING
-        if turn_id is None:
+        turn, self.turn = self.turn, None
+        if turn is None:
             return []
-        self._reset_turn()
-        if speculative:
-            return [StopTurn(turn_id, DISCARDED, audible=False, forget=True)]
-        actions: list[Action] = [Send("stop_tts"), StopTurn(turn_id, reason, audible=True),
-                                 Send("turn_cancelled", {"turn_id": turn_id, "reason": reason})]
-        if busy:
-            actions.append(Send("state", {"state": "listening", "turn_id": turn_id, "reason": reason}))
-        return actions
+        if turn.speculative:
+            return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
+        return [Send("stop_tts"), StopTurn(turn.turn_id, reason, audible=True),
+                Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": reason}),
+                Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": reason})]
 
     def _finish(self, turn_id: int, reason: str, now: float, reason_in_state: bool = False) -> list[Action]:
         unduck = self._unduck()  # the reply ended under the user's unconfirmed speech: full volume for the next
-        self._reset_turn()
+        self.turn = None
         self.last_activity = now
         state = {"state": "listening", "turn_id": turn_id}
         if reason_in_state:
