@@ -200,6 +200,46 @@ def check_ice_servers(servers: list) -> list[dict]:
 
 
 @dataclass
+class ToolsConfig:
+    builtin: bool = True  # the current date and time, exact arithmetic
+    max_calls: int = 3  # tool calls one turn may make before it must answer
+    filler_after_ms: int = 700  # a tool still running after this: "Let me check." is said meanwhile (0 = never)
+    timeout_s: float = 5.0  # each MCP tool call
+    mcp_servers: list = field(default_factory=list)  # [{name, command, args?, env?} or {name, url}]
+
+
+def check_mcp_servers(servers: list) -> list[dict]:
+    """tools.mcp_servers: each {name, command, args?, env?} (stdio) or {name, url} (streamable HTTP)."""
+    checked, names = [], set()
+    for i, server in enumerate(servers):
+        option = f"tools.mcp_servers[{i}]"
+        if not isinstance(server, dict):
+            raise ConfigError(option, "must be a mapping with name and command or url")
+        unknown = set(server) - {"name", "command", "args", "env", "url"}
+        if unknown:
+            raise ConfigError(f"{option}.{sorted(unknown)[0]}", "unknown option")
+        name = server.get("name")
+        if not isinstance(name, str) or not name.strip() or name in names:
+            raise ConfigError(f"{option}.name", "must be a unique, non-empty string")
+        names.add(name)
+        if ("command" in server) == ("url" in server):
+            raise ConfigError(option, "needs exactly one of command (stdio) or url (streamable HTTP)")
+        if "command" in server and (not isinstance(server["command"], str) or not server["command"].strip()):
+            raise ConfigError(f"{option}.command", "must be a non-empty string")
+        if "url" in server and (not isinstance(server["url"], str) or not server["url"].startswith(("http://",
+                                                                                                   "https://"))):
+            raise ConfigError(f"{option}.url", "must be an http:// or https:// URL")
+        args = server.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ConfigError(f"{option}.args", "must be a list of strings")
+        env = server.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ConfigError(f"{option}.env", "must map strings to strings")
+        checked.append({**server, "args": args, "env": env})
+    return checked
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -211,6 +251,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     turn_log: TurnLogConfig = field(default_factory=TurnLogConfig)
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def trusted_proxies(self) -> frozenset[str]:
@@ -271,7 +312,7 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc"}
+_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _ASR_MODELS = ("whisper-base", "whisper-tiny.en")
@@ -365,6 +406,10 @@ def validate(config: Config) -> Config:
     _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     config.webrtc.port_range()
     check_ice_servers(config.webrtc.ice_servers)
+    config.tools.mcp_servers = check_mcp_servers(config.tools.mcp_servers)
+    _check(0 <= config.tools.max_calls <= 10, "tools.max_calls", "must be between 0 and 10")
+    _check(config.tools.filler_after_ms >= 0, "tools.filler_after_ms", "must be 0 or more")
+    _check(0 < config.tools.timeout_s <= 120, "tools.timeout_s", "must be between 0 and 120 seconds")
     if config.webrtc.announce_address is not None:
         try:
             ipaddress.ip_address(config.webrtc.announce_address)

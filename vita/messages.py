@@ -50,6 +50,8 @@ class TurnRequest:
     speculative: bool = False
     unless_command: tuple[str, ...] = ()  # stop phrases: the speech interrupted a reply ("Wait, stop.", "No, stop."):
     # if its words are only a stop command, nothing is answered
+    timezone: str | None = None  # the user's IANA time zone, from their page (the time tool answers in it)
+    tools: tuple[str, ...] | None = None  # the tools this session may call (None: all the server offers)
 
 
 REPLY_MODES = ("stream", "full")
@@ -126,6 +128,20 @@ class Transcript:
     session_id: str
     turn_id: int
     text: str
+
+
+@dataclass(frozen=True)
+class ToolUsed:
+    """A tool the model called during a turn, and what it answered (``result`` is what the model read)."""
+
+    session_id: str
+    turn_id: int
+    name: str
+    arguments: str  # JSON, as the model gave them
+    result: str
+    ok: bool
+    outcome: str  # ok, bad_call, unknown_tool, bad_arguments, failed, timeout
+    duration_s: float
 
 
 @dataclass(frozen=True)

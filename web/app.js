@@ -244,6 +244,7 @@ class Log {
     this.replies = new Map();
     this.users = new Map();
     this.panels = new Map();
+    this.tools = new Map();  // turn id -> its tool lines
   }
 
   add(kind, text) {
@@ -294,12 +295,25 @@ class Log {
     if (panel) reply.after(panel);
   }
 
+  // A tool the assistant called for this turn: name, arguments, and what it answered (or its error).
+  tool(turnId, call) {
+    const args = call.arguments && call.arguments !== "{}" ? call.arguments : "";
+    const p = this.add(`tool${call.ok ? "" : " failed"}`, `🔧 ${call.name}(${args}) → ${call.result}`);
+    p.title = `${call.outcome}, ${Math.round((call.duration_s || 0) * 1000)} ms`;
+    const reply = this.replies.get(turnId);
+    if (reply) reply.before(p);
+    if (!this.tools.has(turnId)) this.tools.set(turnId, []);
+    this.tools.get(turnId).push(p);
+  }
+
   withdrawn(turnId) {
     for (const map of [this.users, this.replies, this.panels]) {
       const element = map.get(turnId);
       if (element) element.remove();
       map.delete(turnId);
     }
+    for (const p of this.tools.get(turnId) || []) p.remove();
+    this.tools.delete(turnId);
   }
 
   interrupted(turnId) {
@@ -401,6 +415,7 @@ class App {
     s.on("transcript", (m) => this.log.user(m.turn_id, m.text || "(nothing recognised)"));
     s.on("reply_delta", (m) => this.log.replyDelta(m.turn_id, m.text));
     s.on("response_text", (m) => this.log.replyDone(m.turn_id, m.text));
+    s.on("tool_call", (m) => this.log.tool(m.turn_id, m));
     // "extended": the user went on with the request before its reply was heard; the whole request comes as a new
     // turn, so the withdrawn half leaves no bubble of its own.
     s.on("turn_cancelled", (m) => m.reason === "extended" ? this.log.withdrawn(m.turn_id) : this.log.interrupted(m.turn_id));
@@ -416,6 +431,15 @@ class App {
     $("connection").textContent = "connected";
     $("connection").className = "connection up";
     $("banner").hidden = true;
+    this.sendSettings();
+  }
+
+  // The user's time zone (the time tool answers in it) and whether the assistant may use tools.
+  sendSettings() {
+    if (!this.socket.connected) return;
+    let timezone = null;
+    try { timezone = Intl.DateTimeFormat().resolvedOptions().timeZone || null; } catch (e) { timezone = null; }
+    this.socket.emit("client_settings", { timezone, tools: $("tools").checked ? null : [] });
   }
 
   disconnected(reason) {
@@ -478,6 +502,7 @@ class App {
     $("camera").onclick = () => this.toggleCamera();
     $("reset").onclick = () => this.socket.emit("reset_state");
     $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
+    $("tools").onchange = () => this.sendSettings();
     const saved = localStorage.getItem("vita-transport");
     if (saved) $("transport").value = saved;
     $("transport").onchange = (e) => {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -29,6 +30,7 @@ from vita.messages import (
     ResetHistory,
     SessionError,
     Shutdown,
+    ToolUsed,
     Transcript,
     TtsPiece,
     TurnEnded,
@@ -54,6 +56,11 @@ from workers.omni import (
 from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from workers.remote_engine import RemoteEngine, RemoteEngineError
 from workers.speech_pieces import ReplyShaper, SpeechClock
+from workers.tools.builtin import builtin_tools
+from workers.tools.in_turn import APOLOGY, FILLER, CallDetector
+from workers.tools.intents import planned_calls
+from workers.tools.mcp_tools import McpServers
+from workers.tools.registry import ToolBox, ToolCall, parse_calls
 
 NAME = "llm"
 TTS_PUT_TIMEOUT_S = 1.0
@@ -105,6 +112,9 @@ class TurnRun:
     timings: dict[str, float] = field(default_factory=dict)
     generating: bool = False
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
+    cues: str = ""  # what the camera showed, for the prompt
+    tools: ToolBox | None = None  # what this turn may call
+    tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
 
     @property
     def said(self) -> str:
@@ -130,6 +140,8 @@ class LlmWorker:
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
         self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
         self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
+        self.toolbox = ToolBox([])  # every tool this worker offers (sessions may narrow it)
+        self.mcp: McpServers | None = None
         self.ledger = ServiceLedger()  # who asked for many turns lately: that session yields under contention
         self.yielding: set[str] = set()  # sessions whose turn waits for the others' (never waited on in turn)
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
@@ -171,6 +183,28 @@ class LlmWorker:
             self.omni_prompts = OmniPromptBuilder(load_processor(model_dir) if model_dir else None, llm.persona)
         tokenizer = self._tokenizer(model_dir) if model_dir else None
         self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona, llm.history_tokens)
+        await self._start_tools()
+
+    async def _start_tools(self) -> None:
+        """The built-ins and the operator's MCP servers' tools, for a model that renders its own chat template
+        (a remote server or a transcript-style model gets none: noted in /health)."""
+        cfg = self.config.tools
+        if self.mode.omni or self.prompts.style != "chat" or self.prompts.tokenizer is None:
+            return
+        tools = builtin_tools() if cfg.builtin else []
+        if cfg.mcp_servers:
+            self.report(WorkerState.LOADING, f"starting {len(cfg.mcp_servers)} MCP server(s)")
+            self.mcp = McpServers(cfg.mcp_servers, cfg.timeout_s)
+            await self.mcp.start()
+            names = {t.name for t in tools}
+            for tool in self.mcp.tools():
+                if tool.name in names:
+                    self.report.log.warning("MCP tool %r (%s) hidden by a tool of the same name", tool.name,
+                                            tool.source)
+                    continue
+                tools.append(tool)
+                names.add(tool.name)
+        self.toolbox = ToolBox(tools)
 
     @staticmethod
     def _tokenizer(model_dir: Path) -> Any:
@@ -181,18 +215,28 @@ class LlmWorker:
     def _sampling(self) -> SamplingSettings:
         return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature)
 
-    def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "") -> EnginePrompt:
+    def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
+                     after: tuple[dict[str, Any], ...] = ()) -> EnginePrompt:
         p = self.prompts
-        return EnginePrompt(p.build(history, user_text, cues), p.messages(history, user_text, cues), tuple(p.stop))
+        schemas = tools.schemas() if tools else None
+        return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
+                                                                                          after), tuple(p.stop))
+
+    def _session_tools(self, req: TurnRequest) -> ToolBox:
+        return self.toolbox.only(list(req.tools) if req.tools is not None else None)
 
     async def _warm_up(self) -> None:
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!"), self._sampling(),
-                                          "warmup"):
+        # With the tools: their part of the system prompt is then in the prefix cache before the first turn.
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=self.toolbox),
+                                          self._sampling(), "warmup"):
             pass
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style
-        return f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}"
+        tools = f"tools {', '.join(self.toolbox.tools)}" if self.toolbox else "no tools"
+        failed = "".join(f"; MCP server {name} failed: {error}" for name, error in
+                         (self.mcp.failed() if self.mcp else {}).items())
+        return f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}; {tools}{failed}"
 
     def close(self) -> None:
         self.stop.set()
@@ -227,6 +271,8 @@ class LlmWorker:
             failing.cancel()
             await serving
         finally:
+            if self.mcp is not None:
+                await self.mcp.aclose()
             await self.engine.aclose()
 
     async def _end_after_engine_failure(self, serving: asyncio.Task, error: BaseException) -> None:
@@ -307,14 +353,15 @@ class LlmWorker:
             if isinstance(message, EndSession):
                 self.ledger.forget(message.session_id)
 
-    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory) -> None:
+    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None
+              ) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
         llm = self.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "")
+        prompt = self._text_prompt(history, "", tools=tools)
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
@@ -399,13 +446,13 @@ class LlmWorker:
                 self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
                 return
             prompt, transcribing = prepared
-            await self._generate(req, run, prompt)
+            await self._generate(req, run, prompt, history)
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
-            history.add(Exchange(run.user_text, run.said, turn_id=tid))
+            history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=tuple(run.tool_messages)))
             self._publish_answered(sid, tid, run)
             try:
-                self._warm(sid, tid, history)
+                self._warm(sid, tid, history, run.tools)
             except Exception:  # only an optimisation: the turn is answered either way
                 self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
@@ -414,7 +461,8 @@ class LlmWorker:
                     await self.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
-                self.histories[sid].add(Exchange(run.user_text, run.said, interrupted=True, turn_id=tid))
+                self.histories[sid].add(Exchange(run.user_text, run.said, interrupted=True, turn_id=tid,
+                                                 tool_messages=tuple(run.tool_messages)))
             self._publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
         except TtsBusy as exc:
             self.report.log.error("turn dropped: %s", exc, extra=turn_ids(sid, tid))
@@ -462,13 +510,18 @@ class LlmWorker:
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
-            prompt = self._text_prompt(history, run.user_text, await cues if cues else "")
+            run.cues = await cues if cues else ""
+            run.tools = self._session_tools(req)
+            prompt = self._text_prompt(history, run.user_text, run.cues, run.tools)
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 
-    async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt) -> None:
+    async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt,
+                        history: ConversationHistory | None = None) -> None:
         """Stream the reply: text deltas to the page, pieces to TTS as they become speakable (or all at the end in
-        "full" mode), stopping the engine once the reply is long enough to speak."""
+        "full" mode), stopping the engine once the reply is long enough to speak. A reply that begins with a tool
+        call is not spoken: the calls run, their results join the prompt, and the model goes on (at most
+        tools.max_calls calls a turn)."""
         sid, tid, timings = req.session_id, req.turn_id, run.timings
         llm = self.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
@@ -477,32 +530,53 @@ class LlmWorker:
         held: list[str] = []  # full mode: pieces wait for the end of generation
         gen_started = time.monotonic()
         tokens = 0
-        run.generating = True
-        async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
-            tokens += delta.tokens
-            if delta.prompt_tokens is not None:
-                timings["prompt_tokens"] = float(delta.prompt_tokens)
-            if delta.cached_tokens is not None:
-                timings["cached_tokens"] = float(delta.cached_tokens)
-            if "first_token_s" not in timings and (delta.text or delta.tokens):
-                timings["first_token_s"] = time.monotonic() - gen_started
-            if delta.text:
-                self._publish(ReplyText(sid, tid, delta.text))
-            held += shaper.feed(delta.text)
-            if streaming and not held:
-                first_token_at = gen_started + timings.get("first_token_s", 0.0)
-                held += self._cut_early(shaper, clock, bool(run.spoken), first_token_at)
-            if streaming:
-                for piece in held:
-                    await self._send_piece(req, run.spoken, piece, timings, gen_started)
-                    clock.handed(piece, time.monotonic())
-                held.clear()
-            if shaper.complete:  # long enough to speak: stop generating
-                with contextlib.suppress(Exception):
-                    await self.engine.abort(run.request_id)
+        calls_left = self.config.tools.max_calls if run.tools else 0
+        planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
+        if planned:  # "What time is it?": called for the model, which then only says the answer
+            calls_left -= await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
+            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
+                                       tuple(run.tool_messages))
+        while True:
+            detector = CallDetector(enabled=calls_left > 0)
+            run.generating = True
+            async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
+                tokens += delta.tokens
+                if delta.prompt_tokens is not None:
+                    timings["prompt_tokens"] = float(delta.prompt_tokens)
+                if delta.cached_tokens is not None:
+                    timings["cached_tokens"] = float(delta.cached_tokens)
+                if "first_token_s" not in timings and (delta.text or delta.tokens):
+                    timings["first_token_s"] = time.monotonic() - gen_started
+                text = detector.feed(delta.text)
+                if text:
+                    self._publish(ReplyText(sid, tid, text))
+                held += shaper.feed(text)
+                if streaming and not held:
+                    first_token_at = gen_started + timings.get("first_token_s", 0.0)
+                    held += self._cut_early(shaper, clock, bool(run.spoken), first_token_at)
+                if streaming:
+                    for piece in held:
+                        await self._send_piece(req, run.spoken, piece, timings, gen_started)
+                        clock.handed(piece, time.monotonic())
+                    held.clear()
+                if shaper.complete or detector.cut:  # long enough to speak (or a late tool call): stop generating
+                    with contextlib.suppress(Exception):
+                        await self.engine.abort(run.request_id)
+                    break
+            run.generating = False
+            if (tail := detector.finish()):
+                self._publish(ReplyText(sid, tid, tail))
+                held += shaper.feed(tail)
+            if not detector.is_call:
                 break
-        run.generating = False
+            calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
+            calls_left -= await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
+            run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
+            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
+                                       tuple(run.tool_messages))
         held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
+        if run.tool_messages and not run.spoken and not held:  # the tools' answer never came to words
+            held.append(APOLOGY)
         if streaming:
             for piece in held:
                 await self._send_piece(req, run.spoken, piece, timings, gen_started)
@@ -512,6 +586,40 @@ class LlmWorker:
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+
+    async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
+                         clock: SpeechClock, gen_started: float) -> int:
+        """Run tool calls (the model's, written as `text`, or planned for it), each result shown on the page and
+        added to the turn's context; a call still running after tools.filler_after_ms gets "Let me check." said
+        first. Returns how many calls were made."""
+        readable = [c for c in calls if not c.error]
+        run.tool_messages.append({"role": "assistant", "content": "" if readable else text.strip(),
+                                  "tool_calls": [{"type": "function", "function": {"name": c.name,
+                                                                                   "arguments": c.arguments}}
+                                                 for c in readable]})
+        filler_s = self.config.tools.filler_after_ms / 1000
+        for call in calls:
+            task = asyncio.create_task(run.tools.call(call, {"timezone": req.timezone}))
+            try:
+                if filler_s and not run.spoken:
+                    done, _ = await asyncio.wait({task}, timeout=filler_s)
+                    if not done:  # the line must not go dead while the tool works
+                        await self._send_piece(req, run.spoken, FILLER, run.timings, gen_started)
+                        clock.handed(FILLER, time.monotonic())
+                outcome = await task
+            finally:
+                task.cancel()
+            run.tool_messages.append(outcome.as_message())
+            timings = run.timings
+            timings["tool_calls"] = timings.get("tool_calls", 0.0) + 1
+            timings["tool_s"] = timings.get("tool_s", 0.0) + outcome.duration_s
+            timings["tool_result_chars"] = timings.get("tool_result_chars", 0.0) + len(outcome.result)
+            if not outcome.ok:
+                timings["tool_errors"] = timings.get("tool_errors", 0.0) + 1
+            self._publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
+                                   json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
+                                   outcome.outcome, outcome.duration_s))
+        return len(calls)
 
     def _cut_early(self, shaper: ReplyShaper, clock: SpeechClock, started: bool, first_token_at: float) -> list[str]:
         """Pieces cut before their boundary: the first piece's first two words once it has decoded for

@@ -8,6 +8,7 @@ processor's chat template with audio and image placeholders for the current turn
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ _FEW_SHOT = (
 # How an interrupted reply is kept in the history: a plain trailing ellipsis, which small models do not copy
 # (a bracketed note such as "[interrupted by the user]" was).
 INTERRUPTED = "…"
+# Said to a chat model offered tools: without it a 1.5B model called a shop's stock tool for "What is the capital
+# of France?".
+TOOL_GUIDANCE = ""
 CHARS_PER_TOKEN = 4  # a token estimate where no tokenizer is at hand (a remote chat model)
 
 
@@ -32,6 +36,7 @@ class Exchange:
     assistant: str
     interrupted: bool = False
     turn_id: int = 0
+    tool_messages: tuple[dict[str, Any], ...] = ()  # the turn's tool calls and results, between user and reply
 
 
 class ConversationHistory:
@@ -73,6 +78,7 @@ class ConversationHistory:
         used = 0
         for ex in reversed(self._exchanges):
             used += count_tokens(ex.user) + count_tokens(ex.assistant)
+            used += sum(count_tokens(json.dumps(m, ensure_ascii=False)) for m in ex.tool_messages)
             if used > max_tokens:
                 break
             kept.append(ex)
@@ -108,22 +114,27 @@ def _with_cues(user_text: str, cues: str) -> str:
     return user_text
 
 
-def chat_messages(persona: str, history: ConversationHistory, user_content: Any) -> list[dict[str, Any]]:
-    """System persona, past exchanges as text, then this turn (a string, or a list of content parts)."""
+def chat_messages(persona: str, history: ConversationHistory, user_content: Any,
+                  after: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+    """System persona, past exchanges as text (with their tool calls and results), then this turn (a string, or a
+    list of content parts) and what its tools have answered so far (`after`)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": persona}] if persona else []
     for ex in history:
         messages.append({"role": "user", "content": ex.user})
+        messages.extend(ex.tool_messages)
         reply = ex.assistant + (INTERRUPTED if ex.interrupted else "")
         messages.append({"role": "assistant", "content": reply})
     messages.append({"role": "user", "content": user_content})
+    messages.extend(after)
     return messages
 
 
-def render_chat(renderer: Any, messages: list[dict[str, Any]]) -> str:
-    """Apply a tokenizer's or processor's chat template, folding the persona into the first user turn
-    for templates that reject a system role (e.g. Gemma's)."""
+def render_chat(renderer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """Apply a tokenizer's or processor's chat template (with the tools it may call), folding the persona into
+    the first user turn for templates that reject a system role (e.g. Gemma's)."""
     try:
-        return renderer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return renderer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                            add_generation_prompt=True)
     except Exception:
         if messages[0]["role"] != "system":
             raise
@@ -133,7 +144,7 @@ def render_chat(renderer: Any, messages: list[dict[str, Any]]) -> str:
             rest[0]["content"] = [{"type": "text", "text": f"{persona}\n\n"}, *first]
         else:
             rest[0]["content"] = f"{persona}\n\n{first}"
-        return renderer.apply_chat_template(rest, tokenize=False, add_generation_prompt=True)
+        return renderer.apply_chat_template(rest, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
 
 class PromptBuilder:
@@ -156,17 +167,21 @@ class PromptBuilder:
         """Stop strings for the engine: a transcript reply ends at its line."""
         return ["\n", f"{USER}:"] if self.style == "transcript" else []
 
-    def messages(self, history: ConversationHistory, user_text: str, cues: str = "") -> list[dict[str, Any]]:
-        return chat_messages(self.persona, self._bounded(history), _with_cues(user_text, cues))
+    def messages(self, history: ConversationHistory, user_text: str, cues: str = "",
+                 after: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+        return chat_messages(self.persona, self._bounded(history), _with_cues(user_text, cues), after)
 
-    def build(self, history: ConversationHistory, user_text: str, cues: str = "") -> str | None:
-        """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders)."""
+    def build(self, history: ConversationHistory, user_text: str, cues: str = "",
+              tools: list[dict[str, Any]] | None = None, after: tuple[dict[str, Any], ...] = ()) -> str | None:
+        """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders).
+        `tools` (chat models only) are offered through the chat template; `after` is this turn's tool exchange."""
         user_text = _with_cues(user_text, cues)
         history = self._bounded(history)
         if self.style == "chat":
             if self.tokenizer is None:
                 return None
-            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text))
+            persona = f"{self.persona}\n\n{TOOL_GUIDANCE}" if tools and TOOL_GUIDANCE else self.persona
+            return render_chat(self.tokenizer, chat_messages(persona, history, user_text, after), tools)
         return self._transcript(history, user_text)
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:

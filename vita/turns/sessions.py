@@ -53,6 +53,8 @@ class Session:
 
     sid: str
     voice: str | None = None
+    timezone: str | None = None  # the user's IANA time zone (`client_settings`), for the time tool
+    tools: tuple[str, ...] | None = None  # the tools this session allows (`client_settings`); None: all
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)

@@ -328,6 +328,10 @@ class TurnController:
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
             if session.turns.first_audio_sent:
                 self._say_unheard(session)
+        elif isinstance(message, messages.ToolUsed):
+            self.emit("tool_call", {"turn_id": turn_id, "name": message.name, "arguments": message.arguments,
+                                    "result": message.result, "ok": message.ok, "outcome": message.outcome,
+                                    "duration_s": round(message.duration_s, 4)}, to=sid)
         elif isinstance(message, TurnTimings):
             self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
@@ -402,7 +406,8 @@ class TurnController:
         sent = self.put("requests", messages.TurnRequest(
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,
-            speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else ()))
+            speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else (),
+            timezone=session.timezone, tools=session.tools))
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only
             self.report(session, "server_busy", "The assistant is overloaded and dropped what you said; "
                                                 "please say it again.")

@@ -278,6 +278,7 @@ class FrontApp:
             "video_frame": self.on_video_frame,
             "text_input": self.on_text_input,
             "set_voice": self.on_set_voice,
+            "client_settings": self.on_client_settings,
             "reset_state": self.on_reset_state,
             "recording-started": self.on_recording_started,
             "recording-stopped": self.on_recording_stopped,
@@ -447,6 +448,30 @@ class FrontApp:
             return
         session.voice = voice
         self.emit("voice", {"voice": voice}, to=session.sid)
+
+    def on_client_settings(self, session: Session, data: Any) -> None:
+        """{timezone?: IANA name, tools?: [names] or null}: the user's time zone (the time tool answers in it) and
+        the tools this session allows (null or absent: all the server offers; []: none)."""
+        from zoneinfo import ZoneInfo
+
+        settings = data if isinstance(data, dict) else {}
+        zone, tools = settings.get("timezone"), settings.get("tools", session.tools)
+        try:
+            if zone is not None:
+                if not isinstance(zone, str) or len(zone) > 64:
+                    raise ValueError
+                ZoneInfo(zone)
+        except (ValueError, KeyError, OSError):
+            self.error("bad_settings", "timezone must be an IANA time zone name such as Europe/Paris")
+            return
+        if tools is not None and (not isinstance(tools, list) or len(tools) > 64
+                                  or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tools)):
+            self.error("bad_settings", "tools must be a list of tool names, or null for all of them")
+            return
+        session.timezone = zone if zone is not None else session.timezone
+        session.tools = tuple(tools) if tools is not None else None
+        self.emit("client_settings", {"timezone": session.timezone, "tools": list(session.tools)
+                                      if session.tools is not None else None}, to=session.sid)
 
     def on_reset_state(self, session: Session, _data: Any) -> None:
         def reset() -> None:  # after the cancel, on the session's thread: the history is cleared of that turn too

@@ -1,0 +1,104 @@
+"""Tools: the built-ins, reading the model's tool calls, and every way a call can go wrong becoming an error text
+the model can read (pure logic: no model, no server; the MCP server and the model's calls are in
+test_tool_turns.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+
+import pytest
+
+from workers.tools.builtin import ToolInputError, builtin_tools, calculate, current_time
+from workers.tools.registry import RESULT_CHARS, Tool, ToolBox, ToolCall, parse_calls, starts_tool_call
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+
+@pytest.mark.parametrize("expression, result", [
+    ("347 * 29", "10063"), ("1234 * 5678", "7006652"), ("7 / 2", "3.5"), ("10 / 3", "3.3333333333"),
+    ("0.1 + 0.2", "0.3"), ("(3 + 4) * 5", "35"), ("2 ** 10", "1024"), ("2^10", "1024"), ("12 × 12", "144"),
+    ("1,000 * 3", "3000"), ("-3 % 2", "1"), ("sqrt(16)", "4"), ("2 ** 200", "1.606938e+60"),
+])
+def test_arithmetic_is_exact(expression, result):
+    assert calculate(expression) == result
+
+
+@pytest.mark.parametrize("expression", [
+    "__import__('os').system('true')", "open('/etc/passwd')", "(1).__class__", "9 ** 9 ** 9", "1 / 0", "",
+    "x + 1", "lambda: 1", "[1] * 10", "2 ** 0.5 ** 999999", "1" * 300,
+])
+def test_anything_but_arithmetic_is_refused_with_a_reason(expression):
+    with pytest.raises(ToolInputError):
+        calculate(expression)
+
+
+def test_the_time_is_the_users_zone_then_a_named_one_then_the_servers():
+    moment = dt.datetime(2026, 11, 25, 23, 30, tzinfo=dt.UTC)
+    assert current_time(None, "Asia/Tokyo", now=moment) == "Thursday, November 26, 2026, 8:30 AM"
+    assert current_time("Europe/Paris", "Asia/Tokyo", now=moment) == "Thursday, November 26, 2026, 12:30 AM in Paris"
+    assert "2026" in current_time(now=moment)
+    with pytest.raises(ToolInputError, match="unknown time zone"):
+        current_time("Mars/Olympus", now=moment)
+
+
+def test_tool_calls_are_read_from_the_models_text():
+    assert starts_tool_call("<tool_call>\n{") is True
+    assert starts_tool_call("  <tool") is None  # too early to tell
+    assert starts_tool_call("Paris is") is False
+    assert starts_tool_call("```json\n{") is None and starts_tool_call('```json\n{"name": "x"') is True
+    assert starts_tool_call('{{"name": "x"') is True  # doubled braces, as Qwen's template shows the call
+    text = ('<tool_call>\n{"name": "calculate", "arguments": {"expression": "2+2"}}\n</tool_call>\n'
+            '<tool_call>{"name": "get_current_time", "arguments": "{}"}</tool_call><tool_call>{"name": broken')
+    calls = parse_calls(text)
+    assert calls[0] == ToolCall("calculate", {"expression": "2+2"})
+    assert calls[1] == ToolCall("get_current_time", {})
+    assert calls[2].error.startswith("the tool call is not valid JSON")
+    assert parse_calls('{{"name": "calculate", "arguments": {"expression": "1+1"}}}') == [
+        ToolCall("calculate", {"expression": "1+1"})]
+    assert parse_calls('```json\n{"name": "a", "arguments": {}}\n```') == [ToolCall("a", {})]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_every_failure_is_an_error_the_model_can_read():
+    def slow(**_):
+        time.sleep(0.5)
+        return "late"
+
+    def broken(**_):
+        raise RuntimeError("the database is down")
+
+    box = ToolBox([*builtin_tools(),
+                   Tool("slow", "", {"type": "object"}, slow, timeout_s=0.05),
+                   Tool("broken", "", {"type": "object"}, broken),
+                   Tool("huge", "", {"type": "object"}, lambda: "x" * 10_000)])
+    cases = [
+        (ToolCall("", error="the tool call is not valid JSON (Expecting value)"), "bad_call"),
+        (ToolCall("weather", {}), "unknown_tool"),
+        (ToolCall("calculate", {"expr": "1+1"}), "bad_arguments"),
+        (ToolCall("calculate", {"expression": "1/0"}), "failed"),
+        (ToolCall("slow", {}), "timeout"),
+        (ToolCall("broken", {}), "failed"),
+    ]
+    for request, kind in cases:
+        outcome = run(box.call(request))
+        assert outcome.outcome == kind and not outcome.ok and outcome.result.startswith("Error: "), request
+    assert "the database is down" in run(box.call(ToolCall("broken", {}))).result
+    huge = run(box.call(ToolCall("huge", {})))
+    assert huge.ok and len(huge.result) <= RESULT_CHARS + 10
+    good = run(box.call(ToolCall("calculate", {"expression": "347 * 29"})))
+    assert good.ok and good.result == "10063" and good.as_message() == {"role": "tool", "name": "calculate",
+                                                                         "content": "10063"}
+
+
+def test_the_users_time_zone_reaches_the_time_tool_and_a_session_may_narrow_its_tools():
+    box = ToolBox(builtin_tools())
+    outcome = run(box.call(ToolCall("get_current_time", {}), context={"timezone": "Asia/Tokyo"}))
+    tokyo = current_time(None, "Asia/Tokyo")
+    assert outcome.ok and outcome.result.rsplit(":", 1)[0] == tokyo.rsplit(":", 1)[0]  # (the minute may turn)
+    assert list(box.only(["calculate"]).tools) == ["calculate"] and not box.only([])
+    assert [s["function"]["name"] for s in box.schemas()] == ["get_current_time", "calculate"]

@@ -1,0 +1,49 @@
+"""Tools inside a spoken turn: telling a tool call from a spoken reply as the tokens stream, and running the
+calls (with a filler line when one is slow)."""
+
+from __future__ import annotations
+
+from workers.tools.registry import OPENING, starts_tool_call
+
+FILLER = "Let me check."
+APOLOGY = "Sorry, I couldn't get that answer."
+
+
+class CallDetector:
+    """Watches a reply as it streams: one that begins with a tool call is held back whole (never spoken nor shown),
+    anything else flows through at once; a tool call written after spoken words is cut off (`cut`)."""
+
+    def __init__(self, enabled: bool):
+        self.state: bool | None = None if enabled else False  # None: too early to tell; True: a tool call
+        self.pending = ""
+        self.cut = False
+
+    @property
+    def is_call(self) -> bool:
+        return self.state is True
+
+    def feed(self, text: str) -> str:
+        """The text to speak and show now."""
+        if self.state is False:
+            return self._speakable(text)
+        self.pending += text
+        if self.state is None:
+            self.state = starts_tool_call(self.pending)
+            if self.state is False:
+                text, self.pending = self.pending, ""
+                return self._speakable(text)
+        return ""
+
+    def finish(self) -> str:
+        """The stream ended: text still held because it might have begun a tool call was text after all."""
+        if self.state is None:
+            self.state = False
+            text, self.pending = self.pending, ""
+            return self._speakable(text)
+        return ""
+
+    def _speakable(self, text: str) -> str:
+        if OPENING[:-1] in text:  # "<tool_call": the model wants a tool after all, too late to hold the reply
+            self.cut = True
+            return text.split(OPENING[:-1])[0]
+        return text
