@@ -5,6 +5,7 @@ speculative turns, history, timings. No model is loaded; the real engine is in t
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -14,11 +15,23 @@ import pytest
 
 from vita.config import Config
 from vita.harness.client import wait_until
-from vita.messages import CancelTurn, ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
+from vita.messages import (
+    CancelTurn,
+    ReplyText,
+    SessionError,
+    ToolUsed,
+    TtsPiece,
+    TurnEnded,
+    TurnRequest,
+    TurnTimings,
+)
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm_worker import MAILBOX_BOUND, LlmWorker
 from workers.prompting import PromptBuilder
+from workers.tools.builtin import builtin_tools
+from workers.tools.in_turn import APOLOGY, FILLER
+from workers.tools.registry import Tool, ToolBox
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -290,3 +303,98 @@ def test_a_session_over_its_share_does_not_wait_when_nobody_else_has_a_turn():
     run_turn(worker, TurnRequest("busy", 2, text="Go."))
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert "fair_wait_s" not in timings.timings
+
+
+# --- tools in a turn ---------------------------------------------------------------------------------------------
+class RoundsEngine(ScriptedEngine):
+    """A TextEngine whose each request 'generates' the next of `rounds` (a tool call, then the answer)."""
+
+    def __init__(self, rounds: list[list[str]], step_s: float = 0.002):
+        super().__init__([], step_s)
+        self.rounds = list(rounds)
+
+    async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str):
+        self.prompts.append(prompt)
+        words = self.rounds.pop(0) if self.rounds else []
+        for i, word in enumerate(words):
+            await asyncio.sleep(self.step_s)
+            yield Delta(("" if i == 0 else " ") + word, 1, 20 if i == 0 else None)
+
+
+def tool_worker(rounds: list[list[str]], *tools: Tool, **settings) -> tuple[LlmWorker, RoundsEngine]:
+    worker, _ = make_worker([])
+    for key, value in settings.items():
+        setattr(worker.config.tools, key, value)
+    worker.engine = engine = RoundsEngine(rounds)
+    worker.toolbox = ToolBox([*builtin_tools(), *tools])
+    return worker, engine
+
+
+CALL = ['<tool_call>\n{"name":', '"lookup",', '"arguments":', '{"item":', '"widgets"}}\n</tool_call>']
+
+
+def test_a_reply_that_is_a_tool_call_is_not_spoken_and_the_model_answers_with_its_result():
+    worker, engine = tool_worker([CALL, ["There", "are", "42", "widgets."]],
+                                 Tool("lookup", "stock", {"type": "object"}, lambda item: f"42 {item}"))
+    run_turn(worker, TurnRequest("s", 1, text="How many widgets are there?"))
+    assert spoken_text(drained(worker.tts)) == "There are 42 widgets."  # never the call's JSON
+    outputs = drained(worker.outbox)
+    (used,) = [m for m in outputs if isinstance(m, ToolUsed)]
+    assert (used.name, json.loads(used.arguments), used.result, used.ok) == ("lookup", {"item": "widgets"},
+                                                                          "42 widgets", True)
+    assert "<tool_call>" not in "".join(m.delta for m in outputs if isinstance(m, ReplyText))
+    assert engine.prompts[1].messages[-1] == {"role": "tool", "name": "lookup", "content": "42 widgets"}
+    (exchange,) = worker.histories["s"]  # kept, so that a follow-up ("and gadgets?") has it
+    assert [m["role"] for m in exchange.tool_messages] == ["assistant", "tool"]
+    (timings,) = [m for m in outputs if isinstance(m, TurnTimings)]
+    assert timings.timings["tool_calls"] == 1
+
+
+def test_a_plain_arithmetic_question_is_calculated_before_the_model_speaks():
+    worker, engine = tool_worker([["It", "is", "10063."]])
+    run_turn(worker, TurnRequest("s", 1, text="What is 347 times 29?"))
+    assert engine.prompts[0].messages[-1] == {"role": "tool", "name": "calculate", "content": "10063"}
+    assert spoken_text(drained(worker.tts)) == "It is 10063."
+
+
+def test_a_slow_tool_gets_a_filler_line_first_and_a_failing_one_an_error_the_model_reads():
+    def slow(item: str) -> str:
+        time.sleep(0.3)
+        return "aisle 4"
+
+    worker, engine = tool_worker([CALL, ["Aisle", "4."]], Tool("lookup", "", {"type": "object"}, slow),
+                                 filler_after_ms=50)
+    run_turn(worker, TurnRequest("s", 1, text="Where are the widgets?"))
+    assert [p.text for p in drained(worker.tts) if isinstance(p, TtsPiece) and p.text] == [FILLER, "Aisle 4."]
+
+    worker, engine = tool_worker([CALL, []], Tool("lookup", "", {"type": "object"}, lambda item: 1 / 0))
+    run_turn(worker, TurnRequest("s", 1, text="Where are the widgets?"))
+    assert engine.prompts[1].messages[-1]["content"].startswith("Error: lookup failed")
+    assert spoken_text(drained(worker.tts)) == APOLOGY  # the model said nothing after the error
+
+
+def test_a_barge_in_during_a_tool_call_ends_the_turn_at_once():
+    started = threading.Event()
+
+    def hangs(item: str) -> str:
+        started.set()
+        time.sleep(2.0)
+        return "too late"
+
+    worker, _ = tool_worker([CALL, ["Never", "said."]], Tool("lookup", "", {"type": "object"}, hangs,
+                                                             timeout_s=10), filler_after_ms=0)
+
+    async def scenario() -> float:
+        worker._handle(TurnRequest("s", 1, text="Where are the widgets?"))
+        _, task = worker.running["s"]
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        cancelled_at = time.monotonic()
+        worker._handle(CancelTurn("s", 1, "barge-in"))
+        await asyncio.gather(task, return_exceptions=True)
+        return time.monotonic() - cancelled_at
+
+    assert asyncio.run(scenario()) < 0.5
+    worker.publisher.flush()
+    assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
+    assert spoken_text(drained(worker.tts)) == ""

@@ -87,6 +87,20 @@ def test_typed_text_gets_a_reply(page, server):
     assert not page.problems, page.problems
 
 
+def test_a_tool_call_shows_as_a_line_above_its_reply(page, server):
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.fill("#text", "What is 347 times 29?")
+    page.click("#send")
+    line = page.wait_for_selector(".msg.tool", timeout=60000).inner_text()
+    assert "calculate" in line and "10063" in line, line
+    page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
+                           timeout=60000)
+    assert page.evaluate("document.querySelector('.msg.tool').nextElementSibling.classList.contains('bot')")
+    page.click("#reset")
+    page.wait_for_function("!document.querySelector('.msg')", timeout=5000)
+    assert not page.problems, page.problems
+
+
 INBOUND_ENERGY = """async () => {
   const stats = await window.vita.rtc.pc.getStats();
   let energy = 0;
