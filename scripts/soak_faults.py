@@ -62,7 +62,7 @@ import requests
 from _bench import percentile
 from bench import LONG_QUESTIONS, QUESTIONS
 
-import tests.conftest as conftest
+import vita.harness.server as harness
 from vita.config import load_config
 from vita.harness.client import RecordingClient
 from vita.harness.speech import Microphone, noise, spoken
@@ -704,20 +704,20 @@ def main() -> int:
         url = args.url.rstrip("/")
     else:
         tmp = Path(tempfile.mkdtemp(prefix="vita-soak-"))
-        # start_server passes tests.conftest.BASE_ENV, the environment as it was when that module was imported:
+        # start_server passes vita.harness.server.BASE_ENV, the environment as it was when that module was imported:
         # setting os.environ now would be too late.
-        conftest.BASE_ENV["VITA_FAULT_SIGNALS"] = "1"
-        server = conftest.start_server(tmp, "--max_users", "4")
+        harness.BASE_ENV["VITA_FAULT_SIGNALS"] = "1"
+        server = harness.start_server(tmp, "--max_users", "4")
         log_path = server.log_path
         print(f"starting a server ({log_path}) ...", flush=True)
-        conftest.wait_ready(server)
+        harness.wait_ready(server)
         url = server.url
         print(f"ready after {server.ready_after_s:.1f} s", flush=True)
 
     soak = Soak(args, url, stall_s)
     if server is not None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            soak.code = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=conftest.ROOT, text=True,
+            soak.code = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=harness.ROOT, text=True,
                                        capture_output=True, timeout=10).stdout.strip()
     sessions = [Session(soak, f"s{i + 1}", seed=args.seed * 100 + i) for i in range(2)]
     threads: list[threading.Thread] = []
@@ -770,7 +770,7 @@ def main() -> int:
             session.close()
         if server is not None:
             try:
-                conftest.stop_server(server)
+                harness.stop_server(server)
             except AssertionError as exc:
                 print(f"FINDING: the server did not stop cleanly: {exc}", flush=True)
                 result = 1

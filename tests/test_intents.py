@@ -30,7 +30,9 @@ def test_plain_tool_questions_get_their_call(question, call):
 @pytest.mark.parametrize("question", [
     "What is the capital of France?", "How many legs does a spider have?", "Tell me about World War 2.",
     "I was born in 1990.", "Count from 1 to 10.", "The shop is open 9-5.", "What time is it in Tokyo?",
-    "Who wrote Romeo and Juliet?", "What is a good time to visit Paris?",
+    "Who wrote Romeo and Juliet?", "What is a good time to visit Paris?", "I work 24/7.", "What happened on 9/11?",
+    "I rated it 4 x 4 stars.", "What is the time complexity of quicksort?", "In Tokyo, what time is it?",
+    "What time is it in the UK?",
 ])
 def test_other_questions_are_left_to_the_model(question):
     assert planned_calls(question, BUILTIN) == []

@@ -102,3 +102,21 @@ def test_the_users_time_zone_reaches_the_time_tool_and_a_session_may_narrow_its_
     assert outcome.ok and outcome.result.rsplit(":", 1)[0] == tokyo.rsplit(":", 1)[0]  # (the minute may turn)
     assert list(box.only(["calculate"]).tools) == ["calculate"] and not box.only([])
     assert [s["function"]["name"] for s in box.schemas()] == ["get_current_time", "calculate"]
+
+
+def test_a_tool_with_a_broken_schema_fails_its_call_readably_and_acting_tools_stay_out_of_speculative_turns():
+    box = ToolBox([Tool("odd", "", {"type": "nonsense"}, lambda: "x"),
+                   Tool("order", "", {"type": "object"}, lambda: "ordered", read_only=False),
+                   *builtin_tools()])
+    outcome = run(box.call(ToolCall("odd", {})))
+    assert outcome.outcome == "failed" and "schema is invalid" in outcome.result
+    assert "order" not in box.only(None, read_only=True).tools and "calculate" in box.only(None, read_only=True).tools
+
+
+def test_a_tool_call_after_spoken_words_is_cut_even_split_across_deltas():
+    from workers.tools.in_turn import CallDetector
+
+    detector = CallDetector(enabled=True)
+    assert detector.feed("Let me see.") == "Let me see." and not detector.is_call
+    assert detector.feed(" Now <tool") == " Now <tool"  # cannot be told yet
+    assert detector.feed('_call>{"name": "x"}') == "" and detector.cut  # the rest is never spoken

@@ -222,8 +222,13 @@ class LlmWorker:
         return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
                                                                                           after), tuple(p.stop))
 
-    def _session_tools(self, req: TurnRequest) -> ToolBox:
-        return self.toolbox.only(list(req.tools) if req.tools is not None else None)
+    def _session_tools(self, req: TurnRequest) -> ToolBox | None:
+        """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)
+        only those that change nothing; none when tools.max_calls is 0."""
+        if not self.config.tools.max_calls:
+            return None
+        box = self.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
+        return box or None
 
     async def _warm_up(self) -> None:
         # With the tools: their part of the system prompt is then in the prefix cache before the first turn.
@@ -537,10 +542,12 @@ class LlmWorker:
             prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
                                        tuple(run.tool_messages))
         while True:
-            detector = CallDetector(enabled=calls_left > 0)
+            detector = CallDetector(enabled=bool(run.tools))  # on to the end: a call past the limit is not spoken
+            round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
                 tokens += delta.tokens
+                round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:
                     timings["prompt_tokens"] = float(delta.prompt_tokens)
                 if delta.cached_tokens is not None:
@@ -569,12 +576,14 @@ class LlmWorker:
                 held += shaper.feed(tail)
             if not detector.is_call:
                 break
+            if calls_left <= 0:  # asked for yet another tool: what it has must do (or the apology below)
+                break
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
             calls_left -= await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
             run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
             prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
                                        tuple(run.tool_messages))
-        held += shaper.finish(cut_by_token_limit=tokens >= llm.max_tokens)
+        held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
         if run.tool_messages and not run.spoken and not held:  # the tools' answer never came to words
             held.append(APOLOGY)
         if streaming:

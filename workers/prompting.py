@@ -24,9 +24,6 @@ _FEW_SHOT = (
 # How an interrupted reply is kept in the history: a plain trailing ellipsis, which small models do not copy
 # (a bracketed note such as "[interrupted by the user]" was).
 INTERRUPTED = "…"
-# Said to a chat model offered tools: without it a 1.5B model called a shop's stock tool for "What is the capital
-# of France?".
-TOOL_GUIDANCE = ""
 CHARS_PER_TOKEN = 4  # a token estimate where no tokenizer is at hand (a remote chat model)
 
 
@@ -180,8 +177,7 @@ class PromptBuilder:
         if self.style == "chat":
             if self.tokenizer is None:
                 return None
-            persona = f"{self.persona}\n\n{TOOL_GUIDANCE}" if tools and TOOL_GUIDANCE else self.persona
-            return render_chat(self.tokenizer, chat_messages(persona, history, user_text, after), tools)
+            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
         return self._transcript(history, user_text)
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:

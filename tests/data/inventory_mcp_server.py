@@ -7,12 +7,14 @@ import os
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 STOCK = {"widget": 42, "gadget": 7, "sprocket": 0, "gizmo": 315}
 server = MCPServer("inventory")
+LOOKUP = ToolAnnotations(read_only_hint=True)  # changes nothing: may run in a speculative turn
 
 
-@server.tool()
+@server.tool(annotations=LOOKUP)
 def stock_count(item: str) -> str:
     """How many of an item the shop has in stock (widgets, gadgets, sprockets, gizmos)."""
     name = item.strip().lower().rstrip("s")
@@ -21,7 +23,7 @@ def stock_count(item: str) -> str:
     return f"{STOCK[name]} {name}s in stock."
 
 
-@server.tool()
+@server.tool(annotations=LOOKUP)
 def opening_hours(day: str) -> str:
     """The shop's opening hours on a day of the week."""
     return "Closed." if day.strip().lower() == "sunday" else "9 am to 6 pm."

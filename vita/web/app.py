@@ -451,11 +451,11 @@ class FrontApp:
 
     def on_client_settings(self, session: Session, data: Any) -> None:
         """{timezone?: IANA name, tools?: [names] or null}: the user's time zone (the time tool answers in it) and
-        the tools this session allows (null or absent: all the server offers; []: none)."""
+        the tools this session allows (null: all the server offers; []: none). A key left out keeps its setting."""
         from zoneinfo import ZoneInfo
 
         settings = data if isinstance(data, dict) else {}
-        zone, tools = settings.get("timezone"), settings.get("tools", session.tools)
+        zone, tools = settings.get("timezone"), settings.get("tools")
         try:
             if zone is not None:
                 if not isinstance(zone, str) or len(zone) > 64:
@@ -469,7 +469,8 @@ class FrontApp:
             self.error("bad_settings", "tools must be a list of tool names, or null for all of them")
             return
         session.timezone = zone if zone is not None else session.timezone
-        session.tools = tuple(tools) if tools is not None else None
+        if "tools" in settings:
+            session.tools = tuple(tools) if tools is not None else None
         self.emit("client_settings", {"timezone": session.timezone, "tools": list(session.tools)
                                       if session.tools is not None else None}, to=session.sid)
 

@@ -35,7 +35,8 @@ class ToolInputError(ValueError):
 def calculate(expression: str) -> str:
     """Evaluate arithmetic exactly where it can be (integers and decimals), never with eval: only numbers, + - * /
     // % ** (powers up to 1000), parentheses, and sqrt, abs, round, floor, ceil, pi, e."""
-    text = str(expression).strip().lower().replace("×", "*").replace("÷", "/").replace("^", "**").replace(",", "")
+    text = str(expression).strip().lower().replace("×", "*").replace("÷", "/").replace("^", "**")
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # "1,000" (a thousands separator; round(2.5, 1) keeps its comma)
     for words, symbol in SPOKEN_OPERATORS:
         text = re.sub(words, symbol, text)
     if not text:
@@ -52,6 +53,8 @@ def calculate(expression: str) -> str:
 
 def _evaluate(node: ast.AST):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise ToolInputError("the number is too large")
         return Decimal(str(node.value)) if isinstance(node.value, float) else node.value
     if isinstance(node, ast.Name) and node.id in _CONSTANTS:
         return _CONSTANTS[node.id]

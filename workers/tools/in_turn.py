@@ -17,6 +17,7 @@ class CallDetector:
         self.state: bool | None = None if enabled else False  # None: too early to tell; True: a tool call
         self.pending = ""
         self.cut = False
+        self.tail = ""  # the end of what was spoken: an opening tag split across two deltas is still seen
 
     @property
     def is_call(self) -> bool:
@@ -43,7 +44,9 @@ class CallDetector:
         return ""
 
     def _speakable(self, text: str) -> str:
-        if OPENING[:-1] in text:  # "<tool_call": the model wants a tool after all, too late to hold the reply
+        seen = self.tail + text
+        if OPENING[:-1] in seen:  # "<tool_call": the model wants a tool after all, too late to hold the reply
             self.cut = True
-            return text.split(OPENING[:-1])[0]
+            return text[:max(0, seen.index(OPENING[:-1]) - len(self.tail))]
+        self.tail = seen[-len(OPENING):]
         return text

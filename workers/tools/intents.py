@@ -9,12 +9,13 @@ import re
 
 from workers.tools.registry import ToolCall
 
-_TIME = re.compile(r"\b(what(?:'s|’s|s| is)? (?:the )?(?:current )?time\b|what time is it\b|(?:tell|give) me the time\b"
-                   r"|\bthe time (?:right )?now\b)", re.I)
+_TIME = re.compile(r"\b(what(?:'s|’s|s| is)? (?:the )?(?:current )?time(?=\s*(?:now|right now|please|\?|\.|,|!|$))"
+                   r"|what time is it\b|(?:tell|give) me the time\b|\bthe time (?:right )?now\b)", re.I)
 _DATE = re.compile(r"\b(what(?:'s|’s|s| is)? (?:the |today's )?date\b|today's date\b"
                    r"|what day (?:is (?:it|today)|of the week)\b|which day (?:is (?:it|today))\b"
                    r"|what(?:'s|s| is) (?:the )?day today\b|what (?:month|year) is it\b|what(?: is|'s) today\b)", re.I)
-_ELSEWHERE = re.compile(r"\b(in|at) [A-Z][a-z]+", re.U)  # "...in Tokyo": a place's zone is the model's to name
+_ELSEWHERE = re.compile(r"\b(?i:in|at|for) (?:the )?[A-Z][A-Za-z]+")  # "in Tokyo": the place's zone is the model's
+_ASKS = re.compile(r"\b(what|what's|whats|how much|how many|calculate|compute|work out|tell me|is it)\b|\?", re.I)
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 _OPERATOR = (r"(?:\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by|over|to the power of)")
 _EXPRESSION = re.compile(rf"\(?\s*{_NUMBER}\s*\)?(?:\s*{_OPERATOR}\s*\(?\s*{_NUMBER}\s*\)?)+(?:\s*squared)?", re.I)
@@ -26,9 +27,9 @@ def planned_calls(question: str, available: set[str]) -> list[ToolCall]:
     """The built-in calls `question` plainly needs (only tools in `available`), or none."""
     calls: list[ToolCall] = []
     if "get_current_time" in available and (_TIME.search(question) or _DATE.search(question)) \
-            and not _ELSEWHERE.search(question.split("time", 1)[-1]):
+            and not _ELSEWHERE.search(question):
         calls.append(ToolCall("get_current_time", {}))
-    if "calculate" in available:
+    if "calculate" in available and _ASKS.search(question):
         if (match := _PERCENT.search(question)) is not None:
             calls.append(ToolCall("calculate", {"expression": f"{match[1]} / 100 * {match[2]}"}))
         elif (match := _ROOT.search(question)) is not None:
@@ -39,5 +40,6 @@ def planned_calls(question: str, available: set[str]) -> list[ToolCall]:
 
 
 def _is_date_or_range(text: str) -> bool:
-    """"2024-05-01", "9-5": a hyphen between bare numbers is rarely a subtraction in speech."""
-    return bool(re.fullmatch(rf"\s*{_NUMBER}\s*-\s*{_NUMBER}(\s*-\s*{_NUMBER})*\s*", text))
+    """"2024-05-01", "9-5", "24/7", "9/11": a hyphen or slash between bare numbers is rarely arithmetic in speech."""
+    return bool(re.fullmatch(rf"\s*{_NUMBER}\s*-\s*{_NUMBER}(\s*-\s*{_NUMBER})*\s*", text)
+                or re.fullmatch(rf"\s*{_NUMBER}/{_NUMBER}(/{_NUMBER})*\s*", text))

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
+
+import jsonschema
 
 from workers.tools.registry import Tool
 
@@ -59,8 +60,10 @@ class McpServer:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if "command" in self.spec:
+                    # Only the operator's env over the package's safe default: never this server's secrets
+                    # (VITA_ACCESS_TOKEN, an API key) to every tool process.
                     params = StdioServerParameters(command=self.spec["command"], args=self.spec.get("args", []),
-                                                   env={**os.environ, **self.spec.get("env", {})})
+                                                   env=self.spec.get("env") or None)
                     read, write = await stack.enter_async_context(stdio_client(params))
                 else:
                     streams = await stack.enter_async_context(streamable_http_client(self.spec["url"]))
@@ -68,7 +71,7 @@ class McpServer:
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 listed = await session.list_tools()
-                self.tools = [self._tool(t) for t in listed.tools]
+                self.tools = [tool for t in listed.tools if (tool := self._tool(t)) is not None]
                 self.session, self.alive = session, True
                 ready.set_result(None)
                 await asyncio.Event().wait()  # held open until the worker stops (this task is cancelled)
@@ -82,15 +85,23 @@ class McpServer:
             if not ready.done():
                 ready.set_exception(RuntimeError(self.error or "stopped"))
 
-    def _tool(self, listed: Any) -> Tool:
+    def _tool(self, listed: Any) -> Tool | None:
         schema = getattr(listed, "input_schema", None) or getattr(listed, "inputSchema", None) or {"type": "object"}
         schema = {k: v for k, v in schema.items() if k != "title"}
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            log.warning("MCP server %r: tool %r left out: its argument schema is invalid (%s)", self.name,
+                        listed.name, exc.message)
+            return None
+        hints = getattr(listed, "annotations", None)
+        read_only = bool(getattr(hints, "read_only_hint", None) or getattr(hints, "readOnlyHint", None))
 
         async def call(**arguments: Any) -> str:
             return await self.call(listed.name, arguments)
 
         return Tool(listed.name, (listed.description or "").strip(), schema, call, timeout_s=self.timeout_s,
-                    source=f"mcp:{self.name}")
+                    source=f"mcp:{self.name}", read_only=read_only)
 
 
 def _describe(exc: BaseException) -> str:
@@ -106,19 +117,20 @@ class McpServers:
         self.servers = [McpServer(spec, timeout_s) for spec in specs]
 
     async def start(self, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-        waits = []
+        """Start every server at once; those not ready within connect_timeout_s are given up."""
+        waits = {}
         for server in self.servers:
             ready: asyncio.Future = asyncio.get_running_loop().create_future()
             server.task = asyncio.create_task(server.run(ready), name=f"mcp-{server.name}")
-            waits.append((server, ready))
-        for server, ready in waits:
-            try:
-                await asyncio.wait_for(asyncio.shield(ready), connect_timeout_s)
-            except TimeoutError:
+            waits[ready] = server
+        if waits:
+            await asyncio.wait(waits, timeout=connect_timeout_s)
+        for ready, server in waits.items():
+            if not ready.done():
                 server.error = f"did not start within {connect_timeout_s:g} s"
                 server.task.cancel()
-            except Exception as exc:
-                server.error = server.error or _describe(exc)
+            elif ready.exception() is not None:  # (retrieved: no "never retrieved" warning)
+                server.error = server.error or _describe(ready.exception())
 
     def tools(self) -> list[Tool]:
         return [tool for server in self.servers if server.alive for tool in server.tools]

@@ -34,6 +34,7 @@ class Tool:
     function: Callable[..., Any]  # called with the arguments as keywords; may be async
     timeout_s: float = DEFAULT_TIMEOUT_S
     source: str = "builtin"  # or "mcp:<server>"
+    read_only: bool = True  # changes nothing (MCP: the tool's readOnlyHint): may run in a speculative turn
 
     def schema(self) -> dict[str, Any]:
         """As chat templates and OpenAI-compatible servers take it."""
@@ -148,8 +149,11 @@ class ToolBox:
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self.tools.values()]
 
-    def only(self, names: list[str] | None) -> ToolBox:
-        return self if names is None else ToolBox([t for n, t in self.tools.items() if n in names])
+    def only(self, names: list[str] | None, read_only: bool = False) -> ToolBox:
+        """The tools named (None: all); with read_only, only those that change nothing: a speculative turn may be
+        discarded, so it must not act."""
+        return ToolBox([t for n, t in self.tools.items()
+                        if (names is None or n in names) and (t.read_only or not read_only)])
 
     async def call(self, request: ToolCall, context: dict[str, Any] | None = None) -> ToolOutcome:
         started = time.monotonic()
@@ -171,6 +175,10 @@ class ToolBox:
             jsonschema.validate(request.arguments, tool.parameters)
         except jsonschema.ValidationError as exc:
             return outcome(f"bad arguments for {tool.name}: {exc.message}", "bad_arguments")
+        except jsonschema.exceptions.SchemaError as exc:  # the tool's own schema is broken (an MCP server's)
+            return outcome(f"{tool.name} cannot be called: its argument schema is invalid ({exc.message})", "failed")
+        except Exception as exc:  # e.g. a $ref that resolves nowhere
+            return outcome(f"{tool.name} cannot be called: {exc}", "failed")
         kwargs = dict(request.arguments)
         if context and "context" in inspect.signature(tool.function).parameters:
             kwargs["context"] = context
