@@ -321,9 +321,11 @@ class LlmWorker:
         """Bounded hand-over: while the event loop is behind, this thread waits and the Manager queue (bounded
         too) fills, so the front's puts time out into ``server_busy`` instead of memory growing here."""
         for message in read_messages(self.inbox, self.stop):
+            put = mailbox.put(message)
             try:
-                handed = asyncio.run_coroutine_threadsafe(mailbox.put(message), loop)
+                handed = asyncio.run_coroutine_threadsafe(put, loop)
             except RuntimeError:  # the loop closed: the worker is ending (its engine failed); this message is lost
+                put.close()  # (never scheduled: no "never awaited" warning)
                 return  # and the front's turn watchdog ends its turn
             while not self.stop.is_set():
                 with contextlib.suppress(FutureTimeout):
