@@ -41,3 +41,14 @@ def test_other_questions_are_left_to_the_model(question):
 def test_only_the_sessions_tools_are_planned():
     assert planned_calls("What is 2 + 2?", {"get_current_time"}) == []
     assert planned_calls("What time is it?", set()) == []
+
+
+def test_a_planned_calls_result_is_said_plainly():
+    from workers.tools.intents import spoken_answer
+
+    assert spoken_answer(ToolCall("calculate", {"expression": "347 times 29"}), "10063") == "347 times 29 is 10063."
+    assert spoken_answer(ToolCall("calculate", {"expression": "144 / 12"}), "12") == "144 divided by 12 is 12."
+    assert spoken_answer(ToolCall("calculate", {"expression": "sqrt(1764)"}), "42") == "The square root of 1764 is 42."
+    assert spoken_answer(ToolCall("calculate", {"expression": "15 / 100 * 260"}), "39") == "15 percent of 260 is 39."
+    assert spoken_answer(ToolCall("get_current_time", {}), "Wednesday, November 25, 2026, 7:48 PM") == (
+        "It's Wednesday, November 25, 2026, 7:48 PM.")

@@ -350,11 +350,20 @@ def test_a_reply_that_is_a_tool_call_is_not_spoken_and_the_model_answers_with_it
     assert timings.timings["tool_calls"] == 1
 
 
-def test_a_plain_arithmetic_question_is_calculated_before_the_model_speaks():
-    worker, engine = tool_worker([["It", "is", "10063."]])
+def test_a_plain_arithmetic_question_is_calculated_and_said_without_asking_the_model():
+    worker, engine = tool_worker([["It", "is", "9823."]])
     run_turn(worker, TurnRequest("s", 1, text="What is 347 times 29?"))
-    assert engine.prompts[0].messages[-1] == {"role": "tool", "name": "calculate", "content": "10063"}
-    assert spoken_text(drained(worker.tts)) == "It is 10063."
+    assert engine.prompts == []  # no generation: the model's own 9823 never comes up
+    assert spoken_text(drained(worker.tts)) == "347 times 29 is 10063."
+    (exchange,) = worker.histories["s"]
+    assert exchange.tool_messages[-1] == {"role": "tool", "name": "calculate", "content": "10063"}
+
+
+def test_a_model_that_asks_again_for_a_result_it_has_says_that_result():
+    worker, engine = tool_worker([CALL, CALL, CALL, CALL], Tool("lookup", "", {"type": "object"}, lambda item: "42"))
+    run_turn(worker, TurnRequest("s", 1, text="How many widgets?"))
+    assert len(engine.prompts) == 2  # the second identical call is not run again
+    assert spoken_text(drained(worker.tts)) == "Here's what I found: 42"
 
 
 def test_a_slow_tool_gets_a_filler_line_first_and_a_failing_one_an_error_the_model_reads():

@@ -58,9 +58,9 @@ from workers.remote_engine import RemoteEngine, RemoteEngineError
 from workers.speech_pieces import ReplyShaper, SpeechClock
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER, CallDetector
-from workers.tools.intents import planned_calls
+from workers.tools.intents import planned_calls, spoken_answer
 from workers.tools.mcp_tools import McpServers
-from workers.tools.registry import ToolBox, ToolCall, parse_calls
+from workers.tools.registry import ToolBox, ToolCall, ToolOutcome, parse_calls
 
 NAME = "llm"
 TTS_PUT_TIMEOUT_S = 1.0
@@ -538,12 +538,19 @@ class LlmWorker:
         gen_started = time.monotonic()
         tokens = 0
         calls_left = self.config.tools.max_calls if run.tools else 0
+        round_tokens = 0
         planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
-        if planned:  # "What time is it?": called for the model, which then only says the answer
-            calls_left -= await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
+        if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
+            outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
+            calls_left -= len(outcomes)
+            if all(o.ok for o in outcomes):
+                held += [spoken_answer(call, o.result) for call, o in zip(planned, outcomes, strict=False)]
+                for piece in held:
+                    self._publish(ReplyText(sid, tid, piece + " "))
+                calls_left = -1  # no generation
             prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
                                        tuple(run.tool_messages))
-        while True:
+        while calls_left >= 0:
             detector = CallDetector(enabled=bool(run.tools))  # on to the end: a call past the limit is not spoken
             round_tokens = 0
             run.generating = True
@@ -578,10 +585,16 @@ class LlmWorker:
                 held += shaper.feed(tail)
             if not detector.is_call:
                 break
-            if calls_left <= 0:  # asked for yet another tool: what it has must do (or the apology below)
-                break
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
-            calls_left -= await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
+            done = {m["name"] for m in run.tool_messages if m.get("role") == "tool" and
+                    not m["content"].startswith("Error:")}
+            if calls_left <= 0 or all(c.name in done for c in calls):
+                # Asked again for what it has (a small model loops on a result): say that result instead.
+                answered = [m["content"] for m in run.tool_messages if m.get("role") == "tool"]
+                if done and answered:
+                    held.append(f"Here's what I found: {answered[-1]}")
+                break
+            calls_left -= len(await self._run_calls(req, run, calls, detector.pending, clock, gen_started))
             run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
             prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
                                        tuple(run.tool_messages))
@@ -599,16 +612,17 @@ class LlmWorker:
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
 
     async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
-                         clock: SpeechClock, gen_started: float) -> int:
+                         clock: SpeechClock, gen_started: float) -> list[ToolOutcome]:
         """Run tool calls (the model's, written as `text`, or planned for it), each result shown on the page and
         added to the turn's context; a call still running after tools.filler_after_ms gets "Let me check." said
-        first. Returns how many calls were made."""
+        first. Returns their outcomes, in order."""
         readable = [c for c in calls if not c.error]
         run.tool_messages.append({"role": "assistant", "content": "" if readable else text.strip(),
                                   "tool_calls": [{"type": "function", "function": {"name": c.name,
                                                                                    "arguments": c.arguments}}
                                                  for c in readable]})
         filler_s = self.config.tools.filler_after_ms / 1000
+        outcomes = []
         for call in calls:
             task = asyncio.create_task(run.tools.call(call, {"timezone": req.timezone}))
             try:
@@ -630,7 +644,8 @@ class LlmWorker:
             self._publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
                                    json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
                                    outcome.outcome, outcome.duration_s))
-        return len(calls)
+            outcomes.append(outcome)
+        return outcomes
 
     def _cut_early(self, shaper: ReplyShaper, clock: SpeechClock, started: bool, first_token_at: float) -> list[str]:
         """Pieces cut before their boundary: the first piece's first two words once it has decoded for

@@ -43,3 +43,22 @@ def _is_date_or_range(text: str) -> bool:
     """"2024-05-01", "9-5", "24/7", "9/11": a hyphen or slash between bare numbers is rarely arithmetic in speech."""
     return bool(re.fullmatch(rf"\s*{_NUMBER}\s*-\s*{_NUMBER}(\s*-\s*{_NUMBER})*\s*", text)
                 or re.fullmatch(rf"\s*{_NUMBER}/{_NUMBER}(/{_NUMBER})*\s*", text))
+
+
+_SPOKEN = [("**", " to the power of "), ("*", " times "), ("/", " divided by "), ("+", " plus "), ("-", " minus ")]
+
+
+def spoken_answer(call: ToolCall, result: str) -> str:
+    """The answer to a planned call, said as it is: the model is not asked to rephrase a time or a product
+    (given the result it called the same tool again and again in 1 of 2 turns, and it costs a generation)."""
+    if call.name == "get_current_time":
+        return f"It's {result}."
+    expression = str(call.arguments.get("expression", "")).strip()
+    if expression.startswith("sqrt(") and expression.endswith(")"):
+        return f"The square root of {expression[5:-1]} is {result}."
+    if "/ 100 *" in expression:
+        percent, of = expression.split("/ 100 *")
+        return f"{percent.strip()} percent of {of.strip()} is {result}."
+    for symbol, words in _SPOKEN:
+        expression = expression.replace(symbol, words)
+    return f"{' '.join(expression.split())} is {result}."
