@@ -53,6 +53,8 @@ def spoken_answer(call: ToolCall, result: str) -> str:
     (given the result it called the same tool again and again in 1 of 2 turns, and it costs a generation)."""
     if call.name == "get_current_time":
         return f"It's {result}."
+    if call.name != "calculate":  # an operator's tool: its own words (ending a sentence, to be spoken as one)
+        return result if result.rstrip().endswith((".", "!", "?")) else f"{result.rstrip()}."
     expression = str(call.arguments.get("expression", "")).strip()
     if expression.startswith("sqrt(") and expression.endswith(")"):
         return f"The square root of {expression[5:-1]} is {result}."
