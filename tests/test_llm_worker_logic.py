@@ -400,3 +400,9 @@ def test_a_barge_in_during_a_tool_call_ends_the_turn_at_once():
     worker.publisher.flush()
     assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
     assert spoken_text(drained(worker.tts)) == ""
+
+
+def test_a_model_that_says_nothing_gets_an_apology_not_silence():
+    worker, _ = make_worker([])
+    run_turn(worker, TurnRequest("s", 1, text="Multiply 125 by 48."))
+    assert spoken_text(drained(worker.tts)) == APOLOGY

@@ -601,7 +601,9 @@ class LlmWorker:
             prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
                                        tuple(run.tool_messages))
         held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
-        if run.tool_messages and not run.spoken and not held:  # the tools' answer never came to words
+        if not run.spoken and not held:
+            # Nothing to say (the tools' answer never came to words, or the model ended at once: 1 in 23 tool
+            # questions): silence would leave the user waiting for nothing.
             held.append(APOLOGY)
         if streaming:
             for piece in held:
