@@ -22,6 +22,9 @@ BUILTIN = {"get_current_time", "calculate"}
     ("Whats the date today?", ToolCall("get_current_time", {})),
     ("What day of the week is it today?", ToolCall("get_current_time", {})),
     ("What year is it?", ToolCall("get_current_time", {})),
+    ("Multiply 125 by 48.", ToolCall("calculate", {"expression": "125 * 48"})),
+    ("Add 3456 and 789.", ToolCall("calculate", {"expression": "3456 + 789"})),
+    ("Subtract 17 from 100.", ToolCall("calculate", {"expression": "100 - 17"})),
 ])
 def test_plain_tool_questions_get_their_call(question, call):
     assert planned_calls(question, BUILTIN) == [call]

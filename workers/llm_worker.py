@@ -115,6 +115,13 @@ class TurnRun:
     cues: str = ""  # what the camera showed, for the prompt
     tools: ToolBox | None = None  # what this turn may call
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
+    planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
+
+    @property
+    def kept_tool_messages(self) -> tuple[dict[str, Any], ...]:
+        """What the history keeps: the model's own calls. Planned ones are in the answer already, and a history
+        full of calls made for it kept the 1.5B model from calling an MCP tool itself (0 of 5 in a long session)."""
+        return tuple(self.tool_messages[self.planned_messages:])
 
     @property
     def said(self) -> str:
@@ -222,6 +229,14 @@ class LlmWorker:
         return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
                                                                                           after), tuple(p.stop))
 
+    @staticmethod
+    def _offered(tools: ToolBox | None) -> ToolBox | None:
+        """The tools the model itself is shown: the operator's (MCP). The built-ins are called for it when a question
+        plainly needs them (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions
+        ("Yes, penguins can fly." became "Penguins can fly.") and it called them for only half of the questions."""
+        offered = ToolBox([t for t in tools.tools.values() if t.source != "builtin"]) if tools else None
+        return offered or None
+
     def _session_tools(self, req: TurnRequest) -> ToolBox | None:
         """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)
         only those that change nothing; none when tools.max_calls is 0."""
@@ -232,7 +247,8 @@ class LlmWorker:
 
     async def _warm_up(self) -> None:
         # With the tools: their part of the system prompt is then in the prefix cache before the first turn.
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=self.toolbox),
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!",
+                                                            tools=self._offered(self.toolbox)),
                                           self._sampling(), "warmup"):
             pass
 
@@ -368,7 +384,7 @@ class LlmWorker:
         llm = self.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "", tools=tools)
+        prompt = self._text_prompt(history, "", tools=self._offered(tools))
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
@@ -456,7 +472,7 @@ class LlmWorker:
             await self._generate(req, run, prompt, history)
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
-            history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=tuple(run.tool_messages)))
+            history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self._publish_answered(sid, tid, run)
             try:
                 self._warm(sid, tid, history, run.tools)
@@ -469,7 +485,7 @@ class LlmWorker:
             forgotten = (sid, tid) in self.forgotten
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
                 self.histories[sid].add(Exchange(run.user_text, run.said, interrupted=True, turn_id=tid,
-                                                 tool_messages=tuple(run.tool_messages)))
+                                                 tool_messages=run.kept_tool_messages))
             self._publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
         except TtsBusy as exc:
             self.report.log.error("turn dropped: %s", exc, extra=turn_ids(sid, tid))
@@ -519,7 +535,7 @@ class LlmWorker:
                 return None
             run.cues = await cues if cues else ""
             run.tools = self._session_tools(req)
-            prompt = self._text_prompt(history, run.user_text, run.cues, run.tools)
+            prompt = self._text_prompt(history, run.user_text, run.cues, self._offered(run.tools))
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 
@@ -542,16 +558,19 @@ class LlmWorker:
         planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
         if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
             outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
+            run.planned_messages = len(run.tool_messages)
             calls_left -= len(outcomes)
             if all(o.ok for o in outcomes):
                 held += [spoken_answer(call, o.result) for call, o in zip(planned, outcomes, strict=False)]
                 for piece in held:
                     self._publish(ReplyText(sid, tid, piece + " "))
                 calls_left = -1  # no generation
-            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
+            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues,
+                                       self._offered(run.tools),
                                        tuple(run.tool_messages))
         while calls_left >= 0:
-            detector = CallDetector(enabled=bool(run.tools))  # on to the end: a call past the limit is not spoken
+            # On to the end: a call past the limit is not spoken either.
+            detector = CallDetector(enabled=bool(self._offered(run.tools)))
             round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
@@ -598,7 +617,8 @@ class LlmWorker:
                     self._publish(ReplyText(sid, tid, piece + " "))
                 break
             run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
-            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, run.tools,
+            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues,
+                                       self._offered(run.tools),
                                        tuple(run.tool_messages))
         held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
         if not run.spoken and not held:

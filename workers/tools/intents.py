@@ -19,6 +19,7 @@ _ASKS = re.compile(r"\b(what|what's|whats|how much|how many|calculate|compute|wo
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 _OPERATOR = (r"(?:\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by|over|to the power of)")
 _EXPRESSION = re.compile(rf"\(?\s*{_NUMBER}\s*\)?(?:\s*{_OPERATOR}\s*\(?\s*{_NUMBER}\s*\)?)+(?:\s*squared)?", re.I)
+_VERB = re.compile(rf"\b(multiply|add|subtract|divide)\s+({_NUMBER})\s+(by|and|to|from)\s+({_NUMBER})", re.I)
 _ROOT = re.compile(rf"square root of\s+({_NUMBER})", re.I)
 _PERCENT = re.compile(rf"({_NUMBER})\s*(?:percent|%)\s+of\s+({_NUMBER})", re.I)
 
@@ -29,7 +30,12 @@ def planned_calls(question: str, available: set[str]) -> list[ToolCall]:
     if "get_current_time" in available and (_TIME.search(question) or _DATE.search(question)) \
             and not _ELSEWHERE.search(question):
         calls.append(ToolCall("get_current_time", {}))
-    if "calculate" in available and _ASKS.search(question):
+    if "calculate" in available and (match := _VERB.search(question)) is not None:  # "Multiply 125 by 48."
+        verb, a, b = match[1].lower(), match[2], match[4]
+        expression = {"multiply": f"{a} * {b}", "add": f"{a} + {b}", "divide": f"{a} / {b}",
+                      "subtract": f"{b} - {a}" if match[3].lower() == "from" else f"{a} - {b}"}[verb]
+        calls.append(ToolCall("calculate", {"expression": expression}))
+    elif "calculate" in available and _ASKS.search(question):
         if (match := _PERCENT.search(question)) is not None:
             calls.append(ToolCall("calculate", {"expression": f"{match[1]} / 100 * {match[2]}"}))
         elif (match := _ROOT.search(question)) is not None:
