@@ -44,6 +44,8 @@ def test_arithmetic_is_answered_by_the_tool_and_the_page_hears_of_the_call(tool_
         (reply,) = of_turn(client, "response_text", 1)
         assert "10063" in reply["text"].replace(",", ""), reply  # not the model's own 9823
         assert client.named("audio"), "the answer is spoken"
+        metrics = tool_server.get("/metrics").text
+        assert 'vita_tool_calls_total{outcome="ok",tool="calculate"} 1.0' in metrics
 
         client.sio.emit("client_settings", {"tools": []})  # the user switched tools off
         assert client.wait_for(lambda evs: any(n == "client_settings" and d["tools"] == [] for _, n, d in evs), 10)

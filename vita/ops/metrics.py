@@ -51,6 +51,8 @@ class FrontMetrics:
                                          ["reason"], registry=r)
         self.turns_unanswered = Counter("vita_turns_unanswered", "Turns the LLM worker ended without a reply",
                                         ["reason"], registry=r)
+        self.tool_calls = Counter("vita_tool_calls", "Tool calls made during turns, by tool and outcome (ok, bad_call, "
+                                  "unknown_tool, bad_arguments, failed, timeout)", ["tool", "outcome"], registry=r)
         self.stage = Histogram("vita_stage_seconds", "Latency of one stage of a turn", ["stage"],
                                buckets=STAGE_BUCKETS, registry=r)
         self.audio_handler = Histogram("vita_audio_handler_seconds",

@@ -302,6 +302,8 @@ class TurnController:
             self.turn_log.llm_ended(sid, message.turn_id, message.reason, message.spoken)
             if message.reason not in ("done", "cancelled"):
                 self.metrics.turns_unanswered.labels(message.reason).inc()
+        elif isinstance(message, messages.ToolUsed):
+            self.metrics.tool_calls.labels(message.name, message.outcome).inc()
 
     def _on_output(self, session: Session, message: Any) -> None:
         turn_id = getattr(message, "turn_id", None)
