@@ -554,23 +554,26 @@ class LlmWorker:
         gen_started = time.monotonic()
         tokens = 0
         calls_left = self.config.tools.max_calls if run.tools else 0
+        offered = self._offered(run.tools)
+
+        def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
+            return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
+                                     tuple(run.tool_messages))
+
         round_tokens = 0
+        answered = False  # by the tools' results, said as they are: no (more) generation
         planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
         if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
             outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
             run.planned_messages = len(run.tool_messages)
             calls_left -= len(outcomes)
-            if all(o.ok for o in outcomes):
-                held += [spoken_answer(call, o.result) for call, o in zip(planned, outcomes, strict=False)]
-                for piece in held:
-                    self._publish(ReplyText(sid, tid, piece + " "))
-                calls_left = -1  # no generation
-            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues,
-                                       self._offered(run.tools),
-                                       tuple(run.tool_messages))
-        while calls_left >= 0:
-            # On to the end: a call past the limit is not spoken either.
-            detector = CallDetector(enabled=bool(self._offered(run.tools)))
+            answered = all(o.ok for o in outcomes)
+            if answered:
+                held += self._say_results(sid, tid, planned, outcomes)
+            else:
+                prompt = next_prompt()
+        while not answered:
+            detector = CallDetector(enabled=bool(offered))  # on to the end: a call past the limit is not spoken
             round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
@@ -609,17 +612,12 @@ class LlmWorker:
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
             outcomes = await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
             calls_left -= len(outcomes)
-            if all(o.ok for o in outcomes):
-                # The result, said as it is: asked to put it in words, the bundled 1.5B model said "The current
-                # date, day of the week and time is 2..." for 125 x 48, or nothing (scripts/eval_tools.py).
-                held += [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
-                for piece in held:
-                    self._publish(ReplyText(sid, tid, piece + " "))
+            answered = all(o.ok for o in outcomes)
+            if answered:
+                held += self._say_results(sid, tid, calls, outcomes)
                 break
             run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
-            prompt = self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues,
-                                       self._offered(run.tools),
-                                       tuple(run.tool_messages))
+            prompt = next_prompt()
         held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
         if not run.spoken and not held:
             # Nothing to say (the tools' answer never came to words, or the model ended at once: 1 in 23 tool
@@ -634,6 +632,15 @@ class LlmWorker:
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+
+    def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
+        """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
+        1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
+        the tool again (scripts/eval_tools.py)."""
+        answers = [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
+        for answer in answers:
+            self._publish(ReplyText(sid, tid, answer + " "))
+        return answers
 
     async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
                          clock: SpeechClock, gen_started: float) -> list[ToolOutcome]:
