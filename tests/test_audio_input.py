@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vita.turns.sessions import RateBudget
+from vita.rate_budget import RateBudget
 from vita.web.audio_input import JSON_MAX_BYTES, AudioFormatError, decode_audio_message
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast

@@ -11,39 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vita.messages import ReplyText
+from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
-
-
-class RateBudget:
-    """A token bucket: `rate` units a second after a burst of `burst` (seconds of audio, typed requests). The work
-    behind an inbound event costs far more than the event: the budget bounds what one client can make the shared
-    workers do, whatever its transport."""
-
-    def __init__(self, rate: float, burst: float, now: float = 0.0):
-        self.rate, self.burst = rate, burst
-        self.left, self.at = burst, now
-        self.cooling = False
-
-    def available(self, now: float) -> float:
-        self.left = min(self.burst, self.left + max(0.0, now - self.at) * self.rate)
-        self.at = now
-        return self.left
-
-    def take(self, units: float, now: float) -> bool:
-        """Spend `units`; False (and nothing spent) when the budget is out: refuse the input."""
-        if units > self.available(now):
-            self.cooling = True
-            return False
-        self.left -= units
-        return True
-
-    def open(self, now: float) -> bool:
-        """Whether to look at input at all: after a refusal, not until half the burst is back. A flood is then
-        refused before it costs any parsing, instead of each message being parsed to find it is over."""
-        if self.cooling and self.available(now) >= self.burst / 2:
-            self.cooling = False
-        return not self.cooling
 
 
 @dataclass

@@ -45,6 +45,7 @@ from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 from engineio.payload import Payload
 from werkzeug.wrappers import Request
 
+from vita.rate_budget import RateBudget
 from vita.web.access import AccessGuard
 from vita.web.connections import ConnectionTable
 from vita.web.shared_tls import SharedTlsSocket
@@ -91,16 +92,14 @@ class MeteredSocket:
     the two cores in TLS, WebSocket framing and packet parsing before any of it was refused)."""
 
     def __init__(self, sock: Any, bytes_per_s: float, burst: float):
-        self._sock, self.bytes_per_s, self.burst = sock, bytes_per_s, burst
-        self.left, self.at = burst, time.monotonic()
+        self._sock = sock
+        self.budget = RateBudget(bytes_per_s, burst, time.monotonic())
 
     def recv(self, size: int) -> bytes:
         data = self._sock.recv(size)
-        now = time.monotonic()
-        self.left = min(self.burst, self.left + (now - self.at) * self.bytes_per_s) - len(data)
-        self.at = now
-        if self.left < 0:
-            time.sleep(-self.left / self.bytes_per_s)
+        wait = self.budget.spend(len(data), time.monotonic())
+        if wait:
+            time.sleep(wait)
         return data
 
     def __getattr__(self, name: str) -> Any:

@@ -1,5 +1,5 @@
-"""Tools inside a spoken turn: telling a tool call from a spoken reply as the tokens stream, and running the
-calls (with a filler line when one is slow)."""
+"""Tools inside a spoken turn: telling a tool call from a spoken reply as the tokens stream, and the lines said
+around calls (a filler while a slow one runs, an apology when nothing came of them)."""
 
 from __future__ import annotations
 
@@ -31,17 +31,19 @@ class CallDetector:
         if self.state is None:
             self.state = starts_tool_call(self.pending)
             if self.state is False:
-                text, self.pending = self.pending, ""
-                return self._speakable(text)
+                return self._release()
         return ""
 
     def finish(self) -> str:
         """The stream ended: text still held because it might have begun a tool call was text after all."""
         if self.state is None:
             self.state = False
-            text, self.pending = self.pending, ""
-            return self._speakable(text)
+            return self._release()
         return ""
+
+    def _release(self) -> str:
+        text, self.pending = self.pending, ""
+        return self._speakable(text)
 
     def _speakable(self, text: str) -> str:
         seen = self.tail + text
