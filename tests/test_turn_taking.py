@@ -19,6 +19,7 @@ from vita.turns.turn_events import (
     FinishAfter,
     FirstAudio,
     HearInterjection,
+    InputCommitted,
     InterjectionHeard,
     Interrupted,
     JudgeTurn,
@@ -117,6 +118,31 @@ def test_typed_text_is_a_turn_of_its_own_without_speech_times():
     assert start.text == "hello" and start.speech is None and of(actions, CommitTurn)
     (first,) = of(m.handle(AudioSent(2.0, start.turn_id, 0.5)), FirstAudio)
     assert "voice_to_voice_s" not in first.times and first.times["first_audio_s"] == pytest.approx(1.0)
+
+
+def test_committed_input_is_a_turn_at_once_without_any_vad_event():
+    m = machine()
+    actions = m.handle(InputCommitted(3.0, SPEECH, "and in French"))
+    (start,), (commit,) = of(actions, StartTurn), of(actions, CommitTurn)
+    assert start.speech == SPEECH and start.text == "and in French" and not start.speculative
+    assert commit.turn_id == start.turn_id and m.phase is Phase.THINKING
+    (first,) = of(m.handle(AudioSent(4.0, start.turn_id, 0.5)), FirstAudio)
+    assert first.times["voice_to_voice_s"] == pytest.approx(2.0)  # from the end of the committed speech
+
+
+def test_committed_input_supersedes_a_reply_audibly_and_a_speculative_turn_silently():
+    m = machine()
+    turn = speaking(m)
+    actions = m.handle(InputCommitted(4.0, None, "something else"))
+    assert of(actions, StopTurn) == [StopTurn(turn, "new turn", audible=True)] and "stop_tts" in sent(actions)
+    assert of(actions, StartTurn)[0].turn_id == turn + 1
+    m2 = machine()
+    m2.handle(SpeechStarted(0.5))
+    (spec,) = of(m2.handle(SpeechPaused(2.0, SPEECH)), StartTurn)
+    actions = m2.handle(InputCommitted(2.1, SPEECH))
+    assert of(actions, StopTurn) == [StopTurn(spec.turn_id, DISCARDED, audible=False, forget=True)]
+    assert "stop_tts" not in sent(actions) and m2.speech is None
+    assert of(actions, StartTurn)[0].turn_id == spec.turn_id + 1
 
 
 def test_unanswered_turn_goes_back_to_listening_with_the_reason():

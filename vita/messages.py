@@ -52,9 +52,40 @@ class TurnRequest:
     # if its words are only a stop command, nothing is answered
     timezone: str | None = None  # the user's IANA time zone, from their page (the time tool answers in it)
     tools: tuple[str, ...] | None = None  # the tools this session may call (None: all the server offers)
+    instructions: str | None = None  # the session's own system prompt (a Realtime client's), else the persona
+    client_tools: tuple[ClientTool, ...] = ()  # functions the client runs itself (a Realtime client's session.tools)
+    tool_outputs: tuple[ToolOutput, ...] = ()  # the client's results for the calls the previous turn asked of it
+    output_audio: bool = True  # False: a text-only client (no voice)
 
 
 REPLY_MODES = ("stream", "full")
+
+
+@dataclass(frozen=True)
+class ClientTool:
+    """A function the client declared and runs itself: the model may call it; the call goes back to the client."""
+
+    name: str
+    description: str = ""
+    parameters: str = "{}"  # its JSON schema, as JSON text (plain fields pickle safely)
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """The client's result for a call of one of its tools (a Realtime `function_call_output` item)."""
+
+    call_id: str
+    output: str
+
+
+@dataclass(frozen=True)
+class EditHistory:
+    """Change what the session's history keeps of turn_id: its reply cut to what the user heard (``reply``), or
+    the whole exchange dropped (``reply`` None)."""
+
+    session_id: str
+    turn_id: int
+    reply: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +173,18 @@ class ToolUsed:
     ok: bool
     outcome: str  # ok, bad_call, unknown_tool, bad_arguments, failed, timeout
     duration_s: float
+
+
+@dataclass(frozen=True)
+class ToolCallRequested:
+    """The model called one of the client's own tools: the turn ends here, and the client answers with a
+    ``ToolOutput`` in its next turn."""
+
+    session_id: str
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: str  # JSON
 
 
 @dataclass(frozen=True)

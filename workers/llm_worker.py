@@ -23,6 +23,7 @@ from vita.machine.cpu import isa_cap_env, name_os_thread, omp_threads_bind, read
 from vita.messages import (
     ALL_TURNS,
     CancelTurn,
+    EditHistory,
     EndSession,
     InterjectionCheck,
     InterjectionText,
@@ -30,6 +31,7 @@ from vita.messages import (
     ResetHistory,
     SessionError,
     Shutdown,
+    ToolCallRequested,
     ToolUsed,
     Transcript,
     TtsPiece,
@@ -57,6 +59,8 @@ from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, 
 from workers.remote_engine import RemoteEngine, RemoteEngineError
 from workers.speech_pieces import ReplyShaper, SpeechClock
 from workers.tools.builtin import builtin_tools
+from workers.tools.client_tools import SOURCE as CLIENT_TOOL
+from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
 from workers.tools.in_turn import APOLOGY, FILLER, CallDetector
 from workers.tools.intents import planned_calls, spoken_answer
 from workers.tools.mcp_tools import McpServers
@@ -147,6 +151,7 @@ class LlmWorker:
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
         self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
         self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
+        self.awaited: dict[str, AwaitedCalls] = {}  # session -> the turn waiting for its client's tool results
         self.toolbox = ToolBox([])  # every tool this worker offers (sessions may narrow it)
         self.mcp: McpServers | None = None
         self.ledger = ServiceLedger()  # who asked for many turns lately: that session yields under contention
@@ -223,8 +228,8 @@ class LlmWorker:
         return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature)
 
     def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
-                     after: tuple[dict[str, Any], ...] = ()) -> EnginePrompt:
-        p = self.prompts
+                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None) -> EnginePrompt:
+        p = self.prompts if persona is None else self.prompts.with_persona(persona)
         schemas = tools.schemas() if tools else None
         return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
                                                                                           after), tuple(p.stop))
@@ -243,6 +248,8 @@ class LlmWorker:
         if not self.config.tools.max_calls:
             return None
         box = self.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
+        if req.client_tools and self.prompts.style == "chat":  # run by the client: safe in a speculative turn too
+            box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
         return box or None
 
     async def _warm_up(self) -> None:
@@ -369,22 +376,26 @@ class LlmWorker:
             if message.forget:
                 self._forget(message.session_id, message.turn_id)
             self._cancel(message.session_id, message.turn_id)
+        elif isinstance(message, EditHistory):
+            if (history := self.histories.get(message.session_id)) is not None:
+                history.edit(message.turn_id, message.reply)
         elif isinstance(message, (ResetHistory, EndSession)):
             self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
             self.latest_check.pop(message.session_id, None)
+            self.awaited.pop(message.session_id, None)
             if isinstance(message, EndSession):
                 self.ledger.forget(message.session_id)
 
-    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None
-              ) -> None:
+    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
+              persona: str | None = None) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
         llm = self.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "", tools=self._offered(tools))
+        prompt = self._text_prompt(history, "", tools=self._offered(tools), persona=persona)
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
@@ -469,13 +480,16 @@ class LlmWorker:
                 self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
                 return
             prompt, transcribing = prepared
-            await self._generate(req, run, prompt, history)
+            if not await self._generate(req, run, prompt, history):  # it called the client's tools: theirs to run
+                self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
+                self._publish(TurnEnded(sid, tid, NAME, "tool_call"))
+                return
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
             history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self._publish_answered(sid, tid, run)
             try:
-                self._warm(sid, tid, history, run.tools)
+                self._warm(sid, tid, history, run.tools, req.instructions)
             except Exception:  # only an optimisation: the turn is answered either way
                 self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
@@ -528,23 +542,29 @@ class LlmWorker:
         else:
             loop = asyncio.get_running_loop()
             cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
-            run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
+            awaited = self.awaited.pop(req.session_id, None)
+            if req.tool_outputs and awaited is not None:  # the client's results: the same question goes on
+                run.user_text = awaited.user_text
+                run.tool_messages = awaited.answered(req.tool_outputs)
+            else:
+                run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
             run.cues = await cues if cues else ""
             run.tools = self._session_tools(req)
-            prompt = self._text_prompt(history, run.user_text, run.cues, self._offered(run.tools))
+            prompt = self._text_prompt(history, run.user_text, run.cues, self._offered(run.tools),
+                                       tuple(run.tool_messages), req.instructions)
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 
     async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt,
-                        history: ConversationHistory | None = None) -> None:
+                        history: ConversationHistory | None = None) -> bool:
         """Stream the reply: text deltas to the page, pieces to TTS as they become speakable (or all at the end in
         "full" mode), stopping the engine once the reply is long enough to speak. A reply that begins with a tool
         call is not spoken: the calls run, their results join the prompt, and the model goes on (at most
-        tools.max_calls calls a turn)."""
+        tools.max_calls calls a turn). False when it called the client's own tools instead: the turn ends there."""
         sid, tid, timings = req.session_id, req.turn_id, run.timings
         llm = self.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
@@ -558,7 +578,7 @@ class LlmWorker:
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
-                                     tuple(run.tool_messages))
+                                     tuple(run.tool_messages), req.instructions)
 
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
@@ -610,6 +630,8 @@ class LlmWorker:
             if calls_left <= 0:  # yet another call after the last allowed: the apology below
                 break
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
+            if self._for_the_client(req, run, calls):
+                return False
             outcomes = await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
             calls_left -= len(outcomes)
             answered = all(o.ok for o in outcomes)
@@ -632,6 +654,21 @@ class LlmWorker:
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
+        return True
+
+    def _for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
+        """Calls of the client's own tools go to the client (the others in the same reply are left out: the
+        client answers first); the turn then waits for its results, as a turn of its own."""
+        theirs = [c for c in calls if not c.error and (tool := run.tools.tools.get(c.name)) is not None
+                  and tool.source == CLIENT_TOOL]
+        if not theirs:
+            return False
+        named = [(new_call_id(), c) for c in theirs]
+        self.awaited[req.session_id] = AwaitedCalls.of(run.user_text, run.tool_messages, named)
+        for call_id, call in named:
+            self._publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
+                                            json.dumps(call.arguments, ensure_ascii=False)))
+        return True
 
     def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
         """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
@@ -759,6 +796,8 @@ class LlmWorker:
         # Recorded before the put: a cancel that lands while the put's thread runs does not stop the put, so the
         # piece reaches the voice and belongs in the history of what was said.
         spoken.append(piece)
+        if not req.output_audio:  # a text-only client: the voice gets only the turn's (silent) last piece
+            return
         try:
             await self._to_tts(message)
         except TtsBusy:

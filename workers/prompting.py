@@ -8,6 +8,7 @@ processor's chat template with audio and image placeholders for the current turn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from dataclasses import dataclass
@@ -59,6 +60,16 @@ class ConversationHistory:
 
     def clear(self) -> None:
         self._exchanges.clear()
+
+    def edit(self, turn_id: int, reply: str | None) -> None:
+        """A client's edit: the turn's reply cut to what was heard, or (None) the whole exchange dropped."""
+        if reply is None:
+            self.drop_turn(turn_id)
+            return
+        edited = [dataclasses.replace(ex, assistant=reply, interrupted=ex.interrupted or reply != ex.assistant)
+                  if ex.turn_id == turn_id else ex for ex in self._exchanges]
+        self._exchanges.clear()
+        self._exchanges.extend(edited)
 
     def drop_turn(self, turn_id: int) -> None:
         """Take back the exchange of a turn that turned out never to have happened."""
@@ -150,6 +161,10 @@ class PromptBuilder:
         self.style = choose_style(tokenizer, style)
         self.persona = persona.strip()
         self.history_tokens = history_tokens
+
+    def with_persona(self, persona: str) -> PromptBuilder:
+        """The same builder with a session's own system prompt (a Realtime client's `instructions`)."""
+        return PromptBuilder(self.tokenizer, self.style, persona, self.history_tokens)
 
     def _count_tokens(self, text: str) -> int:
         if self.tokenizer is None:

@@ -25,6 +25,11 @@ class Session:
     voice: str | None = None
     timezone: str | None = None  # the user's IANA time zone (`client_settings`), for the time tool
     tools: tuple[str, ...] | None = None  # the tools this session allows (`client_settings`); None: all
+    instructions: str | None = None  # a Realtime client's system prompt (None: the configured persona)
+    client_tools: tuple = ()  # functions a Realtime client runs itself (vita.messages.ClientTool)
+    tool_outputs: tuple = ()  # its results for the calls of its turn before, taken by the next committed turn
+    output_audio: bool = True  # False: a text-only Realtime client (no voice is synthesized)
+    channel: Any = field(default=None, repr=False)  # where its events go when it is not a Socket.IO client
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)

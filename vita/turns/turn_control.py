@@ -300,7 +300,7 @@ class TurnController:
             self.turn_log.update(sid, message.turn_id, transcript=message.text)
         elif isinstance(message, TurnEnded) and message.stage == "llm":
             self.turn_log.llm_ended(sid, message.turn_id, message.reason, message.spoken)
-            if message.reason not in ("done", "cancelled"):
+            if message.reason not in ("done", "cancelled", "tool_call"):
                 self.metrics.turns_unanswered.labels(message.reason).inc()
         elif isinstance(message, messages.ToolUsed):
             self.metrics.tool_calls.labels(message.name, message.outcome).inc()
@@ -328,12 +328,15 @@ class TurnController:
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
-            if session.turns.first_audio_sent:
+            if session.turns.first_audio_sent or not session.output_audio:  # (a text-only client hears none)
                 self._say_unheard(session)
         elif isinstance(message, messages.ToolUsed):
             self.emit("tool_call", {"turn_id": turn_id, "name": message.name, "arguments": message.arguments,
                                     "result": message.result, "ok": message.ok, "outcome": message.outcome,
                                     "duration_s": round(message.duration_s, 4)}, to=sid)
+        elif isinstance(message, messages.ToolCallRequested):
+            self.emit("function_call", {"turn_id": turn_id, "call_id": message.call_id, "name": message.name,
+                                        "arguments": message.arguments}, to=sid)
         elif isinstance(message, TurnTimings):
             self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
@@ -409,7 +412,11 @@ class TurnController:
             session.sid, action.turn_id, audio=speech.pcm if speech else b"", sample_rate=SAMPLE_RATE,
             text=action.text, frames=frames, voice=session.voice, reply_mode=session.reply_mode,
             speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else (),
-            timezone=session.timezone, tools=session.tools))
+            timezone=session.timezone, tools=session.tools, instructions=session.instructions,
+            client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
+            output_audio=session.output_audio))
+        if not action.speculative:
+            session.tool_outputs = ()  # taken by this turn
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only
             self.report(session, "server_busy", "The assistant is overloaded and dropped what you said; "
                                                 "please say it again.")

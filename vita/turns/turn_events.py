@@ -160,6 +160,16 @@ class TextTyped:
 
 
 @dataclass(frozen=True)
+class InputCommitted:
+    """The client itself says the user's turn is over (push-to-talk, or a Realtime client's `response.create`):
+    the speech it committed and/or text, answered now whatever the VAD thinks."""
+
+    now: float
+    speech: Speech | None
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class RecordingToggled:
     now: float
     reason: str  # "recording started" / "recording stopped"
@@ -226,7 +236,7 @@ class Disconnected:
 
 
 Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged | TurnHeard
-         | PauseWaited | InterjectionHeard
+         | PauseWaited | InterjectionHeard | InputCommitted
          | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
          | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
 

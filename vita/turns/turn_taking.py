@@ -38,6 +38,7 @@ from vita.turns.turn_events import (
     FinishAfter,
     FirstAudio,
     HearInterjection,
+    InputCommitted,
     InterjectionHeard,
     Interrupted,
     JudgeTurn,
@@ -308,6 +309,16 @@ class TurnTaking:
             return actions
         self.pending_text = e.text
         return self._typed_turn(e.now)
+
+    def _on_InputCommitted(self, e: InputCommitted) -> list[Action]:
+        """A turn the client ended itself: whatever is in flight gives way (as a new utterance would)."""
+        self.last_activity = e.now
+        self.speech, self.pending_text = None, ""
+        actions: list[Action] = self._unduck()
+        if self.turn is not None:
+            actions += self._cancel("new turn")  # a speculative one is discarded, unheard
+        turn_id = self._new_turn()
+        return actions + [StartTurn(turn_id, e.speech, e.text)] + self._commit(turn_id, e.speech, e.text, e.now)
 
     def _on_RecordingToggled(self, e: RecordingToggled) -> list[Action]:
         self.last_activity = e.now

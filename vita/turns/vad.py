@@ -162,6 +162,16 @@ class VadSegmenter:
                    v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms,
                    echo_guard_db)
 
+    def tune(self, start_threshold: float, end_silence_ms: int, pre_roll_ms: int) -> None:
+        """A client's own thresholds (a Realtime session's turn_detection): the probability that opens speech (the
+        closing one stays 0.15 under it), the silence that ends it, the audio kept from before it."""
+        self.start_threshold = start_threshold
+        self.end_threshold = max(0.01, start_threshold - 0.15)
+        self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
+        if self.pause_chunks >= self.end_silence_chunks:
+            self.pause_chunks = self.longer_pause_chunks = 0
+        self.pre_roll = deque(self.pre_roll, maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
+
     def reset(self) -> None:
         self.vad.reset()
         self.pre_roll.clear()

@@ -28,6 +28,7 @@ from vita.web.access import COOKIE, OPEN_PATHS, AccessGuard
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.web.connections import ConnectionTable
 from vita.web.message_queue import QueueProbe, socketio_options
+from vita.web.realtime import RealtimeRoute
 from vita.web.socket_guard import SocketGuard
 from vita.web.web_root import WebRoot
 from vita.web.web_security import ForwardedHeaders, security_headers
@@ -98,7 +99,7 @@ class FrontApp:
         self.socket_guard = SocketGuard(self.socketio.server, self._bad_event, config.limits.max_attachments,
                                         read_bytes_per_s=config.limits.max_socket_bytes_per_s)
         self.socket_guard.install()
-        self.flask.wsgi_app = ForwardedHeaders(self.flask.wsgi_app, config.trusted_proxies())  # outermost
+        self.flask.wsgi_app = ForwardedHeaders(RealtimeRoute(self.flask.wsgi_app, self), config.trusted_proxies())
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
@@ -116,13 +117,20 @@ class FrontApp:
     def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
         if event == "error" and isinstance(payload, dict):
             self.metrics.errors.labels(str(payload.get("code"))).inc()
+        session = self.sessions.get(to) if to is not None else None
+        if session is not None and session.channel is not None:  # a Realtime client: its own wire
+            session.channel.emit(event, payload)
+            return
         options: dict[str, Any] = {"to": to}
-        if self.queue_probe is not None and to is not None and self.sessions.get(to) is not None:
+        if self.queue_probe is not None and session is not None:
             options["ignore_queue"] = True  # our own session: deliver here, no Redis round trip (see message_queue)
         if payload is None:
             self.socketio.emit(event, **options)
         else:
             self.socketio.emit(event, payload, **options)
+
+    def put_request(self, message: Any) -> bool:
+        return self._put("requests", message)
 
     def _put(self, queue_name: str, message: Any) -> bool:
         """Hand a message to a worker; False (message dropped, logged) when its queue stays full or is gone."""
@@ -134,11 +142,15 @@ class FrontApp:
     def _session(self, sid: str | None = None) -> Session | None:
         """The caller's session, or None when it has none or is over its event rate (the event is dropped)."""
         session = self.sessions.get(sid or request.sid)
-        if session is not None and not session.take_event(self.config.limits.max_events_per_s):
-            self.metrics.events_dropped.inc()
-            self.turns.report(session, "rate_limited", "Too many messages per second; some were dropped.")
-            return None
-        return session
+        return session if session is not None and self.session_allows_event(session) else None
+
+    def session_allows_event(self, session: Session) -> bool:
+        """Within the session's event rate; else the event is dropped, with a (rate-limited) error."""
+        if session.take_event(self.config.limits.max_events_per_s):
+            return True
+        self.metrics.events_dropped.inc()
+        self.turns.report(session, "rate_limited", "Too many messages per second; some were dropped.")
+        return False
 
     def notify_shutdown(self) -> None:
         """SIGTERM: end every turn in flight with a notice before the workers go (each session's cancel, then its
@@ -159,6 +171,10 @@ class FrontApp:
     def _disconnect(self, sid: str) -> None:
         """Close the client's whole connection, not only its namespace (a client may ignore the latter and keep
         answering pings)."""
+        session = self.sessions.get(sid)
+        if session is not None and session.channel is not None:  # a Realtime client's WebSocket
+            session.channel.close()
+            return
         server = self.socketio.server
         eio_sid = server.manager.eio_sid_from_sid(sid, "/")
         server.disconnect(sid)
@@ -340,10 +356,10 @@ class FrontApp:
         except AudioFormatError as exc:
             self.turns.report(session, "bad_audio", str(exc))
             return
-        self._admit_audio(session, pcm, rate)
+        self.admit_audio(session, pcm, rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
 
-    def _admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
+    def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
         the session's real-time budget."""
         heard = not pcm.size or (session.audio_budget.take(pcm.size / rate, time.monotonic())
@@ -377,7 +393,7 @@ class FrontApp:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
             sdp = self.rtc.answer(session.sid, offer.get("sdp"),
-                                  lambda pcm, rate: self._admit_audio(session, pcm, rate), client=request.remote_addr)
+                                  lambda pcm, rate: self.admit_audio(session, pcm, rate), client=request.remote_addr)
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)

@@ -1,0 +1,473 @@
+"""``/v1/realtime``: OpenAI's Realtime protocol over a plain WebSocket on the front, beside Socket.IO.
+
+A Realtime client is a session like any other (one seat of --max_users, the idle timeout, the access token, the
+same mailbox, turn machine, workers and reply pacing); only its wire differs. Its events are read in order on its
+connection's thread, as Socket.IO's are; what the turn machine says back goes through the session's
+``RealtimeConversation`` (vita/web/realtime_conversation.py) instead of Socket.IO emits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import simple_websocket
+import soxr
+from werkzeug.wrappers import Request
+
+from vita.messages import EditHistory, ToolOutput
+from vita.ops.logs import turn_ids
+from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
+from vita.turns.vad import SAMPLE_RATE
+from vita.web.access import AccessGuard
+from vita.web.realtime_conversation import Item, RealtimeConversation
+from vita.web.realtime_protocol import (
+    EAGER_THRESHOLD,
+    FORMATS,
+    ProtocolError,
+    Settings,
+    TurnDetection,
+    decode_audio,
+    error_event,
+    new_id,
+    session_json,
+    updated,
+)
+from vita.web.socket_guard import BoundedWebSocket
+
+if TYPE_CHECKING:
+    from vita.web.app import FrontApp
+
+log = logging.getLogger("vita.web.realtime")
+PATH = "/v1/realtime"
+SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
+MAX_BUFFER_S = 120.0  # push-to-talk: the most audio one commit may carry
+MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
+SESSION_EXPIRES_S = 3600.0
+
+
+def _json_response(start_response: Callable, status: str, code: str, message: str) -> list[bytes]:
+    body = json.dumps(error_event(code, message)).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class RealtimeSocket(BoundedWebSocket):
+    """The front's bounded WebSocket (TLS-safe, paced, size-capped) speaking Realtime errors instead of
+    Socket.IO's when a message is too big."""
+
+    def wait(self) -> Any:
+        while True:
+            try:
+                data = self.ws.receive(timeout=1.0)
+            except simple_websocket.ConnectionClosed:
+                return None
+            if data is not None:
+                break
+            if not self.ws.connected:
+                return None
+        if len(data) > self.limit:
+            with contextlib.suppress(Exception):
+                self.ws.send(json.dumps(error_event("message_too_big", f"A message may be at most {self.limit} "
+                                                    "bytes.")))
+                self.ws.close(reason=1009, message="Message is too big")
+            return None
+        return data
+
+
+class RealtimeRoute:
+    """WSGI middleware: ``/v1/realtime`` here, everything else to the Flask app."""
+
+    def __init__(self, app: Callable, front: FrontApp):
+        self.app, self.front = app, front
+        self.max_message_bytes = max(front.config.limits.max_frame_bytes, 1 << 20)
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        if environ.get("PATH_INFO") != PATH:
+            return self.app(environ, start_response)
+        if environ.get("HTTP_UPGRADE", "").lower() != "websocket":
+            return _json_response(start_response, "426 Upgrade Required", "websocket_required",
+                                  f"{PATH} speaks OpenAI's Realtime protocol over a WebSocket")
+        if not self._origin_allowed(environ):
+            return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
+                                  "This origin may not open a Realtime session here.")
+        if not self.front.guard.check(self._token(environ)):  # the page's places for a token, or a browser's
+            return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
+                                  "This assistant needs an access token (Authorization: Bearer …).")
+        protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
+        model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
+        socket = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ).serve(),
+                                _Limit(self.max_message_bytes), self.front.socket_guard,
+                                subprotocols=[p for p in protocols if p == "realtime"] or None)
+        return socket(environ, start_response)
+
+    def _origin_allowed(self, environ: dict) -> bool:
+        """No Origin: not a browser. A browser's page must come from this server or an allowed origin."""
+        origin = environ.get("HTTP_ORIGIN")
+        if not origin:
+            return True
+        allowed = [o.strip() for o in (self.front.config.server.allowed_origins or "").split(",") if o.strip()]
+        return origin in allowed or urlsplit(origin).netloc == environ.get("HTTP_HOST")
+
+    @staticmethod
+    def _token(environ: dict) -> str | None:
+        """Where the page's requests may carry it (Authorization: Bearer, ?token=, the cookie), or where a browser's
+        Realtime client puts its key (a WebSocket subprotocol: browsers cannot set headers on a WebSocket)."""
+        for protocol in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(","):
+            if protocol.strip().startswith(SUBPROTOCOL_KEY):
+                return protocol.strip()[len(SUBPROTOCOL_KEY):]
+        return AccessGuard.offered(Request(environ))
+
+
+class _Limit:
+    """What BoundedWebSocket reads its size limit from (engine.io's server, for Socket.IO)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_http_buffer_size = max_bytes
+
+
+class RealtimeSession:
+    """One Realtime connection: its settings, its push-to-talk buffer, and its client events."""
+
+    def __init__(self, front: FrontApp, ws: Any, model: str, environ: dict):
+        self.front, self.ws, self.requested_model = front, ws, model
+        self.remote = environ.get("REMOTE_ADDR", "")
+        config = front.config
+        self.settings = Settings(voice=front.config.tts.voice, turn_detection=TurnDetection(
+            "semantic_vad", config.vad.start_threshold, config.vad.pre_roll_ms, config.turn.incomplete_wait_ms))
+        self.sid = new_id("rt")
+        self.conversation = RealtimeConversation(self._write, lambda: self.settings)
+        self.buffer: list[np.ndarray] = []  # push-to-talk audio at 16 kHz, since the last commit or clear
+        self.buffer_started: float | None = None
+        self.resampler: Any = None
+        self.pending_speech: Speech | None = None  # committed, not yet answered
+        self.pending_text: list[str] = []
+        self.pending_outputs: list[ToolOutput] = []
+        self.requested = False  # response.create sent, its turn not yet begun
+        self.closed = False
+
+    # --- the connection -------------------------------------------------------------------------------------
+    def _write(self, event: dict[str, Any]) -> None:
+        """The raw write (RealtimeConversation.send serializes every writer through its lock)."""
+        if self.closed:
+            return
+        try:
+            self.ws.send(json.dumps(event, ensure_ascii=False))
+        except Exception:  # the client is gone: its reader ends the session
+            self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.ws.close()
+
+    def serve(self) -> None:
+        front = self.front
+        session = front.sessions.open(self.sid)
+        if session is None:
+            front.metrics.sessions_refused.inc()
+            self.conversation.error("too_many_users", f"The server is full ({front.sessions.max_users} users); try "
+                                    "again later.", kind="server_error")
+            self.close()
+            return
+        self.session = session
+        session.channel = self
+        session.voice = self.settings.voice
+        front.metrics.sessions_opened.inc()
+        front.turns.attach(session)
+        log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
+        self.conversation.send({"type": "session.created", "session": self._session_json()})
+        front.turns.post(session, Connected(time.monotonic()))
+        try:
+            while (data := self.ws.wait()) is not None:
+                if front.sessions.get(self.sid) is None or self.closed:
+                    break
+                self.receive(data)
+        finally:
+            self.closed = True
+            if front.sessions.close(self.sid) is not None:
+                front.turns.detach(session)
+            log.info("Realtime session closed", extra=turn_ids(self.sid))
+
+    # --- what the front sends this session (FrontApp.emit) ---------------------------------------------------
+    def emit(self, event: str, payload: Any = None) -> None:
+        if event == "turn":
+            self.requested = False
+        self.conversation.emit(event, payload)
+
+    # --- client events ---------------------------------------------------------------------------------------
+    def receive(self, data: str | bytes) -> None:
+        event_id = None
+        try:
+            if not self.front.session_allows_event(self.session):
+                return
+            event = json.loads(data)
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                raise ProtocolError("invalid_event", "an event is a JSON object with a string type")
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            handler = getattr(self, "on_" + event["type"].replace(".", "_"), None)
+            if handler is None:
+                raise ProtocolError("invalid_event", f"unknown or unsupported event type {event['type'][:64]!r}",
+                                    "type")
+            handler(event)
+        except ProtocolError as exc:
+            self.conversation.error(exc.code, exc.message, exc.param, event_id, exc.kind)
+        except (ValueError, UnicodeDecodeError):
+            self.conversation.error("invalid_json", "the event is not valid JSON", None, event_id)
+        except Exception:  # a bug must cost this event, never the session or the front
+            log.exception("Realtime event failed", extra=turn_ids(self.sid))
+            self.conversation.error("server_error", "The server could not handle this event.", None, event_id,
+                                    "server_error")
+
+    def on_session_update(self, event: dict) -> None:
+        before = self.settings
+        self.settings = updated(before, event.get("session"), self.front.voices)
+        session, after = self.session, self.settings
+        session.voice, session.output_audio = after.voice, after.audio_out
+        session.instructions = after.instructions or None
+        session.client_tools = after.tools if after.tool_choice == "auto" else ()
+        if after.tool_choice == "none":
+            session.tools = ()  # nor the server's own
+        if after.turn_detection != before.turn_detection:
+            self._retune(before.turn_detection, after.turn_detection)
+        self.conversation.send({"type": "session.updated", "session": self._session_json()})
+
+    def _retune(self, before: TurnDetection | None, after: TurnDetection | None) -> None:
+        session, config = self.session, self.front.config
+
+        def apply() -> None:
+            if after is not None:
+                session.listener.segmenter.tune(after.threshold, after.silence_duration_ms, after.prefix_padding_ms)
+                threshold = EAGER_THRESHOLD.get(after.eagerness) if after.type == "semantic_vad" else None
+                session.turns.rules = dataclasses.replace(
+                    session.turns.rules, complete_threshold=threshold or config.turn.complete_threshold)
+            if (before is None) != (after is None):  # to or from push-to-talk: what was half heard is dropped
+                session.listener.reset()
+                if session.turns.user_speaking:
+                    session.actor.follow(SpeechDropped(time.monotonic()))
+
+        session.actor.call(apply)
+        self.buffer, self.buffer_started = [], None
+
+    def on_input_audio_buffer_append(self, event: dict) -> None:
+        kind = self.settings.input_format
+        pcm = decode_audio(event.get("audio"), kind, self.front.config.limits.max_frame_bytes)
+        rate = FORMATS[kind]
+        if self.settings.turn_detection is not None:
+            self.front.admit_audio(self.session, pcm, rate)
+            return
+        if self.resampler is None or self.resampler[0] != rate:
+            self.resampler = (rate, soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16"))
+        if sum(len(b) for b in self.buffer) + len(pcm) * SAMPLE_RATE / rate > MAX_BUFFER_S * SAMPLE_RATE:
+            raise ProtocolError("input_audio_buffer_full", f"the input audio buffer holds at most {MAX_BUFFER_S:g} s; "
+                                "commit or clear it")
+        self.buffer_started = self.buffer_started or time.monotonic()
+        self.buffer.append(self.resampler[1].resample_chunk(pcm))
+
+    def on_input_audio_buffer_commit(self, event: dict) -> None:
+        if self.settings.turn_detection is not None:
+            session = self.session
+
+            def end_now() -> None:
+                heard = session.listener.end_now(time.monotonic()) if session.turns.user_speaking else []
+                if not heard:
+                    self.conversation.error("input_audio_buffer_commit_empty", "there is no speech to commit",
+                                            None, event.get("event_id"))
+                for e in heard:
+                    session.actor.follow(e)
+
+            session.actor.call(end_now)
+            return
+        if self.resampler is not None:
+            self.buffer.append(self.resampler[1].resample_chunk(np.zeros(0, np.int16), last=True))
+            self.resampler = None
+        pcm = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.int16)
+        if len(pcm) < MIN_COMMIT_S * SAMPLE_RATE:
+            raise ProtocolError("input_audio_buffer_commit_empty", "buffer too small: at least "
+                                f"{MIN_COMMIT_S * 1000:.0f} ms of audio is needed, got "
+                                f"{len(pcm) / SAMPLE_RATE * 1000:.0f} ms")
+        now = time.monotonic()
+        speech = Speech(pcm.astype(np.int16).tobytes(), self.buffer_started or now, now,
+                        {"audio_s": round(len(pcm) / SAMPLE_RATE, 3)})
+        if self.pending_speech is not None:  # two commits before one response: one request
+            speech = joined(self.pending_speech, speech)
+        self.pending_speech = speech
+        self.buffer, self.buffer_started = [], None
+        item = Item(new_id("item"), "message", "user", content=[{"type": "input_audio", "transcript": None}])
+        previous = self.conversation.items[-1].id if self.conversation.items else None
+        self.conversation.send({"type": "input_audio_buffer.committed", "previous_item_id": previous,
+                    "item_id": item.id})
+        self._hold(item)
+
+    def on_input_audio_buffer_clear(self, _event: dict) -> None:
+        self.buffer, self.buffer_started, self.resampler = [], None, None
+        if self.settings.turn_detection is not None:
+            session = self.session
+
+            def clear() -> None:
+                session.listener.reset()
+                if session.turns.user_speaking:
+                    session.actor.follow(SpeechDropped(time.monotonic()))
+
+            session.actor.call(clear)
+        self.conversation.send({"type": "input_audio_buffer.cleared"})
+
+    def _hold(self, item: Item) -> None:
+        """A client item the next response answers."""
+        with self.conversation.lock:
+            self.conversation.pending.append(item)
+            self.conversation.add_item(item)
+
+    def on_conversation_item_create(self, event: dict) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            raise ProtocolError("invalid_value", "item must be an object", "item")
+        previous = event.get("previous_item_id")
+        items = self.conversation.items
+        if previous is not None and (not items or previous != items[-1].id):
+            raise ProtocolError("unsupported", "items can only be added at the end of the conversation here",
+                                "previous_item_id")
+        kind = item.get("type", "message")
+        item_id = item.get("id") if isinstance(item.get("id"), str) and 0 < len(item["id"]) <= 64 else new_id("item")
+        if self.conversation.item(item_id) is not None:
+            raise ProtocolError("invalid_value", f"an item with id {item_id!r} exists already", "item.id")
+        if kind == "function_call_output":
+            self._tool_output(item, item_id)
+        elif kind == "message" and item.get("role") == "user":
+            self._user_message(item, item_id)
+        else:
+            raise ProtocolError("unsupported", "only user messages and function_call_output items can be added here "
+                                "(the assistant's items are its own turns)", "item.type")
+
+    def _user_message(self, item: dict, item_id: str) -> None:
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise ProtocolError("invalid_value", "a message needs a list of content parts", "item.content")
+        texts, audio, parts = [], [], []
+        for n, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in ("input_text", "text"):
+                text = part.get("text")
+                if not isinstance(text, str) or not text.strip():
+                    raise ProtocolError("invalid_value", "input_text needs some text", f"item.content[{n}].text")
+                texts.append(text.strip())
+                parts.append({"type": "input_text", "text": text})
+            elif kind == "input_audio":
+                pcm = decode_audio(part.get("audio"), self.settings.input_format,
+                                   self.front.config.limits.max_frame_bytes)
+                audio.append(soxr.resample(pcm, FORMATS[self.settings.input_format], SAMPLE_RATE).astype(np.int16))
+                parts.append({"type": "input_audio", "transcript": None})
+            else:
+                raise ProtocolError("unsupported", "content parts may be input_text or input_audio (no images: this "
+                                    "server's camera input is the page's)", f"item.content[{n}].type")
+        limit = self.front.config.limits.max_text_chars
+        if len(" ".join([*self.pending_text, *texts])) > limit:
+            raise ProtocolError("text_too_long", f"text waiting for a response is at most {limit} characters")
+        self.pending_text += texts
+        if audio:
+            now = time.monotonic()
+            pcm = np.concatenate(audio)
+            speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
+            self.pending_speech = speech if self.pending_speech is None else joined(self.pending_speech, speech)
+        self._hold(Item(item_id, "message", "user", content=parts))
+
+    def _tool_output(self, item: dict, item_id: str) -> None:
+        call_id, output = item.get("call_id"), item.get("output")
+        if not isinstance(call_id, str) or call_id not in self.conversation.calls:
+            raise ProtocolError("invalid_value", "call_id must name a function call this session made", "item.call_id")
+        if not isinstance(output, str) or len(output) > self.front.config.limits.max_text_chars * 4:
+            raise ProtocolError("invalid_value", "output must be a string (at most "
+                                f"{self.front.config.limits.max_text_chars * 4} characters)", "item.output")
+        del self.conversation.calls[call_id]
+        self.pending_outputs.append(ToolOutput(call_id, output))
+        self._hold(Item(item_id, "function_call_output", call_id=call_id, output=output))
+
+    def _item(self, event: dict) -> Item:
+        item = self.conversation.item(event.get("item_id"))
+        if item is None:
+            raise ProtocolError("item_not_found", f"no item {str(event.get('item_id'))[:64]!r} in this conversation",
+                                "item_id")
+        return item
+
+    def on_conversation_item_retrieve(self, event: dict) -> None:
+        item = self._item(event)
+        self.conversation.send({"type": "conversation.item.retrieved", "item": item.as_json()})
+
+    def on_conversation_item_delete(self, event: dict) -> None:
+        item = self._item(event)
+        if item.turn_id is not None:  # its turn's exchange leaves the model's history
+            self.front.put_request(EditHistory(self.sid, item.turn_id, None))
+        with self.conversation.lock:
+            if item in self.conversation.pending:
+                self.conversation.pending.remove(item)
+        self.conversation.forget(item)
+
+    def on_conversation_item_truncate(self, event: dict) -> None:
+        item = self._item(event)
+        end_ms = event.get("audio_end_ms")
+        if item.role != "assistant" or not item.content or item.content[0].get("type") != "audio":
+            raise ProtocolError("invalid_value", "only an assistant message with audio can be truncated", "item_id")
+        if isinstance(end_ms, bool) or not isinstance(end_ms, int) or not 0 <= end_ms <= item.audio_ms + 1:
+            raise ProtocolError("invalid_value", f"audio_end_ms must be from 0 to the item's {item.audio_ms:.0f} ms",
+                                "audio_end_ms")
+        text = item.content[0].get("transcript") or ""
+        heard = heard_part(text, end_ms / item.audio_ms if item.audio_ms else 1.0)
+        item.content[0]["transcript"] = heard
+        if item.turn_id is not None:
+            self.front.put_request(EditHistory(self.sid, item.turn_id, heard))
+        self.conversation.send({"type": "conversation.item.truncated", "item_id": item.id,
+                    "content_index": 0, "audio_end_ms": end_ms})
+
+    def on_response_create(self, event: dict) -> None:
+        options = event.get("response") or {}
+        if not isinstance(options, dict):
+            raise ProtocolError("invalid_value", "response must be an object", "response")
+        if options.get("conversation", "auto") not in ("auto", None):
+            raise ProtocolError("unsupported", "out-of-band responses (conversation: none) are not supported",
+                                "response.conversation")
+        if self.requested or self.conversation.response is not None:
+            raise ProtocolError("conversation_already_has_active_response",
+                                "a response is in progress; cancel it or wait for response.done")
+        speech, text, outputs = self.pending_speech, " ".join(self.pending_text), tuple(self.pending_outputs)
+        if speech is None and not text and not outputs:
+            raise ProtocolError("no_input", "nothing new to respond to: add a user item, commit audio, or give a "
+                                "function call's output first")
+        if "instructions" in options and not isinstance(options["instructions"], str):
+            raise ProtocolError("invalid_value", "instructions must be a string", "response.instructions")
+        self.pending_speech, self.pending_text, self.pending_outputs = None, [], []
+        self.requested = True
+        session = self.session
+        session.tool_outputs = outputs
+        if options.get("instructions"):
+            session.instructions = options["instructions"][:16_000]  # this response's (session.update's after it)
+        self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
+
+    def on_response_cancel(self, _event: dict) -> None:
+        if self.conversation.response is None and not self.requested:
+            raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
+        self.front.turns.interrupt(self.session, "client_cancelled")
+
+    def on_transcription_session_update(self, _event: dict) -> None:
+        raise ProtocolError("unsupported", "transcription-only sessions are not served here", "type")
+
+    def _session_json(self) -> dict[str, Any]:
+        config = self.front.config
+        return session_json(self.settings, self.sid, self.front.llm_choice["model"] or "vita", config.asr.model,
+                            config.llm.max_tokens, SESSION_EXPIRES_S)
+
+
+def heard_part(text: str, fraction: float) -> str:
+    """The words of a reply heard up to `fraction` of its audio (by characters: speech runs at a steady rate)."""
+    if fraction >= 1.0:
+        return text
+    cut = int(len(text) * max(0.0, fraction))
+    if cut < len(text) and cut > 0 and not text[cut - 1].isspace() and not text[cut].isspace():
+        cut = text.rfind(" ", 0, cut) + 1  # the word being said is not kept
+    return text[:cut].rstrip()

@@ -1,0 +1,290 @@
+"""One Realtime client's conversation as the protocol sees it: the front's session events (the same ones VITA's page
+and ours get: ``vad``, ``turn``, ``transcript``, ``audio``, ``reply_delta``, ``response_text``, ``turn_cancelled``,
+``state``, ``error``...) become Realtime server events, with the items and responses they belong to.
+
+The turn machine stays the one authority on turns: a committed turn is a user item and a response; its end (or its
+cancel: a barge-in, ``response.cancel``, a request the user went on with) is the response's ``response.done``. All of
+it runs on the session's own thread but for errors, which may come from the socket's thread: one lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import soxr
+
+from vita.web.realtime_protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
+
+# turn_cancelled reasons -> response.done's status_details.reason
+CANCEL_REASONS = {"barge-in": "turn_detected", "extended": "turn_detected", "new turn": "turn_detected",
+                  "client_cancelled": "client_cancelled"}
+FAILED = ("error", "tts_busy", "server busy", "not ready", "stalled")  # unanswered reasons that are failures
+MAX_ITEMS = 512  # items remembered for retrieve/truncate/delete; older ones are forgotten (their turns too)
+
+
+@dataclass
+class Item:
+    """A conversation item as the client knows it (no audio kept: the transcript is what is retrievable)."""
+
+    id: str
+    kind: str  # "message" or "function_call" / "function_call_output"
+    role: str = ""
+    turn_id: int | None = None
+    content: list[dict[str, Any]] = field(default_factory=list)
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+    output: str = ""
+    status: str = "completed"
+    audio_ms: float = 0.0  # an assistant message's audio sent so far (for truncate)
+
+    def as_json(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": self.id, "type": self.kind, "object": "realtime.item", "status": self.status}
+        if self.kind == "message":
+            item.update(role=self.role, content=self.content)
+        elif self.kind == "function_call":
+            item.update(call_id=self.call_id, name=self.name, arguments=self.arguments)
+        else:
+            item.update(call_id=self.call_id, output=self.output)
+        return item
+
+
+@dataclass
+class Response:
+    id: str
+    turn_id: int
+    message: Item | None = None  # the assistant's message, once it says something
+    outputs: list[Item] = field(default_factory=list)
+    text: str = ""
+    resampler: Any = None  # 24 kHz -> 8 kHz for G.711 output
+
+
+class RealtimeConversation:
+    """``emit(event, payload)`` takes the front's events for this session; ``send(dict)`` writes to the client."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], settings: Callable[[], Settings]):
+        self._write = send
+        self.settings = settings  # the session's current settings (the endpoint owns them)
+        self.lock = threading.RLock()
+        self.items: list[Item] = []
+        self.response: Response | None = None
+        self.speech_item: str | None = None  # the user item the VAD's current speech will become
+        self.committed: dict[int, str] = {}  # turn -> its user item
+        self.calls: dict[str, Item] = {}  # call_id -> the function call the client owes a result for
+        self.pending: list[Item] = []  # the client's own items (text, tool results) that the next turn answers
+
+    # --- writing ---------------------------------------------------------------------------------------------
+    def send(self, event: dict[str, Any]) -> None:
+        event.setdefault("event_id", new_id("event"))
+        with self.lock:
+            self._write(event)
+
+    def error(self, code: str, message: str, param: str | None = None, event_id: str | None = None,
+              kind: str = "invalid_request_error") -> None:
+        self.send(error_event(code, message, param, event_id, kind))
+
+    def add_item(self, item: Item) -> None:
+        """An item the conversation now holds: added and done at once (the client's own, or a committed turn's)."""
+        with self.lock:
+            previous = self.items[-1].id if self.items else None
+            self.items.append(item)
+            del self.items[:-MAX_ITEMS]
+            self.send({"type": "conversation.item.added", "previous_item_id": previous, "item": item.as_json()})
+            self.send({"type": "conversation.item.done", "previous_item_id": previous, "item": item.as_json()})
+
+    def item(self, item_id: Any) -> Item | None:
+        with self.lock:
+            return next((i for i in self.items if i.id == item_id), None)
+
+    def forget(self, item: Item) -> None:
+        with self.lock:
+            if item in self.items:
+                self.items.remove(item)
+            self.send({"type": "conversation.item.deleted", "item_id": item.id})
+
+    # --- the front's events ------------------------------------------------------------------------------------
+    def emit(self, event: str, payload: Any = None) -> None:
+        handler = getattr(self, f"_on_{event}", None)
+        if handler is not None:
+            with self.lock:
+                handler(payload)
+
+    def _on_vad(self, p: dict) -> None:
+        if self.settings().turn_detection is None:
+            return
+        if p.get("speaking"):
+            self.speech_item = new_id("item")
+            self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": 0, "item_id": self.speech_item})
+        elif self.speech_item is not None:
+            self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 0, "item_id": self.speech_item})
+            if p.get("dropped"):  # a cough: nothing was committed
+                self.speech_item = None
+
+    def _on_turn(self, p: dict) -> None:
+        turn_id = p["turn_id"]
+        if p.get("source") == "speech":
+            item_id, self.speech_item = self.speech_item or new_id("item"), None
+            previous = self.items[-1].id if self.items else None
+            self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": item_id})
+            content = [{"type": "input_audio", "transcript": None}]
+            if p.get("text"):
+                content.append({"type": "input_text", "text": p["text"]})
+            self.add_item(Item(item_id, "message", "user", turn_id, content))
+            self.committed[turn_id] = item_id
+        self._open_response(turn_id)
+
+    def _open_response(self, turn_id: int) -> None:
+        self.response = Response(new_id("resp"), turn_id)
+        for item in self.pending:  # the client's items this turn answers belong to it (for delete)
+            item.turn_id = turn_id
+        self.pending = []
+        self.send({"type": "response.created", "response": self._response_json("in_progress")})
+
+    def _on_transcript(self, p: dict) -> None:
+        item = self.item(self.committed.get(p["turn_id"]))
+        if item is None:
+            return
+        item.content[0]["transcript"] = p["text"]
+        common = {"item_id": item.id, "content_index": 0}
+        self.send({"type": "conversation.item.input_audio_transcription.delta", **common, "delta": p["text"]})
+        self.send({"type": "conversation.item.input_audio_transcription.completed", **common,
+                   "transcript": p["text"], "usage": {"type": "duration", "seconds": 0}})
+
+    def _message(self) -> tuple[Response, Item] | None:
+        """The current response's message, added (with its content part) on its first output."""
+        response = self.response
+        if response is None:
+            return None
+        if response.message is None:
+            audio = self.settings().audio_out
+            part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
+            message = Item(new_id("item"), "message", "assistant", response.turn_id, [part], status="in_progress")
+            response.message = message
+            response.outputs.append(message)
+            self.send({"type": "response.output_item.added", "response_id": response.id,
+                       "output_index": len(response.outputs) - 1, "item": message.as_json()})
+            self.send({"type": "response.content_part.added", **self._where(response, message), "part": dict(part)})
+        return response, response.message
+
+    @staticmethod
+    def _where(response: Response, item: Item) -> dict[str, Any]:
+        return {"response_id": response.id, "item_id": item.id, "output_index": response.outputs.index(item),
+                "content_index": 0}
+
+    def _on_audio(self, pcm: bytes) -> None:
+        settings = self.settings()
+        opened = self._message() if settings.audio_out else None
+        if opened is None:
+            return
+        response, message = opened
+        kind = settings.output_format
+        samples = np.frombuffer(pcm, dtype=np.int16)
+        if kind != "audio/pcm":
+            if response.resampler is None:
+                response.resampler = soxr.ResampleStream(PCM_RATE, FORMATS[kind], 1, dtype="int16")
+            data = encode_g711(response.resampler.resample_chunk(samples), kind)
+        else:
+            data = pcm
+        message.audio_ms += 1000 * len(samples) / PCM_RATE
+        self.send({"type": "response.output_audio.delta", **self._where(response, message),
+                   "delta": base64.b64encode(data).decode("ascii")})
+
+    def _on_reply_delta(self, p: dict) -> None:
+        opened = self._message()
+        if opened is None or p.get("turn_id") != opened[0].turn_id:
+            return
+        response, message = opened
+        response.text += p["text"]
+        kind = "response.output_audio_transcript.delta" if self.settings().audio_out else "response.output_text.delta"
+        self.send({"type": kind, **self._where(response, message), "delta": p["text"]})
+
+    def _on_response_text(self, p: dict) -> None:
+        if self.response is not None and p.get("turn_id") == self.response.turn_id:
+            self.response.text = p["text"]  # the reply as spoken: the final word on its text
+
+    def _on_function_call(self, p: dict) -> None:
+        response = self.response
+        if response is None or p.get("turn_id") != response.turn_id:
+            return
+        call = Item(new_id("item"), "function_call", turn_id=response.turn_id, call_id=p["call_id"], name=p["name"],
+                    arguments=p["arguments"], status="in_progress")
+        response.outputs.append(call)
+        where = {"response_id": response.id, "item_id": call.id, "output_index": len(response.outputs) - 1}
+        self.send({"type": "response.output_item.added", "response_id": response.id,
+                   "output_index": where["output_index"], "item": {**call.as_json(), "arguments": ""}})
+        self.send({"type": "response.function_call_arguments.delta", **where, "call_id": call.call_id,
+                   "delta": call.arguments})
+        self.send({"type": "response.function_call_arguments.done", **where, "call_id": call.call_id,
+                   "name": call.name, "arguments": call.arguments})
+        call.status = "completed"
+        self.send({"type": "response.output_item.done", "response_id": response.id,
+                   "output_index": where["output_index"], "item": call.as_json()})
+        self.add_item(call)
+        self.calls[call.call_id] = call
+
+    def _on_turn_cancelled(self, p: dict) -> None:
+        if self.response is None or p.get("turn_id") != self.response.turn_id:
+            return
+        withdrawn = self.item(self.committed.pop(p["turn_id"], None)) if p.get("reason") == "extended" else None
+        if withdrawn is not None:  # the user went on: the joined request is a new item and response
+            self.forget(withdrawn)
+        self._finish("cancelled", {"type": "cancelled", "reason": CANCEL_REASONS.get(p.get("reason"),
+                                                                                     "client_cancelled")})
+
+    def _on_state(self, p: dict) -> None:
+        if p.get("state") != "listening" or self.response is None or p.get("turn_id") != self.response.turn_id:
+            return
+        reason = p.get("reason")
+        if reason is None or reason == "tool_call":
+            self._finish("completed", None)
+            return
+        code = reason.replace(" ", "_")
+        if reason in FAILED:
+            self._finish("failed", {"type": "failed", "error": {"type": "server_error", "code": code}})
+        else:  # nothing to say (no speech recognised, a stop command)
+            self._finish("incomplete", {"type": "incomplete", "reason": code})
+
+    def _on_error(self, p: dict) -> None:
+        code = str(p.get("code", "error"))
+        server_side = code in ("llm_failed", "tts_busy", "worker_failed", "server_busy", "server_stopping",
+                               "turn_stalled", "not_ready")
+        self.error(code, str(p.get("message", "")), kind="server_error" if server_side else "invalid_request_error")
+
+    def _on_out_time(self, _p: Any) -> None:
+        self.error("idle_timeout", "The session was idle for too long and is being closed.")
+
+    # --- the end of a response -----------------------------------------------------------------------------------
+    def _finish(self, status: str, details: dict[str, Any] | None) -> None:
+        response, self.response = self.response, None
+        message = response.message
+        if message is not None:
+            where = self._where(response, message)
+            part = message.content[0]
+            if part["type"] == "audio":
+                part["transcript"] = response.text
+                self.send({"type": "response.output_audio.done", **where})
+                self.send({"type": "response.output_audio_transcript.done", **where, "transcript": response.text})
+            else:
+                part["text"] = response.text
+                self.send({"type": "response.output_text.done", **where, "text": response.text})
+            self.send({"type": "response.content_part.done", **where, "part": dict(part)})
+            message.status = "completed" if status == "completed" else "incomplete"
+            self.send({"type": "response.output_item.done", "response_id": response.id,
+                       "output_index": where["output_index"], "item": message.as_json()})
+            self.add_item(message)
+        self.send({"type": "response.done", "response": self._response_json(status, details, response)})
+
+    def _response_json(self, status: str, details: dict | None = None, response: Response | None = None
+                       ) -> dict[str, Any]:
+        response = response or self.response
+        settings = self.settings()
+        return {"id": response.id, "object": "realtime.response", "status": status, "status_details": details,
+                "output": [i.as_json() for i in response.outputs], "conversation_id": None,
+                "output_modalities": list(settings.output_modalities), "max_output_tokens": "inf",
+                "audio": {"output": {"format": {"type": settings.output_format}, "voice": settings.voice}},
+                "usage": None, "metadata": None}

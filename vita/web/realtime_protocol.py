@@ -1,0 +1,276 @@
+"""OpenAI's Realtime protocol (GA event set), the parts that need no server: a session's settings and their
+update, audio formats (PCM 24 kHz, G.711 μ-law/A-law 8 kHz), and the shapes of server events and errors.
+
+Read from OpenAI's API reference and the ``openai`` package's types (``openai/types/realtime``). What this server
+cannot honour is refused with an ``error`` (a format it cannot decode, a tool kind it cannot run) or shown as it
+really is in ``session.updated`` (the voice it speaks with, the model that serves)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import functools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vita.messages import ClientTool
+
+PCM_RATE = 24000  # audio/pcm: 24 kHz mono 16-bit little-endian, both ways
+G711_RATE = 8000
+FORMATS = {"audio/pcm": PCM_RATE, "audio/pcmu": G711_RATE, "audio/pcma": G711_RATE}
+BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}  # the beta's names
+MAX_INSTRUCTIONS_CHARS = 16_000
+MAX_TOOLS = 64
+MAX_TOOL_SCHEMA_CHARS = 16_000
+EAGERNESS = ("low", "medium", "high", "auto")
+# semantic_vad eagerness -> how sure the end-of-turn model must be that the user has finished (None: the config's)
+EAGER_THRESHOLD = {"low": 0.8, "medium": None, "auto": None, "high": 0.3}
+
+
+class ProtocolError(Exception):
+    """A client event this server refuses: becomes an `error` event; the session goes on."""
+
+    def __init__(self, code: str, message: str, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.code, self.message, self.param, self.kind = code, message, param, kind
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:22]}"
+
+
+def error_event(code: str, message: str, param: str | None = None, event_id: str | None = None,
+                kind: str = "invalid_request_error") -> dict[str, Any]:
+    return {"type": "error", "event_id": new_id("event"),
+            "error": {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}}
+
+
+# --- audio -----------------------------------------------------------------------------------------------------
+def _ulaw_table() -> np.ndarray:
+    codes = ~np.arange(256, dtype=np.uint8)
+    sign, exponent, mantissa = codes & 0x80, (codes >> 4) & 0x07, codes & 0x0F
+    magnitude = ((mantissa.astype(np.int32) << 3) + 0x84) << exponent
+    return np.where(sign, 0x84 - magnitude, magnitude - 0x84).astype(np.int16)
+
+
+def _alaw_table() -> np.ndarray:
+    codes = np.arange(256, dtype=np.uint8) ^ 0x55
+    sign, exponent, mantissa = codes & 0x80, (codes >> 4) & 0x07, (codes & 0x0F).astype(np.int32)
+    magnitude = np.where(exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(exponent - 1, 0))
+    return np.where(sign, magnitude, -magnitude).astype(np.int16)
+
+
+ULAW_DECODE, ALAW_DECODE = _ulaw_table(), _alaw_table()
+
+
+@functools.cache
+def _encode_table(kind: str) -> np.ndarray:
+    """For every 16-bit value, the nearest G.711 code (its codes are monotonic within each sign, so the nearest
+    decoded level is the right code); built once, on first use."""
+    table = ULAW_DECODE if kind == "audio/pcmu" else ALAW_DECODE
+    values = np.arange(-32768, 32768, dtype=np.int32)
+    order = np.argsort(table, kind="stable")
+    levels = table[order].astype(np.int32)
+    right = np.clip(np.searchsorted(levels, values), 1, len(levels) - 1)
+    left = right - 1
+    nearer_left = (values - levels[left]) <= (levels[right] - values)
+    return order[np.where(nearer_left, left, right)].astype(np.uint8)
+
+
+def encode_g711(pcm: np.ndarray, kind: str) -> bytes:
+    return _encode_table(kind)[pcm.astype(np.int32) + 32768].tobytes()
+
+
+def decode_audio(b64: Any, kind: str, max_bytes: int) -> np.ndarray:
+    """A base64 audio field in the session's input format, as int16 samples at FORMATS[kind]."""
+    if not isinstance(b64, str):
+        raise ProtocolError("invalid_value", "audio must be a base64 string", "audio")
+    if len(b64) > max_bytes * 4 // 3 + 4:
+        raise ProtocolError("audio_too_large", f"one append may carry at most {max_bytes} bytes of audio", "audio")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("invalid_value", "audio is not valid base64", "audio") from None
+    if kind == "audio/pcm":
+        if len(raw) % 2:
+            raise ProtocolError("invalid_value", "audio/pcm must be whole 16-bit samples", "audio")
+        return np.frombuffer(raw, dtype="<i2").astype(np.int16)
+    codes = np.frombuffer(raw, dtype=np.uint8)
+    return (ULAW_DECODE if kind == "audio/pcmu" else ALAW_DECODE)[codes]
+
+
+# --- the session's settings ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TurnDetection:
+    """server_vad / semantic_vad, as far as they mean something here (None in Settings: push-to-talk)."""
+
+    type: str = "server_vad"
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    eagerness: str = "auto"
+
+    def as_json(self) -> dict[str, Any]:
+        common = {"type": self.type, "create_response": True, "interrupt_response": True}
+        if self.type == "semantic_vad":
+            return {**common, "eagerness": self.eagerness}
+        return {**common, "threshold": self.threshold, "prefix_padding_ms": self.prefix_padding_ms,
+                "silence_duration_ms": self.silence_duration_ms, "idle_timeout_ms": None}
+
+
+@dataclass(frozen=True)
+class Settings:
+    instructions: str = ""
+    output_modalities: tuple[str, ...] = ("audio",)
+    input_format: str = "audio/pcm"
+    output_format: str = "audio/pcm"
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    voice: str = ""
+    tools: tuple[ClientTool, ...] = ()
+    tool_choice: str = "auto"
+
+    @property
+    def audio_out(self) -> bool:
+        return "audio" in self.output_modalities
+
+
+def _format(value: Any, param: str) -> str:
+    kind = value.get("type") if isinstance(value, dict) else BETA_FORMATS.get(value) if isinstance(value, str) else None
+    kind = BETA_FORMATS.get(kind, kind)
+    if kind not in FORMATS:
+        raise ProtocolError("invalid_value", f"audio format must be one of {', '.join(FORMATS)}", param)
+    rate = value.get("rate", FORMATS[kind]) if isinstance(value, dict) else FORMATS[kind]
+    if rate != FORMATS[kind]:
+        raise ProtocolError("invalid_value", f"{kind} is taken at {FORMATS[kind]} Hz only, not {rate}", param)
+    return kind
+
+
+def _number(value: Any, low: float, high: float, param: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ProtocolError("invalid_value", f"{param} must be a number from {low:g} to {high:g}", param)
+    return value
+
+
+def _turn_detection(value: Any, current: TurnDetection | None) -> TurnDetection | None:
+    param = "session.audio.input.turn_detection"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in ("server_vad", "semantic_vad"):
+        raise ProtocolError("invalid_value", "turn_detection must be null, server_vad or semantic_vad", param)
+    for flag in ("create_response", "interrupt_response"):
+        if value.get(flag, True) is not True:
+            raise ProtocolError("unsupported", f"{flag}: false is not supported with voice activity detection; "
+                                "use turn_detection: null (push-to-talk) to decide when to respond", f"{param}.{flag}")
+    base = current if current is not None and current.type == value["type"] else TurnDetection(value["type"])
+    changes: dict[str, Any] = {}
+    if "threshold" in value:
+        changes["threshold"] = _number(value["threshold"], 0.05, 0.95, f"{param}.threshold")
+    if "prefix_padding_ms" in value:
+        changes["prefix_padding_ms"] = int(_number(value["prefix_padding_ms"], 0, 2000, f"{param}.prefix_padding_ms"))
+    if "silence_duration_ms" in value:
+        changes["silence_duration_ms"] = int(_number(value["silence_duration_ms"], 100, 5000,
+                                                     f"{param}.silence_duration_ms"))
+    if "eagerness" in value:
+        if value["eagerness"] not in EAGERNESS:
+            raise ProtocolError("invalid_value", f"eagerness must be one of {', '.join(EAGERNESS)}",
+                                f"{param}.eagerness")
+        changes["eagerness"] = value["eagerness"]
+    return dataclasses.replace(base, **changes)
+
+
+def _tools(value: Any) -> tuple[ClientTool, ...]:
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        raise ProtocolError("invalid_value", f"tools must be a list of at most {MAX_TOOLS} functions", "session.tools")
+    tools = []
+    for n, tool in enumerate(value):
+        param = f"session.tools[{n}]"
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise ProtocolError("unsupported", "only tools of type function are supported (the server's own MCP "
+                                "servers are configured by its operator)", param)
+        name = tool.get("name")
+        if not isinstance(name, str) or not 0 < len(name) <= 64 or not name.replace("_", "").replace("-", "").isalnum():
+            raise ProtocolError("invalid_value", "a function needs a name of letters, digits, _ and -", f"{param}.name")
+        description = tool.get("description") or ""
+        parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(description, str) or not isinstance(parameters, dict):
+            raise ProtocolError("invalid_value", "description must be a string and parameters a JSON schema", param)
+        schema = json.dumps(parameters)
+        if len(schema) + len(description) > MAX_TOOL_SCHEMA_CHARS:
+            raise ProtocolError("invalid_value", "this function's description and schema are too long", param)
+        tools.append(ClientTool(name, description, schema))
+    return tuple(tools)
+
+
+def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
+    """`settings` with a client's `session` object applied (every field checked before any is taken)."""
+    if not isinstance(session, dict):
+        raise ProtocolError("invalid_value", "session must be an object", "session")
+    if session.get("type", "realtime") != "realtime":
+        raise ProtocolError("unsupported", "only realtime sessions are served here (not transcription)", "session.type")
+    changes: dict[str, Any] = {}
+    if "instructions" in session:
+        text = session["instructions"]
+        if not isinstance(text, str) or len(text) > MAX_INSTRUCTIONS_CHARS:
+            raise ProtocolError("invalid_value", f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS} "
+                                "characters", "session.instructions")
+        changes["instructions"] = text
+    modalities = session.get("output_modalities", session.get("modalities"))
+    if modalities is not None:
+        if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
+            raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
+                                "session.output_modalities")
+        changes["output_modalities"] = ("audio",) if "audio" in modalities else ("text",)
+    audio = session.get("audio") or {}
+    if not isinstance(audio, dict):
+        raise ProtocolError("invalid_value", "audio must be an object", "session.audio")
+    audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
+    if not isinstance(audio_in, dict) or not isinstance(audio_out, dict):
+        raise ProtocolError("invalid_value", "audio.input and audio.output must be objects", "session.audio")
+    for key, source, param in (("input_format", audio_in.get("format", session.get("input_audio_format")),
+                                "session.audio.input.format"),
+                               ("output_format", audio_out.get("format", session.get("output_audio_format")),
+                                "session.audio.output.format")):
+        if source is not None:
+            changes[key] = _format(source, param)
+    if "turn_detection" in audio_in or "turn_detection" in session:
+        changes["turn_detection"] = _turn_detection(audio_in.get("turn_detection", session.get("turn_detection")),
+                                                    settings.turn_detection)
+    voice = audio_out.get("voice", session.get("voice"))
+    if isinstance(voice, str) and voice in voices:  # another voice name (OpenAI's) keeps ours: session.updated says so
+        changes["voice"] = voice
+    if "tools" in session:
+        changes["tools"] = _tools(session["tools"])
+    if "tool_choice" in session:
+        choice = session["tool_choice"]
+        if choice not in ("auto", "none"):
+            raise ProtocolError("unsupported", 'tool_choice must be "auto" or "none" here', "session.tool_choice")
+        changes["tool_choice"] = choice
+    return dataclasses.replace(settings, **changes)
+
+
+def session_json(settings: Settings, session_id: str, model: str, transcriber: str, max_tokens: int,
+                 expires_in_s: float) -> dict[str, Any]:
+    """The session as it really is (GA `session` object)."""
+    def fmt(kind: str) -> dict[str, Any]:
+        return {"type": kind, "rate": FORMATS[kind]} if kind == "audio/pcm" else {"type": kind}
+
+    detection = settings.turn_detection.as_json() if settings.turn_detection else None
+    return {
+        "type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
+        "output_modalities": list(settings.output_modalities), "instructions": settings.instructions,
+        "tools": [{"type": "function", "name": t.name, "description": t.description,
+                   "parameters": json.loads(t.parameters)} for t in settings.tools],
+        "tool_choice": settings.tool_choice, "max_output_tokens": max_tokens, "tracing": None, "truncation": "auto",
+        "prompt": None, "include": None, "expires_at": int(time.time() + expires_in_s),
+        "audio": {
+            "input": {"format": fmt(settings.input_format), "transcription": {"model": transcriber},
+                      "noise_reduction": None, "turn_detection": detection},
+            "output": {"format": fmt(settings.output_format), "voice": settings.voice, "speed": 1.0},
+        },
+    }
