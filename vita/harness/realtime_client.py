@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
 import threading
 import time
@@ -122,10 +123,8 @@ class RealtimeClient:
 
     def close(self) -> None:
         if not self.closed.is_set():
-            try:
+            with contextlib.suppress(Exception):  # already closed by the server
                 self._run(self.manager.__aexit__(None, None, None))
-            except Exception:  # noqa: S110 - already closed by the server
-                pass
         self.closed.wait(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)

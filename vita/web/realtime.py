@@ -412,7 +412,7 @@ class RealtimeSession:
     def on_conversation_item_truncate(self, event: dict) -> None:
         item = self._item(event)
         end_ms = event.get("audio_end_ms")
-        if item.role != "assistant" or not item.content or item.content[0].get("type") != "audio":
+        if item.role != "assistant" or not item.content or item.content[0].get("type") != "output_audio":
             raise ProtocolError("invalid_value", "only an assistant message with audio can be truncated", "item_id")
         if isinstance(end_ms, bool) or not isinstance(end_ms, int) or not 0 <= end_ms <= item.audio_ms + 1:
             raise ProtocolError("invalid_value", f"audio_end_ms must be from 0 to the item's {item.audio_ms:.0f} ms",

@@ -27,6 +27,11 @@ FAILED = ("error", "tts_busy", "server busy", "not ready", "stalled")  # unanswe
 MAX_ITEMS = 512  # items remembered for retrieve/truncate/delete; older ones are forgotten (their turns too)
 
 
+def as_part(content: dict[str, Any]) -> dict[str, Any]:
+    """An item's content (output_audio / output_text) as a response's content part (audio / text)."""
+    return {**content, "type": content["type"].removeprefix("output_")}
+
+
 @dataclass
 class Item:
     """A conversation item as the client knows it (no audio kept: the transcript is what is retrievable)."""
@@ -127,7 +132,10 @@ class RealtimeConversation:
 
     def _on_turn(self, p: dict) -> None:
         turn_id = p["turn_id"]
-        if p.get("source") == "speech":
+        spoken = [i for i in self.pending if i.content and i.content[0].get("type") == "input_audio"]
+        if spoken:  # the client's own audio (a push-to-talk commit, an input_audio item): its item hears it
+            self.committed[turn_id] = spoken[-1].id
+        elif p.get("source") == "speech":  # what our VAD heard: its item is made now
             item_id, self.speech_item = self.speech_item or new_id("item"), None
             previous = self.items[-1].id if self.items else None
             self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": item_id})
@@ -162,13 +170,13 @@ class RealtimeConversation:
             return None
         if response.message is None:
             audio = self.settings().audio_out
-            part = {"type": "audio", "transcript": ""} if audio else {"type": "text", "text": ""}
+            part = {"type": "output_audio", "transcript": ""} if audio else {"type": "output_text", "text": ""}
             message = Item(new_id("item"), "message", "assistant", response.turn_id, [part], status="in_progress")
             response.message = message
             response.outputs.append(message)
             self.send({"type": "response.output_item.added", "response_id": response.id,
                        "output_index": len(response.outputs) - 1, "item": message.as_json()})
-            self.send({"type": "response.content_part.added", **self._where(response, message), "part": dict(part)})
+            self.send({"type": "response.content_part.added", **self._where(response, message), "part": as_part(part)})
         return response, response.message
 
     @staticmethod
@@ -265,14 +273,14 @@ class RealtimeConversation:
         if message is not None:
             where = self._where(response, message)
             part = message.content[0]
-            if part["type"] == "audio":
+            if part["type"] == "output_audio":
                 part["transcript"] = response.text
                 self.send({"type": "response.output_audio.done", **where})
                 self.send({"type": "response.output_audio_transcript.done", **where, "transcript": response.text})
             else:
                 part["text"] = response.text
                 self.send({"type": "response.output_text.done", **where, "text": response.text})
-            self.send({"type": "response.content_part.done", **where, "part": dict(part)})
+            self.send({"type": "response.content_part.done", **where, "part": as_part(part)})
             message.status = "completed" if status == "completed" else "incomplete"
             self.send({"type": "response.output_item.done", "response_id": response.id,
                        "output_index": where["output_index"], "item": message.as_json()})
