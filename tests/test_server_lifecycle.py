@@ -14,11 +14,13 @@ import numpy as np
 import psutil
 import pytest
 import socketio
+from websockets.exceptions import InvalidStatus
 
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS
 from tests.test_llm_worker import LONG_REPLY
 from vita.harness.client import RawSocketIO, RecordingClient
+from vita.harness.realtime_client import RealtimeClient
 from vita.harness.server import start_server, stop_server, wait_health, wait_ready
 from vita.harness.speech import noise, silence, spoken, stream
 from vita.ops.turn_log import read_turns
@@ -363,6 +365,15 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
         assert cookie == TOKEN and "HttpOnly" in link.headers["Set-Cookie"]
         assert again.get("/", cookies={"vita_token": cookie}).status_code == 200
         assert again.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        # A Realtime client's api key is the token (Authorization: Bearer, as the openai package sends it).
+        with pytest.raises(InvalidStatus) as refused:
+            RealtimeClient(again.url, token="wrong-token-123")
+        assert refused.value.response.status_code == 401
+        realtime = RealtimeClient(again.url, token=TOKEN)
+        try:
+            assert realtime.wait_type("session.created")[0]["session"]["type"] == "realtime"
+        finally:
+            realtime.close()
         stranger = RecordingClient(again.url)
         try:
             with contextlib.suppress(socketio.exceptions.ConnectionError):

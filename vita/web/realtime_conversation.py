@@ -203,9 +203,9 @@ class RealtimeConversation:
                    "delta": base64.b64encode(data).decode("ascii")})
 
     def _on_reply_delta(self, p: dict) -> None:
-        opened = self._message()
-        if opened is None or p.get("turn_id") != opened[0].turn_id:
+        if self.response is None or p.get("turn_id") != self.response.turn_id:
             return
+        opened = self._message()
         response, message = opened
         response.text += p["text"]
         kind = "response.output_audio_transcript.delta" if self.settings().audio_out else "response.output_text.delta"

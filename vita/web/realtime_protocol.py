@@ -226,10 +226,11 @@ def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
             raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
                                 "session.output_modalities")
         changes["output_modalities"] = ("audio",) if "audio" in modalities else ("text",)
-    audio = session.get("audio") or {}
+    audio = session.get("audio")
+    audio = {} if audio is None else audio
     if not isinstance(audio, dict):
         raise ProtocolError("invalid_value", "audio must be an object", "session.audio")
-    audio_in, audio_out = audio.get("input") or {}, audio.get("output") or {}
+    audio_in, audio_out = (audio.get(key) if audio.get(key) is not None else {} for key in ("input", "output"))
     if not isinstance(audio_in, dict) or not isinstance(audio_out, dict):
         raise ProtocolError("invalid_value", "audio.input and audio.output must be objects", "session.audio")
     for key, source, param in (("input_format", audio_in.get("format", session.get("input_audio_format")),
