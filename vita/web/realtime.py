@@ -211,7 +211,9 @@ class RealtimeSession:
             event = json.loads(data)
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ProtocolError("invalid_event", "an event is a JSON object with a string type")
-            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            given = event.get("event_id")
+            event_id = given if isinstance(given, str) and len(given) <= 512 else None
+            event["event_id"] = event_id  # what an error names it by: the client's own id, or none
             handler = getattr(self, "on_" + event["type"].replace(".", "_"), None)
             if handler is None:
                 raise ProtocolError("invalid_event", f"unknown or unsupported event type {event['type'][:64]!r}",
