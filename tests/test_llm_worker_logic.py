@@ -18,8 +18,12 @@ from vita.config import Config
 from vita.harness.client import wait_until
 from vita.messages import (
     CancelTurn,
+    ClientTool,
+    EditHistory,
     ReplyText,
     SessionError,
+    ToolCallRequested,
+    ToolOutput,
     ToolUsed,
     TtsPiece,
     TurnEnded,
@@ -409,3 +413,70 @@ def test_a_model_that_says_nothing_gets_an_apology_not_silence():
     worker, _ = make_worker([])
     run_turn(worker, TurnRequest("s", 1, text="Multiply 125 by 48."))
     assert spoken_text(drained(worker.tts)) == APOLOGY
+
+
+# --- a Realtime client's own tools, instructions and edits ------------------------------------------------------
+ORDER = ClientTool("order_status", "Look up an order.", json.dumps({"type": "object",
+                                                                    "properties": {"id": {"type": "string"}}}))
+ORDER_CALL = ['<tool_call>\n{"name":', '"order_status",', '"arguments":', '{"id":', '"4512"}}\n</tool_call>']
+
+
+def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_the_question():
+    worker, engine = tool_worker([ORDER_CALL, ["It", "arrives", "on", "Friday."]])
+    run_turn(worker, TurnRequest("s", 1, text="Where is order 4512?", client_tools=(ORDER,)))
+    assert spoken_text(drained(worker.tts)) == ""  # nothing said: the client runs it
+    outputs = drained(worker.outbox)
+    (asked,) = [m for m in outputs if isinstance(m, ToolCallRequested)]
+    assert (asked.name, json.loads(asked.arguments)) == ("order_status", {"id": "4512"})
+    assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tool_call"]
+    assert not [m for m in outputs if isinstance(m, ToolUsed)]  # nothing ran here
+    assert not list(worker.histories["s"])  # the exchange is written when the question is answered
+    run_turn(worker, TurnRequest("s", 2, client_tools=(ORDER,),
+                                 tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
+    assert spoken_text(drained(worker.tts)) == "It arrives on Friday."
+    continued = engine.prompts[-1].messages
+    assert continued[-3]["content"] == "Where is order 4512?"  # the same question, then the call and its result
+    assert continued[-2]["tool_calls"][0]["id"] == asked.call_id
+    assert continued[-1] == {"role": "tool", "name": "order_status", "tool_call_id": asked.call_id,
+                             "content": '{"arrives": "Friday"}'}
+    (exchange,) = worker.histories["s"]
+    assert (exchange.user, exchange.assistant, exchange.turn_id) == ("Where is order 4512?",
+                                                                    "It arrives on Friday.", 2)
+    assert [m["role"] for m in exchange.tool_messages] == ["assistant", "tool"]
+
+
+def test_a_sessions_instructions_replace_the_persona_and_a_text_only_client_gets_no_voice():
+    worker, engine = make_worker(["Paris."])
+    run_turn(worker, TurnRequest("s", 1, text="Capital of France?", instructions="Answer like a pirate.",
+                                 output_audio=False))
+    assert engine.prompts[0].messages[0] == {"role": "system", "content": "Answer like a pirate."}
+    pieces = drained(worker.tts)
+    assert [p.text for p in pieces] == [""] and pieces[0].last  # only the turn's silent end
+    done = [m for m in drained(worker.outbox) if isinstance(m, ReplyText) and m.done]
+    assert done[0].text == "Paris."
+
+
+def test_history_edits_cut_a_reply_to_what_was_heard_or_drop_it_even_while_its_turn_unwinds():
+    words = ("Once upon a time there was a brave little dog " + "who lived by the sea and loved to swim").split()
+    worker, _ = make_worker(words, max_reply_words=40, first_piece_words=3, max_tokens=64)
+    run_turn(worker, TurnRequest("s", 1, text="Tell me a story."))
+    worker._handle(EditHistory("s", 1, "Once upon"))
+    (exchange,) = worker.histories["s"]
+    assert exchange.assistant == "Once upon" and exchange.interrupted
+
+    worker.engine.step_s = 0.02
+
+    async def barge_in_then_truncate() -> None:
+        worker._handle(TurnRequest("s", 2, text="Another one."))
+        _, task = worker.running["s"]
+        while not any(isinstance(m, TtsPiece) and m.text and m.turn_id == 2 for m in list(worker.tts.queue)):
+            await asyncio.sleep(0.001)
+        worker._handle(CancelTurn("s", 2))
+        worker._handle(EditHistory("s", 2, "Once"))  # at once, before the cancelled turn wrote its exchange
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+
+    asyncio.run(barge_in_then_truncate())
+    assert [(ex.turn_id, ex.assistant) for ex in worker.histories["s"]] == [(1, "Once upon"), (2, "Once")]
+    worker._handle(EditHistory("s", 1, None))
+    assert [ex.turn_id for ex in worker.histories["s"]] == [2]

@@ -214,6 +214,7 @@ BAD_EVENTS = [
     ({"type": "conversation.item.truncate", "item_id": "item_missing", "audio_end_ms": 1}, "item_not_found"),
     ({"type": "response.create"}, "no_input"),
     ({"type": "response.create", "response": {"conversation": "none"}}, "unsupported"),
+    ({"type": "response.create", "response": {"tools": []}}, "unsupported"),
     ({"type": "response.cancel"}, "response_cancel_not_active"),
 ]
 

@@ -222,3 +222,21 @@ def test_echo_after_a_short_word_over_the_reply_does_not_keep_it_going():
     echo = (reply.astype(np.float32) * 10 ** (-30 / 20)).astype(np.int16)
     kinds = [e.kind for e in seg.feed(np.concatenate([spoken("Okay."), echo]))]
     assert kinds[0] is Heard.START and Heard.CONFIRM not in kinds and Heard.END in kinds, kinds
+
+
+def test_a_clients_turn_detection_settings_retune_the_segmenter(speech):
+    """A Realtime client's server_vad: the silence that ends speech, the audio kept before it, the threshold."""
+    stream = np.concatenate([silence(0.5), speech, silence(2.5)])
+
+    def ended_at(seg: VadSegmenter) -> float:
+        for i in range(0, len(stream), 128):
+            if any(e.kind is Heard.END for e in seg.feed(stream[i:i + 128])):
+                return i / SAMPLE_RATE
+        return float("inf")
+
+    slow, quick = segmenter(), segmenter()
+    slow.tune(0.5, 1500, 300)
+    quick.tune(0.6, 400, 100)
+    assert (quick.start_threshold, quick.end_threshold) == (0.6, pytest.approx(0.45))
+    assert quick.pre_roll.maxlen == round(100 * SAMPLE_RATE / 1000 / 512)
+    assert ended_at(slow) - ended_at(quick) == pytest.approx(1.1, abs=0.1)

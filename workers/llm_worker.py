@@ -377,8 +377,12 @@ class LlmWorker:
                 self._forget(message.session_id, message.turn_id)
             self._cancel(message.session_id, message.turn_id)
         elif isinstance(message, EditHistory):
-            if (history := self.histories.get(message.session_id)) is not None:
-                history.edit(message.turn_id, message.reply)
+            running = self.running.get(message.session_id)
+            if running is not None and running[0] == message.turn_id and not running[1].done():
+                # Its exchange is written when the turn ends (a barge-in's cancel is still unwinding): edit it then.
+                running[1].add_done_callback(lambda _task, m=message: self._edit_history(m))
+            else:
+                self._edit_history(message)
         elif isinstance(message, (ResetHistory, EndSession)):
             self._cancel(message.session_id, ALL_TURNS)
             self.histories.pop(message.session_id, None)
@@ -407,6 +411,10 @@ class LlmWorker:
         task = asyncio.create_task(warm())
         self.warming[session_id] = task
         task.add_done_callback(lambda t, s=session_id: self._warmed(s, t))
+
+    def _edit_history(self, message: EditHistory) -> None:
+        if (history := self.histories.get(message.session_id)) is not None:
+            history.edit(message.turn_id, message.reply)
 
     def _warmed(self, session_id: str, task: asyncio.Task) -> None:
         if self.warming.get(session_id) is task:

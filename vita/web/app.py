@@ -28,7 +28,7 @@ from vita.web.access import COOKIE, OPEN_PATHS, AccessGuard
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.web.connections import ConnectionTable
 from vita.web.message_queue import QueueProbe, socketio_options
-from vita.web.realtime import RealtimeRoute
+from vita.web.realtime_route import RealtimeRoute
 from vita.web.socket_guard import SocketGuard
 from vita.web.web_root import WebRoot
 from vita.web.web_security import ForwardedHeaders, security_headers

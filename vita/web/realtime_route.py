@@ -1,0 +1,107 @@
+"""The door of ``/v1/realtime``: a WSGI middleware in front of the Flask app that takes the Realtime WebSocket
+(checking its origin and access token before the upgrade) and hands it to a ``RealtimeSession``
+(vita/web/realtime.py); every other request goes to the app."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+
+import simple_websocket
+from werkzeug.wrappers import Request
+
+from vita.web.access import AccessGuard
+from vita.web.realtime import RealtimeSession
+from vita.web.realtime_protocol import error_event
+from vita.web.socket_guard import BoundedWebSocket
+
+if TYPE_CHECKING:
+    from vita.web.app import FrontApp
+
+PATH = "/v1/realtime"
+SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
+
+
+def _json_response(start_response: Callable, status: str, code: str, message: str) -> list[bytes]:
+    body = json.dumps(error_event(code, message)).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class RealtimeSocket(BoundedWebSocket):
+    """The front's bounded WebSocket (TLS-safe, paced, size-capped) speaking Realtime errors instead of
+    Socket.IO's when a message is too big."""
+
+    def wait(self) -> Any:
+        while True:
+            try:
+                data = self.ws.receive(timeout=1.0)
+            except simple_websocket.ConnectionClosed:
+                return None
+            if data is not None:
+                break
+            if not self.ws.connected:
+                return None
+        if len(data) > self.limit:
+            with contextlib.suppress(Exception):
+                self.ws.send(json.dumps(error_event("message_too_big", f"A message may be at most {self.limit} "
+                                                    "bytes.")))
+                self.ws.close(reason=1009, message="Message is too big")
+            return None
+        return data
+
+
+class RealtimeRoute:
+    """WSGI middleware: ``/v1/realtime`` here, everything else to the Flask app."""
+
+    def __init__(self, app: Callable, front: FrontApp):
+        self.app, self.front = app, front
+        self.max_message_bytes = max(front.config.limits.max_frame_bytes, 1 << 20)
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        if environ.get("PATH_INFO") != PATH:
+            return self.app(environ, start_response)
+        if environ.get("HTTP_UPGRADE", "").lower() != "websocket":
+            return _json_response(start_response, "426 Upgrade Required", "websocket_required",
+                                  f"{PATH} speaks OpenAI's Realtime protocol over a WebSocket")
+        if not self._origin_allowed(environ):
+            return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
+                                  "This origin may not open a Realtime session here.")
+        if not self.front.guard.check(self._token(environ)):  # the page's places for a token, or a browser's
+            return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
+                                  "This assistant needs an access token (Authorization: Bearer …).")
+        protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
+        model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
+        socket = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ).serve(),
+                                _Limit(self.max_message_bytes), self.front.socket_guard,
+                                subprotocols=[p for p in protocols if p == "realtime"] or None)
+        # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
+        query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
+        return socket({**environ, "QUERY_STRING": query}, start_response)
+
+    def _origin_allowed(self, environ: dict) -> bool:
+        """No Origin: not a browser. A browser's page must come from this server or an allowed origin."""
+        origin = environ.get("HTTP_ORIGIN")
+        if not origin:
+            return True
+        allowed = [o.strip() for o in (self.front.config.server.allowed_origins or "").split(",") if o.strip()]
+        return origin in allowed or urlsplit(origin).netloc == environ.get("HTTP_HOST")
+
+    @staticmethod
+    def _token(environ: dict) -> str | None:
+        """Where the page's requests may carry it (Authorization: Bearer, ?token=, the cookie), or where a browser's
+        Realtime client puts its key (a WebSocket subprotocol: browsers cannot set headers on a WebSocket)."""
+        for protocol in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(","):
+            if protocol.strip().startswith(SUBPROTOCOL_KEY):
+                return protocol.strip()[len(SUBPROTOCOL_KEY):]
+        return AccessGuard.offered(Request(environ))
+
+
+class _Limit:
+    """What BoundedWebSocket reads its size limit from (engine.io's server, for Socket.IO)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_http_buffer_size = max_bytes
