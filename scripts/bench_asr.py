@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from eval_answers import synthesize
 
 from vita.config import Config
 from vita.harness.speech import silence, spoken
-from workers.asr import WhisperTranscriber
+from workers.asr import WhisperTranscriber, word_error_rate
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
@@ -45,20 +44,6 @@ def speed(models: Path) -> None:
                 times.append(time.perf_counter() - started)
             window = "short window" if short else "30 s window"
             print(f"{name:<16} {window:<13} median {statistics.median(times[1:]):.3f} s  {heard}")
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    ref, hyp = words(reference), words(hypothesis)
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)] / max(1, len(ref))
 
 
 def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:

@@ -192,6 +192,23 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     assert not len(llm.worker.histories.get("unsure", []))
 
 
+def test_an_unsure_transcript_gets_a_second_opinion_and_is_answered_when_they_agree(llm):
+    """Under asr.doubt_below (here above any real confidence) the second model hears the same audio; a clear
+    question heard alike by both is answered."""
+    asr = llm.worker.config.asr
+    saved, asr.doubt_below = asr.doubt_below, 0.0
+    try:
+        audio = np.concatenate([silence(0.3), spoken("How many legs does a spider have?"), silence(0.3)])
+        llm.inbox.put(TurnRequest("second", 1, audio=audio.tobytes(), sample_rate=RATE))
+        ended = llm.wait_ended("second")
+    finally:
+        asr.doubt_below = saved
+    (_, timings), = llm.of("second", TurnTimings)
+    assert timings.timings["second_asr_s"] > 0 and timings.timings["asr_disagreement"] <= asr.disagree_above
+    assert "asked_again" not in timings.timings and ended.reason == "done" and ended.spoken
+    assert "catch" not in ended.spoken  # an answer, not "Sorry, I didn't catch that."
+
+
 def test_first_piece_is_sent_before_generation_ends(llm):
     sessions = [f"streamed-{i}" for i in range(len(CLAUSE_FIRST))]
     for session, text in zip(sessions, CLAUSE_FIRST, strict=True):  # at once: vLLM generates them together

@@ -30,9 +30,10 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
+from workers.asr import Transcription
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
-from workers.llm_worker import MAILBOX_BOUND, LlmWorker
+from workers.llm_worker import ASK_AGAIN, MAILBOX_BOUND, LlmWorker
 from workers.prompting import PromptBuilder
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
@@ -480,3 +481,32 @@ def test_history_edits_cut_a_reply_to_what_was_heard_or_drop_it_even_while_its_t
     assert [(ex.turn_id, ex.assistant) for ex in worker.histories["s"]] == [(1, "Once upon"), (2, "Once")]
     worker._handle(EditHistory("s", 1, None))
     assert [ex.turn_id for ex in worker.histories["s"]] == [2]
+
+
+# --- asking again ------------------------------------------------------------------------------------------------
+class Heard:
+    """A transcriber that hears what it is told to (the worker's decision is the logic under test)."""
+
+    def __init__(self, text: str, logprob: float):
+        self.result, self.calls = Transcription(text, logprob), 0
+
+    def hear(self, pcm: bytes, rate: int) -> Transcription:
+        self.calls += 1
+        return self.result
+
+
+@pytest.mark.parametrize("first, second, asked, second_asked", [
+    (("We try to move the salon trunk.", -0.7), ("Which animal has a long trunk?", -0.5), True, True),
+    (("Which animal has a long trunk?", -0.7), ("Which animal has a long trunk.", -0.4), False, True),
+    (("Which animal has a long trunk?", -0.3), ("Something else entirely here.", -0.4), False, False),
+    (("Mumble mumble.", -1.2), ("Mumble.", -1.0), True, False),  # under ask_again_below: no second opinion needed
+])
+def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again(first, second, asked, second_asked):
+    worker, engine = make_worker(["An", "answer."])
+    worker.asr, worker.second_asr = Heard(*first), Heard(*second)
+    run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
+    said = spoken_text(drained(worker.tts))
+    assert (said == ASK_AGAIN) is asked and (said == "An answer.") is not asked
+    assert worker.second_asr.calls == int(second_asked)
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
+    assert ("asr_disagreement" in timings.timings) is second_asked

@@ -12,6 +12,7 @@ import pytest
 from vita.config import Config
 from vita.messages import CancelTurn, Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus
 from vita.process_graph import QUEUES
+from workers.asr import word_error_rate
 from workers.tts_worker import run_tts_worker
 
 SENTENCE = "The capital of France is Paris, and it is a beautiful city to visit in the spring."
@@ -62,17 +63,6 @@ def tts():
 def ended(session: str, turn: int):
     """A turn's last chunk: nothing more comes for it."""
     return lambda m: isinstance(m, TtsChunk) and m.last and (m.session_id, m.turn_id) == (session, turn)
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    ref = [w.strip(".,!?").lower() for w in reference.split()]
-    hyp = [w.strip(".,!?").lower() for w in hypothesis.split()]
-    d = np.arange(len(hyp) + 1)
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)] / len(ref)
 
 
 def test_sentence_becomes_24khz_chunks_that_transcribe_back(tts):

@@ -81,6 +81,9 @@ class AsrConfig:
     beam_size: int = 1
     short_window: bool = True
     ask_again_below: float | None = -0.9  # Whisper's mean token log-probability under which it misheard
+    second_opinion: str | None = "whisper-tiny.en"  # a second model asked when the first is unsure (None: never)
+    doubt_below: float = -0.6  # the first model's log-probability under which the second is asked
+    disagree_above: float = 0.5  # word disagreement between the two over which the user is asked again
 
 
 @dataclass
@@ -444,6 +447,10 @@ def validate(config: Config) -> Config:
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")
     _check(a.ask_again_below is None or -10 <= a.ask_again_below <= 0, "asr.ask_again_below",
            "must be a log-probability between -10 and 0, or null")
+    _check(a.second_opinion is None or a.second_opinion in _ASR_MODELS, "asr.second_opinion",
+           f"must be one of {', '.join(_ASR_MODELS)}, or null")
+    _check(-10 <= a.doubt_below <= 0, "asr.doubt_below", "must be a log-probability between -10 and 0")
+    _check(0 < a.disagree_above <= 2, "asr.disagree_above", "must be a word disagreement between 0 and 2")
     _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
     _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",

@@ -7,6 +7,7 @@ same words); windows under 10 s broke the transcripts. Longer utterances take fa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,21 @@ WHISPER_RATE = 16000
 MIN_WINDOW_S = 10.0
 WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Word edit distance over the reference's length (two ASR models' disagreement, or one's error)."""
+    ref, hyp = words(reference), words(hypothesis)
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)] / max(1, len(ref))
 
 
 def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
