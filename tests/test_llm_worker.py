@@ -172,7 +172,7 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     """Under asr.ask_again_below (here set above any real confidence, so that this clear question counts as
     misheard) the reply is a short request to say it again: spoken, with the words heard on the page, the turn
     marked in its timings, and nothing of it in the history."""
-    from workers.llm_worker import ASK_AGAIN
+    from workers.turn_run import ASK_AGAIN
 
     asr = llm.worker.config.asr
     saved, asr.ask_again_below = asr.ask_again_below, 0.0

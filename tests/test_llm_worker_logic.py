@@ -33,11 +33,12 @@ from vita.messages import (
 from workers.asr import Transcription
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
-from workers.llm_worker import ASK_AGAIN, MAILBOX_BOUND, LlmWorker
+from workers.llm_worker import MAILBOX_BOUND, LlmWorker
 from workers.prompting import PromptBuilder
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
+from workers.turn_run import ASK_AGAIN
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -432,7 +433,12 @@ def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tool_call"]
     assert not [m for m in outputs if isinstance(m, ToolUsed)]  # nothing ran here
     assert not list(worker.histories["s"])  # the exchange is written when the question is answered
-    run_turn(worker, TurnRequest("s", 2, client_tools=(ORDER,),
+    engine.rounds.insert(0, ["Hmm."])
+    run_turn(worker, TurnRequest("s", 2, text="Hmm", speculative=True))  # a pause meanwhile: the call still waits
+    worker.histories["s"].drop_turn(2)
+    assert "s" in worker.awaited
+    drained(worker.tts)
+    run_turn(worker, TurnRequest("s", 3, client_tools=(ORDER,),
                                  tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
     assert spoken_text(drained(worker.tts)) == "It arrives on Friday."
     continued = engine.prompts[-1].messages
@@ -442,7 +448,7 @@ def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_
                              "content": '{"arrives": "Friday"}'}
     (exchange,) = worker.histories["s"]
     assert (exchange.user, exchange.assistant, exchange.turn_id) == ("Where is order 4512?",
-                                                                    "It arrives on Friday.", 2)
+                                                                    "It arrives on Friday.", 3)
     assert [m["role"] for m in exchange.tool_messages] == ["assistant", "tool"]
 
 

@@ -76,7 +76,12 @@ def test_turn_detection_null_is_push_to_talk_and_vad_settings_are_checked():
     ({"audio": []}, "invalid_value"),
     ({"tools": {"name": "x"}}, "invalid_value"),
     ({"tools": [{"type": "function", "name": "no spaces allowed"}]}, "invalid_value"),
-    ({"tools": [{"type": "function", "name": "big", "parameters": {"d": "x" * 20_000}}]}, "invalid_value"),
+    ({"tools": [{"type": "function", "name": "big", "parameters": {"d": "x" * 40_000}}]}, "invalid_value"),
+    ({"tools": [{"type": "function", "name": f"f{n}", "description": "x" * 9_000} for n in range(4)]},
+     "invalid_value"),  # the budget is for all of them
+    ({"tools": [{"type": "function", "name": "naïve"}]}, "invalid_value"),
+    ({"output_modalities": [{}]}, "invalid_value"),
+    ({"audio": {"input": {"format": {"type": [1]}}}}, "invalid_value"),
     ({"tools": [{"type": "mcp", "server_url": "https://example.com"}]}, "unsupported"),
     ({"tools": [{"type": "function", "name": f"t{n}"} for n in range(65)]}, "invalid_value"),
     ({"tool_choice": "required"}, "unsupported"),
@@ -165,10 +170,10 @@ def test_a_spoken_turn_is_a_user_item_and_a_response_in_the_protocols_order():
         "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
         "conversation.item.added", "conversation.item.done", "response.created",
         "conversation.item.input_audio_transcription.delta", "conversation.item.input_audio_transcription.completed",
-        "response.output_item.added", "response.content_part.added", "response.output_audio.delta",
-        "response.output_audio_transcript.delta", "response.output_audio.delta", "response.output_audio.done",
-        "response.output_audio_transcript.done", "response.content_part.done", "response.output_item.done",
-        "conversation.item.added", "conversation.item.done", "response.done"]
+        "response.output_item.added", "conversation.item.added", "response.content_part.added",
+        "response.output_audio.delta", "response.output_audio_transcript.delta", "response.output_audio.delta",
+        "response.output_audio.done", "response.output_audio_transcript.done", "response.content_part.done",
+        "response.output_item.done", "conversation.item.done", "response.done"]
     started, committed = w.of("input_audio_buffer.speech_started")[0], w.of("input_audio_buffer.committed")[0]
     assert started["item_id"] == committed["item_id"] == w.of("conversation.item.added")[0]["item"]["id"]
     done = w.of("response.done")[0]["response"]
@@ -178,6 +183,16 @@ def test_a_spoken_turn_is_a_user_item_and_a_response_in_the_protocols_order():
     (message,) = [i for i in w.conversation.items if i.role == "assistant"]
     assert message.audio_ms == pytest.approx(200.0)  # two chunks of 2400 samples at 24 kHz
     assert len({e["event_id"] for e in w.sent}) == len(w.sent)
+
+
+def test_a_playing_reply_is_an_item_already_and_a_server_side_cancel_is_a_failure():
+    w = Wire()
+    spoken_reply(w)
+    (message,) = [i for i in w.conversation.items if i.role == "assistant"]  # truncatable before response.done
+    assert message.status == "in_progress"
+    w.emit("turn_cancelled", {"turn_id": 1, "reason": "worker failed"})
+    done = w.of("response.done")[0]["response"]
+    assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "worker_failed"
 
 
 @pytest.mark.parametrize("reason, expected", [("barge-in", "turn_detected"), ("client_cancelled", "client_cancelled"),

@@ -143,6 +143,17 @@ def test_committed_input_supersedes_a_reply_audibly_and_a_speculative_turn_silen
     assert of(actions, StopTurn) == [StopTurn(spec.turn_id, DISCARDED, audible=False, forget=True)]
     assert "stop_tts" not in sent(actions) and m2.speech is None
     assert of(actions, StartTurn)[0].turn_id == spec.turn_id + 1
+    assert not of(actions, CarrySpeech)  # nothing was carried
+
+
+def test_committed_input_forgets_a_request_the_listener_was_carrying():
+    m = TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(extend=True, extend_grace_s=0.3))
+    turn = spoken_turn(m)
+    m.handle(SpeechStarted(2.5))  # the user goes on before any reply was heard: the request is carried
+    m.handle(SpeechConfirmed(3.0))
+    assert m.speech is not None and m.speech.carrying is not None
+    actions = m.handle(InputCommitted(3.2, None, "typed instead"))
+    assert CarrySpeech(None) in actions and of(actions, StartTurn)[0].turn_id > turn
 
 
 def test_unanswered_turn_goes_back_to_listening_with_the_reason():

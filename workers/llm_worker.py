@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +23,9 @@ from vita.messages import (
     EditHistory,
     EndSession,
     InterjectionCheck,
-    InterjectionText,
-    ReplyText,
     ResetHistory,
     SessionError,
     Shutdown,
-    ToolCallRequested,
-    ToolUsed,
-    Transcript,
-    TtsPiece,
     TurnEnded,
     TurnRequest,
     TurnTimings,
@@ -43,10 +34,10 @@ from vita.messages import (
 )
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
-from workers.asr import word_error_rate
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
+from workers.hearing import Hearing
 from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.omni import (
     InputMode,
@@ -56,33 +47,21 @@ from workers.omni import (
     read_model_config,
     utterance_audio,
 )
+from workers.prefix_warming import PrefixWarming
 from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from workers.remote_engine import RemoteEngine, RemoteEngineError
-from workers.speech_pieces import ReplyShaper, SpeechClock
+from workers.reply_generation import ReplyGeneration
 from workers.tools.builtin import builtin_tools
-from workers.tools.client_tools import SOURCE as CLIENT_TOOL
-from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
-from workers.tools.in_turn import APOLOGY, FILLER, CallDetector
-from workers.tools.intents import planned_calls, spoken_answer
+from workers.tools.client_tools import AwaitedCalls
 from workers.tools.mcp_tools import McpServers
-from workers.tools.registry import ToolBox, ToolCall, ToolOutcome, parse_calls
+from workers.tools.registry import ToolBox
+from workers.tools.turn_calls import ToolTurns
+from workers.turn_run import NAME, TTS_PUT_TIMEOUT_S, TtsBusy, TurnRun
 
-NAME = "llm"
-TTS_PUT_TIMEOUT_S = 1.0
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
-# After a reply is generated, the next prompt's prefix (persona, history with this exchange) is prefilled into the
-# engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
-# pieces are being synthesized then, and their voice must not wait for it.
-WARM_DELAY_S = 0.4
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
-# The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
-ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
-
-
-class TtsBusy(Exception):
-    """The TTS queue stayed full: the TTS worker is stuck or far behind."""
 
 
 def device_env(config: Any) -> dict[str, str]:
@@ -106,34 +85,7 @@ def device_env(config: Any) -> dict[str, str]:
     return env
 
 
-@dataclass
-class TurnRun:
-    """What one turn has produced so far: read by the cancel path to keep the history true."""
-
-    request_id: str
-    started: float
-    user_text: str = ""
-    spoken: list[str] = field(default_factory=list)  # pieces handed to TTS
-    timings: dict[str, float] = field(default_factory=dict)
-    generating: bool = False
-    misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
-    cues: str = ""  # what the camera showed, for the prompt
-    tools: ToolBox | None = None  # what this turn may call
-    tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
-    planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
-
-    @property
-    def kept_tool_messages(self) -> tuple[dict[str, Any], ...]:
-        """What the history keeps: the model's own calls. Planned ones are in the answer already, and a history
-        full of calls made for it kept the 1.5B model from calling an MCP tool itself (0 of 5 in a long session)."""
-        return tuple(self.tool_messages[self.planned_messages:])
-
-    @property
-    def said(self) -> str:
-        return " ".join(self.spoken)
-
-
-class LlmWorker:
+class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
     def __init__(self, config: Any, inbox: Any, tts: Any, outbox: Any, report: StatusReporter):
         self.config = config
         self.inbox, self.tts, self.outbox = inbox, tts, outbox
@@ -187,20 +139,6 @@ class LlmWorker:
             self.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
             self.engine = LocalVllmEngine(cfg, omni=self.mode.omni)
 
-    def _second_opinion(self) -> Any:
-        """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
-        model's confidence alone cannot see fluent nonsense); English-only models only serve English."""
-        cfg = self.config.asr
-        if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
-                cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
-            return None
-        from workers.asr import WhisperTranscriber
-
-        second = WhisperTranscriber(self.config.models_path() / cfg.second_opinion, cfg.compute_type,
-                                    cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
-        second.transcribe(bytes(2 * 16000), 16000)  # its warm-up too, off the first turn
-        return second
-
     async def _start_engine(self) -> None:
         await self.engine.start(self.report)
         llm = self.config.llm
@@ -250,31 +188,6 @@ class LlmWorker:
         schemas = tools.schemas() if tools else None
         return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
                                                                                           after), tuple(p.stop))
-
-    @staticmethod
-    def _offered(tools: ToolBox | None) -> ToolBox | None:
-        """The tools the model itself is shown: the operator's (MCP). The built-ins are called for it when a question
-        plainly needs them (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions
-        ("Yes, penguins can fly." became "Penguins can fly.") and it called them for only half of the questions."""
-        offered = ToolBox([t for t in tools.tools.values() if t.source != "builtin"]) if tools else None
-        return offered or None
-
-    def _session_tools(self, req: TurnRequest) -> ToolBox | None:
-        """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)
-        only those that change nothing; none when tools.max_calls is 0."""
-        if not self.config.tools.max_calls:
-            return None
-        box = self.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
-        if req.client_tools and self.prompts.style == "chat":  # run by the client: safe in a speculative turn too
-            box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
-        return box or None
-
-    async def _warm_up(self) -> None:
-        # With the tools: their part of the system prompt is then in the prefix cache before the first turn.
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!",
-                                                            tools=self._offered(self.toolbox)),
-                                          self._sampling(), "warmup"):
-            pass
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style
@@ -408,43 +321,9 @@ class LlmWorker:
             if isinstance(message, EndSession):
                 self.ledger.forget(message.session_id)
 
-    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
-              persona: str | None = None) -> None:
-        """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
-        fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
-        longer prefilled on the critical path."""
-        llm = self.config.llm
-        if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
-            return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "", tools=self._offered(tools), persona=persona)
-
-        async def warm() -> None:
-            await asyncio.sleep(WARM_DELAY_S)
-            if self.running:  # another session's turn is generating: it goes first
-                return
-            async for _ in self.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
-                pass
-
-        task = asyncio.create_task(warm())
-        self.warming[session_id] = task
-        task.add_done_callback(lambda t, s=session_id: self._warmed(s, t))
-
     def _edit_history(self, message: EditHistory) -> None:
         if (history := self.histories.get(message.session_id)) is not None:
             history.edit(message.turn_id, message.reply)
-
-    def _warmed(self, session_id: str, task: asyncio.Task) -> None:
-        if self.warming.get(session_id) is task:
-            del self.warming[session_id]
-        if not task.cancelled() and task.exception() is not None:  # only an optimisation: never a turn's error
-            self.report.log.warning("prefix warm-up failed: %s", task.exception())
-
-    def _stop_warming(self, session_id: str | None = None) -> None:
-        """Cancel the warm-up of one session, or of all (its engine request is aborted)."""
-        for sid in [session_id] if session_id is not None else list(self.warming):
-            task = self.warming.pop(sid, None)
-            if task is not None:
-                task.cancel()
 
     def _cancel(self, session_id: str, up_to_turn: int) -> None:
         current = self.running.get(session_id)
@@ -465,22 +344,6 @@ class LlmWorker:
         current = self.running.get(session_id)
         if current and current[0] == turn_id:
             del self.running[session_id]
-
-    async def _hear_interjection(self, check: InterjectionCheck) -> None:
-        """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
-        It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
-        def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
-            if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
-                return None
-            return self.asr.transcribe(check.audio, check.sample_rate)
-
-        try:
-            text = await self._in_thread(transcribe_if_newest)
-        except Exception:  # the front then leaves the reply playing: short speech over it is not a turn
-            self.report.log.exception("interjection ASR failed")
-            text = ""
-        if text is not None:
-            self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
 
     def _publish(self, message: Any) -> None:
         self.publisher.publish(message)  # never blocks the event loop
@@ -567,10 +430,12 @@ class LlmWorker:
         else:
             loop = asyncio.get_running_loop()
             cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
-            awaited = self.awaited.pop(req.session_id, None)
-            if req.tool_outputs and awaited is not None:  # the client's results: the same question goes on
+            awaited = self.awaited.get(req.session_id)
+            if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
+                del self.awaited[req.session_id]  # the client's results: the same question goes on
                 run.user_text = awaited.user_text
-                run.tool_messages = awaited.answered(req.tool_outputs)
+                said = await self._cascade_text(req, run) if req.audio or req.text.strip() else ""
+                run.tool_messages = awaited.answered(req.tool_outputs, said)
             else:
                 run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:
@@ -584,230 +449,8 @@ class LlmWorker:
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 
-    async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt,
-                        history: ConversationHistory | None = None) -> bool:
-        """Stream the reply: text deltas to the page, pieces to TTS as they become speakable (or all at the end in
-        "full" mode), stopping the engine once the reply is long enough to speak. A reply that begins with a tool
-        call is not spoken: the calls run, their results join the prompt, and the model goes on (at most
-        tools.max_calls calls a turn). False when it called the client's own tools instead: the turn ends there."""
-        sid, tid, timings = req.session_id, req.turn_id, run.timings
-        llm = self.config.llm
-        shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
-        clock = SpeechClock()  # when the pieces handed to the voice will have been spoken
-        streaming = req.reply_mode != "full"
-        held: list[str] = []  # full mode: pieces wait for the end of generation
-        gen_started = time.monotonic()
-        tokens = 0
-        calls_left = self.config.tools.max_calls if run.tools else 0
-        offered = self._offered(run.tools)
-
-        def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
-            return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
-                                     tuple(run.tool_messages), req.instructions)
-
-        round_tokens = 0
-        answered = False  # by the tools' results, said as they are: no (more) generation
-        planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
-        if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
-            outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
-            run.planned_messages = len(run.tool_messages)
-            calls_left -= len(outcomes)
-            answered = all(o.ok for o in outcomes)
-            if answered:
-                held += self._say_results(sid, tid, planned, outcomes)
-            else:
-                prompt = next_prompt()
-        while not answered:
-            detector = CallDetector(enabled=bool(offered))  # on to the end: a call past the limit is not spoken
-            round_tokens = 0
-            run.generating = True
-            async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
-                tokens += delta.tokens
-                round_tokens += delta.tokens
-                if delta.prompt_tokens is not None:
-                    timings["prompt_tokens"] = float(delta.prompt_tokens)
-                if delta.cached_tokens is not None:
-                    timings["cached_tokens"] = float(delta.cached_tokens)
-                if "first_token_s" not in timings and (delta.text or delta.tokens):
-                    timings["first_token_s"] = time.monotonic() - gen_started
-                text = detector.feed(delta.text)
-                if text:
-                    self._publish(ReplyText(sid, tid, text))
-                held += shaper.feed(text)
-                if streaming and not held:
-                    first_token_at = gen_started + timings.get("first_token_s", 0.0)
-                    held += self._cut_early(shaper, clock, bool(run.spoken), first_token_at)
-                if streaming:
-                    for piece in held:
-                        await self._send_piece(req, run.spoken, piece, timings, gen_started)
-                        clock.handed(piece, time.monotonic())
-                    held.clear()
-                if shaper.complete or detector.cut:  # long enough to speak (or a late tool call): stop generating
-                    with contextlib.suppress(Exception):
-                        await self.engine.abort(run.request_id)
-                    break
-            run.generating = False
-            if (tail := detector.finish()):
-                self._publish(ReplyText(sid, tid, tail))
-                held += shaper.feed(tail)
-            if not detector.is_call:
-                break
-            if calls_left <= 0:  # yet another call after the last allowed: the apology below
-                break
-            calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
-            if self._for_the_client(req, run, calls):
-                return False
-            outcomes = await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
-            calls_left -= len(outcomes)
-            answered = all(o.ok for o in outcomes)
-            if answered:
-                held += self._say_results(sid, tid, calls, outcomes)
-                break
-            run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
-            prompt = next_prompt()
-        held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
-        if not run.spoken and not held:
-            # Nothing to say (the tools' answer never came to words, or the model ended at once: 1 in 23 tool
-            # questions): silence would leave the user waiting for nothing.
-            held.append(APOLOGY)
-        if streaming:
-            for piece in held:
-                await self._send_piece(req, run.spoken, piece, timings, gen_started)
-        elif held:
-            await self._send_piece(req, run.spoken, " ".join(held), timings, gen_started)
-        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
-        timings["generate_s"] = time.monotonic() - gen_started
-        timings["tokens"] = float(tokens)
-        timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
-        return True
-
-    def _for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
-        """Calls of the client's own tools go to the client (the others in the same reply are left out: the
-        client answers first); the turn then waits for its results, as a turn of its own."""
-        theirs = [c for c in calls if not c.error and (tool := run.tools.tools.get(c.name)) is not None
-                  and tool.source == CLIENT_TOOL]
-        if not theirs:
-            return False
-        named = [(new_call_id(), c) for c in theirs]
-        self.awaited[req.session_id] = AwaitedCalls.of(run.user_text, run.tool_messages, named)
-        for call_id, call in named:
-            self._publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
-                                            json.dumps(call.arguments, ensure_ascii=False)))
-        return True
-
-    def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
-        """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
-        1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
-        the tool again (scripts/eval_tools.py)."""
-        answers = [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
-        for answer in answers:
-            self._publish(ReplyText(sid, tid, answer + " "))
-        return answers
-
-    async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
-                         clock: SpeechClock, gen_started: float) -> list[ToolOutcome]:
-        """Run tool calls (the model's, written as `text`, or planned for it), each result shown on the page and
-        added to the turn's context; a call still running after tools.filler_after_ms gets "Let me check." said
-        first. Returns their outcomes, in order."""
-        readable = [c for c in calls if not c.error]
-        run.tool_messages.append({"role": "assistant", "content": "" if readable else text.strip(),
-                                  "tool_calls": [{"type": "function", "function": {"name": c.name,
-                                                                                   "arguments": c.arguments}}
-                                                 for c in readable]})
-        filler_s = self.config.tools.filler_after_ms / 1000
-        outcomes = []
-        for call in calls:
-            task = asyncio.create_task(run.tools.call(call, {"timezone": req.timezone}))
-            try:
-                if filler_s and not run.spoken:
-                    done, _ = await asyncio.wait({task}, timeout=filler_s)
-                    if not done:  # the line must not go dead while the tool works
-                        await self._send_piece(req, run.spoken, FILLER, run.timings, gen_started)
-                        clock.handed(FILLER, time.monotonic())
-                outcome = await task
-            finally:
-                task.cancel()
-            run.tool_messages.append(outcome.as_message())
-            timings = run.timings
-            timings["tool_calls"] = timings.get("tool_calls", 0.0) + 1
-            timings["tool_s"] = timings.get("tool_s", 0.0) + outcome.duration_s
-            timings["tool_result_chars"] = timings.get("tool_result_chars", 0.0) + len(outcome.result)
-            if not outcome.ok:
-                timings["tool_errors"] = timings.get("tool_errors", 0.0) + 1
-            self._publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
-                                   json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
-                                   outcome.outcome, outcome.duration_s))
-            outcomes.append(outcome)
-        return outcomes
-
-    def _cut_early(self, shaper: ReplyShaper, clock: SpeechClock, started: bool, first_token_at: float) -> list[str]:
-        """Pieces cut before their boundary: the first piece's first two words once it has decoded for
-        llm.first_piece_wait_ms (a slow decode), or the words pending when the voice would otherwise fall silent
-        before the sentence is generated."""
-        now = time.monotonic()
-        first_wait = self.config.llm.first_piece_wait_ms / 1000
-        if not started:
-            if not (first_wait and self.config.llm.first_piece_words and now - first_token_at >= first_wait):
-                return []
-            return shaper.cut_due(first=True)
-        return shaper.cut_due() if clock.due(now) else []
-
-    async def _to_tts(self, piece: TtsPiece) -> None:
-        """Drop policy: a TTS queue still full after TTS_PUT_TIMEOUT_S means the voice is stuck; this turn fails
-        (the session gets ``tts_busy``). The put waits in a thread: the event loop, and every other session's
-        turn on it, never waits on the queue."""
-        try:
-            await asyncio.to_thread(self.tts.put, piece, True, self.tts_put_timeout_s)
-        except queue.Full:
-            raise TtsBusy("the voice is not keeping up; the reply was dropped") from None
-
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
-
-    async def _cascade_text(self, req: TurnRequest, run: TurnRun) -> str:
-        """Cascade: the utterance through ASR, joined with any typed text."""
-        transcript = ""
-        if req.audio:
-            heard = await self._in_thread(self.asr.hear, req.audio, req.sample_rate)
-            transcript = heard.text
-            run.timings["asr_s"] = time.monotonic() - run.started
-            if transcript:
-                run.timings["asr_logprob"] = heard.avg_logprob
-                below = self.config.asr.ask_again_below
-                run.misheard = below is not None and heard.avg_logprob < below and not req.text.strip()
-                if not run.misheard and not req.text.strip() and heard.avg_logprob < self.config.asr.doubt_below:
-                    run.misheard = await self._disagree(req, run, transcript)
-            self._publish(Transcript(req.session_id, req.turn_id, transcript))
-        return " ".join(t for t in (transcript, req.text.strip()) if t)
-
-    async def _disagree(self, req: TurnRequest, run: TurnRun, transcript: str) -> bool:
-        """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,
-        "say it again" catches 12 of 15 garbled robotic questions instead of 9, 50 of 62 noisy ones instead of 44.)"""
-        if self.second_asr is None:
-            return False
-        started = time.monotonic()
-        other = await self._in_thread(self.second_asr.hear, req.audio, req.sample_rate)
-        disagreement = word_error_rate(transcript, other.text)
-        run.timings["second_asr_s"] = time.monotonic() - started
-        run.timings["asr_disagreement"] = round(disagreement, 3)
-        return disagreement > self.config.asr.disagree_above
-
-    async def _ask_again(self, req: TurnRequest, run: TurnRun) -> None:
-        """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
-        rather than answer it. The exchange stays out of the history (its words are noise)."""
-        sid, tid = req.session_id, req.turn_id
-        run.timings["asked_again"] = 1.0
-        run.user_text = ""  # nor does a cancel put its words there
-        started = time.monotonic()
-        await self._send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
-        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
-        self._publish_answered(sid, tid, run)
-
-    def _publish_answered(self, sid: str, tid: int, run: TurnRun) -> None:
-        """An answered turn's last messages: the reply as spoken, the timings, the end."""
-        self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
-        self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
-        self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
 
     def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
                      ) -> tuple[EnginePrompt, asyncio.Future | None]:
@@ -822,26 +465,7 @@ class LlmWorker:
             transcribing = asyncio.ensure_future(self._omni_transcript(req))
         return prompt, transcribing
 
-    async def _omni_transcript(self, req: TurnRequest) -> str:
-        transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
-        self._publish(Transcript(req.session_id, req.turn_id, transcript))
-        return " ".join(t for t in (transcript, req.text.strip()) if t)
 
-    async def _send_piece(self, req: TurnRequest, spoken: list[str], piece: str, timings: dict[str, float],
-                          gen_started: float) -> None:
-        if not spoken:
-            timings["first_piece_s"] = time.monotonic() - gen_started
-        message = TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice)
-        # Recorded before the put: a cancel that lands while the put's thread runs does not stop the put, so the
-        # piece reaches the voice and belongs in the history of what was said.
-        spoken.append(piece)
-        if not req.output_audio:  # a text-only client: the voice gets only the turn's (silent) last piece
-            return
-        try:
-            await self._to_tts(message)
-        except TtsBusy:
-            spoken.pop()  # it was never handed over
-            raise
 
 
 def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:

@@ -313,8 +313,9 @@ class TurnTaking:
     def _on_InputCommitted(self, e: InputCommitted) -> list[Action]:
         """A turn the client ended itself: whatever is in flight gives way (as a new utterance would)."""
         self.last_activity = e.now
+        carried = self.speech is not None and self.speech.carrying is not None
         self.speech, self.pending_text = None, ""
-        actions: list[Action] = self._unduck()
+        actions: list[Action] = self._unduck() + ([CarrySpeech(None)] if carried else [])  # nothing half heard stays
         if self.turn is not None:
             actions += self._cancel("new turn")  # a speculative one is discarded, unheard
         turn_id = self._new_turn()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -43,40 +45,48 @@ log = logging.getLogger("vita.web.realtime")
 MAX_BUFFER_S = 120.0  # push-to-talk: the most audio one commit may carry
 MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
 SESSION_EXPIRES_S = 3600.0
+MAX_PENDING_ITEMS = 64  # client items waiting for one response
 RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
 
 
 class RealtimeSession:
-    """One Realtime connection: its settings, its push-to-talk buffer, and its client events."""
+    """One Realtime connection: its settings, its push-to-talk buffer, the items its next response answers, and
+    its client events (read in order on the connection's thread)."""
 
     def __init__(self, front: FrontApp, ws: Any, model: str, environ: dict):
         self.front, self.ws, self.requested_model = front, ws, model
-        self.remote = environ.get("REMOTE_ADDR", "")
         config = front.config
         self.settings = Settings(voice=front.config.tts.voice, turn_detection=TurnDetection(
             "semantic_vad", config.vad.start_threshold, config.vad.pre_roll_ms, config.turn.incomplete_wait_ms))
         self.sid = new_id("rt")
-        self.conversation = RealtimeConversation(self._write, lambda: self.settings)
+        self.received_ms = 0  # input audio received so far (the VAD events' audio_start_ms / audio_end_ms)
+        self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
+                                                 config.llm.max_tokens)
         self.buffer: list[np.ndarray] = []  # push-to-talk audio at 16 kHz, since the last commit or clear
+        self.buffered = 0  # its samples, and those of the committed speech waiting for a response
         self.buffer_started: float | None = None
         self.resampler: Any = None
-        self.pending_speech: Speech | None = None  # committed, not yet answered
-        self.pending_text: list[str] = []
-        self.pending_outputs: list[ToolOutput] = []
+        self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
         self.requested = False  # response.create sent, its turn not yet begun
         self.closed = False
+        self.session: Any = None
 
     # --- the connection -------------------------------------------------------------------------------------
     def _write(self, event: dict[str, Any]) -> None:
-        """The raw write (RealtimeConversation.send serializes every writer through its lock)."""
+        """The raw write (RealtimeConversation.send serializes every writer through its lock). A client that
+        stops reading fails a send at the socket's write deadline; its connection is then cut, which ends the
+        session (its reader wakes)."""
         if self.closed:
             return
         try:
             self.ws.send(json.dumps(event, ensure_ascii=False))
-        except Exception:  # the client is gone: its reader ends the session
+        except Exception:
             self.closed = True
+            with contextlib.suppress(Exception):
+                self.ws.ws.sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """The server ends the session (idle timeout): a last word has been sent; the client's reader ends it."""
         self.closed = True
         with contextlib.suppress(Exception):
             self.ws.close()
@@ -93,12 +103,12 @@ class RealtimeSession:
         self.session = session
         session.channel = self
         session.voice = self.settings.voice
-        front.metrics.sessions_opened.inc()
-        front.turns.attach(session)
-        log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
-        self.conversation.send({"type": "session.created", "session": self._session_json()})
-        front.turns.post(session, Connected(time.monotonic()))
         try:
+            front.metrics.sessions_opened.inc()
+            front.turns.attach(session)
+            log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
+            self.conversation.send({"type": "session.created", "session": self._session_json()})
+            front.turns.post(session, Connected(time.monotonic()))
             while (data := self.ws.wait()) is not None:
                 if front.sessions.get(self.sid) is None or self.closed:
                     break
@@ -111,9 +121,9 @@ class RealtimeSession:
 
     # --- what the front sends this session (FrontApp.emit) ---------------------------------------------------
     def emit(self, event: str, payload: Any = None) -> None:
-        if event == "turn":
-            self.requested = False
         self.conversation.emit(event, payload)
+        if event == "turn":
+            self.requested = False  # after its response exists: a second response.create is refused throughout
 
     # --- client events ---------------------------------------------------------------------------------------
     def receive(self, data: str | bytes) -> None:
@@ -143,13 +153,16 @@ class RealtimeSession:
 
     def on_session_update(self, event: dict) -> None:
         before = self.settings
-        self.settings = updated(before, event.get("session"), self.front.voices)
-        session, after = self.session, self.settings
-        session.voice, session.output_audio = after.voice, after.audio_out
-        session.instructions = after.instructions or None
-        session.client_tools = after.tools if after.tool_choice == "auto" else ()
-        if after.tool_choice == "none":
-            session.tools = ()  # nor the server's own
+        self.settings = after = updated(before, event.get("session"), self.front.voices)
+        session = self.session
+
+        def apply() -> None:  # on the session's thread, in order with the turns it starts
+            session.voice, session.output_audio = after.voice, after.audio_out
+            session.instructions = after.instructions or None
+            session.client_tools = after.tools if after.tool_choice == "auto" else ()
+            session.tools = () if after.tool_choice == "none" else None  # "none": nor the server's own
+
+        session.actor.call(apply)
         if after.turn_detection != before.turn_detection:
             self._retune(before.turn_detection, after.turn_detection)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
@@ -169,22 +182,28 @@ class RealtimeSession:
                     session.actor.follow(SpeechDropped(time.monotonic()))
 
         session.actor.call(apply)
-        self.buffer, self.buffer_started = [], None
+        self._clear_buffer()
+
+    def _clear_buffer(self) -> None:
+        self.buffered -= sum(len(b) for b in self.buffer)
+        self.buffer, self.buffer_started, self.resampler = [], None, None
 
     def on_input_audio_buffer_append(self, event: dict) -> None:
         kind = self.settings.input_format
         pcm = decode_audio(event.get("audio"), kind, self.front.config.limits.max_frame_bytes)
         rate = FORMATS[kind]
+        self.received_ms += 1000 * len(pcm) // rate
         if self.settings.turn_detection is not None:
             self.front.admit_audio(self.session, pcm, rate)
             return
-        if self.resampler is None or self.resampler[0] != rate:
-            self.resampler = (rate, soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16"))
-        if sum(len(b) for b in self.buffer) + len(pcm) * SAMPLE_RATE / rate > MAX_BUFFER_S * SAMPLE_RATE:
-            raise ProtocolError("input_audio_buffer_full", f"the input audio buffer holds at most {MAX_BUFFER_S:g} s; "
-                                "commit or clear it")
+        if self.buffered + len(pcm) * SAMPLE_RATE / rate > MAX_BUFFER_S * SAMPLE_RATE:
+            raise ProtocolError("input_audio_buffer_full", f"at most {MAX_BUFFER_S:g} s of audio wait for a "
+                                "response; commit and answer it, or clear it")
+        if self.resampler is None:
+            self.resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
         self.buffer_started = self.buffer_started or time.monotonic()
-        self.buffer.append(self.resampler[1].resample_chunk(pcm))
+        self.buffer.append(self.resampler.resample_chunk(pcm))
+        self.buffered += len(self.buffer[-1])
 
     def on_input_audio_buffer_commit(self, event: dict) -> None:
         if self.settings.turn_detection is not None:
@@ -201,8 +220,8 @@ class RealtimeSession:
             session.actor.call(end_now)
             return
         if self.resampler is not None:
-            self.buffer.append(self.resampler[1].resample_chunk(np.zeros(0, np.int16), last=True))
-            self.resampler = None
+            self.buffer.append(self.resampler.resample_chunk(np.zeros(0, np.int16), last=True))
+            self.buffered += len(self.buffer[-1])
         pcm = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.int16)
         if len(pcm) < MIN_COMMIT_S * SAMPLE_RATE:
             raise ProtocolError("input_audio_buffer_commit_empty", "buffer too small: at least "
@@ -211,18 +230,16 @@ class RealtimeSession:
         now = time.monotonic()
         speech = Speech(pcm.astype(np.int16).tobytes(), self.buffer_started or now, now,
                         {"audio_s": round(len(pcm) / SAMPLE_RATE, 3)})
-        if self.pending_speech is not None:  # two commits before one response: one request
-            speech = joined(self.pending_speech, speech)
-        self.pending_speech = speech
-        self.buffer, self.buffer_started = [], None
-        item = Item(new_id("item"), "message", "user", content=[{"type": "input_audio", "transcript": None}])
+        self.buffer, self.buffer_started, self.resampler = [], None, None  # its samples stay counted until answered
+        item = Item(new_id("item"), "message", "user", content=[{"type": "input_audio", "transcript": None}],
+                    speech=speech)
         previous = self.conversation.items[-1].id if self.conversation.items else None
         self.conversation.send({"type": "input_audio_buffer.committed", "previous_item_id": previous,
-                    "item_id": item.id})
+                                "item_id": item.id})
         self._hold(item)
 
     def on_input_audio_buffer_clear(self, _event: dict) -> None:
-        self.buffer, self.buffer_started, self.resampler = [], None, None
+        self._clear_buffer()
         if self.settings.turn_detection is not None:
             session = self.session
 
@@ -236,9 +253,10 @@ class RealtimeSession:
 
     def _hold(self, item: Item) -> None:
         """A client item the next response answers."""
-        with self.conversation.lock:
-            self.conversation.pending.append(item)
-            self.conversation.add_item(item)
+        if len(self.pending) >= MAX_PENDING_ITEMS:
+            raise ProtocolError("too_many_items", f"at most {MAX_PENDING_ITEMS} items wait for a response")
+        self.pending.append(item)
+        self.conversation.add_item(item)
 
     def on_conversation_item_create(self, event: dict) -> None:
         item = event.get("item")
@@ -265,14 +283,13 @@ class RealtimeSession:
         content = item.get("content")
         if not isinstance(content, list) or not content:
             raise ProtocolError("invalid_value", "a message needs a list of content parts", "item.content")
-        texts, audio, parts = [], [], []
+        audio, parts = [], []
         for n, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("input_text", "text"):
                 text = part.get("text")
                 if not isinstance(text, str) or not text.strip():
                     raise ProtocolError("invalid_value", "input_text needs some text", f"item.content[{n}].text")
-                texts.append(text.strip())
                 parts.append({"type": "input_text", "text": text})
             elif kind == "input_audio":
                 pcm = decode_audio(part.get("audio"), self.settings.input_format,
@@ -283,15 +300,20 @@ class RealtimeSession:
                 raise ProtocolError("unsupported", "content parts may be input_text or input_audio (no images: this "
                                     "server's camera input is the page's)", f"item.content[{n}].type")
         limit = self.front.config.limits.max_text_chars
-        if len(" ".join([*self.pending_text, *texts])) > limit:
+        text = " ".join(p["text"].strip() for p in parts if p["type"] == "input_text")
+        if len(" ".join([*(i.text for i in self.pending), text])) > limit:
             raise ProtocolError("text_too_long", f"text waiting for a response is at most {limit} characters")
-        self.pending_text += texts
+        speech = None
         if audio:
-            now = time.monotonic()
             pcm = np.concatenate(audio)
+            if self.buffered + len(pcm) > MAX_BUFFER_S * SAMPLE_RATE:
+                raise ProtocolError("input_audio_buffer_full", f"at most {MAX_BUFFER_S:g} s of audio wait for a "
+                                    "response")
+            self.buffered += len(pcm)
+            now = time.monotonic()
             speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
-            self.pending_speech = speech if self.pending_speech is None else joined(self.pending_speech, speech)
-        self._hold(Item(item_id, "message", "user", content=parts))
+        parts.sort(key=lambda p: p["type"] != "input_audio")  # the heard words first, as the turn joins them
+        self._hold(Item(item_id, "message", "user", content=parts, speech=speech))
 
     def _tool_output(self, item: dict, item_id: str) -> None:
         call_id, output = item.get("call_id"), item.get("output")
@@ -301,8 +323,8 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", "output must be a string (at most "
                                 f"{self.front.config.limits.max_text_chars * 4} characters)", "item.output")
         del self.conversation.calls[call_id]
-        self.pending_outputs.append(ToolOutput(call_id, output))
-        self._hold(Item(item_id, "function_call_output", call_id=call_id, output=output))
+        self._hold(Item(item_id, "function_call_output", call_id=call_id, output=output,
+                        tool_output=ToolOutput(call_id, output)))
 
     def _item(self, event: dict) -> Item:
         item = self.conversation.item(event.get("item_id"))
@@ -317,11 +339,11 @@ class RealtimeSession:
 
     def on_conversation_item_delete(self, event: dict) -> None:
         item = self._item(event)
-        if item.turn_id is not None:  # its turn's exchange leaves the model's history
+        if item in self.pending:  # not asked about after all
+            self.pending.remove(item)
+            self.buffered -= len(item.speech.pcm) // 2 if item.speech else 0
+        elif item.turn_id is not None:  # its turn's exchange leaves the model's history
             self.front.put_request(EditHistory(self.sid, item.turn_id, None))
-        with self.conversation.lock:
-            if item in self.conversation.pending:
-                self.conversation.pending.remove(item)
         self.conversation.forget(item)
 
     def on_conversation_item_truncate(self, event: dict) -> None:
@@ -332,13 +354,16 @@ class RealtimeSession:
         if isinstance(end_ms, bool) or not isinstance(end_ms, int) or not 0 <= end_ms <= item.audio_ms + 1:
             raise ProtocolError("invalid_value", f"audio_end_ms must be from 0 to the item's {item.audio_ms:.0f} ms",
                                 "audio_end_ms")
-        text = item.content[0].get("transcript") or ""
-        heard = heard_part(text, end_ms / item.audio_ms if item.audio_ms else 1.0)
-        item.content[0]["transcript"] = heard
+        with self.conversation.lock:  # the reply may still be playing: its text so far
+            response = self.conversation.response
+            text = response.text if response is not None and response.message is item else \
+                item.content[0].get("transcript") or ""
+            heard = heard_part(text, end_ms / item.audio_ms if item.audio_ms else 1.0)
+            item.content[0]["transcript"] = heard
         if item.turn_id is not None:
             self.front.put_request(EditHistory(self.sid, item.turn_id, heard))
-        self.conversation.send({"type": "conversation.item.truncated", "item_id": item.id,
-                    "content_index": 0, "audio_end_ms": end_ms})
+        self.conversation.send({"type": "conversation.item.truncated", "item_id": item.id, "content_index": 0,
+                                "audio_end_ms": end_ms})
 
     def on_response_create(self, event: dict) -> None:
         options = event.get("response") or {}
@@ -348,36 +373,47 @@ class RealtimeSession:
             raise ProtocolError("unsupported", "out-of-band responses (conversation: none) are not supported",
                                 "response.conversation")
         modalities = options.get("output_modalities")
-        if modalities is not None and tuple(modalities or ()) != self.settings.output_modalities:
+        if modalities is not None and (not isinstance(modalities, list)
+                                       or tuple(modalities) != self.settings.output_modalities):
             raise ProtocolError("unsupported", "a response's output_modalities are the session's here (change them "
                                 "with session.update)", "response.output_modalities")
         extra = sorted(set(options) - RESPONSE_OPTIONS)
         if extra:
             raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
                                 "settings apply)", f"response.{extra[0]}")
-        if self.requested or self.conversation.response is not None:
+        override = options.get("instructions")
+        if override is not None and not isinstance(override, str):
+            raise ProtocolError("invalid_value", "instructions must be a string", "response.instructions")
+        if self.requested or self.conversation.active():
             raise ProtocolError("conversation_already_has_active_response",
                                 "a response is in progress; cancel it or wait for response.done")
-        speech, text, outputs = self.pending_speech, " ".join(self.pending_text), tuple(self.pending_outputs)
+        items, self.pending = self.pending, []
+        speeches = [i.speech for i in items if i.speech is not None]
+        speech = functools.reduce(joined, speeches) if speeches else None
+        text = " ".join(t for t in (i.text for i in items) if t)
+        outputs = tuple(i.tool_output for i in items if i.tool_output is not None)
         if speech is None and not text and not outputs:
+            self.pending = items
             raise ProtocolError("no_input", "nothing new to respond to: add a user item, commit audio, or give a "
                                 "function call's output first")
-        if "instructions" in options and not isinstance(options["instructions"], str):
-            raise ProtocolError("invalid_value", "instructions must be a string", "response.instructions")
-        self.pending_speech, self.pending_text, self.pending_outputs = None, [], []
+        self.buffered -= sum(len(s.pcm) // 2 for s in speeches)
         self.requested = True
+        with self.conversation.lock:
+            self.conversation.claimed = items
         session = self.session
-        session.tool_outputs = outputs
-        override = options.get("instructions")
-        if override:  # this response's own: set and put back on the session's thread, around its turn's start
-            kept = session.instructions
-            session.actor.call(lambda: setattr(session, "instructions", override[:MAX_INSTRUCTIONS_CHARS]))
+
+        def begin() -> None:  # on the session's thread, right before the turn starts: its own outputs, instructions
+            session.tool_outputs = outputs
+            if override:
+                session.instructions = override[:MAX_INSTRUCTIONS_CHARS]
+
+        session.actor.call(begin)
         self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
-        if override:
-            session.actor.call(lambda: setattr(session, "instructions", kept))
+        if override:  # then the session's own again
+            session.actor.call(lambda: setattr(session, "instructions", self.settings.instructions or None))
 
     def on_response_cancel(self, _event: dict) -> None:
-        if self.conversation.response is None and not self.requested:
+        if not self.conversation.active() and not self.requested:
             raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
         self.front.turns.interrupt(self.session, "client_cancelled")
 

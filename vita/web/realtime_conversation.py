@@ -3,8 +3,9 @@ and ours get: ``vad``, ``turn``, ``transcript``, ``audio``, ``reply_delta``, ``r
 ``state``, ``error``...) become Realtime server events, with the items and responses they belong to.
 
 The turn machine stays the one authority on turns: a committed turn is a user item and a response; its end (or its
-cancel: a barge-in, ``response.cancel``, a request the user went on with) is the response's ``response.done``. All of
-it runs on the session's own thread but for errors, which may come from the socket's thread: one lock.
+cancel: a barge-in, ``response.cancel``, a request the user went on with, a failure) is the response's
+``response.done``. All of it runs on the session's own thread but for errors, which may come from the socket's
+thread: one lock.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from typing import Any
 import numpy as np
 import soxr
 
+from vita.messages import ToolOutput
+from vita.turns.turn_events import Speech
 from vita.web.realtime_protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
 
-# turn_cancelled reasons -> response.done's status_details.reason
+# turn_cancelled reasons that are the user's or the client's doing -> response.done's status_details.reason;
+# any other cancel (stalled, a worker failed, the server stopping) is a failure of the server's.
 CANCEL_REASONS = {"barge-in": "turn_detected", "extended": "turn_detected", "new turn": "turn_detected",
                   "client_cancelled": "client_cancelled"}
-FAILED = ("error", "tts_busy", "server busy", "not ready", "stalled")  # unanswered reasons that are failures
+FAILED = ("error", "tts_busy", "server busy", "not ready")  # unanswered reasons that are failures
 MAX_ITEMS = 512  # items remembered for retrieve/truncate/delete; older ones are forgotten (their turns too)
+MAX_TURNS_REMEMBERED = 64  # turn -> user item, for late transcripts
 
 
 def as_part(content: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +39,8 @@ def as_part(content: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class Item:
-    """A conversation item as the client knows it (no audio kept: the transcript is what is retrievable)."""
+    """A conversation item as the client knows it (no audio is sent back: the transcript is what is retrievable);
+    a client's own item keeps what it asks of the next response (`speech`, `tool_output`) until then."""
 
     id: str
     kind: str  # "message" or "function_call" / "function_call_output"
@@ -47,6 +53,12 @@ class Item:
     output: str = ""
     status: str = "completed"
     audio_ms: float = 0.0  # an assistant message's audio sent so far (for truncate)
+    speech: Speech | None = field(default=None, repr=False)
+    tool_output: ToolOutput | None = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(p["text"].strip() for p in self.content if p.get("type") == "input_text")
 
     def as_json(self) -> dict[str, Any]:
         item: dict[str, Any] = {"id": self.id, "type": self.kind, "object": "realtime.item", "status": self.status}
@@ -70,18 +82,20 @@ class Response:
 
 
 class RealtimeConversation:
-    """``emit(event, payload)`` takes the front's events for this session; ``send(dict)`` writes to the client."""
+    """``emit(event, payload)`` takes the front's events for this session; ``send(dict)`` writes to the client.
+    ``settings()`` is the session's current settings, ``audio_ms()`` how much input audio it has received."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], None], settings: Callable[[], Settings]):
+    def __init__(self, send: Callable[[dict[str, Any]], None], settings: Callable[[], Settings],
+                 audio_ms: Callable[[], int] = lambda: 0, max_tokens: int | str = "inf"):
         self._write = send
-        self.settings = settings  # the session's current settings (the endpoint owns them)
+        self.settings, self.audio_ms, self.max_tokens = settings, audio_ms, max_tokens
         self.lock = threading.RLock()
         self.items: list[Item] = []
         self.response: Response | None = None
         self.speech_item: str | None = None  # the user item the VAD's current speech will become
         self.committed: dict[int, str] = {}  # turn -> its user item
         self.calls: dict[str, Item] = {}  # call_id -> the function call the client owes a result for
-        self.pending: list[Item] = []  # the client's own items (text, tool results) that the next turn answers
+        self.claimed: list[Item] = []  # the client's items its response.create asked about, for the turn it starts
 
     # --- writing ---------------------------------------------------------------------------------------------
     def send(self, event: dict[str, Any]) -> None:
@@ -93,14 +107,25 @@ class RealtimeConversation:
               kind: str = "invalid_request_error") -> None:
         self.send(error_event(code, message, param, event_id, kind))
 
-    def add_item(self, item: Item) -> None:
-        """An item the conversation now holds: added and done at once (the client's own, or a committed turn's)."""
+    def added(self, item: Item) -> None:
+        """An item the conversation now holds (`conversation.item.added`); `done` follows when it is complete."""
         with self.lock:
             previous = self.items[-1].id if self.items else None
             self.items.append(item)
             del self.items[:-MAX_ITEMS]
             self.send({"type": "conversation.item.added", "previous_item_id": previous, "item": item.as_json()})
+
+    def done(self, item: Item) -> None:
+        with self.lock:
+            at = self.items.index(item) if item in self.items else 0
+            previous = self.items[at - 1].id if at > 0 else None
             self.send({"type": "conversation.item.done", "previous_item_id": previous, "item": item.as_json()})
+
+    def add_item(self, item: Item) -> None:
+        """A complete item (the client's own, or a committed turn's user item): added and done at once."""
+        with self.lock:
+            self.added(item)
+            self.done(item)
 
     def item(self, item_id: Any) -> Item | None:
         with self.lock:
@@ -111,6 +136,10 @@ class RealtimeConversation:
             if item in self.items:
                 self.items.remove(item)
             self.send({"type": "conversation.item.deleted", "item_id": item.id})
+
+    def active(self) -> bool:
+        with self.lock:
+            return self.response is not None
 
     # --- the front's events ------------------------------------------------------------------------------------
     def emit(self, event: str, payload: Any = None) -> None:
@@ -124,17 +153,20 @@ class RealtimeConversation:
             return
         if p.get("speaking"):
             self.speech_item = new_id("item")
-            self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": 0, "item_id": self.speech_item})
+            self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": self.audio_ms(),
+                       "item_id": self.speech_item})
         elif self.speech_item is not None:
-            self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 0, "item_id": self.speech_item})
+            self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": self.audio_ms(),
+                       "item_id": self.speech_item})
             if p.get("dropped"):  # a cough: nothing was committed
                 self.speech_item = None
 
     def _on_turn(self, p: dict) -> None:
         turn_id = p["turn_id"]
-        spoken = [i for i in self.pending if i.content and i.content[0].get("type") == "input_audio"]
+        claimed, self.claimed = self.claimed, []
+        spoken = [i for i in claimed if i.content and i.content[0].get("type") == "input_audio"]
         if spoken:  # the client's own audio (a push-to-talk commit, an input_audio item): its item hears it
-            self.committed[turn_id] = spoken[-1].id
+            self._remember(turn_id, spoken[-1].id)
         elif p.get("source") == "speech":  # what our VAD heard: its item is made now
             item_id, self.speech_item = self.speech_item or new_id("item"), None
             previous = self.items[-1].id if self.items else None
@@ -143,15 +175,18 @@ class RealtimeConversation:
             if p.get("text"):
                 content.append({"type": "input_text", "text": p["text"]})
             self.add_item(Item(item_id, "message", "user", turn_id, content))
-            self.committed[turn_id] = item_id
-        self._open_response(turn_id)
-
-    def _open_response(self, turn_id: int) -> None:
-        self.response = Response(new_id("resp"), turn_id)
-        for item in self.pending:  # the client's items this turn answers belong to it (for delete)
+            self._remember(turn_id, item_id)
+        for item in claimed:  # the client's items this turn answers belong to it (for delete)
             item.turn_id = turn_id
-        self.pending = []
+        if self.response is not None:  # never left open: a turn that supersedes another ends it first
+            self._finish("cancelled", {"type": "cancelled", "reason": "turn_detected"})
+        self.response = Response(new_id("resp"), turn_id)
         self.send({"type": "response.created", "response": self._response_json("in_progress")})
+
+    def _remember(self, turn_id: int, item_id: str) -> None:
+        self.committed[turn_id] = item_id
+        for old in list(self.committed)[:-MAX_TURNS_REMEMBERED]:
+            del self.committed[old]
 
     def _on_transcript(self, p: dict) -> None:
         item = self.item(self.committed.get(p["turn_id"]))
@@ -176,6 +211,7 @@ class RealtimeConversation:
             response.outputs.append(message)
             self.send({"type": "response.output_item.added", "response_id": response.id,
                        "output_index": len(response.outputs) - 1, "item": message.as_json()})
+            self.added(message)  # retrievable and truncatable while it plays
             self.send({"type": "response.content_part.added", **self._where(response, message), "part": as_part(part)})
         return response, response.message
 
@@ -184,29 +220,28 @@ class RealtimeConversation:
         return {"response_id": response.id, "item_id": item.id, "output_index": response.outputs.index(item),
                 "content_index": 0}
 
-    def _on_audio(self, pcm: bytes) -> None:
-        settings = self.settings()
-        opened = self._message() if settings.audio_out else None
-        if opened is None:
-            return
-        response, message = opened
-        kind = settings.output_format
-        samples = np.frombuffer(pcm, dtype=np.int16)
+    def _audio_delta(self, response: Response, message: Item, samples: np.ndarray, last: bool = False) -> None:
+        kind = self.settings().output_format
         if kind != "audio/pcm":
             if response.resampler is None:
                 response.resampler = soxr.ResampleStream(PCM_RATE, FORMATS[kind], 1, dtype="int16")
-            data = encode_g711(response.resampler.resample_chunk(samples), kind)
+            data = encode_g711(response.resampler.resample_chunk(samples, last=last), kind)
         else:
-            data = pcm
+            data = samples.astype("<i2").tobytes()
         message.audio_ms += 1000 * len(samples) / PCM_RATE
-        self.send({"type": "response.output_audio.delta", **self._where(response, message),
-                   "delta": base64.b64encode(data).decode("ascii")})
+        if data:
+            self.send({"type": "response.output_audio.delta", **self._where(response, message),
+                       "delta": base64.b64encode(data).decode("ascii")})
+
+    def _on_audio(self, pcm: bytes) -> None:
+        opened = self._message() if self.settings().audio_out else None
+        if opened is not None:
+            self._audio_delta(*opened, np.frombuffer(pcm, dtype=np.int16))
 
     def _on_reply_delta(self, p: dict) -> None:
         if self.response is None or p.get("turn_id") != self.response.turn_id:
             return
-        opened = self._message()
-        response, message = opened
+        response, message = self._message()
         response.text += p["text"]
         kind = "response.output_audio_transcript.delta" if self.settings().audio_out else "response.output_text.delta"
         self.send({"type": kind, **self._where(response, message), "delta": p["text"]})
@@ -225,6 +260,7 @@ class RealtimeConversation:
         where = {"response_id": response.id, "item_id": call.id, "output_index": len(response.outputs) - 1}
         self.send({"type": "response.output_item.added", "response_id": response.id,
                    "output_index": where["output_index"], "item": {**call.as_json(), "arguments": ""}})
+        self.added(call)
         self.send({"type": "response.function_call_arguments.delta", **where, "call_id": call.call_id,
                    "delta": call.arguments})
         self.send({"type": "response.function_call_arguments.done", **where, "call_id": call.call_id,
@@ -232,17 +268,22 @@ class RealtimeConversation:
         call.status = "completed"
         self.send({"type": "response.output_item.done", "response_id": response.id,
                    "output_index": where["output_index"], "item": call.as_json()})
-        self.add_item(call)
+        self.done(call)
         self.calls[call.call_id] = call
+        for old in list(self.calls)[:-MAX_TURNS_REMEMBERED]:  # calls never answered are forgotten in the end
+            del self.calls[old]
 
     def _on_turn_cancelled(self, p: dict) -> None:
         if self.response is None or p.get("turn_id") != self.response.turn_id:
             return
-        withdrawn = self.item(self.committed.pop(p["turn_id"], None)) if p.get("reason") == "extended" else None
+        reason = p.get("reason")
+        withdrawn = self.item(self.committed.pop(p["turn_id"], None)) if reason == "extended" else None
         if withdrawn is not None:  # the user went on: the joined request is a new item and response
             self.forget(withdrawn)
-        self._finish("cancelled", {"type": "cancelled", "reason": CANCEL_REASONS.get(p.get("reason"),
-                                                                                     "client_cancelled")})
+        if reason in CANCEL_REASONS:
+            self._finish("cancelled", {"type": "cancelled", "reason": CANCEL_REASONS[reason]})
+        else:
+            self._failed(str(reason))
 
     def _on_state(self, p: dict) -> None:
         if p.get("state") != "listening" or self.response is None or p.get("turn_id") != self.response.turn_id:
@@ -250,12 +291,13 @@ class RealtimeConversation:
         reason = p.get("reason")
         if reason is None or reason == "tool_call":
             self._finish("completed", None)
-            return
-        code = reason.replace(" ", "_")
-        if reason in FAILED:
-            self._finish("failed", {"type": "failed", "error": {"type": "server_error", "code": code}})
+        elif reason in FAILED:
+            self._failed(reason)
         else:  # nothing to say (no speech recognised, a stop command)
-            self._finish("incomplete", {"type": "incomplete", "reason": code})
+            self._finish("incomplete", {"type": "incomplete", "reason": reason.replace(" ", "_")})
+
+    def _failed(self, reason: str) -> None:
+        self._finish("failed", {"type": "failed", "error": {"type": "server_error", "code": reason.replace(" ", "_")}})
 
     def _on_error(self, p: dict) -> None:
         code = str(p.get("code", "error"))
@@ -268,12 +310,14 @@ class RealtimeConversation:
 
     # --- the end of a response -----------------------------------------------------------------------------------
     def _finish(self, status: str, details: dict[str, Any] | None) -> None:
-        response, self.response = self.response, None
+        response = self.response
         message = response.message
         if message is not None:
             where = self._where(response, message)
             part = message.content[0]
             if part["type"] == "output_audio":
+                if response.resampler is not None:  # what the G.711 resampler still holds
+                    self._audio_delta(response, message, np.zeros(0, np.int16), last=True)
                 part["transcript"] = response.text
                 self.send({"type": "response.output_audio.done", **where})
                 self.send({"type": "response.output_audio_transcript.done", **where, "transcript": response.text})
@@ -284,7 +328,8 @@ class RealtimeConversation:
             message.status = "completed" if status == "completed" else "incomplete"
             self.send({"type": "response.output_item.done", "response_id": response.id,
                        "output_index": where["output_index"], "item": message.as_json()})
-            self.add_item(message)
+            self.done(message)
+        self.response = None
         self.send({"type": "response.done", "response": self._response_json(status, details, response)})
 
     def _response_json(self, status: str, details: dict | None = None, response: Response | None = None
@@ -293,6 +338,6 @@ class RealtimeConversation:
         settings = self.settings()
         return {"id": response.id, "object": "realtime.response", "status": status, "status_details": details,
                 "output": [i.as_json() for i in response.outputs], "conversation_id": None,
-                "output_modalities": list(settings.output_modalities), "max_output_tokens": "inf",
+                "output_modalities": list(settings.output_modalities), "max_output_tokens": self.max_tokens,
                 "audio": {"output": {"format": {"type": settings.output_format}, "voice": settings.voice}},
                 "usage": None, "metadata": None}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import functools
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,7 +27,8 @@ FORMATS = {"audio/pcm": PCM_RATE, "audio/pcmu": G711_RATE, "audio/pcma": G711_RA
 BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}  # the beta's names
 MAX_INSTRUCTIONS_CHARS = 16_000
 MAX_TOOLS = 64
-MAX_TOOL_SCHEMA_CHARS = 16_000
+MAX_TOOL_SCHEMA_CHARS = 32_000  # all of a session's tools: their descriptions and schemas go into every prompt
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 EAGERNESS = ("low", "medium", "high", "auto")
 # semantic_vad eagerness -> how sure the end-of-turn model must be that the user has finished (None: the config's)
 EAGER_THRESHOLD = {"low": 0.8, "medium": None, "auto": None, "high": 0.3}
@@ -66,14 +67,9 @@ def _alaw_table() -> np.ndarray:
     return np.where(sign, magnitude, -magnitude).astype(np.int16)
 
 
-ULAW_DECODE, ALAW_DECODE = _ulaw_table(), _alaw_table()
-
-
-@functools.cache
-def _encode_table(kind: str) -> np.ndarray:
+def _encode_table(table: np.ndarray) -> np.ndarray:
     """For every 16-bit value, the nearest G.711 code (its codes are monotonic within each sign, so the nearest
-    decoded level is the right code); built once, on first use."""
-    table = ULAW_DECODE if kind == "audio/pcmu" else ALAW_DECODE
+    decoded level is the right code)."""
     values = np.arange(-32768, 32768, dtype=np.int32)
     order = np.argsort(table, kind="stable")
     levels = table[order].astype(np.int32)
@@ -83,8 +79,17 @@ def _encode_table(kind: str) -> np.ndarray:
     return order[np.where(nearer_left, left, right)].astype(np.uint8)
 
 
+def _constant(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+ULAW_DECODE, ALAW_DECODE = _constant(_ulaw_table()), _constant(_alaw_table())
+G711_ENCODE = {"audio/pcmu": _constant(_encode_table(ULAW_DECODE)), "audio/pcma": _constant(_encode_table(ALAW_DECODE))}
+
+
 def encode_g711(pcm: np.ndarray, kind: str) -> bytes:
-    return _encode_table(kind)[pcm.astype(np.int32) + 32768].tobytes()
+    return G711_ENCODE[kind][pcm.astype(np.int32) + 32768].tobytes()
 
 
 def decode_audio(b64: Any, kind: str, max_bytes: int) -> np.ndarray:
@@ -142,7 +147,7 @@ class Settings:
 
 def _format(value: Any, param: str) -> str:
     kind = value.get("type") if isinstance(value, dict) else BETA_FORMATS.get(value) if isinstance(value, str) else None
-    kind = BETA_FORMATS.get(kind, kind)
+    kind = BETA_FORMATS.get(kind, kind) if isinstance(kind, str) else None
     if kind not in FORMATS:
         raise ProtocolError("invalid_value", f"audio format must be one of {', '.join(FORMATS)}", param)
     rate = value.get("rate", FORMATS[kind]) if isinstance(value, dict) else FORMATS[kind]
@@ -187,22 +192,25 @@ def _turn_detection(value: Any, current: TurnDetection | None) -> TurnDetection 
 def _tools(value: Any) -> tuple[ClientTool, ...]:
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         raise ProtocolError("invalid_value", f"tools must be a list of at most {MAX_TOOLS} functions", "session.tools")
-    tools = []
+    tools, size = [], 0
     for n, tool in enumerate(value):
         param = f"session.tools[{n}]"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise ProtocolError("unsupported", "only tools of type function are supported (the server's own MCP "
                                 "servers are configured by its operator)", param)
         name = tool.get("name")
-        if not isinstance(name, str) or not 0 < len(name) <= 64 or not name.replace("_", "").replace("-", "").isalnum():
-            raise ProtocolError("invalid_value", "a function needs a name of letters, digits, _ and -", f"{param}.name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise ProtocolError("invalid_value", "a function needs a name of 1-64 letters, digits, _ and -",
+                                f"{param}.name")
         description = tool.get("description") or ""
         parameters = tool.get("parameters") or {"type": "object", "properties": {}}
         if not isinstance(description, str) or not isinstance(parameters, dict):
             raise ProtocolError("invalid_value", "description must be a string and parameters a JSON schema", param)
         schema = json.dumps(parameters)
-        if len(schema) + len(description) > MAX_TOOL_SCHEMA_CHARS:
-            raise ProtocolError("invalid_value", "this function's description and schema are too long", param)
+        size += len(schema) + len(description)
+        if size > MAX_TOOL_SCHEMA_CHARS:
+            raise ProtocolError("invalid_value", f"the functions' descriptions and schemas may take at most "
+                                f"{MAX_TOOL_SCHEMA_CHARS} characters in all", param)
         tools.append(ClientTool(name, description, schema))
     return tuple(tools)
 
@@ -222,7 +230,8 @@ def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
         changes["instructions"] = text
     modalities = session.get("output_modalities", session.get("modalities"))
     if modalities is not None:
-        if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"audio", "text"}:
+        if (not isinstance(modalities, list) or not modalities or not all(isinstance(m, str) for m in modalities)
+                or not set(modalities) <= {"audio", "text"}):
             raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
                                 "session.output_modalities")
         changes["output_modalities"] = ("audio",) if "audio" in modalities else ("text",)

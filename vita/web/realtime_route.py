@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
+import socket
+import ssl
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
-import simple_websocket
 from werkzeug.wrappers import Request
 
 from vita.web.access import AccessGuard
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 PATH = "/v1/realtime"
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
+SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 
 
 def _json_response(start_response: Callable, status: str, code: str, message: str) -> list[bytes]:
@@ -32,26 +34,11 @@ def _json_response(start_response: Callable, status: str, code: str, message: st
 
 
 class RealtimeSocket(BoundedWebSocket):
-    """The front's bounded WebSocket (TLS-safe, paced, size-capped) speaking Realtime errors instead of
-    Socket.IO's when a message is too big."""
+    """The front's bounded WebSocket (TLS-safe, paced, size-capped), telling a client whose message is too big in
+    a Realtime error event."""
 
-    def wait(self) -> Any:
-        while True:
-            try:
-                data = self.ws.receive(timeout=1.0)
-            except simple_websocket.ConnectionClosed:
-                return None
-            if data is not None:
-                break
-            if not self.ws.connected:
-                return None
-        if len(data) > self.limit:
-            with contextlib.suppress(Exception):
-                self.ws.send(json.dumps(error_event("message_too_big", f"A message may be at most {self.limit} "
-                                                    "bytes.")))
-                self.ws.close(reason=1009, message="Message is too big")
-            return None
-        return data
+    def too_big_notice(self) -> str:
+        return json.dumps(error_event("message_too_big", f"A message may be at most {self.limit} bytes."))
 
 
 class RealtimeRoute:
@@ -75,20 +62,26 @@ class RealtimeRoute:
                                   "This assistant needs an access token (Authorization: Bearer …).")
         protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
-        socket = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ).serve(),
+        upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ).serve(),
                                 _Limit(self.max_message_bytes), self.front.socket_guard,
                                 subprotocols=[p for p in protocols if p == "realtime"] or None)
+        raw = environ.get("werkzeug.socket")
+        if isinstance(raw, socket.socket) and not isinstance(raw, ssl.SSLSocket):
+            # A client that stops reading must not block its session's thread for ever (over TLS, SharedTlsSocket
+            # has its own write deadline): a send that cannot go on for this long fails, and the session ends.
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT_S), 0))
         # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
         query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
-        return socket({**environ, "QUERY_STRING": query}, start_response)
+        return upgrade({**environ, "QUERY_STRING": query}, start_response)
 
     def _origin_allowed(self, environ: dict) -> bool:
-        """No Origin: not a browser. A browser's page must come from this server or an allowed origin."""
+        """No Origin: not a browser. A browser's page must come from this server, or from one of
+        --allowed_origins when they are given (the rule engine.io applies to Socket.IO)."""
         origin = environ.get("HTTP_ORIGIN")
         if not origin:
             return True
         allowed = [o.strip() for o in (self.front.config.server.allowed_origins or "").split(",") if o.strip()]
-        return origin in allowed or urlsplit(origin).netloc == environ.get("HTTP_HOST")
+        return origin in allowed if allowed else urlsplit(origin).netloc == environ.get("HTTP_HOST")  # as engine.io
 
     @staticmethod
     def _token(environ: dict) -> str | None:

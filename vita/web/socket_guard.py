@@ -167,13 +167,17 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
             if not self.ws.connected:
                 return None
         if len(data) > self.limit:
-            error = {"code": "message_too_big", "message": f"A message may be at most {self.limit} bytes."}
             with contextlib.suppress(Exception):
-                self.ws.send("42" + json.dumps(["error", error]))
+                self.ws.send(self.too_big_notice())
                 self.ws.close(reason=1009, message="Message is too big")
             log.debug("closed a WebSocket that sent %d bytes in one message", len(data))
-            return None  # engine.io ends the connection
+            return None  # the connection ends
         return data
+
+    def too_big_notice(self) -> str:
+        """What a client that sent too big a message is told before the close (here: a Socket.IO error event)."""
+        error = {"code": "message_too_big", "message": f"A message may be at most {self.limit} bytes."}
+        return "42" + json.dumps(["error", error])
 
 
 class SocketGuard:

@@ -54,8 +54,13 @@ class AwaitedCalls:
                                    "function": {"name": c.name, "arguments": c.arguments}} for call_id, c in calls]}
         return cls(user_text, (*earlier, message), {call_id: c.name for call_id, c in calls})
 
-    def answered(self, outputs: tuple[ToolOutput, ...]) -> list[dict[str, Any]]:
-        """The exchange with the client's results appended (as tool messages, in the order given)."""
-        results = [{"role": "tool", "name": self.names.get(o.call_id, "function"), "tool_call_id": o.call_id,
-                    "content": o.output} for o in outputs]
-        return [*self.messages, *results]
+    def answers(self, outputs: tuple[ToolOutput, ...]) -> bool:
+        """Results for these calls (any other call_id belongs to a turn that is gone)."""
+        return any(o.call_id in self.names for o in outputs)
+
+    def answered(self, outputs: tuple[ToolOutput, ...], said: str = "") -> list[dict[str, Any]]:
+        """The exchange with the client's results appended (as tool messages, in the order given), and what the
+        user said meanwhile, if anything, after them."""
+        results = [{"role": "tool", "name": self.names[o.call_id], "tool_call_id": o.call_id, "content": o.output}
+                   for o in outputs if o.call_id in self.names]
+        return [*self.messages, *results, *([{"role": "user", "content": said}] if said else [])]

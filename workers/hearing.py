@@ -1,0 +1,95 @@
+"""The LLM worker's ears: Whisper on a turn's audio (a second model's opinion when it is unsure), short speech over
+a reply heard for a stop command, and the short "say it again" when what was heard is not what was said."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vita.messages import (
+    InterjectionCheck,
+    InterjectionText,
+    Transcript,
+    TtsPiece,
+    TurnRequest,
+)
+from workers.asr import word_error_rate
+from workers.turn_run import ASK_AGAIN, TurnRun
+
+
+class Hearing:
+    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+
+    def _second_opinion(self) -> Any:
+        """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
+        model's confidence alone cannot see fluent nonsense); English-only models only serve English."""
+        cfg = self.config.asr
+        if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
+                cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
+            return None
+        from workers.asr import WhisperTranscriber
+
+        second = WhisperTranscriber(self.config.models_path() / cfg.second_opinion, cfg.compute_type,
+                                    cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
+        second.transcribe(bytes(2 * 16000), 16000)  # its warm-up too, off the first turn
+        return second
+
+    async def _hear_interjection(self, check: InterjectionCheck) -> None:
+        """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
+        It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
+        def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
+            if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
+                return None
+            return self.asr.transcribe(check.audio, check.sample_rate)
+
+        try:
+            text = await self._in_thread(transcribe_if_newest)
+        except Exception:  # the front then leaves the reply playing: short speech over it is not a turn
+            self.report.log.exception("interjection ASR failed")
+            text = ""
+        if text is not None:
+            self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
+
+    async def _cascade_text(self, req: TurnRequest, run: TurnRun) -> str:
+        """Cascade: the utterance through ASR, joined with any typed text."""
+        transcript = ""
+        if req.audio:
+            heard = await self._in_thread(self.asr.hear, req.audio, req.sample_rate)
+            transcript = heard.text
+            run.timings["asr_s"] = time.monotonic() - run.started
+            if transcript:
+                run.timings["asr_logprob"] = heard.avg_logprob
+                below = self.config.asr.ask_again_below
+                run.misheard = below is not None and heard.avg_logprob < below and not req.text.strip()
+                if not run.misheard and not req.text.strip() and heard.avg_logprob < self.config.asr.doubt_below:
+                    run.misheard = await self._disagree(req, run, transcript)
+            self._publish(Transcript(req.session_id, req.turn_id, transcript))
+        return " ".join(t for t in (transcript, req.text.strip()) if t)
+
+    async def _disagree(self, req: TurnRequest, run: TurnRun, transcript: str) -> bool:
+        """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,
+        "say it again" catches 12 of 15 garbled robotic questions instead of 9, 50 of 62 noisy ones instead of 44.)"""
+        if self.second_asr is None:
+            return False
+        started = time.monotonic()
+        other = await self._in_thread(self.second_asr.hear, req.audio, req.sample_rate)
+        disagreement = word_error_rate(transcript, other.text)
+        run.timings["second_asr_s"] = time.monotonic() - started
+        run.timings["asr_disagreement"] = round(disagreement, 3)
+        return disagreement > self.config.asr.disagree_above
+
+    async def _ask_again(self, req: TurnRequest, run: TurnRun) -> None:
+        """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
+        rather than answer it. The exchange stays out of the history (its words are noise)."""
+        sid, tid = req.session_id, req.turn_id
+        run.timings["asked_again"] = 1.0
+        run.user_text = ""  # nor does a cancel put its words there
+        started = time.monotonic()
+        await self._send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
+        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        self._publish_answered(sid, tid, run)
+
+    async def _omni_transcript(self, req: TurnRequest) -> str:
+        transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
+        self._publish(Transcript(req.session_id, req.turn_id, transcript))
+        return " ".join(t for t in (transcript, req.text.strip()) if t)

@@ -1,0 +1,103 @@
+"""Tools in the LLM worker's turns: which a turn may call and which the model is shown, running the calls (with a
+filler line for a slow one), saying their results, and handing a client's own tools' calls to the client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from vita.messages import (
+    ReplyText,
+    ToolCallRequested,
+    ToolUsed,
+    TurnRequest,
+)
+from workers.speech_pieces import SpeechClock
+from workers.tools.client_tools import SOURCE as CLIENT_TOOL
+from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
+from workers.tools.in_turn import FILLER
+from workers.tools.intents import spoken_answer
+from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
+from workers.turn_run import TurnRun
+
+
+class ToolTurns:
+    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+
+    @staticmethod
+    def _offered(tools: ToolBox | None) -> ToolBox | None:
+        """The tools the model itself is shown: the operator's (MCP). The built-ins are called for it when a question
+        plainly needs them (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions
+        ("Yes, penguins can fly." became "Penguins can fly.") and it called them for only half of the questions."""
+        offered = ToolBox([t for t in tools.tools.values() if t.source != "builtin"]) if tools else None
+        return offered or None
+
+    def _session_tools(self, req: TurnRequest) -> ToolBox | None:
+        """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)
+        only those that change nothing; none when tools.max_calls is 0."""
+        if not self.config.tools.max_calls:
+            return None
+        box = self.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
+        if req.client_tools and self.prompts.style == "chat":  # run by the client: safe in a speculative turn too
+            box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
+        return box or None
+
+    def _for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
+        """Calls of the client's own tools go to the client (the others in the same reply are left out: the
+        client answers first); the turn then waits for its results, as a turn of its own."""
+        theirs = [c for c in calls if not c.error and (tool := run.tools.tools.get(c.name)) is not None
+                  and tool.source == CLIENT_TOOL]
+        if not theirs:
+            return False
+        named = [(new_call_id(), c) for c in theirs]
+        self.awaited[req.session_id] = AwaitedCalls.of(run.user_text, run.tool_messages, named)
+        for call_id, call in named:
+            self._publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
+                                            json.dumps(call.arguments, ensure_ascii=False)))
+        return True
+
+    def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
+        """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
+        1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
+        the tool again (scripts/eval_tools.py)."""
+        answers = [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
+        for answer in answers:
+            self._publish(ReplyText(sid, tid, answer + " "))
+        return answers
+
+    async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
+                         clock: SpeechClock, gen_started: float) -> list[ToolOutcome]:
+        """Run tool calls (the model's, written as `text`, or planned for it), each result shown on the page and
+        added to the turn's context; a call still running after tools.filler_after_ms gets "Let me check." said
+        first. Returns their outcomes, in order."""
+        readable = [c for c in calls if not c.error]
+        run.tool_messages.append({"role": "assistant", "content": "" if readable else text.strip(),
+                                  "tool_calls": [{"type": "function", "function": {"name": c.name,
+                                                                                   "arguments": c.arguments}}
+                                                 for c in readable]})
+        filler_s = self.config.tools.filler_after_ms / 1000
+        outcomes = []
+        for call in calls:
+            task = asyncio.create_task(run.tools.call(call, {"timezone": req.timezone}))
+            try:
+                if filler_s and not run.spoken:
+                    done, _ = await asyncio.wait({task}, timeout=filler_s)
+                    if not done:  # the line must not go dead while the tool works
+                        await self._send_piece(req, run.spoken, FILLER, run.timings, gen_started)
+                        clock.handed(FILLER, time.monotonic())
+                outcome = await task
+            finally:
+                task.cancel()
+            run.tool_messages.append(outcome.as_message())
+            timings = run.timings
+            timings["tool_calls"] = timings.get("tool_calls", 0.0) + 1
+            timings["tool_s"] = timings.get("tool_s", 0.0) + outcome.duration_s
+            timings["tool_result_chars"] = timings.get("tool_result_chars", 0.0) + len(outcome.result)
+            if not outcome.ok:
+                timings["tool_errors"] = timings.get("tool_errors", 0.0) + 1
+            self._publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
+                                   json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
+                                   outcome.outcome, outcome.duration_s))
+            outcomes.append(outcome)
+        return outcomes

@@ -1,0 +1,49 @@
+"""What every part of the LLM worker shares about a turn: its stage name, its run (what it has produced so far),
+and the words and limits more than one part uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.tools.registry import ToolBox
+
+NAME = "llm"
+TTS_PUT_TIMEOUT_S = 1.0
+# After a reply is generated, the next prompt's prefix (persona, history with this exchange) is prefilled into the
+# engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
+# pieces are being synthesized then, and their voice must not wait for it.
+WARM_DELAY_S = 0.4
+# The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
+ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
+
+
+class TtsBusy(Exception):
+    """The TTS queue stayed full: the TTS worker is stuck or far behind."""
+
+
+@dataclass
+class TurnRun:
+    """What one turn has produced so far: read by the cancel path to keep the history true."""
+
+    request_id: str
+    started: float
+    user_text: str = ""
+    spoken: list[str] = field(default_factory=list)  # pieces handed to TTS
+    timings: dict[str, float] = field(default_factory=dict)
+    generating: bool = False
+    misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
+    cues: str = ""  # what the camera showed, for the prompt
+    tools: ToolBox | None = None  # what this turn may call
+    tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
+    planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
+
+    @property
+    def kept_tool_messages(self) -> tuple[dict[str, Any], ...]:
+        """What the history keeps: the model's own calls. Planned ones are in the answer already, and a history
+        full of calls made for it kept the 1.5B model from calling an MCP tool itself (0 of 5 in a long session)."""
+        return tuple(self.tool_messages[self.planned_messages:])
+
+    @property
+    def said(self) -> str:
+        return " ".join(self.spoken)
