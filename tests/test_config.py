@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from vita.cli import config_from_args
-from vita.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config, validate
+from vita.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from vita.config_checks import validate
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -20,9 +20,10 @@ from vita import messages
 from vita.config import Config
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
+from vita.turns.ears import Ears
 from vita.turns.listener import SpeechListener
 from vita.turns.sessions import Session
-from vita.turns.turn_control import Ears, TurnController
+from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import (
     Speech,
     SpeechConfirmed,

@@ -9,7 +9,8 @@ import socket
 import numpy as np
 import pytest
 
-from vita.config import ConfigError, WebRtcConfig, check_ice_servers
+from vita.config import ConfigError, WebRtcConfig
+from vita.config_checks import check_ice_servers
 from vita.web.webrtc import (
     FRAME_SAMPLES,
     MAX_CANDIDATES,

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vita.config import Config, ConfigError, load_config, validate
+from vita.config import Config, ConfigError, load_config
+from vita.config_checks import validate
 from vita.process_graph import WorkerSpec
 
 log = logging.getLogger("vita.server")

@@ -27,8 +27,8 @@ from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnd
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
-from vita.turns.end_of_turn import WINDOW_S, EndOfTurnJudge, EndOfTurnModel
-from vita.turns.listener import SpeechListener
+from vita.turns.ears import Ears
+from vita.turns.end_of_turn import WINDOW_S
 from vita.turns.reply_pacer import Fate, ReplyPacer
 from vita.turns.reply_sinks import PacedSink, ReplyOutput, SinkEvents
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
@@ -70,7 +70,7 @@ from vita.turns.turn_events import (
     TurnUnanswered,
 )
 from vita.turns.turn_taking import TurnTaking
-from vita.turns.vad import SAMPLE_RATE, SileroModel, VadSegmenter
+from vita.turns.vad import SAMPLE_RATE
 
 log = logging.getLogger("vita.turns")
 
@@ -100,23 +100,6 @@ class PaceDue:
 def stop_phrases(setting: str) -> tuple[str, ...]:
     """The config's comma-separated turn.stop_words as phrases."""
     return tuple(p.strip() for p in setting.split(",") if p.strip())
-
-
-@dataclass(frozen=True)
-class Ears:
-    """What the adapter hears with, built once per front and passed in (its tests bring their own): a listener per
-    session (its own VAD state over the one shared Silero graph), and the end-of-turn judge (None: silence alone
-    ends a turn)."""
-
-    listener: Callable[[], SpeechListener]
-    judge: EndOfTurnJudge | None
-
-    @classmethod
-    def load(cls, config: Config) -> Ears:
-        vad_model = SileroModel(config.vad_model_path())  # shared by every session's VAD
-        judge = (EndOfTurnJudge(EndOfTurnModel(config.end_of_turn_model_path()))
-                 if config.turn.end_of_turn_model else None)
-        return cls(lambda: SpeechListener(VadSegmenter.from_config(config.vad, vad_model, config.turn)), judge)
 
 
 class TurnController:

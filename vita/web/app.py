@@ -10,23 +10,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-from flask import Flask, Response, abort, jsonify, redirect, request, send_file
+from flask import Flask, request
 from flask_socketio import SocketIO
 
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
 from vita.messages import REPLY_MODES, ResetHistory, put_or_drop
 from vita.ops.logs import turn_ids
-from vita.ops.metrics import CONTENT_TYPE, FrontMetrics
+from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.camera import FrameError, decode_frame
+from vita.turns.ears import Ears
 from vita.turns.sessions import Session, SessionRegistry
-from vita.turns.turn_control import Ears, TurnController
+from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import Connected, TextTyped
-from vita.web.access import COOKIE, OPEN_PATHS, AccessGuard
+from vita.web.access import AccessGuard
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.web.connections import ConnectionTable
+from vita.web.http_routes import install_routes
 from vita.web.message_queue import QueueProbe, socketio_options
 from vita.web.realtime_route import RealtimeRoute
 from vita.web.socket_guard import SocketGuard
@@ -40,13 +41,6 @@ PING_INTERVAL_S = 10
 RTC_OFFER_INTERVAL_S = 1.0  # a session's WebRTC offers come at most this often
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's budget, however short
 SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
-
-
-def thread_counts() -> dict[str, int]:
-    """Live threads, with engine.io's ping timers apart: a closed connection's timer sleeps out its ping
-    interval (10 s) before it ends, which is not a leak."""
-    timers = sum(t.name.endswith("(_send_ping)") for t in threading.enumerate())
-    return {"threads": threading.active_count() - timers, "ping_timers": timers}
 
 
 def rtc_hub(config: Config) -> Any:
@@ -110,7 +104,7 @@ class FrontApp:
         self.turns = TurnController(config, Ears.load(config), self.emit, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, rtc=self.rtc)
         graph.on_death = self.on_worker_death
-        self._routes()
+        install_routes(self)
         self._events()
 
     # --- plumbing ----------------------------------------------------------------------------------------
@@ -209,79 +203,6 @@ class FrontApp:
     def _refuse(self, sid: str) -> None:
         self.emit("too_many_users", to=sid)
         self._disconnect(sid)
-
-    # --- HTTP --------------------------------------------------------------------------------------------
-    def _routes(self) -> None:
-        app = self.flask
-
-        @app.before_request
-        def check_access():
-            if request.path in OPEN_PATHS or self.guard.allows(request):
-                return None
-            return Response("<!doctype html><title>Vita</title><p>This assistant needs an access token. Open the "
-                            "link you were given (it ends in <code>/?token=…</code>).</p>", status=401,
-                            content_type="text/html; charset=utf-8")
-
-        @app.after_request
-        def keep_token(response):
-            # A valid link's token moves into an HttpOnly cookie and out of the address bar and history.
-            token = request.args.get("token")
-            if self.guard.enabled and request.path == "/" and token and self.guard.check(token):
-                response = redirect("/", code=303)
-                response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=self.config.server.tls)
-            response.headers.update(self.security_headers)
-            return response
-
-        @app.get("/")
-        def index():
-            return send_file(self.web.page, max_age=0)
-
-        @app.get("/static/<path:name>")
-        def static_file(name: str):
-            path = self.web.static(name)
-            if path is None:
-                abort(404)
-            return send_file(path, max_age=0)
-
-        @app.get("/health")
-        def health():
-            if not self.guard.allows(request):  # a probe without the token learns whether it is up, no more
-                return jsonify({"status": "ready" if self.graph.ready() else "starting",
-                                "detail": "send the access token for the detailed view"})
-            workers = self.graph.health()
-            return jsonify({
-                "status": "ready" if self.graph.ready() else "starting",
-                "workers": workers,
-                "sessions": len(self.sessions),
-                "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
-                **thread_counts(),
-                "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-                "max_users": self.config.server.max_users,
-                "uptime_s": round(time.time() - self.started_at, 1),
-                "turn_log": {"path": str(self.turn_log.path) if self.turn_log.path else None,
-                             "ok": self.turn_log.error is None, "error": self.turn_log.error,
-                             "written": self.turn_log.written, "dropped": self.turn_log.dropped},
-                "message_queue": self.queue_probe.status() if self.queue_probe else None,
-                "connections": ({**self.connections.counts(), **self.socket_guard.counts()} if self.connections
-                                else None),
-                "front": self.front_id,
-                "llm": self.llm_choice,
-                "webrtc": ({"enabled": True, "peers": len(self.rtc.peers)} if self.rtc is not None
-                           else {"enabled": False}),
-            })
-
-        @app.get("/metrics")
-        def metrics():
-            return Response(self.metrics.render(), content_type=CONTENT_TYPE)
-
-        @app.get("/voices")
-        def voices():
-            return jsonify({"default": self.config.tts.voice, "voices": self.voices})
-
-        @app.get("/ready")
-        def ready():
-            ok = self.graph.ready()
-            return jsonify({"ready": ok}), 200 if ok else 503
 
     # --- Socket.IO ---------------------------------------------------------------------------------------
     def _events(self) -> None:

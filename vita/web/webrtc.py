@@ -31,7 +31,8 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import candidate_from_sdp
 from aiortc.utils import uint16_add
 
-from vita.config import WebRtcConfig, check_ice_servers
+from vita.config import WebRtcConfig
+from vita.config_checks import check_ice_servers
 
 log = logging.getLogger("vita.web.webrtc")
 
