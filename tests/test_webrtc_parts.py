@@ -11,13 +11,10 @@ import pytest
 
 from vita.config import ConfigError, WebRtcConfig
 from vita.config_checks import check_ice_servers
+from vita.web.opus_track import FRAME_SAMPLES, OPUS_RATE, SILENT_TAIL_FRAMES, OpusTrack
 from vita.web.webrtc import (
-    FRAME_SAMPLES,
     MAX_CANDIDATES,
-    OPUS_RATE,
-    SILENT_TAIL_FRAMES,
     InOrderBuffer,
-    OpusTrack,
     PortRangeLoop,
     RtcError,
     announce_host,

@@ -16,7 +16,8 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 
 from vita.harness.client import RecordingClient
-from vita.web.webrtc import OpusTrack, set_jitter_buffer
+from vita.web.opus_track import OpusTrack
+from vita.web.webrtc import set_jitter_buffer
 
 CLIENT_PREFETCH = 1  # packets this client's jitter buffer holds back: 20 ms (Chromium's held 14 ms here)
 MIC_FRAME_MS = 40  # as a browser sends once our answer asks for a=ptime:40 (Chromium does)
