@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vita.web.socket_guard import MeteredSocket
+from vita.web.socket_guard import BoundedWebSocket, MeteredSocket
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -41,3 +41,38 @@ def test_a_client_within_its_rate_is_never_held_and_the_socket_passes_through():
     assert time.monotonic() - started < 0.05
     sock.close()
     assert sock._sock.closed  # everything but recv is the socket's own
+
+
+def test_a_held_socket_reads_nothing_until_its_hold_is_over():
+    sock = MeteredSocket(Flood(100), bytes_per_s=1_000_000, burst=100_000)
+    sock.hold(0.2)
+    started = time.monotonic()
+    sock.recv(100)
+    assert time.monotonic() - started >= 0.19
+
+
+class Messages:
+    """simple-websocket's side of a connection whose client always has another small message ready."""
+
+    connected = True
+
+    def receive(self, timeout: float | None = None) -> str:
+        return '42["rtc_candidate",{}]'
+
+
+def test_messages_over_the_connections_rate_hold_its_reader_back():
+    class Guard:
+        read_messages_per_s = 50.0
+
+    class Server:
+        max_http_buffer_size = 1 << 20
+
+    socket = BoundedWebSocket(lambda ws: None, Server(), Guard())
+    socket.ws = Messages()
+    socket.metered = MeteredSocket(Flood(100), bytes_per_s=1_000_000, burst=100_000)
+    for _ in range(50):  # the burst: one second's worth
+        assert socket.wait()
+    assert socket.metered.hold_until < time.monotonic()  # not held yet
+    for _ in range(25):  # half a second's worth more: the reader pauses that long before its next read
+        socket.wait()
+    assert socket.metered.hold_until - time.monotonic() == pytest.approx(0.5, abs=0.1)

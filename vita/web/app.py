@@ -91,7 +91,8 @@ class FrontApp:
                                  cors_allowed_origins=[o.strip() for o in origins.split(",")] if origins else None,
                                  **socketio_options(queue_url))
         self.socket_guard = SocketGuard(self.socketio.server, self._bad_event, config.limits.max_attachments,
-                                        read_bytes_per_s=config.limits.max_socket_bytes_per_s)
+                                        read_bytes_per_s=config.limits.max_socket_bytes_per_s,
+                                        read_messages_per_s=config.limits.max_events_per_s)
         self.socket_guard.install()
         self.flask.wsgi_app = ForwardedHeaders(RealtimeRoute(self.flask.wsgi_app, self), config.trusted_proxies())
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)

@@ -94,8 +94,16 @@ class MeteredSocket:
     def __init__(self, sock: Any, bytes_per_s: float, burst: float):
         self._sock = sock
         self.budget = RateBudget(bytes_per_s, burst, time.monotonic())
+        self.hold_until = 0.0  # set by the socket's consumer when it is over its message rate (see hold)
+
+    def hold(self, seconds: float) -> None:
+        """Read nothing more for `seconds`: the messages already read are over the connection's message rate."""
+        self.hold_until = max(self.hold_until, time.monotonic() + seconds)
 
     def recv(self, size: int) -> bytes:
+        held = self.hold_until - time.monotonic()
+        if held > 0:
+            time.sleep(held)
         data = self._sock.recv(size)
         wait = self.budget.spend(len(data), time.monotonic())
         if wait:
@@ -120,6 +128,12 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
     def __init__(self, handler: Callable, server: Any, guard: SocketGuard | None = None, **kwargs: Any):
         self.limit = server.max_http_buffer_size
         self.guard = guard
+        self.metered: MeteredSocket | None = None
+        rate = guard.read_messages_per_s if guard is not None else 0.0
+        # Messages, whatever their size: small ones cost parsing each (an ICE candidate flood took 0.6 of the two
+        # cores at the byte rate). Over the rate, the reader holds off reading (TCP backs the client off) instead
+        # of parsing what would be dropped.
+        self.messages = RateBudget(rate, rate, time.monotonic()) if rate else None
         super().__init__(handler, server, max_message_size=self.limit * self.HARD_LIMIT_FACTOR, **kwargs)
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
@@ -128,7 +142,8 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
             environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
         if self.guard is not None and self.guard.read_bytes_per_s and environ.get("werkzeug.socket") is not None:
             rate = self.guard.read_bytes_per_s
-            environ["werkzeug.socket"] = MeteredSocket(environ["werkzeug.socket"], rate, max(2 * rate, self.limit))
+            self.metered = MeteredSocket(environ["werkzeug.socket"], rate, max(2 * rate, self.limit))
+            environ["werkzeug.socket"] = self.metered
         upgrading = _query(environ).get("sid", [None])[0]  # a polling session moving onto this WebSocket
         seat = self.guard.moving_to_websocket(upgrading) if self.guard and upgrading else None
         try:
@@ -166,6 +181,10 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
                 break
             if not self.ws.connected:
                 return None
+        if self.messages is not None and self.metered is not None:
+            debt = self.messages.spend(1.0, time.monotonic())
+            if debt:
+                self.metered.hold(debt)
         if len(data) > self.limit:
             with contextlib.suppress(Exception):
                 self.ws.send(self.too_big_notice())
@@ -184,9 +203,10 @@ class SocketGuard:
     """on_bad_event(sid, code, message) reports a rejected event to the session (rate-limited there)."""
 
     def __init__(self, server: Any, on_bad_event: Callable[[str, str, str], None], max_attachments: int,
-                 join_timeout_s: float = 10.0, read_bytes_per_s: float = 0.0):
+                 join_timeout_s: float = 10.0, read_bytes_per_s: float = 0.0, read_messages_per_s: float = 0.0):
         self.server = server
         self.read_bytes_per_s = read_bytes_per_s  # each WebSocket's inbound bytes (0: unpaced); see MeteredSocket
+        self.read_messages_per_s = read_messages_per_s  # and its messages (0: unpaced); see BoundedWebSocket
         self.eio = server.eio
         self.on_bad_event = on_bad_event
         self.max_attachments = max_attachments
