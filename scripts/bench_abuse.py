@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import requests
 from bench_latency import ask
 from eval_answers import synthesize
 
@@ -116,6 +117,10 @@ ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
     "candidates": candidates}
 
 
+def health(url: str) -> dict:
+    return requests.get(url + "/health", verify=False, timeout=5).json()
+
+
 def front_usage(pid: int) -> dict[str, float]:
     process = psutil.Process(pid)
     cpu = process.cpu_times()
@@ -167,7 +172,13 @@ def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingCl
     thread.join(10)
     codes = sorted({d.get("code") for _, n, d in abuser.events if n == "error" and isinstance(d, dict)})
     failed = [d.get("message") for _, n, d in abuser.events if n == "rtc_failed" and isinstance(d, dict)]
-    abuser.close()
+    try:
+        abuser.close()
+    except TimeoutError:  # a throttled abuser's goodbye waits behind all it queued: it just goes silent, and the
+        abuser.loop.call_soon_threadsafe(abuser.loop.stop)  # server drops it at its ping timeout
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and health(url)["sessions"] > 1:
+            time.sleep(0.5)
     time.sleep(5.0)  # the front's allocator and engine.io's timers settle after the abuser left
     after = front_usage(pid)
     return {"abuse": name, "before": before, "during": during, "after": after, "victim_v2v": v2v,

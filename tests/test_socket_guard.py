@@ -24,6 +24,9 @@ class Flood:
     def close(self) -> None:
         self.closed = True
 
+    def shutdown(self, how: int) -> None:
+        self.closed = True
+
 
 def test_a_flood_is_read_no_faster_than_the_rate_after_its_burst():
     sock = MeteredSocket(Flood(10_000), bytes_per_s=1_000_000, burst=100_000)
@@ -49,6 +52,11 @@ def test_a_held_socket_reads_nothing_until_its_hold_is_over():
     started = time.monotonic()
     sock.recv(100)
     assert time.monotonic() - started >= 0.19
+    sock.hold(30.0)
+    sock.close()  # a held reader of a connection that is closed does not sleep out its hold
+    started = time.monotonic()
+    sock.recv(100)
+    assert time.monotonic() - started < 0.1 and sock._sock.closed
 
 
 class Messages:

@@ -95,6 +95,7 @@ class MeteredSocket:
         self._sock = sock
         self.budget = RateBudget(bytes_per_s, burst, time.monotonic())
         self.hold_until = 0.0  # set by the socket's consumer when it is over its message rate (see hold)
+        self._released = threading.Event()  # a shutdown or close ends a hold at once
 
     def hold(self, seconds: float) -> None:
         """Read nothing more for `seconds`: the messages already read are over the connection's message rate."""
@@ -103,12 +104,20 @@ class MeteredSocket:
     def recv(self, size: int) -> bytes:
         held = self.hold_until - time.monotonic()
         if held > 0:
-            time.sleep(held)
+            self._released.wait(held)
         data = self._sock.recv(size)
         wait = self.budget.spend(len(data), time.monotonic())
         if wait:
             time.sleep(wait)
         return data
+
+    def shutdown(self, how: int) -> None:
+        self._released.set()
+        self._sock.shutdown(how)
+
+    def close(self) -> None:
+        self._released.set()
+        self._sock.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
