@@ -72,14 +72,18 @@ def utterance(voice: str, text: str) -> np.ndarray:
     return np.concatenate([silence(0.4), synthesize(voice, text), silence(1.6)])
 
 
+def latest_turn_over(client: RecordingClient) -> None:
+    turn = max(d["turn_id"] for _, n, d in client.events if n == "turn")
+    client.wait_for(lambda evs: any(n == "state" and d.get("turn_id") == turn and d.get("state") == "listening"
+                                    for _, n, d in evs), REPLY_S)
+
+
 def v2v_socketio(client: RecordingClient, speech: np.ndarray) -> float | None:
     end = send_socketio(client, speech)
     if not client.wait_for(lambda evs: any(n == "audio" and t > end for t, n, _ in evs), REPLY_S):
         return None
     first = next(t for t, n, _ in client.events if n == "audio" and t > end)
-    turn = max(d["turn_id"] for _, n, d in client.events if n == "turn")
-    client.wait_for(lambda evs: any(n == "state" and d.get("turn_id") == turn and d.get("state") == "listening"
-                                    for _, n, d in evs), REPLY_S)
+    latest_turn_over(client)
     return first - end
 
 
@@ -103,9 +107,7 @@ def barge_socketio(client: RecordingClient, over: np.ndarray, speech: np.ndarray
     if not client.wait_for(lambda evs: any(n == "stop_tts" and t > onset for t, n, _ in evs), 10):
         return None
     stop = next(t for t, n, _ in client.events if n == "stop_tts" and t > onset)
-    turn = max(d["turn_id"] for _, n, d in client.events if n == "turn")
-    client.wait_for(lambda evs: any(n == "state" and d.get("turn_id") == turn and d.get("state") == "listening"
-                                    for _, n, d in evs), REPLY_S)
+    latest_turn_over(client)
     return stop - onset
 
 

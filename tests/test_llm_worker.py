@@ -168,20 +168,28 @@ def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
     assert "asked_again" not in timings.timings
 
 
+def ask_with_asr(llm, session: str, question: str, **asr_settings: float):
+    """A spoken question answered with the worker's asr settings changed for it; its TurnEnded."""
+    asr = llm.worker.config.asr
+    saved = {key: getattr(asr, key) for key in asr_settings}
+    for key, value in asr_settings.items():
+        setattr(asr, key, value)
+    try:
+        audio = np.concatenate([silence(0.3), spoken(question), silence(0.3)])
+        llm.inbox.put(TurnRequest(session, 1, audio=audio.tobytes(), sample_rate=RATE))
+        return llm.wait_ended(session)
+    finally:
+        for key, value in saved.items():
+            setattr(asr, key, value)
+
+
 def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     """Under asr.ask_again_below (here set above any real confidence, so that this clear question counts as
     misheard) the reply is a short request to say it again: spoken, with the words heard on the page, the turn
     marked in its timings, and nothing of it in the history."""
     from workers.turn_run import ASK_AGAIN
 
-    asr = llm.worker.config.asr
-    saved, asr.ask_again_below = asr.ask_again_below, 0.0
-    try:
-        audio = np.concatenate([silence(0.3), spoken("Which animal has a long trunk?"), silence(0.3)])
-        llm.inbox.put(TurnRequest("unsure", 1, audio=audio.tobytes(), sample_rate=RATE))
-        ended = llm.wait_ended("unsure")
-    finally:
-        asr.ask_again_below = saved
+    ended = ask_with_asr(llm, "unsure", "Which animal has a long trunk?", ask_again_below=0.0)
     assert ended.reason == "done" and ended.spoken == ASK_AGAIN
     assert " ".join(p.text for _, p in pieces(llm, "unsure")) == ASK_AGAIN
     (_, transcript), = llm.of("unsure", Transcript)
@@ -195,16 +203,10 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
 def test_an_unsure_transcript_gets_a_second_opinion_and_is_answered_when_they_agree(llm):
     """Under asr.doubt_below (here above any real confidence) the second model hears the same audio; a clear
     question heard alike by both is answered."""
-    asr = llm.worker.config.asr
-    saved, asr.doubt_below = asr.doubt_below, 0.0
-    try:
-        audio = np.concatenate([silence(0.3), spoken("How many legs does a spider have?"), silence(0.3)])
-        llm.inbox.put(TurnRequest("second", 1, audio=audio.tobytes(), sample_rate=RATE))
-        ended = llm.wait_ended("second")
-    finally:
-        asr.doubt_below = saved
+    ended = ask_with_asr(llm, "second", "How many legs does a spider have?", doubt_below=0.0)
     (_, timings), = llm.of("second", TurnTimings)
-    assert timings.timings["second_asr_s"] > 0 and timings.timings["asr_disagreement"] <= asr.disagree_above
+    assert timings.timings["second_asr_s"] > 0
+    assert timings.timings["asr_disagreement"] <= llm.worker.config.asr.disagree_above
     assert "asked_again" not in timings.timings and ended.reason == "done" and ended.spoken
     assert "catch" not in ended.spoken  # an answer, not "Sorry, I didn't catch that."
 
