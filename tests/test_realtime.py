@@ -95,6 +95,13 @@ def test_telephony_g711_mu_law_both_ways(rt):
 def test_push_to_talk_waits_for_commit_and_response_create(rt):
     rt.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}}})
     assert rt.wait_type("session.updated")[0]["session"]["audio"]["input"]["turn_detection"] is None
+    rt.append(silence(0.05))
+    rt.send({"type": "input_audio_buffer.commit"})  # too little, twice: an error each time, and the audio stays
+    rt.send({"type": "input_audio_buffer.commit"})
+    assert rt.wait_for(lambda evs: sum(e.get("error", {}).get("code") == "input_audio_buffer_commit_empty"
+                                       for e in evs) == 2, 5), rt.errors()
+    rt.send({"type": "input_audio_buffer.clear"})
+    rt.wait_type("input_audio_buffer.cleared")
     rt.append(question("What is the capital of Germany?", after_s=0.3))  # all at once: a recorded clip
     rt.send({"type": "input_audio_buffer.commit"})
     committed = rt.wait_type("input_audio_buffer.committed")[0]
@@ -107,8 +114,9 @@ def test_push_to_talk_waits_for_commit_and_response_create(rt):
     assert transcript["item_id"] == committed["item_id"] and "germany" in transcript["transcript"].lower()
     assert "berlin" in rt.of("response.output_audio_transcript.done")[0]["transcript"].lower()
     rt.send({"type": "input_audio_buffer.commit"})  # nothing left in the buffer
-    assert rt.wait_for(lambda evs: any(e.get("error", {}).get("code") == "input_audio_buffer_commit_empty"
-                                       for e in evs), 5)
+    assert rt.wait_for(lambda evs: sum(e.get("error", {}).get("code") == "input_audio_buffer_commit_empty"
+                                       for e in evs) == 3, 5)
+    assert "server_error" not in [e["code"] for e in rt.errors()]
 
 
 def test_text_in_and_text_out_streams_text_without_any_audio(rt):

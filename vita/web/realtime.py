@@ -219,9 +219,10 @@ class RealtimeSession:
 
             session.actor.call(end_now)
             return
-        if self.resampler is not None:
+        if self.resampler is not None:  # what it holds back; a later append starts a new stream
             self.buffer.append(self.resampler.resample_chunk(np.zeros(0, np.int16), last=True))
             self.buffered += len(self.buffer[-1])
+            self.resampler = None
         pcm = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.int16)
         if len(pcm) < MIN_COMMIT_S * SAMPLE_RATE:
             raise ProtocolError("input_audio_buffer_commit_empty", "buffer too small: at least "
@@ -230,7 +231,7 @@ class RealtimeSession:
         now = time.monotonic()
         speech = Speech(pcm.astype(np.int16).tobytes(), self.buffer_started or now, now,
                         {"audio_s": round(len(pcm) / SAMPLE_RATE, 3)})
-        self.buffer, self.buffer_started, self.resampler = [], None, None  # its samples stay counted until answered
+        self.buffer, self.buffer_started = [], None  # its samples stay counted until answered
         item = Item(new_id("item"), "message", "user", content=[{"type": "input_audio", "transcript": None}],
                     speech=speech)
         previous = self.conversation.items[-1].id if self.conversation.items else None
