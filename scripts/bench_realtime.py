@@ -154,8 +154,8 @@ def cycles(url: str, n: int, speech: np.ndarray) -> dict:
             "rss_mb_before": before["rss_mb"], "rss_mb_after": after["rss_mb"]}
 
 
-def fuzz(url: str, n: int, log_path: Path | None) -> dict:
-    rng = random.Random(40)
+def fuzz(url: str, n: int, log_path: Path | None, seed: int = 40) -> dict:
+    rng = random.Random(seed)
     kinds = ["session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",
              "conversation.item.create", "conversation.item.retrieve", "conversation.item.truncate",
              "conversation.item.delete", "response.create", "response.cancel", "output_audio_buffer.clear",
@@ -178,6 +178,10 @@ def fuzz(url: str, n: int, log_path: Path | None) -> dict:
         client.send_raw(json.dumps(event))
         if i % 100 == 99:
             time.sleep(0.3)  # within the session's event rate, mostly
+    # The server reads a flood at its message rate: wait until it has read all of it (an event whose error says so).
+    client.send_raw(json.dumps({"type": "conversation.item.retrieve", "item_id": "none", "event_id": "fuzz-end"}))
+    client.wait_for(lambda evs: any(e.get("error", {}).get("event_id") == "fuzz-end" for e in evs), 120)
+    time.sleep(1.5)  # the session's event budget refills: what follows must not be dropped as over the rate
     vad = {"input": {"turn_detection": {"type": "semantic_vad"}}}
     client.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"],
                                                        "audio": vad}})
@@ -217,6 +221,7 @@ def main() -> int:
     parser.add_argument("--barge", type=int, default=3, help="interruptions per transport")
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--fuzz", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=40, help="the fuzz's random seed")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     server, url, log_path = None, args.url, args.server_log
@@ -263,7 +268,7 @@ def main() -> int:
             report["cycles"] = cycles(url, args.cycles, synthesize(args.voice, "Hello there, how are you?"))
             print("cycles:", json.dumps(report["cycles"]))
         if args.fuzz:
-            report["fuzz"] = fuzz(url, args.fuzz, log_path)
+            report["fuzz"] = fuzz(url, args.fuzz, log_path, args.seed)
             print("fuzz:", json.dumps(report["fuzz"]))
     finally:
         if server is not None:
