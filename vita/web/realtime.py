@@ -163,6 +163,8 @@ class RealtimeSession:
             session.tools = () if after.tool_choice == "none" else None  # "none": nor the server's own
 
         session.actor.call(apply)
+        if after.input_format != before.input_format:
+            self._flush_resampler()  # the buffer so far was resampled from the old format's rate
         if after.turn_detection != before.turn_detection:
             self._retune(before.turn_detection, after.turn_detection)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
@@ -177,12 +179,18 @@ class RealtimeSession:
                 session.turns.rules = dataclasses.replace(
                     session.turns.rules, complete_threshold=threshold or config.turn.complete_threshold)
             if (before is None) != (after is None):  # to or from push-to-talk: what was half heard is dropped
-                session.listener.reset()
-                if session.turns.user_speaking:
-                    session.actor.follow(SpeechDropped(time.monotonic()))
+                self._drop_half_heard()
 
         session.actor.call(apply)
         self._clear_buffer()
+
+    def _flush_resampler(self) -> None:
+        """What the push-to-talk resampler holds back joins the buffer; a later append starts a new stream (at the
+        input format's rate then)."""
+        if self.resampler is not None:
+            self.buffer.append(self.resampler.resample_chunk(np.zeros(0, np.int16), last=True))
+            self.buffered += len(self.buffer[-1])
+            self.resampler = None
 
     def _clear_buffer(self) -> None:
         self.buffered -= sum(len(b) for b in self.buffer)
@@ -219,10 +227,7 @@ class RealtimeSession:
 
             session.actor.call(end_now)
             return
-        if self.resampler is not None:  # what it holds back; a later append starts a new stream
-            self.buffer.append(self.resampler.resample_chunk(np.zeros(0, np.int16), last=True))
-            self.buffered += len(self.buffer[-1])
-            self.resampler = None
+        self._flush_resampler()
         pcm = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.int16)
         if len(pcm) < MIN_COMMIT_S * SAMPLE_RATE:
             raise ProtocolError("input_audio_buffer_commit_empty", "buffer too small: at least "
@@ -242,15 +247,15 @@ class RealtimeSession:
     def on_input_audio_buffer_clear(self, _event: dict) -> None:
         self._clear_buffer()
         if self.settings.turn_detection is not None:
-            session = self.session
-
-            def clear() -> None:
-                session.listener.reset()
-                if session.turns.user_speaking:
-                    session.actor.follow(SpeechDropped(time.monotonic()))
-
-            session.actor.call(clear)
+            self.session.actor.call(self._drop_half_heard)
         self.conversation.send({"type": "input_audio_buffer.cleared"})
+
+    def _drop_half_heard(self) -> None:
+        """On the session's thread: the VAD starts afresh, and the turn machine forgets speech it was hearing."""
+        session = self.session
+        session.listener.reset()
+        if session.turns.user_speaking:
+            session.actor.follow(SpeechDropped(time.monotonic()))
 
     def _hold(self, item: Item) -> None:
         """A client item the next response answers."""
