@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vita.web.socket_guard import BoundedWebSocket, MeteredSocket
+from vita.web.bounded_websocket import BoundedWebSocket, MeteredSocket
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

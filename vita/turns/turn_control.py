@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import wave
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,6 @@ from vita.turns.reply_sinks import PacedSink, ReplyOutput, SinkEvents
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 from vita.turns.sessions import Session
 from vita.turns.turn_events import (
-    DISCARDED,
     STALLED,
     Action,
     AudioSent,
@@ -69,6 +67,7 @@ from vita.turns.turn_events import (
     TurnRules,
     TurnUnanswered,
 )
+from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
 
@@ -84,9 +83,6 @@ SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it 
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
-# Worker timings that are also stage latencies in /metrics: (stage that sent them, key) -> metric stage.
-STAGE_OF_TIMING = {("llm", "asr_s"): "asr", ("llm", "first_token_s"): "first_token",
-                   ("llm", "first_piece_s"): "first_piece", ("tts", "first_chunk_s"): "tts_first_chunk"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,8 @@ class TurnController:
         self.config = config
         self.rtc = rtc  # the front's RtcHub (vita/web/webrtc.py): a session with a connected peer hears replies there
         self.metrics = metrics
-        self.turn_log = turn_log
+        save = config.limits.save_utterances_dir
+        self.records = TurnRecords(metrics, turn_log, Path(save).expanduser() if save else None)
         self.workers_ready = workers_ready
         self.emit = emit
         self.put = put
@@ -123,8 +120,6 @@ class TurnController:
                                stop_phrases=stop_phrases(turn.stop_words))
         self.closing = False
         self.end_retry = threading.Event()  # set when the server stops: retries of EndSession give up at once
-        save = config.limits.save_utterances_dir
-        self.save_dir = Path(save).expanduser() if save else None
 
     # --- session lifetime (any thread) ---------------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -271,22 +266,7 @@ class TurnController:
     # --- workers' outputs ----------------------------------------------------------------------------------
     def record(self, message: Any) -> None:
         """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
-        sid = message.session_id
-        if isinstance(message, TurnTimings):
-            for key, seconds in message.timings.items():
-                stage = STAGE_OF_TIMING.get((message.stage, key))
-                if stage:
-                    self.metrics.observe_stage(stage, seconds)
-            prefix = "tts_" if message.stage == "tts" else ""
-            self.turn_log.update(sid, message.turn_id, timings={prefix + k: v for k, v in message.timings.items()})
-        elif isinstance(message, Transcript):
-            self.turn_log.update(sid, message.turn_id, transcript=message.text)
-        elif isinstance(message, TurnEnded) and message.stage == "llm":
-            self.turn_log.llm_ended(sid, message.turn_id, message.reason, message.spoken)
-            if message.reason not in ("done", "cancelled", "tool_call"):
-                self.metrics.turns_unanswered.labels(message.reason).inc()
-        elif isinstance(message, messages.ToolUsed):
-            self.metrics.tool_calls.labels(message.name, message.outcome).inc()
+        self.records.worker_fact(message)
 
     def _on_output(self, session: Session, message: Any) -> None:
         turn_id = getattr(message, "turn_id", None)
@@ -350,10 +330,7 @@ class TurnController:
             session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
             self._say_unheard(session)  # a reply with no audio at all still shows its text
-            if action.reason == "done":
-                self.metrics.turns_completed.inc()
-                log.info("turn completed", extra=turn_ids(sid, action.turn_id))
-            self.turn_log.front_ended(sid, action.turn_id, action.reason)
+            self.records.finished(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
             self._judge(session, action)
         elif isinstance(action, EndPauseAfter):
@@ -410,19 +387,14 @@ class TurnController:
     def _commit(self, session: Session, action: CommitTurn) -> None:
         sid, turn_id, speech = session.sid, action.turn_id, action.speech
         source = "speech" if speech is not None else "text"
-        self.turn_log.begin(sid, turn_id, source, typed_text=action.text)
-        self.metrics.turns_started.labels(source).inc()
-        log.info("turn started (%s, %d frames)", source, session.turn_frames, extra=turn_ids(sid, turn_id))
+        self.records.committed(sid, turn_id, source, action.text, session.turn_frames)
         self.emit("turn", {"turn_id": turn_id, "source": source, "text": action.text,
                            "frames": session.turn_frames, **(speech.details if speech else {})}, to=sid)
         if speech is not None:
             end_of_speech = time.monotonic() - speech.ended_at
-            self.metrics.observe_stage("end_of_speech", end_of_speech)
-            self.turn_log.update(sid, turn_id, timings={"end_of_speech_s": end_of_speech})
+            self.records.end_of_speech(sid, turn_id, end_of_speech, speech.pcm)
             self.emit("timings", {"turn_id": turn_id, "stage": "vad", "end_of_speech_s": round(end_of_speech, 4)},
                       to=sid)
-            if self.save_dir is not None:
-                self._save(session, turn_id, speech.pcm)
         self._release_held(session)  # what the speculative turn produced meanwhile
 
     @staticmethod
@@ -452,17 +424,10 @@ class TurnController:
         if action.reason == STALLED:
             self._say_unheard(session)  # the voice is stuck, not the text: the user still reads the reply
         session.unheard.clear()
-        if action.forget and action.reason == DISCARDED:
-            log.debug("speculative turn discarded (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
-            return
-        self.metrics.turns_interrupted.labels(action.reason).inc()
-        self.turn_log.front_ended(session.sid, action.turn_id, action.reason, interrupted=True)
-        log.info("turn cancelled (%s)", action.reason, extra=turn_ids(session.sid, action.turn_id))
+        self.records.cancelled(session.sid, action.turn_id, action.reason, action.forget)
 
     def _first_audio(self, session: Session, action: FirstAudio) -> None:
-        for key, seconds in action.times.items():
-            self.metrics.observe_stage(key.removesuffix("_s"), seconds)
-        self.turn_log.update(session.sid, action.turn_id, timings=action.times)
+        self.records.first_audio(session.sid, action.turn_id, action.times)
         self.emit("timings", {"turn_id": action.turn_id, "stage": "front",
                               **{k: round(v, 4) for k, v in action.times.items()}}, to=session.sid)
         self._say_unheard(session)
@@ -475,15 +440,3 @@ class TurnController:
                 self.emit("response_text", {"text": message.text, "turn_id": message.turn_id}, to=session.sid)
             else:
                 self.emit("reply_delta", {"turn_id": message.turn_id, "text": message.delta}, to=session.sid)
-
-    def _save(self, session: Session, turn_id: int, pcm: bytes) -> None:
-        try:
-            self.save_dir.mkdir(parents=True, exist_ok=True)
-            path = self.save_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{session.sid[:8]}-{turn_id}.wav"
-            with wave.open(str(path), "wb") as out:
-                out.setnchannels(1)
-                out.setsampwidth(2)
-                out.setframerate(SAMPLE_RATE)
-                out.writeframes(pcm)
-        except OSError as exc:
-            log.warning("could not save utterance: %s", exc)

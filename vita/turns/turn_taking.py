@@ -3,7 +3,8 @@
 What speech onset, a pause, end of speech, typed text, recording start/stop, reset, the workers' outputs and the
 clock do to the assistant's turn. Pure: no threads, no I/O, the time comes with each event. ``TurnTaking.handle``
 takes an event and returns the actions the front carries out (``vita/turns/turn_control.py``); ``route`` says whether a
-worker output for a turn is delivered, held or dropped.
+worker output for a turn is delivered, held or dropped. The user's speech is ruled here; the reply's progress, the
+clock and the session's life in ``vita/turns/reply_progress.py``, a part of the same machine.
 
 A turn's life: LISTENING → (start) THINKING → (first audio) SPEAKING → (client played the last audio) LISTENING.
 A pause in speech starts a *speculative* turn (ASR and generation run while the end-of-speech wait goes on; its
@@ -19,35 +20,23 @@ carries its audio (one reply for the whole request, not two). Unconfirmed speech
 
 from __future__ import annotations
 
+from vita.turns.reply_progress import ReplyProgress
 from vita.turns.turn_events import (
     DISCARDED,
     EXTENDED,
-    STALLED,
-    STALLED_MESSAGE,
-    STALLED_MID_REPLY,
     Action,
-    AudioSent,
     CarrySpeech,
-    CloseSession,
     CommitTurn,
-    Connected,
-    Disconnected,
     EndPauseAfter,
     EndUtterance,
     Event,
-    FinishAfter,
-    FirstAudio,
     HearInterjection,
     InputCommitted,
     InterjectionHeard,
-    Interrupted,
     JudgeTurn,
     PauseWaited,
     Phase,
-    PlaybackDone,
-    RecordingToggled,
     ReleaseHeld,
-    ReplyComplete,
     Route,
     Send,
     Speech,
@@ -60,12 +49,9 @@ from vita.turns.turn_events import (
     StartTurn,
     StopTurn,
     TextTyped,
-    Tick,
-    TurnDone,
     TurnHeard,
     TurnJudged,
     TurnRules,
-    TurnUnanswered,
     UtteranceEnded,
     joined,
 )
@@ -80,7 +66,7 @@ SPECULATION_BACKOFF_S = 0.5  # after a discarded speculative turn, the next wait
 MAX_EXTENDED_S = 12.0
 
 
-class TurnTaking:
+class TurnTaking(ReplyProgress):
     """The turn state of one session: the turn in flight and the speech being heard, each None when there is
     none. Not thread-safe: its owner serialises calls."""
 
@@ -128,17 +114,6 @@ class TurnTaking:
         # Held too: the reply of a request the user may be going on with (speech began before any of it was heard):
         # if they are, it is withdrawn unheard; if it was a cough, it is released (ReleaseHeld).
         return Route.HOLD if self.speculative or self._may_continue() else Route.DELIVER
-
-    def idle_for(self, now: float) -> float:
-        return now - self.last_activity
-
-    def stalled(self, now: float) -> bool:
-        """The committed turn has had no reply audio for stall_s, counted from its start, its latest audio or the
-        end of what the client is still playing."""
-        turn = self.turn
-        if turn is None or turn.speculative:
-            return False
-        return now - max(turn.progress_at, turn.playback_ends_at) > self.stall_s
 
     # --- the machine -------------------------------------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -321,89 +296,6 @@ class TurnTaking:
         turn_id = self._new_turn()
         return actions + [StartTurn(turn_id, e.speech, e.text)] + self._commit(turn_id, e.speech, e.text, e.now)
 
-    def _on_RecordingToggled(self, e: RecordingToggled) -> list[Action]:
-        self.last_activity = e.now
-        self.speech = None  # the listener forgets it too (it is reset), with what it carried
-        self.pending_text = ""
-        if self.turn is not None:
-            self.turn.ducked = False
-        if self._committed():
-            return self._cancel(e.reason)
-        actions = self._cancel(DISCARDED) if self.turn is not None else []
-        return actions + [Send("stop_tts")]
-
-    def _on_Interrupted(self, e: Interrupted) -> list[Action]:
-        actions = self._cancel(e.reason)
-        if self.speech is not None and self.speech.carrying is not None:  # e.g. reset: forgotten with the rest
-            self.speech.carrying = None
-            actions.append(CarrySpeech(None))
-        return actions
-
-    def _on_AudioSent(self, e: AudioSent) -> list[Action]:
-        if self.route(e.turn_id) is not Route.DELIVER:
-            return []
-        turn = self.turn
-        actions: list[Action] = []
-        if turn.first_audio_at is None:
-            turn.first_audio_at = e.now
-            actions.append(Send("state", {"state": "speaking", "turn_id": e.turn_id}))
-            times = {"first_audio_s": e.now - turn.committed_at}
-            if turn.speech_end_at is not None:
-                times["voice_to_voice_s"] = e.now - turn.speech_end_at
-            actions.append(FirstAudio(e.turn_id, times))
-        turn.playback_ends_at = max(turn.playback_ends_at, e.now) + e.seconds
-        turn.progress_at = e.now
-        return actions
-
-    def _on_ReplyComplete(self, e: ReplyComplete) -> list[Action]:
-        if self.route(e.turn_id) is not Route.DELIVER:
-            return []
-        left = self.turn.playback_ends_at - e.now
-        if left > 0:  # the turn stays interruptible until the client has played what it was sent
-            return [FinishAfter(e.turn_id, left)]
-        return self._finish(e.turn_id, "done", e.now)
-
-    def _on_PlaybackDone(self, e: PlaybackDone) -> list[Action]:
-        if self.route(e.turn_id) is not Route.DELIVER:
-            return []
-        return self._finish(e.turn_id, "done", e.now)
-
-    def _on_TurnUnanswered(self, e: TurnUnanswered) -> list[Action]:
-        if e.turn_id != self.active_turn:
-            return []
-        if self.speculative:  # e.g. ASR heard nothing yet: the real end of speech starts afresh
-            actions = self._cancel(DISCARDED)
-            if self.pause is not None and self.pause.sounds_finished:
-                actions += self._end_at_pause(self.pause)  # no (more) words will come: the model's word stands
-            return actions
-        return self._finish(e.turn_id, e.reason, e.now, reason_in_state=True)
-
-    def _on_Tick(self, e: Tick) -> list[Action]:
-        if self.stalled(e.now):  # a lost end or a stuck worker must not leave the session "thinking" forever
-            message = STALLED_MID_REPLY if self.first_audio_sent else STALLED_MESSAGE
-            actions: list[Action] = [Send("error", {"code": "turn_stalled", "message": message})]
-            actions += self._cancel(STALLED)
-            self.last_activity = e.now
-            return actions
-        if not e.workers_ready or self.turn is not None:
-            self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
-            return []
-        if self.idle_for(e.now) > self.idle_timeout_s:
-            return [Send("out_time"), CloseSession("idle")]
-        return []
-
-    def _on_Connected(self, e: Connected) -> list[Action]:
-        self.last_activity = e.now
-        return []
-
-    def _on_Disconnected(self, e: Disconnected) -> list[Action]:
-        self.speech = None
-        turn, self.turn = self.turn, None
-        if turn is None:
-            return []
-        return [StopTurn(turn.turn_id, DISCARDED if turn.speculative else "disconnect", audible=False,
-                         forget=turn.speculative)]
-
     # --- helpers -----------------------------------------------------------------------------------------------
     def _judge_again(self, pause: OpenPause) -> list[Action]:
         """The model doubted the pause and it has gone on: ask once more, with the silence since."""
@@ -512,12 +404,3 @@ class TurnTaking:
         return [Send("stop_tts"), StopTurn(turn.turn_id, reason, audible=True),
                 Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": reason}),
                 Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": reason})]
-
-    def _finish(self, turn_id: int, reason: str, now: float, reason_in_state: bool = False) -> list[Action]:
-        unduck = self._unduck()  # the reply ended under the user's unconfirmed speech: full volume for the next
-        self.turn = None
-        self.last_activity = now
-        state = {"state": "listening", "turn_id": turn_id}
-        if reason_in_state:
-            state["reason"] = reason
-        return [*unduck, TurnDone(turn_id, reason), Send("state", state)]

@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 from werkzeug.wrappers import Request
 
 from vita.web.access import AccessGuard
+from vita.web.bounded_websocket import BoundedWebSocket
 from vita.web.realtime import RealtimeSession
 from vita.web.realtime_protocol import error_event
-from vita.web.socket_guard import BoundedWebSocket
 
 if TYPE_CHECKING:
     from vita.web.app import FrontApp

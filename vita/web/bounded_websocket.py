@@ -1,0 +1,152 @@
+"""A WebSocket that the front can afford: engine.io's threading WebSocket with a message size limit, no
+compression, and reads paced in bytes and messages (``MeteredSocket``), so a flood costs the front what the limits
+allow, not what the client's link carries. Installed by ``SocketGuard`` (vita/web/socket_guard.py) and used by the
+Realtime door (vita/web/realtime_route.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import simple_websocket
+from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
+
+from vita.rate_budget import RateBudget
+from vita.web.shared_tls import SharedTlsSocket
+
+if TYPE_CHECKING:
+    from vita.web.socket_guard import SocketGuard
+
+log = logging.getLogger("vita.socket")
+
+
+class MeteredSocket:
+    """A WebSocket's socket whose reads are paced to a byte rate: once a client has sent more than its burst, its
+    reader thread sleeps until the rate has paid for what came, and TCP backs the client off. A flood then costs
+    the front the work of `bytes_per_s`, not whatever the client's link carries (a JSON audio flood took 0.8 of
+    the two cores in TLS, WebSocket framing and packet parsing before any of it was refused)."""
+
+    def __init__(self, sock: Any, bytes_per_s: float, burst: float):
+        self._sock = sock
+        self.budget = RateBudget(bytes_per_s, burst, time.monotonic())
+        self.hold_until = 0.0  # set by the socket's consumer when it is over its message rate (see hold)
+        self._released = threading.Event()  # a shutdown or close ends a hold at once
+
+    def hold(self, seconds: float) -> None:
+        """Read nothing more for `seconds`: the messages already read are over the connection's message rate."""
+        self.hold_until = max(self.hold_until, time.monotonic() + seconds)
+
+    def recv(self, size: int) -> bytes:
+        held = self.hold_until - time.monotonic()
+        if held > 0:
+            self._released.wait(held)
+        data = self._sock.recv(size)
+        wait = self.budget.spend(len(data), time.monotonic())
+        if wait:
+            time.sleep(wait)
+        return data
+
+    def shutdown(self, how: int) -> None:
+        self._released.set()
+        self._sock.shutdown(how)
+
+    def close(self) -> None:
+        self._released.set()
+        self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class BoundedWebSocket(SimpleWebSocketWSGI):
+    """engine.io's threading WebSocket with a message size limit and without compression.
+
+    A message over the limit gets an ``error`` event (``message_too_big``), then the connection is closed with
+    WebSocket code 1009. Beyond ``HARD_LIMIT_FACTOR`` times the limit, simple-websocket stops reading at once
+    and closes with 1009 alone, so no client can make the front buffer more than that.
+    """
+
+    HARD_LIMIT_FACTOR = 4
+    CLOSE_REPLY_S = 1.0
+
+    def __init__(self, handler: Callable, server: Any, guard: SocketGuard | None = None, **kwargs: Any):
+        self.limit = server.max_http_buffer_size
+        self.guard = guard
+        self.metered: MeteredSocket | None = None
+        rate = guard.read_messages_per_s if guard is not None else 0.0
+        # Messages, whatever their size: small ones cost parsing each (an ICE candidate flood took 0.6 of the two
+        # cores at the byte rate). Over the rate, the reader holds off reading (TCP backs the client off) instead
+        # of parsing what would be dropped.
+        self.messages = RateBudget(rate, rate, time.monotonic()) if rate else None
+        super().__init__(handler, server, max_message_size=self.limit * self.HARD_LIMIT_FACTOR, **kwargs)
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)  # offer no extension: wsproto then accepts none
+        if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # a reader and a writer thread share it
+            environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
+        if self.guard is not None and self.guard.read_bytes_per_s and environ.get("werkzeug.socket") is not None:
+            rate = self.guard.read_bytes_per_s
+            self.metered = MeteredSocket(environ["werkzeug.socket"], rate, max(2 * rate, self.limit))
+            environ["werkzeug.socket"] = self.metered
+        # a polling session moving onto this WebSocket
+        upgrading = parse_qs(environ.get("QUERY_STRING", "")).get("sid", [None])[0]
+        seat = self.guard.moving_to_websocket(upgrading) if self.guard and upgrading else None
+        try:
+            return super().__call__(environ, start_response)
+        finally:
+            self._end_reader()
+            if seat is not None:
+                self.guard.websocket_ended(upgrading, seat)
+
+    def _end_reader(self) -> None:
+        """simple-websocket's reader thread can still be inside a read on this socket when engine.io is done with
+        it (waiting for the client's reply to our close). The HTTP server closes the socket next, and the OS
+        gives that descriptor number to the next connection: a TLS read still in flight then takes bytes from,
+        and sends alerts to, a stranger (a client's handshake failed with "unexpected message"). So the reader
+        ends before anyone closes: the client has a moment to answer the close, then the stream is shut."""
+        ws = getattr(self, "ws", None)
+        reader = getattr(ws, "thread", None)
+        if reader is None or reader is threading.current_thread():
+            return
+        reader.join(self.CLOSE_REPLY_S)
+        if reader.is_alive():
+            with contextlib.suppress(OSError):
+                ws.sock.shutdown(socket.SHUT_RDWR)  # wakes the read; closing stays with the reader
+            reader.join(self.CLOSE_REPLY_S)
+
+    def wait(self) -> Any:
+        # Wake up every second: when simple-websocket refuses a message over its limit it wakes the reader
+        # before it marks the socket closed, and a reader waiting without a timeout then sleeps forever.
+        while True:
+            try:
+                data = self.ws.receive(timeout=1.0)
+            except simple_websocket.ConnectionClosed:
+                return None
+            if data is not None:
+                break
+            if not self.ws.connected:
+                return None
+        if self.messages is not None and self.metered is not None:
+            debt = self.messages.spend(1.0, time.monotonic())
+            if debt:
+                self.metered.hold(debt)
+        if len(data) > self.limit:
+            with contextlib.suppress(Exception):
+                self.ws.send(self.too_big_notice())
+                self.ws.close(reason=1009, message="Message is too big")
+            log.debug("closed a WebSocket that sent %d bytes in one message", len(data))
+            return None  # the connection ends
+        return data
+
+    def too_big_notice(self) -> str:
+        """What a client that sent too big a message is told before the close (here: a Socket.IO error event)."""
+        error = {"code": "message_too_big", "message": f"A message may be at most {self.limit} bytes."}
+        return "42" + json.dumps(["error", error])
