@@ -61,7 +61,7 @@ def tiny_tls_server(tmp_path):
         return [b"nodelay=%d" % bool(nodelay)]
 
     server = FrontServer("127.0.0.1", port, app, server_context(cert, key), fd=listener.fileno(), limits=limits)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # shut down in 50 ms
     thread.start()
     try:
         yield server, port

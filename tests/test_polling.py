@@ -69,7 +69,7 @@ def front():
     limits = LimitsConfig(max_connections=16, max_connections_per_ip=PER_ADDRESS, handshake_timeout_s=60.0)
     server = FrontServer("127.0.0.1", port, flask, None, fd=listener.fileno(), limits=limits)
     guard.bind(server.connections, AccessGuard(TOKEN))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # shut down in 50 ms
     thread.start()
     try:
         yield SmallFront(f"http://127.0.0.1:{port}", server, guard, sio.server.eio)

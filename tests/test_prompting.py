@@ -4,7 +4,6 @@ model's) and a real chat template."""
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
 
 from vita.config import Config
 from workers.prompting import ConversationHistory, Exchange, PromptBuilder
@@ -17,6 +16,8 @@ CHAT_TEMPLATE = (
 
 @pytest.fixture
 def base_tokenizer():
+    from transformers import AutoTokenizer  # here: the fast lane collects this module and runs none of it
+
     tokenizer = AutoTokenizer.from_pretrained(str(Config().llm_model_path()))
     tokenizer.chat_template = None  # what a base model's tokenizer looks like
     return tokenizer

@@ -104,8 +104,8 @@ def live(wire: Wire, ready: bool = True):
     try:
         yield turns, s
     finally:
+        turns.close()  # first: an end that a full queue refuses is then not retried (the test is over)
         turns.detach(s)
-        turns.close()
 
 
 def spoken(turns: TurnController, s: Session) -> None:
