@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soxr
 
-from tests.test_llm_worker import LONG_REPLY
+from tests.workers.test_llm_worker import LONG_REPLY
 from vita.config import Config
 from vita.harness.client import RecordingClient
 from vita.harness.speech import RATE, silence, spoken, stream

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.test_llm_worker import LONG_REPLY
+from tests.workers.test_llm_worker import LONG_REPLY
 from vita.config import Config
 from vita.harness.client import RecordingClient
 from vita.harness.server import RunningServer, wait_health, wait_ready

@@ -18,7 +18,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS
-from tests.test_llm_worker import LONG_REPLY
+from tests.workers.test_llm_worker import LONG_REPLY
 from vita.harness.client import RawSocketIO, RecordingClient
 from vita.harness.realtime_client import RealtimeClient
 from vita.harness.server import start_server, stop_server, wait_health, wait_ready

@@ -178,7 +178,7 @@ class InOrderBuffer:
 
 def set_jitter_buffer(pc: RTCPeerConnection, make: Callable[[], Any]) -> None:
     """Give the peer's audio receivers the jitter buffer `make()` builds. aiortc fixes one holding 4 packets back
-    and offers no setting: its private one is replaced (aiortc is pinned; tests/test_webrtc_parts.py fails if an
+    and offers no setting: its private one is replaced (aiortc is pinned; tests/web/test_webrtc_parts.py fails if an
     upgrade moves it)."""
     for transceiver in pc.getTransceivers():
         receiver = transceiver.receiver

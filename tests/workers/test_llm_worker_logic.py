@@ -1,5 +1,5 @@
 """The LLM worker's own logic against a scripted TextEngine: reply budget, piece cutting, cancel, discarded
-speculative turns, history, timings. No model is loaded; the real engine is in tests/test_llm_worker.py.
+speculative turns, history, timings. No model is loaded; the real engine is in tests/workers/test_llm_worker.py.
 """
 
 from __future__ import annotations

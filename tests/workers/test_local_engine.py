@@ -1,4 +1,4 @@
-"""How the in-process vLLM engine is configured (no engine starts here; tests/test_llm_worker.py runs it)."""
+"""How the in-process vLLM engine is configured (no engine starts here; tests/workers/test_llm_worker.py runs it)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.test_llm_worker import LONG_REPLY, LlmHarness, pieces
+from tests.workers.test_llm_worker import LONG_REPLY, LlmHarness, pieces
 from vita.config import Config
 from vita.harness.server import ROOT
 from vita.messages import CancelTurn, ReplyText, TurnEnded, TurnRequest, TurnTimings, WorkerStatus

@@ -15,7 +15,7 @@ import numpy as np
 import requests
 import websocket
 
-from tests.test_camera import image_bomb
+from tests.turns.test_camera import image_bomb
 from vita.harness.client import RawSocketIO, RecordingClient
 from vita.harness.server import wait_health, wait_no_sessions
 from vita.harness.speech import silence, spoken, stream

@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.test_llm_worker import LlmHarness
 from tests.tiny_models import build_tiny_qwen2_audio, qwen2_audio_processor
+from tests.workers.test_llm_worker import LlmHarness
 from vita.config import Config
 from vita.harness.speech import RATE, silence, spoken
 from vita.messages import ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_llm_worker import LONG_REPLY, LlmHarness
+from tests.workers.test_llm_worker import LONG_REPLY, LlmHarness
 from vita.messages import SessionError, TtsPiece, TurnEnded, TurnRequest
 from workers.local_engine import EngineFailed
 

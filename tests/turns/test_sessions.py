@@ -1,4 +1,4 @@
-"""Session state: error and event rate limiting, the user limit (turn state: tests/test_turn_taking.py)."""
+"""Session state: error and event rate limiting, the user limit (turn state: tests/turns/test_turn_taking.py)."""
 
 from __future__ import annotations
 

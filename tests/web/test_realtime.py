@@ -12,7 +12,7 @@ import pytest
 import requests
 import soxr
 
-from tests.test_llm_worker import LONG_REPLY
+from tests.workers.test_llm_worker import LONG_REPLY
 from vita.harness.client import wait_until
 from vita.harness.realtime_client import RealtimeClient, pcm24
 from vita.harness.server import wait_health, wait_no_sessions
