@@ -8,6 +8,7 @@ processor's chat template with audio and image placeholders for the current turn
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections import deque
@@ -123,15 +124,18 @@ def _with_cues(user_text: str, cues: str) -> str:
 
 
 def chat_messages(persona: str, history: ConversationHistory, user_content: Any,
-                  after: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+                  after: tuple[dict[str, Any], ...] = (), offer: str = "") -> list[dict[str, Any]]:
     """System persona, past exchanges as text (with their tool calls and results), then this turn (a string, or a
-    list of content parts) and what its tools have answered so far (`after`)."""
+    list of content parts) and what its tools have answered so far (`after`); `offer`, the tools this question
+    may call in the template's own words, goes in a system message just before it."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": persona}] if persona else []
     for ex in history:
         messages.append({"role": "user", "content": ex.user})
         messages.extend(ex.tool_messages)
         reply = ex.assistant + (INTERRUPTED if ex.interrupted else "")
         messages.append({"role": "assistant", "content": reply})
+    if offer:
+        messages.append({"role": "system", "content": offer})
     messages.append({"role": "user", "content": user_content})
     messages.extend(after)
     return messages
@@ -155,16 +159,46 @@ def render_chat(renderer: Any, messages: list[dict[str, Any]], tools: list[dict[
         return renderer.apply_chat_template(rest, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
 
+def tool_section(renderer: Any, tools: list[dict[str, Any]]) -> str:
+    """What the chat template writes into a system prompt to offer `tools` (Qwen2.5: "# Tools ... <tools>...</tools>
+    ... <tool_call>..."), or "" when it writes them anywhere else or not at all."""
+    mark = [{"role": "system", "content": "\x01"}]
+    try:
+        bare = renderer.apply_chat_template(mark, tokenize=False)
+        offered = renderer.apply_chat_template(mark, tools=tools, tokenize=False)
+    except Exception:
+        return ""
+    if "\x01" not in bare or not isinstance(offered, str):
+        return ""
+    head, tail = bare.split("\x01", 1)
+    if not (offered.startswith(head + "\x01") and offered.endswith(tail)):
+        return ""
+    return offered[len(head) + 1:len(offered) - len(tail)].strip()
+
+
 class PromptBuilder:
+    SECTIONS_KEPT = 32  # rendered tool sections (a few tool sets in use at once: the operator's, clients')
+
     def __init__(self, tokenizer: Any, style: str, persona: str, history_tokens: int = 400):
         self.tokenizer = tokenizer
         self.style = choose_style(tokenizer, style)
         self.persona = persona.strip()
         self.history_tokens = history_tokens
+        self._sections: dict[str, str] = {}
+
+    def _offer(self, tools: list[dict[str, Any]]) -> str:
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._sections:
+            if len(self._sections) >= self.SECTIONS_KEPT:
+                self._sections.pop(next(iter(self._sections)))
+            self._sections[key] = tool_section(self.tokenizer, tools)
+        return self._sections[key]
 
     def with_persona(self, persona: str) -> PromptBuilder:
         """The same builder with a session's own system prompt (a Realtime client's `instructions`)."""
-        return PromptBuilder(self.tokenizer, self.style, persona, self.history_tokens)
+        other = PromptBuilder(self.tokenizer, self.style, persona, self.history_tokens)
+        other._sections = self._sections  # the same template: the same tool sections
+        return other
 
     def _count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
@@ -192,6 +226,10 @@ class PromptBuilder:
         if self.style == "chat":
             if self.tokenizer is None:
                 return None
+            offer = self._offer(tools) if tools else ""
+            if offer:  # beside the question (after the history, which stays the cached prefix it was)
+                with contextlib.suppress(Exception):  # a template that takes no system message there: as it says
+                    return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after, offer))
             return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
         return self._transcript(history, user_text)
 

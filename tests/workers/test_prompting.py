@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vita.config import Config
-from workers.prompting import ConversationHistory, Exchange, PromptBuilder
+from workers.prompting import ConversationHistory, Exchange, PromptBuilder, tool_section
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -72,3 +72,43 @@ def test_history_is_bounded_by_tokens_keeping_the_newest(base_tokenizer):
     assert kept and kept == list(range(kept[0], 6)) and kept[0] > 0  # the newest, contiguous; the oldest dropped
     assert len(base_tokenizer("".join(f"Question number {i} about something quite long?Answer number {i} to it."
                                       for i in kept))["input_ids"]) <= 40 + len(kept) * 2
+
+
+STOCK_TOOL = [{"type": "function", "function": {
+    "name": "stock_count", "description": "How many of an item the shop has in stock.",
+    "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}}}]
+
+
+@pytest.fixture
+def chat_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Config().llm_model_path()))  # Qwen2.5's template, with its tools part
+
+
+def test_tools_are_offered_in_the_templates_own_words_just_before_the_question(chat_tokenizer):
+    builder = PromptBuilder(chat_tokenizer, "auto", "Vita is brief.")
+    history = ConversationHistory(4)
+    history.add(Exchange("What is the capital of France?", "Paris."))
+    plain = builder.build(history, "How many widgets are in stock?")
+    offered = builder.build(history, "How many widgets are in stock?", tools=STOCK_TOOL)
+    section = tool_section(chat_tokenizer, STOCK_TOOL)
+    assert section.startswith("# Tools") and '"stock_count"' in section and "<tool_call>" in section
+    question = "<|im_start|>user\nHow many widgets are in stock?"
+    # The persona and the history are the prefix they were without tools (the engine's prefix cache keeps them);
+    # the tools come after, in a system message of their own, right before the question.
+    assert offered.startswith(plain[:plain.index(question)])
+    assert offered[len(plain[:plain.index(question)]):] == (f"<|im_start|>system\n{section}<|im_end|>\n"
+                                                             + plain[plain.index(question):])
+    assert "# Tools" not in plain and offered.count("# Tools") == 1
+
+
+def test_a_template_without_a_tools_part_gets_them_where_it_puts_them(base_tokenizer):
+    base_tokenizer.chat_template = CHAT_TEMPLATE  # writes no tools at all
+    try:
+        assert tool_section(base_tokenizer, STOCK_TOOL) == ""
+        builder = PromptBuilder(base_tokenizer, "auto", "Be brief.")
+        assert builder.build(ConversationHistory(4), "Widgets?", tools=STOCK_TOOL) == (
+            "<|system|>Be brief.\n<|user|>Widgets?\n<|assistant|>")
+    finally:
+        base_tokenizer.chat_template = None

@@ -19,6 +19,7 @@ from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
 from workers.tools.in_turn import FILLER
 from workers.tools.intents import spoken_answer
 from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
+from workers.tools.relevance import relevant
 from workers.turn_run import TurnRun
 
 
@@ -26,11 +27,16 @@ class ToolTurns:
     """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
 
     @staticmethod
-    def _offered(tools: ToolBox | None) -> ToolBox | None:
-        """The tools the model itself is shown: the operator's (MCP). The built-ins are called for it when a question
-        plainly needs them (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions
-        ("Yes, penguins can fly." became "Penguins can fly.") and it called them for only half of the questions."""
-        offered = ToolBox([t for t in tools.tools.values() if t.source != "builtin"]) if tools else None
+    def _offered(tools: ToolBox | None, question: str) -> ToolBox | None:
+        """The tools the model itself is shown for this question: a client's own, and the operator's (MCP) that
+        share a word with it (relevance.py). The built-ins are called for it when a question plainly needs them
+        (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions ("Yes, penguins can
+        fly." became "Penguins can fly.") and it called them for only half of the questions."""
+        if not tools:
+            return None
+        theirs = [t for t in tools.tools.values() if t.source == CLIENT_TOOL]
+        operators = ToolBox([t for t in tools.tools.values() if t.source not in ("builtin", CLIENT_TOOL)])
+        offered = ToolBox([*theirs, *relevant(question, operators).tools.values()])
         return offered or None
 
     def _session_tools(self, req: TurnRequest) -> ToolBox | None:

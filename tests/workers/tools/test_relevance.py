@@ -1,0 +1,57 @@
+"""Which operator tools a question is shown: those that share a content word with it (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.tools.client_tools import SOURCE as CLIENT_TOOL
+from workers.tools.registry import Tool, ToolBox
+from workers.tools.relevance import content_words, relevant, stem, tool_words
+from workers.tools.turn_calls import ToolTurns
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+STOCK = Tool("stock_count", "How many of an item the shop has in stock (widgets, gadgets, sprockets, gizmos).",
+             {"type": "object", "properties": {"item": {"type": "string", "title": "Item"}}}, str, source="mcp:shop")
+HOURS = Tool("opening_hours", "The shop's opening hours on a day of the week.",
+             {"type": "object", "properties": {"day": {"type": "string", "enum": ["Monday", "Sunday"]}}}, str,
+             source="mcp:shop")
+SHOP = ToolBox([STOCK, HOURS])
+
+
+@pytest.mark.parametrize("word, expected", [("widgets", "widget"), ("opening", "open"), ("hours", "hour"),
+                                            ("batteries", "battery"), ("boxes", "box"), ("glass", "glass"),
+                                            ("is", "is"), ("gas", "gas")])
+def test_stems_meet_plural_and_verb_forms(word, expected):
+    assert stem(word) == expected
+
+
+def test_a_tools_words_come_from_its_name_description_and_schema():
+    assert {"stock", "count", "widget", "gizmo", "item", "shop"} <= tool_words(STOCK)
+    assert {"open", "hour", "day", "week", "monday", "sunday"} <= tool_words(HOURS)
+    assert "the" not in tool_words(HOURS) and "how" not in tool_words(STOCK)  # question words say nothing
+    assert content_words("getOrderStatus") == {"order", "status"}  # camelCase names are words too
+
+
+@pytest.mark.parametrize("question, offered", [
+    ("How many widgets are in stock?", ["stock_count"]),
+    ("Is there any gizmo left?", ["stock_count"]),
+    ("Are you open on Saturday?", ["opening_hours"]),
+    ("Is the shop open on Sunday?", ["stock_count", "opening_hours"]),
+    ("What is the capital of Italy?", []),
+    ("Can fish breathe underwater?", []),
+    ("What time is it?", []),
+    ("", []),
+])
+def test_only_the_tools_that_share_a_word_with_the_question_are_offered(question, offered):
+    assert list(relevant(question, SHOP).tools) == offered
+
+
+def test_the_model_is_shown_a_clients_tools_always_the_operators_when_relevant_and_the_builtins_never():
+    theirs = Tool("lookup_order", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
+    builtin = Tool("get_current_time", "The current date and time.", {"type": "object"}, str)
+    box = ToolBox([builtin, STOCK, HOURS, theirs])
+    assert list(ToolTurns._offered(box, "How many widgets are in stock?").tools) == ["lookup_order", "stock_count"]
+    assert list(ToolTurns._offered(box, "What time is it today?").tools) == ["lookup_order"]
+    assert ToolTurns._offered(ToolBox([builtin, STOCK]), "What is the capital of Italy?") is None
+    assert ToolTurns._offered(None, "How many widgets?") is None
