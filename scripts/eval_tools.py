@@ -6,7 +6,10 @@ result), wrong arguments, no call, and right answers; for those that do not (the
 follow-ups and camera questions left out): false calls and right answers; and the first audio of tool turns
 against the others (the latency a call adds). One session per set, as a user would ask them.
 
-Usage: .venv/bin/python scripts/eval_tools.py [--url URL] [--json out.json]
+Spoken (--voice hibari): the same questions said as a page's microphone sends them; what Whisper heard is shown,
+and first audio is voice-to-voice (from the end of the user's speech).
+
+Usage: .venv/bin/python scripts/eval_tools.py [--url URL] [--voice hibari] [--json out.json]
 """
 
 from __future__ import annotations
@@ -61,7 +64,27 @@ def ask(client: RecordingClient, turn: int, question: str) -> dict:
     client.sio.emit("text_input", {"text": question})
     client.wait_for(lambda evs: any(n == "state" and isinstance(d, dict) and d.get("state") == "listening"
                                     and d.get("turn_id") == turn for _, n, d in evs), 120)
+    return {**what_came(client, turn, question, "first_audio_s"), "took_s": time.monotonic() - sent}
 
+
+def ask_aloud(client: RecordingClient, voice: str, question: str) -> dict:
+    """The question spoken (eval_answers' voices) as a page's microphone sends it; its first audio is the
+    voice-to-voice time, from the end of the user's speech."""
+    from bench import open_mic, send_speech
+    from eval_answers import answered_turn, synthesize
+
+    sent = time.monotonic()
+    voiced_at = send_speech(client, synthesize(voice, question), lead_s=0.3, tail_s=0.2)
+    with open_mic(client):  # as a page's: the silence after the question reaches the server
+        turn = answered_turn(client, voiced_at - 1)
+    client.wait_for(lambda evs: any(n == "timings" and d.get("turn_id") == turn and d.get("stage") == "front"
+                                    for _, n, d in evs), 5)
+    heard = [d["text"] for d in client.named("transcript") if isinstance(d, dict) and d.get("turn_id") == turn]
+    return {**what_came(client, turn, question, "voice_to_voice_s"), "heard": heard[-1] if heard else "",
+            "took_s": time.monotonic() - sent}
+
+
+def what_came(client: RecordingClient, turn: int, question: str, first_audio: str) -> dict:
     def of_turn(event: str) -> list[dict]:
         return [d for d in client.named(event) if isinstance(d, dict) and d.get("turn_id") == turn]
 
@@ -70,22 +93,23 @@ def ask(client: RecordingClient, turn: int, question: str) -> dict:
     return {"q": question, "turn": turn, "reply": replies[-1]["text"] if replies else "",
             "calls": [{k: c[k] for k in ("name", "arguments", "result", "ok", "outcome")}
                       for c in of_turn("tool_call")],
-            "first_audio_s": front[0].get("first_audio_s") if front else None, "took_s": time.monotonic() - sent}
+            "first_audio_s": front[0].get(first_audio) if front else None}
 
 
-def run_set(url: str, questions: list[dict]) -> list[dict]:
+def run_set(url: str, questions: list[dict], voice: str | None = None) -> list[dict]:
     client = RecordingClient(url).connect()
     try:
         client.sio.emit("client_settings", {"timezone": ZONE})
         client.wait_event("client_settings", 10)
         rows = []
         for turn, question in enumerate(questions, 1):
-            row = ask(client, turn, question["q"])
+            row = ask_aloud(client, voice, question["q"]) if voice else ask(client, turn, question["q"])
             row["right"] = is_right(question, row["reply"])
             row["tool"] = question.get("tool")
             rows.append(row)
-            print(f"  {'ok ' if row['right'] else 'BAD'} {question['q']!r} -> {[c['name'] for c in row['calls']]} "
-                  f"{row['reply'][:90]!r}", flush=True)
+            heard = f" (heard {row['heard']!r})" if voice else ""
+            print(f"  {'ok ' if row['right'] else 'BAD'} {question['q']!r}{heard} -> "
+                  f"{[c['name'] for c in row['calls']]} {row['reply'][:90]!r}", flush=True)
         return rows
     finally:
         client.close()
@@ -125,6 +149,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server configured with the inventory MCP server")
     parser.add_argument("--json", help="write every row and the summary here")
+    parser.add_argument("--voice", help="speak the questions in this voice (eval_answers.synthesize: hibari, piper, "
+                                        "espeak:en-us) instead of typing them; first audio is then voice-to-voice")
     args = parser.parse_args()
     server, url = None, args.url
     if url is None:
@@ -139,10 +165,10 @@ def main() -> int:
     try:
         now = dt.datetime.now(dt.UTC).astimezone(ZoneInfo(ZONE))
         print("questions that need a tool:")
-        needing = run_set(url, tool_questions(now))
+        needing = run_set(url, tool_questions(now), args.voice)
         print("questions that do not (the answer evaluation's report set):")
         plain = [q for q in load_questions("report") if not q.get("after") and not q.get("camera")]
-        plain_rows = run_set(url, plain)
+        plain_rows = run_set(url, plain, args.voice)
         summary = report(needing, plain_rows)
         if args.json:
             Path(args.json).write_text(json.dumps({"summary": summary, "needing": needing, "plain": plain_rows},

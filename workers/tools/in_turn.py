@@ -3,7 +3,7 @@ around calls (a filler while a slow one runs, an apology when nothing came of th
 
 from __future__ import annotations
 
-from workers.tools.registry import OPENING, starts_tool_call
+from workers.tools.registry import OPENINGS, starts_tool_call
 
 FILLER = "Let me check."
 APOLOGY = "Sorry, I couldn't get that answer."
@@ -47,8 +47,9 @@ class CallDetector:
 
     def _speakable(self, text: str) -> str:
         seen = self.tail + text
-        if OPENING[:-1] in seen:  # "<tool_call": the model wants a tool after all, too late to hold the reply
+        at = min((seen.index(o[:-1]) for o in OPENINGS if o[:-1] in seen), default=-1)
+        if at >= 0:  # "<tool_call": the model wants a tool after all, too late to hold the reply
             self.cut = True
-            return text[:max(0, seen.index(OPENING[:-1]) - len(self.tail))]
-        self.tail = seen[-len(OPENING):]
+            return text[:max(0, at - len(self.tail))]
+        self.tail = seen[-max(len(o) for o in OPENINGS):]
         return text

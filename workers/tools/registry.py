@@ -20,8 +20,11 @@ from typing import Any
 
 import jsonschema
 
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+# A call in Qwen2.5's tags; a small model sometimes writes it in the tags of the results it was shown in its history
+# (<tool_response>{"name": "opening_hours", ...}</tool_response>, scripts/eval_tools.py): a call all the same.
+TOOL_CALL = re.compile(r"<(tool_call|tool_response)>\s*(.*?)\s*(?:</\1>|$)", re.S)
 OPENING = "<tool_call>"
+OPENINGS = (OPENING, "<tool_response>")
 RESULT_CHARS = 1500  # a result longer than this is cut before it reaches the prompt
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -86,9 +89,9 @@ def starts_tool_call(text: str) -> bool | None:
     compact = head.replace(" ", "").replace("\n", "")
     if compact.startswith("{{"):  # '{{"name": ...}}': Qwen's template shows the call with doubled braces
         compact = compact.lstrip("{") and "{" + compact.lstrip("{")
-    if head.startswith(OPENING) or compact.startswith(BARE_OPENING):
+    if head.startswith(OPENINGS) or compact.startswith(BARE_OPENING):
         return True
-    return None if OPENING.startswith(head) or BARE_OPENING.startswith(compact) else False
+    return None if any(o.startswith(head) for o in OPENINGS) or BARE_OPENING.startswith(compact) else False
 
 
 def _bare_calls(text: str) -> list[str]:
@@ -114,7 +117,7 @@ def parse_calls(text: str) -> list[ToolCall]:
     """Every <tool_call> block of the model's text, in order (an unclosed last one too: generation may stop), or
     the bare JSON calls of a model that leaves the tags out."""
     calls = []
-    bodies = TOOL_CALL.findall(text) or _bare_calls(_unfenced(text).replace("```", " "))
+    bodies = [body for _, body in TOOL_CALL.findall(text)] or _bare_calls(_unfenced(text).replace("```", " "))
     for body in bodies:
         try:
             data = json.loads(body)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from workers.tools.builtin import ToolInputError, builtin_tools, calculate, current_time
+from workers.tools.in_turn import CallDetector
 from workers.tools.registry import RESULT_CHARS, Tool, ToolBox, ToolCall, parse_calls, starts_tool_call
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -58,6 +59,20 @@ def test_tool_calls_are_read_from_the_models_text():
     assert parse_calls('{{"name": "calculate", "arguments": {"expression": "1+1"}}}') == [
         ToolCall("calculate", {"expression": "1+1"})]
     assert parse_calls('```json\n{"name": "a", "arguments": {}}\n```') == [ToolCall("a", {})]
+
+
+def test_a_call_written_in_the_tags_of_a_tools_result_is_a_call():
+    """The 1.5B model, with an earlier call's result in its history, once wrote its call in <tool_response> tags,
+    and the JSON was spoken (scripts/eval_tools.py)."""
+    streamed = ["<", "tool", "_response", ">\n", '{"', "name", '":', ' "opening_hours", "arguments": {"day": ',
+                '"Sunday"}}\n', "</", "tool", "_response", ">"]
+    detector = CallDetector(enabled=True)
+    assert "".join(detector.feed(piece) for piece in streamed) + detector.finish() == ""  # nothing spoken
+    assert detector.is_call
+    assert parse_calls(detector.pending) == [ToolCall("opening_hours", {"day": "Sunday"})]
+    assert starts_tool_call("<tool_res") is None and starts_tool_call("<tools are") is False
+    spoken = CallDetector(enabled=True)
+    assert spoken.feed("Closed on Sundays. <tool_response>") == "Closed on Sundays. " and spoken.cut
 
 
 def run(coro):
