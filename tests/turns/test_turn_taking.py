@@ -524,6 +524,33 @@ def test_going_on_before_the_reply_is_heard_extends_the_turn_instead_of_a_second
     assert start.turn_id == turn + 1 and start.speech == LONGER
 
 
+def ends_at_a_pause(m: TurnTaking, now: float, speech: Speech, words: str) -> list:
+    """A pause in speech that is heard (speculatively) as `words` and judged finished: what the machine does."""
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(now, speech)))
+    return m.handle(TurnHeard(now + 0.1, start.turn_id, words)) + m.handle(TurnJudged(now + 0.15, judge.pause, 0.99))
+
+
+def test_after_going_on_twice_from_pauses_judged_final_only_the_long_silence_ends_the_request():
+    """"I need eggs. (pause) And milk. (pause) And bread. (pause) And butter.": answered at every pause, the list
+    was withdrawn and asked again each time; so was speech cut into words, at every gap."""
+    m = judging(words_wait_s=0.3)
+    m.handle(SpeechStarted(0.5))
+    for n in range(2):  # judged final, ended, and the user went on: withdrawn (EARLY_ENDS_PER_REQUEST)
+        t = 2.0 + 2 * n
+        assert EndUtterance() in ends_at_a_pause(m, t, SPEECH, "I need eggs.")
+        turn = of(m.handle(UtteranceEnded(t + 0.2, SPEECH)), CommitTurn)[0].turn_id
+        m.handle(SpeechStarted(t + 0.5))
+        assert of(m.handle(SpeechConfirmed(t + 0.9)), StopTurn) == [StopTurn(turn, EXTENDED, audible=False,
+                                                                              forget=True)]
+    assert ends_at_a_pause(m, 6.0, LONGER, "I need eggs and milk and bread.") == []  # no quicker end either
+    assert m.phase is Phase.LISTENING
+    turn = of(m.handle(UtteranceEnded(7.6, LONGER)), CommitTurn)[0].turn_id  # the long silence ended it
+    m.handle(AudioSent(8.0, turn, 0.5))
+    m.handle(ReplyComplete(8.6, turn))  # answered: the next request is judged afresh
+    m.handle(SpeechStarted(9.0))
+    assert EndUtterance() in ends_at_a_pause(m, 10.5, SPEECH, "Thanks.")
+
+
 def test_a_request_already_long_is_not_extended_again_what_follows_is_a_turn_of_its_own():
     """Speech cut into words, each pause answered and withdrawn by the next word, grew one request without end."""
     m = judging()

@@ -64,6 +64,10 @@ SPECULATION_BACKOFF_S = 0.5  # after a discarded speculative turn, the next wait
 # sends to ASR (speech cut into words, each pause answered and withdrawn by the next word, grew one request
 # without end: Whisper then took seconds on it and every other session's turns waited behind it).
 MAX_EXTENDED_S = 12.0
+# The end-of-turn model's "finished" ends one request at a pause at most this often: the user went on each time
+# (the turn withdrawn, `extended`), so for the rest of that request only the long silence ends it. A person with a
+# list to say is not answered at every comma; speech cut into words no longer makes a turn at every gap.
+EARLY_ENDS_PER_REQUEST = 2
 
 
 class TurnTaking(ReplyProgress):
@@ -81,6 +85,7 @@ class TurnTaking(ReplyProgress):
         self.pending_text = ""  # typed while the user was speaking: joins the spoken turn
         self.last_activity = now
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
+        self.went_on = 0  # turns of the request being made withdrawn because the user went on (EARLY_ENDS_...)
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -207,7 +212,7 @@ class TurnTaking(ReplyProgress):
         pause.words = e.text
         if pause.sounds_finished:
             return self._end_at_pause(pause)
-        if self.rules.judge and self.rules.finished_words_wait_s and ends_sentence(e.text):
+        if self.rules.judge and self.rules.finished_words_wait_s and ends_sentence(e.text) and self._trust_pauses():
             # The model doubts it, the words say a sentence ended: a shorter wait than the long silence.
             return [EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.finished_words_wait_s - e.now))]
         return []
@@ -321,10 +326,14 @@ class TurnTaking(ReplyProgress):
 
     def _end_at_pause(self, pause: OpenPause) -> list[Action]:
         """The audio model says the user has finished: so the turn ends here, unless their words say they are
-        going on ("I have a question.", "...and"): then the long silence (or more speech) decides."""
-        if pause.words is not None and sounds_unfinished(pause.words):
+        going on ("I have a question.", "...and"), or they went on after such a pause of this request twice
+        already: then the long silence (or more speech) decides."""
+        if pause.words is not None and sounds_unfinished(pause.words) or not self._trust_pauses():
             return []
         return [EndUtterance()]
+
+    def _trust_pauses(self) -> bool:
+        return self.went_on < EARLY_ENDS_PER_REQUEST
 
     def _committed(self) -> bool:
         return self.turn is not None and not self.turn.speculative
@@ -368,6 +377,7 @@ class TurnTaking(ReplyProgress):
         """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
         stopped)."""
         turn, self.turn = self.turn, None
+        self.went_on += 1
         return [*([Send("stop_tts")] if turn.first_audio_at is not None else []),  # words of a reply too soon
                 StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
                 Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": EXTENDED}),
@@ -401,6 +411,7 @@ class TurnTaking(ReplyProgress):
             return []
         if turn.speculative:
             return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
+        self.went_on = 0  # the request ended with its turn
         return [Send("stop_tts"), StopTurn(turn.turn_id, reason, audible=True),
                 Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": reason}),
                 Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": reason})]
