@@ -133,6 +133,8 @@ class TurnTaking(ReplyProgress):
         before_reply = self._committed() and (
             turn.first_audio_at is None or e.now - turn.first_audio_at <= self.rules.extend_grace_s)
         carrying = self.speech.carrying if self.speech is not None else None
+        if not before_reply and carrying is None:
+            self.went_on = 0  # a request of its own (after a reset, say), not the one going on
         self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying)
         actions: list[Action] = [Send("vad", {"speaking": True})]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
