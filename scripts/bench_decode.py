@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--dtype", help="override llm.dtype (auto, bfloat16, float32)")
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.llm_worker import device_env
+    from workers.local_engine import device_env
 
     config = load_config(args.config)
     if args.model:

@@ -18,8 +18,7 @@ EXPECTED = "paris"
 def answer(model_dir: Path) -> str:
     from vita.config import Config
     from vita.machine.cpu import apply_isa_cap
-    from workers.llm_worker import device_env
-    from workers.local_engine import engine_kwargs
+    from workers.local_engine import device_env, engine_kwargs
 
     config = Config()
     config.llm.model_path = str(model_dir)

@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
-from vita.machine.cpu import isa_cap_env, name_os_thread, omp_threads_bind, read_cpu
+from vita.machine.cpu import name_os_thread
 from vita.messages import (
     ALL_TURNS,
     CancelTurn,
@@ -38,7 +38,7 @@ from workers.common import Publisher, StatusReporter, install_fault_signal, prep
 from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.hearing import Hearing
-from workers.local_engine import EngineFailed, LocalVllmEngine
+from workers.local_engine import EngineFailed, LocalVllmEngine, device_env
 from workers.omni import (
     InputMode,
     detect_input_mode,
@@ -62,27 +62,6 @@ HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
-
-
-def device_env(config: Any) -> dict[str, str]:
-    llm = config.llm
-    env = {"VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if llm.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(llm.kv_cache_space_gib)
-        bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
-        if bind:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        env.update(isa_cap_env())  # read before torch / CTranslate2 are imported
-        if llm.tensor_parallel_size == 1:
-            # The engine core runs in this process, in local_engine's engine thread, with its one model worker
-            # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's
-            # imports cost ~10 s of every start), and more tokens/s.
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    elif llm.visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
-    return env
 
 
 class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):

@@ -13,10 +13,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vita.machine.cpu import CpuFeatures, apply_isa_cap, cpu_dtype, int8_kernel, name_os_thread, read_cpu, set_nice
+from vita.machine.cpu import (
+    CpuFeatures,
+    apply_isa_cap,
+    cpu_dtype,
+    int8_kernel,
+    isa_cap_env,
+    name_os_thread,
+    omp_threads_bind,
+    read_cpu,
+    set_nice,
+)
 from vita.messages import WorkerState
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.omni import read_model_config
+
+
+def device_env(config: Any) -> dict[str, str]:
+    """The LLM process's environment for its engine (threads, KV cache space, ISA cap, offline hubs): set before
+    vLLM, torch or CTranslate2 are imported."""
+    llm = config.llm
+    env = {"VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if llm.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(llm.kv_cache_space_gib)
+        bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
+        if bind:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        env.update(isa_cap_env())  # read before torch / CTranslate2 are imported
+        if llm.tensor_parallel_size == 1:
+            # The engine core runs in this process, in local_engine's engine thread, with its one model worker
+            # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's
+            # imports cost ~10 s of every start), and more tokens/s.
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    elif llm.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
+    return env
 
 
 def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
@@ -105,7 +138,7 @@ class LocalVllmEngine:
     """vLLM's engine in this process, stepped by a thread of its own ("vllm-engine").
 
     The thread builds the engine and runs every step, so vLLM's OpenMP threads stay bound to it. On a CPU with
-    one model worker (VLLM_ENABLE_V1_MULTIPROCESSING=0, see llm_worker.device_env) the engine core then runs
+    one model worker (VLLM_ENABLE_V1_MULTIPROCESSING=0, see device_env) the engine core then runs
     here too: vLLM's async engine would spawn a process for it, whose own imports cost ~10 s of every start
     (measured 23.9 → 14.1 s to build the engine, 0.6 GB less, decode 10.1 → 10.9 tok/s on 2 AVX2 cores).
     Elsewhere the engine core keeps its own process, as vLLM's offline engine does. Turns come in and go out

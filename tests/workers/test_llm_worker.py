@@ -56,7 +56,8 @@ class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
     def __init__(self, config: Config | None = None):
-        from workers.llm_worker import LlmWorker, device_env
+        from workers.llm_worker import LlmWorker
+        from workers.local_engine import device_env
 
         config = config or Config()
         # vLLM edits this process's environment (LD_PRELOAD of tcmalloc and libgomp for its workers); put it

@@ -6,8 +6,7 @@ import pytest
 
 from vita.config import Config
 from vita.machine.cpu import CpuFeatures
-from workers.llm_worker import device_env
-from workers.local_engine import engine_kwargs
+from workers.local_engine import device_env, engine_kwargs
 
 pytestmark = pytest.mark.fast
 
