@@ -356,7 +356,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self._publish_answered(sid, tid, run)
             try:
-                self._warm(sid, tid, history, req.instructions)
+                self._warm(sid, tid, history, run.tools, req.instructions)
             except Exception:  # only an optimisation: the turn is answered either way
                 self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
@@ -423,8 +423,9 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 return None
             run.cues = await cues if cues else ""
             run.tools = self._session_tools(req)
-            prompt = self._text_prompt(history, run.user_text, run.cues, self._offered(run.tools, run.user_text),
-                                       tuple(run.tool_messages), req.instructions)
+            offered = self._offered_for(run.tools, run.user_text, history)
+            prompt = self._text_prompt(history, run.user_text, run.cues, offered, tuple(run.tool_messages),
+                                       req.instructions)
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 

@@ -8,6 +8,7 @@ import asyncio
 from workers.generation import SamplingSettings
 from workers.local_engine import LocalVllmEngine
 from workers.prompting import ConversationHistory
+from workers.tools.registry import ToolBox
 from workers.turn_run import WARM_DELAY_S
 
 
@@ -15,20 +16,26 @@ class PrefixWarming:
     """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
 
     async def _warm_up(self) -> None:
-        # The persona is then in the prefix cache before the first turn (tools are offered after the history,
-        # beside the question that needs them: workers/tools/relevance.py).
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!"),
+        # The persona (and the tools, where they go into it) then in the prefix cache before the first turn.
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!",
+                                                            tools=self._prefix_tools(self.toolbox)),
                                           self._sampling(), "warmup"):
             pass
 
-    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, persona: str | None = None) -> None:
+    def _prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
+        """The tools that are part of every prompt's prefix: none where they are offered beside the question
+        (workers/tools/relevance.py), else all of the operator's."""
+        return None if self._tools_beside() else self._offered(tools, None)
+
+    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
+              persona: str | None = None) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
         llm = self.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "", persona=persona)
+        prompt = self._text_prompt(history, "", tools=self._prefix_tools(tools), persona=persona)
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)

@@ -159,6 +159,10 @@ def render_chat(renderer: Any, messages: list[dict[str, Any]], tools: list[dict[
         return renderer.apply_chat_template(rest, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
 
+PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "A tool.",
+                                               "parameters": {"type": "object", "properties": {}}}}
+
+
 def tool_section(renderer: Any, tools: list[dict[str, Any]]) -> str:
     """What the chat template writes into a system prompt to offer `tools` (Qwen2.5: "# Tools ... <tools>...</tools>
     ... <tool_call>..."), or "" when it writes them anywhere else or not at all."""
@@ -185,6 +189,15 @@ class PromptBuilder:
         self.persona = persona.strip()
         self.history_tokens = history_tokens
         self._sections: dict[str, str] = {}
+
+    @property
+    def tools_beside(self) -> bool:
+        """Can tools be offered beside the question (their section in a system message of its own, after the
+        history)? Only a chat template that writes them into its system prompt tells us how; one that writes them
+        elsewhere (Llama 3.1: into the first user message) gets them there, every turn."""
+        if self.style != "chat" or self.tokenizer is None:
+            return False
+        return bool(self._offer([PROBE_TOOL]))
 
     def _offer(self, tools: list[dict[str, Any]]) -> str:
         key = json.dumps(tools, sort_keys=True)
@@ -229,7 +242,10 @@ class PromptBuilder:
             offer = self._offer(tools) if tools else ""
             if offer:  # beside the question (after the history, which stays the cached prefix it was)
                 with contextlib.suppress(Exception):  # a template that takes no system message there: as it says
-                    return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after, offer))
+                    rendered = render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after,
+                                                                         offer))
+                    if offer in rendered:  # (a template may also drop a later system message without a word)
+                        return rendered
             return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
         return self._transcript(history, user_text)
 

@@ -42,7 +42,7 @@ class ReplyGeneration:
         gen_started = time.monotonic()
         tokens = 0
         calls_left = self.config.tools.max_calls if run.tools else 0
-        offered = self._offered(run.tools, run.user_text)
+        offered = self._offered_for(run.tools, run.user_text, history or ConversationHistory(0))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
@@ -61,9 +61,10 @@ class ReplyGeneration:
             else:
                 prompt = next_prompt()
         while not answered:
-            # On whenever the session has tools, offered or not (a model may copy a call from its history); on to
-            # the end: a call past the limit is not spoken.
-            detector = CallDetector(enabled=bool(run.tools))
+            # On when tools are offered, or the history shows calls the model may copy; on to the end: a call past
+            # the limit is not spoken.
+            detector = CallDetector(enabled=bool(offered) or bool(run.tools) and any(
+                ex.tool_messages for ex in (history or ())))
             round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):

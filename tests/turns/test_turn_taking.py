@@ -530,25 +530,58 @@ def ends_at_a_pause(m: TurnTaking, now: float, speech: Speech, words: str) -> li
     return m.handle(TurnHeard(now + 0.1, start.turn_id, words)) + m.handle(TurnJudged(now + 0.15, judge.pause, 0.99))
 
 
-def test_after_going_on_twice_from_pauses_judged_final_only_the_long_silence_ends_the_request():
-    """"I need eggs. (pause) And milk. (pause) And bread. (pause) And butter.": answered at every pause, the list
-    was withdrawn and asked again each time; so was speech cut into words, at every gap."""
-    m = judging(words_wait_s=0.3)
+def went_on_twice(m: TurnTaking) -> None:
+    """A request ended at two pauses judged final, and the user went on after each (withdrawn: `extended`)."""
     m.handle(SpeechStarted(0.5))
-    for n in range(2):  # judged final, ended, and the user went on: withdrawn (EARLY_ENDS_PER_REQUEST)
+    for n in range(2):  # (EARLY_ENDS_PER_REQUEST)
         t = 2.0 + 2 * n
         assert EndUtterance() in ends_at_a_pause(m, t, SPEECH, "I need eggs.")
         turn = of(m.handle(UtteranceEnded(t + 0.2, SPEECH)), CommitTurn)[0].turn_id
         m.handle(SpeechStarted(t + 0.5))
         assert of(m.handle(SpeechConfirmed(t + 0.9)), StopTurn) == [StopTurn(turn, EXTENDED, audible=False,
                                                                               forget=True)]
-    assert ends_at_a_pause(m, 6.0, LONGER, "I need eggs and milk and bread.") == []  # no quicker end either
+
+
+def test_after_going_on_twice_from_pauses_judged_final_only_the_long_silence_ends_the_request():
+    """"I need eggs. (pause) And milk. (pause) And bread. (pause) And butter.": answered at every pause, the list
+    was withdrawn and asked again each time; so was speech cut into words, at every gap."""
+    m = judging(words_wait_s=0.3)
+    went_on_twice(m)
+    actions = m.handle(SpeechPaused(6.0, LONGER))
+    assert of(actions, StartTurn) and not of(actions, JudgeTurn)  # no model answer can end it: none is asked
+    (start,) = of(actions, StartTurn)
+    assert m.handle(TurnHeard(6.1, start.turn_id, "I need eggs and milk and bread.")) == []  # no quicker end either
     assert m.phase is Phase.LISTENING
     turn = of(m.handle(UtteranceEnded(7.6, LONGER)), CommitTurn)[0].turn_id  # the long silence ended it
     m.handle(AudioSent(8.0, turn, 0.5))
     m.handle(ReplyComplete(8.6, turn))  # answered: the next request is judged afresh
     m.handle(SpeechStarted(9.0))
     assert EndUtterance() in ends_at_a_pause(m, 10.5, SPEECH, "Thanks.")
+
+
+@pytest.mark.parametrize("ending", ["barge-in", "input committed", "recording toggled", "reset"])
+def test_a_request_that_ends_otherwise_leaves_the_next_one_judged_afresh(ending):
+    m = judging()
+    went_on_twice(m)
+    turn = of(m.handle(UtteranceEnded(6.2, LONGER)), CommitTurn)[0].turn_id
+    if ending == "barge-in":
+        m.handle(AudioSent(6.5, turn, 2.0))
+        m.handle(SpeechStarted(7.0))
+        assert of(m.handle(SpeechConfirmed(7.4)), StopTurn) == [StopTurn(turn, "barge-in", audible=True)]
+        m.handle(UtteranceEnded(8.0, SPEECH))  # the interruption is a request of its own...
+        m.handle(AudioSent(8.3, turn + 1, 0.2))
+        m.handle(ReplyComplete(8.6, turn + 1))
+    elif ending == "input committed":  # a client's push-to-talk commit: its request, and the speech after judged
+        m.handle(InputCommitted(6.5, SPEECH, ""))
+        m.handle(SpeechStarted(9.0))
+        assert of(m.handle(SpeechPaused(10.5, SPEECH)), JudgeTurn)
+        return
+    elif ending == "recording toggled":
+        m.handle(RecordingToggled(6.5, "recording stopped"))
+    else:
+        m.handle(Interrupted(6.5, "reset"))
+    m.handle(SpeechStarted(9.0))
+    assert EndUtterance() in ends_at_a_pause(m, 10.5, SPEECH, "Thanks.")  # ...judged like any first request
 
 
 def test_a_request_already_long_is_not_extended_again_what_follows_is_a_turn_of_its_own():

@@ -225,7 +225,7 @@ def test_a_stuck_voice_queue_never_stops_the_event_loop():
     worker, _ = make_worker(["Paris", "is", "the", "capital."], first_piece_words=0)
     worker.tts = queue.Queue(maxsize=1)
     worker.tts.put("a piece the stuck voice never took")
-    worker.tts_put_timeout_s = 0.3
+    worker.tts_put_timeout_s = 1.0
 
     async def scenario() -> float:
         worker._handle(TurnRequest("s", 1, text="Capital of France?"))

@@ -131,7 +131,6 @@ class ReplyProgress:
     def _finish(self, turn_id: int, reason: str, now: float, reason_in_state: bool = False) -> list[Action]:
         unduck = self._unduck()  # the reply ended under the user's unconfirmed speech: full volume for the next
         self.turn = None
-        self.went_on = 0  # the request was answered (or could not be): the next is a new one
         self.last_activity = now
         state = {"state": "listening", "turn_id": turn_id}
         if reason_in_state:

@@ -64,9 +64,10 @@ SPECULATION_BACKOFF_S = 0.5  # after a discarded speculative turn, the next wait
 # sends to ASR (speech cut into words, each pause answered and withdrawn by the next word, grew one request
 # without end: Whisper then took seconds on it and every other session's turns waited behind it).
 MAX_EXTENDED_S = 12.0
-# The end-of-turn model's "finished" ends one request at a pause at most this often: the user went on each time
-# (the turn withdrawn, `extended`), so for the rest of that request only the long silence ends it. A person with a
-# list to say is not answered at every comma; speech cut into words no longer makes a turn at every gap.
+# A request whose turn ended at a pause and was withdrawn because the user went on (`extended`) this often is
+# ended by the long silence alone for the rest of it, and the end-of-turn model is no longer asked at its pauses.
+# A person with a list to say is not answered at every comma; speech cut into words no longer makes a turn (and a
+# shared end-of-turn model job) at every gap.
 EARLY_ENDS_PER_REQUEST = 2
 
 
@@ -85,7 +86,9 @@ class TurnTaking(ReplyProgress):
         self.pending_text = ""  # typed while the user was speaking: joins the spoken turn
         self.last_activity = now
         self.pause_seq = 0  # pauses so far; a TurnJudged counts only for the latest, still-open one
-        self.went_on = 0  # turns of the request being made withdrawn because the user went on (EARLY_ENDS_...)
+        # Turns of the request being made withdrawn because the user went on (EARLY_ENDS_PER_REQUEST); counted
+        # afresh by speech that goes on with no request, or by a request the client commits.
+        self.went_on = 0
         self._last_turn = 0
 
     # --- queries -----------------------------------------------------------------------------------------------
@@ -134,7 +137,7 @@ class TurnTaking(ReplyProgress):
             turn.first_audio_at is None or e.now - turn.first_audio_at <= self.rules.extend_grace_s)
         carrying = self.speech.carrying if self.speech is not None else None
         if not before_reply and carrying is None:
-            self.went_on = 0  # a request of its own (after a reset, say), not the one going on
+            self.went_on = 0  # a request of its own, not one going on: after a reply, a barge-in, a reset
         self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying)
         actions: list[Action] = [Send("vad", {"speaking": True})]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
@@ -169,7 +172,7 @@ class TurnTaking(ReplyProgress):
             return []
         if self._committed():
             if self._continues_request(speech) and self.rules.judge:  # "Keep it short." before the reply: finished?
-                return [JudgeTurn(self._open_pause(e.now), e.speech)]
+                return [JudgeTurn(self._open_pause(e.now), e.speech)] if self._trust_pauses() else []
             if self.rules.stop_phrases and self.first_audio_sent and not speech.confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
                 # meanwhile; a backchannel unducks when they come back).
@@ -184,7 +187,7 @@ class TurnTaking(ReplyProgress):
             turn_id = self._new_turn(speculative=True)
             speech.speculated_at = e.now
             actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=speech.stopped_reply))
-        if self.rules.judge:
+        if self.rules.judge and self._trust_pauses():  # (an answer that could end nothing costs the shared model)
             actions.append(JudgeTurn(pause, e.speech))
         return actions
 
@@ -297,6 +300,7 @@ class TurnTaking(ReplyProgress):
         self.last_activity = e.now
         carried = self.speech is not None and self.speech.carrying is not None
         self.speech, self.pending_text = None, ""
+        self.went_on = 0  # the client ended the request here
         actions: list[Action] = self._unduck() + ([CarrySpeech(None)] if carried else [])  # nothing half heard stays
         if self.turn is not None:
             actions += self._cancel("new turn")  # a speculative one is discarded, unheard
@@ -413,7 +417,6 @@ class TurnTaking(ReplyProgress):
             return []
         if turn.speculative:
             return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
-        self.went_on = 0  # the request ended with its turn
         return [Send("stop_tts"), StopTurn(turn.turn_id, reason, audible=True),
                 Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": reason}),
                 Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": reason})]

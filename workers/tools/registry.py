@@ -117,7 +117,11 @@ def parse_calls(text: str) -> list[ToolCall]:
     """Every <tool_call> block of the model's text, in order (an unclosed last one too: generation may stop), or
     the bare JSON calls of a model that leaves the tags out."""
     calls = []
-    bodies = [body for _, body in TOOL_CALL.findall(text)] or _bare_calls(_unfenced(text).replace("```", " "))
+    tagged = TOOL_CALL.findall(text)
+    # <tool_response> bodies are calls only in a reply with no <tool_call>: after a real call, a result the model
+    # made up in those tags is not another call.
+    calls_tagged = [body for tag, body in tagged if tag == "tool_call"]
+    bodies = calls_tagged or [body for _, body in tagged] or _bare_calls(_unfenced(text).replace("```", " "))
     for body in bodies:
         try:
             data = json.loads(body)

@@ -13,6 +13,7 @@ from vita.messages import (
     ToolUsed,
     TurnRequest,
 )
+from workers.prompting import ConversationHistory
 from workers.speech_pieces import SpeechClock
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
@@ -27,17 +28,36 @@ class ToolTurns:
     """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
 
     @staticmethod
-    def _offered(tools: ToolBox | None, question: str) -> ToolBox | None:
+    def _offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
         """The tools the model itself is shown for this question: a client's own, and the operator's (MCP) that
-        share a word with it (relevance.py). The built-ins are called for it when a question plainly needs them
-        (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions ("Yes, penguins can
-        fly." became "Penguins can fly.") and it called them for only half of the questions."""
+        share a word with it or were just used (relevance.py); all of the operator's when `question` is None
+        (a template that cannot offer them beside the question, or a language the word match does not know).
+        The built-ins are called for it when a question plainly needs them (intents.py): shown to the model
+        too, they cost the answer set 2-3 of 42 questions ("Yes, penguins can fly." became "Penguins can fly.")
+        and it called them for only half of the questions."""
         if not tools:
             return None
         theirs = [t for t in tools.tools.values() if t.source == CLIENT_TOOL]
         operators = ToolBox([t for t in tools.tools.values() if t.source not in ("builtin", CLIENT_TOOL)])
-        offered = ToolBox([*theirs, *relevant(question, operators).tools.values()])
+        if question is not None:
+            operators = relevant(question, operators, recent)
+        offered = ToolBox([*theirs, *operators.tools.values()])
         return offered or None
+
+    def _offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
+        """`_offered` for a turn of this worker: by relevance where the prompt can put them beside the question."""
+        if not self._tools_beside():
+            return self._offered(tools, None)
+        recent = tuple(call["function"]["name"] for ex in list(history)[-2:] for m in ex.tool_messages
+                       for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict))
+        return self._offered(tools, question, recent)
+
+    def _tools_beside(self) -> bool:
+        """Offered beside the question (each turn only the tools it may need), or in the prompt's usual place
+        (all of them, every turn, so that the cached prefix stays the same)."""
+        language = self.config.asr.language
+        return (self.prompts is not None and self.prompts.tools_beside
+                and (language is None or language.startswith("en")))
 
     def _session_tools(self, req: TurnRequest) -> ToolBox | None:
         """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)

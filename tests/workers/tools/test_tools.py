@@ -71,6 +71,9 @@ def test_a_call_written_in_the_tags_of_a_tools_result_is_a_call():
     assert detector.is_call
     assert parse_calls(detector.pending) == [ToolCall("opening_hours", {"day": "Sunday"})]
     assert starts_tool_call("<tool_res") is None and starts_tool_call("<tools are") is False
+    after_a_call = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n'
+                    '<tool_response>{"open": true}</tool_response>')
+    assert parse_calls(after_a_call) == [ToolCall("a", {})]  # a result it made up is not a second call
     spoken = CallDetector(enabled=True)
     assert spoken.feed("Closed on Sundays. <tool_response>") == "Closed on Sundays. " and spoken.cut
 
