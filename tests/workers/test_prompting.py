@@ -112,3 +112,39 @@ def test_a_template_without_a_tools_part_gets_them_where_it_puts_them(base_token
             "<|system|>Be brief.\n<|user|>Widgets?\n<|assistant|>")
     finally:
         base_tokenizer.chat_template = None
+
+
+# Llama 3.1's way: the tools go into the first user message, not the system prompt.
+TOOLS_IN_USER_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>"
+    "{% if loop.index0 == 1 and tools %}Tools: {{ tools | tojson }}\n{% endif %}{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# Tools in the system prompt, and every later system message dropped without a word.
+DROPS_LATER_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] != 'system' or loop.first %}<|{{ m['role'] }}|>{{ m['content'] }}"
+    "{% if loop.first and tools %} Tools: {{ tools | tojson }}{% endif %}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_a_template_that_puts_tools_in_the_first_user_message_gets_them_there_every_turn(base_tokenizer):
+    base_tokenizer.chat_template = TOOLS_IN_USER_TEMPLATE
+    try:
+        builder = PromptBuilder(base_tokenizer, "auto", "Be brief.")
+        assert tool_section(base_tokenizer, STOCK_TOOL) == "" and not builder.tools_beside
+        prompt = builder.build(ConversationHistory(4), "Widgets?", tools=STOCK_TOOL)
+        assert prompt.startswith("<|system|>Be brief.\n<|user|>Tools: [") and '"stock_count"' in prompt
+    finally:
+        base_tokenizer.chat_template = None
+
+
+def test_a_template_that_drops_a_later_system_message_keeps_the_tools_where_it_puts_them(base_tokenizer):
+    base_tokenizer.chat_template = DROPS_LATER_SYSTEM_TEMPLATE
+    try:
+        builder = PromptBuilder(base_tokenizer, "auto", "Be brief.")
+        assert builder.tools_beside  # its system prompt shows where tools go...
+        prompt = builder.build(ConversationHistory(4), "Widgets?", tools=STOCK_TOOL)
+        assert prompt.startswith("<|system|>Be brief. Tools: [") and '"stock_count"' in prompt  # ...kept there
+    finally:
+        base_tokenizer.chat_template = None

@@ -31,6 +31,7 @@ the their them then there these they this those to too up us very want was we we
 whom whose why will with would yes you your
 default e eg example given list name need new none number object optional return returns set string system
 true false use used uses using value values
+after before between during each every only other over per same such through under via within without
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 NOT_PLURALS = frozenset({"times"})  # "five times six" is not about the time

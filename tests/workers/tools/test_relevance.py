@@ -6,7 +6,7 @@ import pytest
 
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.registry import Tool, ToolBox
-from workers.tools.relevance import content_words, relevant, stem, tool_words
+from workers.tools.relevance import MAX_OFFERED, content_words, relevant, stem, tool_words
 from workers.tools.turn_calls import ToolTurns
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -55,3 +55,32 @@ def test_the_model_is_shown_a_clients_tools_always_the_operators_when_relevant_a
     assert list(ToolTurns._offered(box, "What time is it today?").tools) == ["lookup_order"]
     assert ToolTurns._offered(ToolBox([builtin, STOCK]), "What is the capital of Italy?") is None
     assert ToolTurns._offered(None, "How many widgets?") is None
+
+
+def test_questions_are_not_matched_by_generic_words_examples_or_sums():
+    clock = Tool("convert_time", "Convert a time between zones. Use this when you need a new time.",
+                 {"type": "object", "properties": {"zone": {"type": "string",
+                                                            "description": "e.g. 'Europe/London'"}}}, str)
+    box = ToolBox([clock])
+    assert list(relevant("What time is it in Tokyo?", box).tools) == ["convert_time"]
+    assert not relevant("What is five times six?", box)  # a sum, not the time
+    assert not relevant("Which ocean lies between Europe and America?", box)  # an argument's example
+    assert not relevant("What do I need to use to write a new letter?", box)  # the words every tool says
+
+
+def test_a_follow_up_gets_the_tool_just_used_and_at_most_four_are_offered():
+    assert list(relevant("And on Saturday?", SHOP, recent=["opening_hours"]).tools) == ["opening_hours"]
+    many = ToolBox([Tool(f"shop_tool_{i}", "Something about the shop.", {"type": "object"}, str) for i in range(9)])
+    assert len(relevant("Is the shop open?", many).tools) == MAX_OFFERED
+    best = Tool("shop_opening_hours", "When the shop is open.", {"type": "object"}, str)
+    assert "shop_opening_hours" in relevant("When is the shop open?", ToolBox([*many.tools.values(), best])).tools
+
+
+def test_words_of_any_script_are_words():
+    hours = Tool("öffnungszeiten", "Öffnungszeiten des Ladens.", {"type": "object"}, str)
+    assert list(relevant("Wie sind die Öffnungszeiten?", ToolBox([hours])).tools) == ["öffnungszeiten"]
+
+
+def test_with_no_question_to_match_every_operator_tool_is_offered():
+    box = ToolBox([Tool("get_current_time", "Now.", {"type": "object"}, str), STOCK, HOURS])
+    assert list(ToolTurns._offered(box, None).tools) == ["stock_count", "opening_hours"]
