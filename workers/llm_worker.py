@@ -423,8 +423,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 return None
             run.cues = await cues if cues else ""
             run.tools = self._session_tools(req)
-            offered = self._offered_for(run.tools, run.user_text, history)
-            prompt = self._text_prompt(history, run.user_text, run.cues, offered, tuple(run.tool_messages),
+            run.offered = self._offered_for(run.tools, run.user_text, history)
+            prompt = self._text_prompt(history, run.user_text, run.cues, run.offered, tuple(run.tool_messages),
                                        req.instructions)
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing

@@ -42,7 +42,10 @@ class ReplyGeneration:
         gen_started = time.monotonic()
         tokens = 0
         calls_left = self.config.tools.max_calls if run.tools else 0
-        offered = self._offered_for(run.tools, run.user_text, history or ConversationHistory(0))
+        offered = run.offered
+        # The call detector is on when tools are offered, or the history shows calls the model may copy; on to the
+        # end: a call past the limit is not spoken.
+        detect = bool(offered) or bool(run.tools) and any(ex.tool_messages for ex in (history or ()))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
@@ -61,10 +64,7 @@ class ReplyGeneration:
             else:
                 prompt = next_prompt()
         while not answered:
-            # On when tools are offered, or the history shows calls the model may copy; on to the end: a call past
-            # the limit is not spoken.
-            detector = CallDetector(enabled=bool(offered) or bool(run.tools) and any(
-                ex.tool_messages for ex in (history or ())))
+            detector = CallDetector(enabled=detect)
             round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):

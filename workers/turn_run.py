@@ -35,6 +35,7 @@ class TurnRun:
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
     cues: str = ""  # what the camera showed, for the prompt
     tools: ToolBox | None = None  # what this turn may call
+    offered: ToolBox | None = None  # what the model is shown of them (tools/relevance.py)
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
     planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
 
