@@ -51,10 +51,6 @@ _BINARY_HEADER = re.compile(r"^[56](\d+)-")
 _SEAT = "vita.polling_seat"  # environ key: a polling handshake's admitted place, handed to on_eio_connect
 
 
-def _query(environ: dict) -> dict[str, list[str]]:
-    return parse_qs(environ.get("QUERY_STRING", ""))
-
-
 class PollingSeat:
     """A polling session's place in the connection table, and what eviction shuts down: the engine.io session
     (once it has an id; evicted before that, it is refused when engine.io opens it)."""
@@ -131,7 +127,7 @@ class SocketGuard:
         """A polling handshake: checked and counted (`_polling_handshake`). A polling POST whose payload does
         not parse: 400 and the connection closed (engine.io logged a traceback, answered 200 and kept the
         session until its ping timeout)."""
-        query = _query(environ)
+        query = parse_qs(environ.get("QUERY_STRING", ""))
         sid = query.get("sid", [None])[0]
         if environ.get("REQUEST_METHOD") == "GET" and sid is None \
                 and query.get("transport", ["polling"])[0] == "polling":
