@@ -3,8 +3,9 @@
 speed: six Piper-spoken questions, per-model medians and what each heard.
 accuracy: the spoken questions of scripts/eval_questions.json in evaluation voices (hibari natural, piper and
 espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
-transcripts (WER > 0.5), and Whisper's own confidence (mean token log-probability) — how many transcripts fall
-under asr.ask_again_below, garbled and not (what the "say it again" reply would catch, and what it would cost).
+transcripts (WER > 0.5, numbers compared as digits), and the server's "say it again" rule (Whisper's confidence
+and, when it is unsure, the second model's opinion): what it catches among the garbled, and what it costs among
+the rest.
 
 Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy] [--voices hibari,piper,espeak] [--models ...]
 """
@@ -24,7 +25,7 @@ from eval_answers import synthesize
 
 from vita.config import Config
 from vita.harness.speech import silence, spoken
-from workers.asr import WhisperTranscriber, word_error_rate
+from workers.asr import MisheardRule, WhisperTranscriber, word_error_rate
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
@@ -56,13 +57,13 @@ def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([np.zeros(3200), audio, np.zeros(4800)]).clip(-32768, 32767).astype(np.int16)
 
 
-def asked_again(results: list[dict], below: float | None) -> int:
-    return sum(bool(below is not None and r["heard"] and r["logprob"] < below) for r in results)
-
-
 def accuracy(models: Path, names: list[str], voices: list[str], out: str | None) -> None:
+    """Each model as the server's first ASR, with the server's rule for "say it again" (workers/asr.MisheardRule:
+    its confidence, then, when unsure, the configured second model's opinion)."""
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
-    below = Config().asr.ask_again_below
+    cfg = Config().asr
+    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above)
+    second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1) if cfg.second_opinion else None
     rows = []
     for name in names:
         asr = WhisperTranscriber(models / name, "int8", 2, "en", 1)
@@ -70,15 +71,27 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
             rng = np.random.default_rng(0)
             results = []
             for q in questions:
-                heard = asr.hear(voice_audio(voice, q, rng).tobytes())
-                results.append({"model": name, "voice": voice, "question": q, "heard": heard.text,
-                                "logprob": heard.avg_logprob, "wer": word_error_rate(q, heard.text)})
+                audio = voice_audio(voice, q, rng).tobytes()
+                heard = asr.hear(audio)
+                row = {"model": name, "voice": voice, "question": q, "heard": heard.text,
+                       "logprob": heard.avg_logprob, "wer": word_error_rate(q, heard.text),
+                       "unsure": rule.unsure(heard), "second": None, "asked_again": rule.unsure(heard)}
+                if second is not None and name != cfg.second_opinion and rule.worth_a_second_opinion(heard):
+                    other = second.hear(audio)
+                    row["second"] = other.text
+                    row["asked_again"] = rule.disagree(heard, other)
+                results.append(row)
             garbled = [r for r in results if r["wer"] > GARBLED_WER]
             clear = [r for r in results if r["wer"] <= GARBLED_WER]
             mean_wer = statistics.mean(r["wer"] for r in results)
-            print(f"{name:<16} {voice:<14} n {len(results)}  mean WER {mean_wer:.3f}  garbled {len(garbled)}  "
-                  f"asked again (< {below}): garbled {asked_again(garbled, below)}/{len(garbled)}, "
-                  f"the rest {asked_again(clear, below)}/{len(clear)}", flush=True)
+
+            def asked(rows: list[dict], key: str) -> str:
+                return f"{sum(r[key] for r in rows)}/{len(rows)}"
+
+            print(f"{name:<16} {voice:<20} n {len(results)}  mean WER {mean_wer:.3f}  garbled {len(garbled)}  "
+                  f"asked again, confidence alone / with the second opinion: garbled {asked(garbled, 'unsure')} / "
+                  f"{asked(garbled, 'asked_again')}, the rest {asked(clear, 'unsure')} / {asked(clear, 'asked_again')}"
+                  f"; second model run {sum(r['second'] is not None for r in results)}", flush=True)
             rows += results
     if out:
         Path(out).write_text(json.dumps(rows, indent=1))
@@ -89,7 +102,7 @@ def main() -> int:
     parser.add_argument("what", nargs="?", choices=("speed", "accuracy"), default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
                         help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
-    parser.add_argument("--models", default="whisper-base,whisper-tiny.en")
+    parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
     parser.add_argument("--json", help="accuracy: every transcript here")
     args = parser.parse_args()
     models = Config().models_path()

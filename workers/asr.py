@@ -22,8 +22,62 @@ WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
 
 
+_UNITS = {w: i for i, w in enumerate([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * i for i, w in enumerate(
+    ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2)}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1000000}
+_SYMBOLS = {"+": " plus ", "%": " percent ", "&": " and ", "=": " equals "}
+
+
+def _numbers_as_digits(tokens: list[str]) -> list[str]:
+    """"twenty five" → "25", "two hundred and one" → "201": how Whisper writes numbers, whichever way a model
+    or a person wrote them."""
+    out: list[str] = []
+    total = current = 0
+    in_number = False
+
+    def close() -> None:
+        nonlocal total, current, in_number
+        if in_number:
+            out.append(str(total + current))
+        total = current = 0
+        in_number = False
+
+    for i, token in enumerate(tokens):
+        if token in _UNITS or token in _TENS:
+            value = _UNITS.get(token, _TENS.get(token, 0))
+            if in_number and current % 100 and (value >= 10 or current % 10):  # "five six": two numbers
+                close()
+            current += value
+            in_number = True
+        elif token in _SCALES and in_number:
+            scale = _SCALES[token]
+            if scale == 100:
+                current *= 100
+            else:
+                total, current = total + current * scale, 0
+        elif token == "and" and in_number and (total or current >= 100) and i + 1 < len(tokens) and (
+                tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS):
+            continue  # "two hundred and one"
+        else:
+            close()
+            out.append(token)
+    close()
+    return out
+
+
 def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+    """The words of a transcript, compared as said: lower case, no punctuation, numbers in digits ("eight times
+    eight" and "8x8" are the same three words; two models writing one number two ways do not disagree)."""
+    text = text.lower().replace("\u2019", "'")
+    for symbol, word in _SYMBOLS.items():
+        text = text.replace(symbol, word)
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", text)  # 1,000
+    text = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " times ", text)  # 8x8
+    text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", text)
+    return _numbers_as_digits(re.sub(r"[^a-z0-9.' ]|(?<!\d)\.|\.(?!\d)", " ", text).split())
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
@@ -61,6 +115,30 @@ class Transcription:
 
     text: str
     avg_logprob: float = 0.0
+
+
+@dataclass(frozen=True)
+class MisheardRule:
+    """When a transcript is taken for not what the user said (the config's asr section): Whisper's confidence
+    under `ask_again_below`, or, under `doubt_below`, a second model that disagrees on more than
+    `disagree_above` of the words. Shared by the LLM worker (workers/hearing.py) and scripts/bench_asr.py."""
+
+    ask_again_below: float | None = -0.9
+    doubt_below: float = -0.6
+    disagree_above: float = 0.5
+
+    def unsure(self, heard: Transcription) -> bool:
+        """Too unsure to answer at all."""
+        return bool(heard.text) and self.ask_again_below is not None and heard.avg_logprob < self.ask_again_below
+
+    def worth_a_second_opinion(self, heard: Transcription) -> bool:
+        return bool(heard.text) and not self.unsure(heard) and heard.avg_logprob < self.doubt_below
+
+    def disagreement(self, heard: Transcription, other: Transcription) -> float:
+        return word_error_rate(heard.text, other.text)
+
+    def disagree(self, heard: Transcription, other: Transcription) -> bool:
+        return self.disagreement(heard, other) > self.disagree_above
 
 
 class WhisperTranscriber:

@@ -13,7 +13,7 @@ from vita.messages import (
     TtsPiece,
     TurnRequest,
 )
-from workers.asr import word_error_rate
+from workers.asr import MisheardRule, Transcription
 from workers.turn_run import ASK_AGAIN, TurnRun
 
 
@@ -59,24 +59,28 @@ class Hearing:
             run.timings["asr_s"] = time.monotonic() - run.started
             if transcript:
                 run.timings["asr_logprob"] = heard.avg_logprob
-                below = self.config.asr.ask_again_below
-                run.misheard = below is not None and heard.avg_logprob < below and not req.text.strip()
-                if not run.misheard and not req.text.strip() and heard.avg_logprob < self.config.asr.doubt_below:
-                    run.misheard = await self._disagree(req, run, transcript)
+                rule = self.misheard_rule
+                if not req.text.strip():  # typed words say what was meant
+                    run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
+                                                          and await self._disagree(req, run, heard))
             self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
-    async def _disagree(self, req: TurnRequest, run: TurnRun, transcript: str) -> bool:
+    @property
+    def misheard_rule(self) -> MisheardRule:
+        cfg = self.config.asr
+        return MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above)
+
+    async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,
         "say it again" catches 12 of 15 garbled robotic questions instead of 9, 50 of 62 noisy ones instead of 44.)"""
         if self.second_asr is None:
             return False
         started = time.monotonic()
         other = await self._in_thread(self.second_asr.hear, req.audio, req.sample_rate)
-        disagreement = word_error_rate(transcript, other.text)
         run.timings["second_asr_s"] = time.monotonic() - started
-        run.timings["asr_disagreement"] = round(disagreement, 3)
-        return disagreement > self.config.asr.disagree_above
+        run.timings["asr_disagreement"] = round(self.misheard_rule.disagreement(heard, other), 3)
+        return self.misheard_rule.disagree(heard, other)
 
     async def _ask_again(self, req: TurnRequest, run: TurnRun) -> None:
         """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,

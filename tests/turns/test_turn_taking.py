@@ -374,12 +374,61 @@ def test_a_pause_starts_a_speculative_turn_and_asks_the_model_complete_ends_the_
     assert commit.turn_id == start.turn_id  # the speculative turn's work is kept
 
 
-def test_finished_by_the_model_the_turn_ends_when_the_words_agree():
+def test_finished_by_the_model_the_turn_ends_at_once_and_its_reply_waits_for_the_words_to_agree():
     m = judging()
     m.handle(SpeechStarted(0.5))
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
-    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == []  # the speculative turn's ASR has not answered
-    assert m.handle(TurnHeard(2.3, start.turn_id, "How many legs does a spider have?")) == [EndUtterance()]
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == [EndUtterance()]  # before the speculative ASR answered
+    (commit,) = of(m.handle(UtteranceEnded(2.16, SPEECH)), CommitTurn)
+    assert commit.turn_id == start.turn_id and m.phase is Phase.THINKING
+    assert m.route(start.turn_id) is Route.HOLD  # its words may yet say the user is going on
+    assert m.handle(TurnHeard(2.3, start.turn_id, "How many legs does a spider have?")) == [ReleaseHeld()]
+    assert m.route(start.turn_id) is Route.DELIVER
+
+
+def ended_before_its_words(m: TurnTaking, words: str) -> tuple[int, JudgeTurn, list]:
+    """A pause judged finished at 2.15 s, 50 ms after it opened, the turn committed, then its words heard."""
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.95)) == [EndUtterance()]
+    assert of(m.handle(UtteranceEnded(2.16, SPEECH)), CommitTurn)
+    return start.turn_id, judge, m.handle(TurnHeard(2.4, start.turn_id, words))
+
+
+def test_words_heard_after_the_end_that_go_on_hold_the_reply_until_the_long_silence():
+    m = judging()
+    turn, judge, actions = ended_before_its_words(m, "I have a question.")
+    assert actions == [EndPauseAfter(judge.pause, pytest.approx(1.2))]  # 1.5 s from the pause, not from the words
+    assert m.route(turn) is Route.HOLD and m.phase is Phase.THINKING
+    assert m.handle(PauseWaited(3.6, judge.pause - 1)) == []  # another pause's wait releases nothing
+    assert m.handle(PauseWaited(3.6, judge.pause)) == [ReleaseHeld()]  # nothing more was said: the reply goes
+    assert m.route(turn) is Route.DELIVER
+
+
+def test_words_heard_after_the_end_that_go_on_then_more_speech_is_one_request_and_no_early_end():
+    """As if the turn had never ended: the speech joins it, and the pause does not count against the request
+    (EARLY_ENDS_PER_REQUEST): its words kept it open."""
+    m = judging()
+    turn, judge, _ = ended_before_its_words(m, "I have a question.")
+    m.handle(SpeechStarted(2.9))
+    assert of(m.handle(SpeechConfirmed(3.3)), StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
+    assert m.handle(PauseWaited(3.6, judge.pause)) == []  # the withdrawn turn's wait releases nothing
+    assert m.went_on == 0
+    (start,) = of(m.handle(UtteranceEnded(4.5, LONGER)), StartTurn)
+    assert start.speech == LONGER and m.route(start.turn_id) is Route.DELIVER
+
+
+def test_words_heard_after_the_end_release_nothing_while_the_user_may_be_going_on():
+    m = judging()
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    m.handle(TurnJudged(2.15, judge.pause, 0.95))
+    m.handle(UtteranceEnded(2.16, SPEECH))
+    m.handle(SpeechStarted(2.3))  # a sound, or more of the request: not yet confirmed
+    assert m.handle(TurnHeard(2.4, start.turn_id, "What is the capital of France?")) == []
+    assert m.route(start.turn_id) is Route.HOLD
+    assert of(m.handle(SpeechDropped(2.6)), ReleaseHeld)  # a cough: the reply goes
+    assert m.route(start.turn_id) is Route.DELIVER
 
 
 @pytest.mark.parametrize("words", ["I have a question.", "Tell me about the moon and", "My favourite colours are,",
@@ -425,9 +474,12 @@ def test_a_speculative_turn_that_hears_nothing_leaves_the_models_word_standing()
     m = judging()
     m.handle(SpeechStarted(0.5))
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
-    assert m.handle(TurnJudged(2.15, judge.pause, 0.9)) == []
-    actions = m.handle(TurnUnanswered(2.2, start.turn_id, "not ready"))  # e.g. a worker restarting
-    assert of(actions, StopTurn) and actions[-1] == EndUtterance()
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.2)) == []
+    assert of(m.handle(TurnUnanswered(2.2, start.turn_id, "not ready")), StopTurn)  # e.g. a worker restarting
+    (again,) = m.handle(SpeechPausedLonger(2.3, LONGER))
+    assert m.handle(TurnJudged(2.35, again.pause, 0.9)) == [EndUtterance()]  # no words will come: the model decides
+    (start,) = of(m.handle(UtteranceEnded(2.36, LONGER)), StartTurn)
+    assert m.route(start.turn_id) is Route.DELIVER  # a turn of its own, whose ASR is its own: nothing to wait for
 
 
 def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
@@ -436,9 +488,11 @@ def test_the_words_of_an_old_pause_or_another_turn_decide_nothing():
     (first,) = of(m.handle(SpeechPaused(2.1, SPEECH)), StartTurn)
     m.handle(SpeechResumed(2.2))
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(3.1, LONGER)))
-    assert m.handle(TurnJudged(3.15, judge.pause, 0.9)) == []
-    assert m.handle(TurnHeard(3.2, first.turn_id, "What is the capital of France?")) == []  # discarded turn's
-    assert m.handle(TurnHeard(3.3, start.turn_id, "What is the capital of France? Keep it short.")) == [EndUtterance()]
+    assert m.handle(TurnHeard(3.2, first.turn_id, "I have a question.")) == []  # the discarded turn's
+    assert m.handle(TurnJudged(3.25, judge.pause, 0.9)) == [EndUtterance()]
+    (commit,) = of(m.handle(UtteranceEnded(3.26, LONGER)), CommitTurn)
+    assert m.handle(TurnHeard(3.3, first.turn_id, "I have a question.")) == []
+    assert m.handle(TurnHeard(3.4, start.turn_id, "What is the capital of France? Keep it short.")) == [ReleaseHeld()]
 
 
 @pytest.mark.parametrize(("words", "unfinished"), [

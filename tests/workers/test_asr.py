@@ -7,7 +7,7 @@ import pytest
 
 from vita.config import Config
 from vita.harness.speech import noise, silence, spoken
-from workers.asr import WhisperTranscriber, window_seconds
+from workers.asr import MisheardRule, Transcription, WhisperTranscriber, window_seconds, word_error_rate, words
 
 
 @pytest.mark.fast
@@ -17,6 +17,36 @@ from workers.asr import WhisperTranscriber, window_seconds
 ])
 def test_window_is_at_least_ten_seconds_and_long_utterances_take_whispers_own_path(audio_s, short, window):
     assert window_seconds(audio_s, short) == window
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("said", "written"), [
+    ("What is eight times eight?", "What is 8x8?"), ("What is twenty five plus seven?", "What is 25 + 7?"),
+    ("Two hundred and one dogs.", "201 dogs"), ("I have one thousand cats.", "I have 1,000 cats."),
+    ("What is twenty percent of fifty?", "What is 20% of 50?"), ("It’s nine o'clock.", "It's 9 o'clock"),
+])
+def test_a_number_written_in_words_or_digits_is_the_same_words(said, written):
+    assert words(said) == words(written) and word_error_rate(said, written) == 0.0
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("text", "expected"), [
+    ("one and two", ["1", "and", "2"]), ("five six seven", ["5", "6", "7"]), ("Add 34.56 and 789.",
+                                                                              ["add", "34.56", "and", "789"]),
+    ("a hundred", ["a", "hundred"]), ("The end.", ["the", "end"]),
+])
+def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
+    assert words(text) == expected
+
+
+@pytest.mark.fast
+def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_do():
+    rule = MisheardRule(ask_again_below=-0.9, doubt_below=-0.6, disagree_above=0.5)
+    unsure = Transcription("What is eight times eight?", -0.7)
+    assert rule.worth_a_second_opinion(unsure) and not rule.unsure(unsure)
+    assert not rule.disagree(unsure, Transcription("What is 8x8?", -0.3))
+    assert rule.disagree(Transcription("Time was delayed.", -0.7), Transcription("What is 8x8?", -0.3))
+    assert rule.unsure(Transcription("Mumble.", -1.2)) and not rule.worth_a_second_opinion(Transcription("", -2.0))
 
 
 @pytest.fixture(scope="module")

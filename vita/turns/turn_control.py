@@ -116,6 +116,7 @@ class TurnController:
         self.rules = TurnRules(judge=self.end_of_turn is not None, complete_threshold=turn.complete_threshold,
                                extend=turn.extend, extend_grace_s=turn.extend_grace_ms / 1000,
                                finished_words_wait_s=turn.finished_words_wait_ms / 1000,
+                               incomplete_wait_s=turn.incomplete_wait_ms / 1000,
                                max_text_chars=config.limits.max_text_chars,
                                stop_phrases=stop_phrases(turn.stop_words))
         self.closing = False

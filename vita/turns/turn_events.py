@@ -36,6 +36,7 @@ class TurnRules:
     judge: bool = False
     complete_threshold: float = 0.5
     finished_words_wait_s: float = 0.0  # a pause whose words end a sentence ends the turn after this (0 = never)
+    incomplete_wait_s: float = 1.5  # the long silence that ends a turn whatever the model and the words say
     extend: bool = False
     extend_grace_s: float = 0.0
     stop_phrases: tuple[str, ...] = ()  # short speech over the reply saying one of these stops it (heard by ASR)

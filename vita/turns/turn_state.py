@@ -35,6 +35,10 @@ class ActiveTurn:
     first_audio_at: float | None = None  # when its reply was first heard
     playback_ends_at: float = 0.0
     ducked: bool = False  # the client was told to duck its reply under the user's (unconfirmed) speech
+    # The pause it was ended at by the end-of-turn model before the speculative turn's words were in: its reply
+    # is held until they are, and, if they say the user is going on ("I have a question."), until the long
+    # silence has passed (more speech meanwhile extends the request). None: nothing of the kind to wait for.
+    held_by: OpenPause | None = None
 
     @property
     def phase(self) -> Phase:

@@ -121,7 +121,9 @@ class TurnTaking(ReplyProgress):
             return Route.DROP
         # Held too: the reply of a request the user may be going on with (speech began before any of it was heard):
         # if they are, it is withdrawn unheard; if it was a cough, it is released (ReleaseHeld).
-        return Route.HOLD if self.speculative or self._may_continue() else Route.DELIVER
+        # And the reply of a turn whose words are still to be heard, or said that the user is going on (held_by).
+        turn = self.turn
+        return Route.HOLD if turn.speculative or turn.held_by is not None or self._may_continue() else Route.DELIVER
 
     # --- the machine -------------------------------------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -206,11 +208,14 @@ class TurnTaking(ReplyProgress):
             pause.doubted = True
             return self._judge_again(pause)
         pause.sounds_finished = True
-        if self.speculative and pause.words is None:
-            return []  # the speculative turn's words come before its reply could: they have a say too
+        # Ended now even if the speculative turn's words are still to come: they come before its reply could, and
+        # still have their say (the turn's reply is held for them: ActiveTurn.held_by).
         return self._end_at_pause(pause)
 
     def _on_TurnHeard(self, e: TurnHeard) -> list[Action]:
+        turn = self.turn
+        if turn is not None and turn.turn_id == e.turn_id and turn.held_by is not None and not turn.speculative:
+            return self._words_after_the_end(turn, e)
         pause = self.pause
         if pause is None or e.turn_id != self.active_turn or not self.speculative:
             return []  # not the words of the pause the user is in
@@ -223,6 +228,10 @@ class TurnTaking(ReplyProgress):
         return []
 
     def _on_PauseWaited(self, e: PauseWaited) -> list[Action]:
+        turn = self.turn
+        if turn is not None and turn.held_by is not None and turn.held_by.seq == e.pause:
+            turn.held_by = None  # the long silence has passed: the reply goes, whatever the words said
+            return self._release(True)
         if self.pause is None or self.pause.seq != e.pause:
             return []  # the user went on meanwhile
         return [EndUtterance()]
@@ -273,6 +282,9 @@ class TurnTaking(ReplyProgress):
         text, self.pending_text = self.pending_text, ""
         if self.speculative and not text:
             self.turn.speculative = False  # the speculative turn heard exactly this: keep its work
+            pause = heard.pause
+            if pause is not None and pause.sounds_finished and pause.words is None:
+                self.turn.held_by = pause  # ended by the model before the words were in: they still have a say
             return actions + self._commit(self.turn.turn_id, e.speech, text, e.now)
         if self.turn is not None:
             actions += self._cancel("new turn")
@@ -357,7 +369,18 @@ class TurnTaking(ReplyProgress):
                 and self._committed())
 
     def _release(self, held_before: bool) -> list[Action]:
-        return [ReleaseHeld()] if held_before and not self._may_continue() and self._committed() else []
+        return [ReleaseHeld()] if held_before and self.route(self.active_turn) is Route.DELIVER else []
+
+    def _words_after_the_end(self, turn: ActiveTurn, e: TurnHeard) -> list[Action]:
+        """The words of a turn the model ended before they were in: a sentence that goes on ("I have a question.",
+        "...and") keeps its reply held until the long silence has passed (more speech meanwhile extends the
+        request, as if the turn had never ended); otherwise the reply goes."""
+        pause = turn.held_by
+        pause.words = e.text
+        if sounds_unfinished(e.text):
+            return [EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.incomplete_wait_s - e.now))]
+        turn.held_by = None
+        return self._release(True)
 
     def _continues_request(self, speech: UserSpeech) -> bool:
         """The speech goes on with the committed (spoken) request: it began before the reply was heard."""
@@ -383,7 +406,8 @@ class TurnTaking(ReplyProgress):
         """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
         stopped)."""
         turn, self.turn = self.turn, None
-        self.went_on += 1
+        if turn.held_by is None or turn.held_by.words is None:  # (a pause its words kept open was no early end)
+            self.went_on += 1
         return [*([Send("stop_tts")] if turn.first_audio_at is not None else []),  # words of a reply too soon
                 StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
                 Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": EXTENDED}),
