@@ -150,6 +150,8 @@ def validate(config: Config) -> Config:
            f"must be one of {', '.join(_ASR_MODELS)}, or null")
     _check(-10 <= a.doubt_below <= 0, "asr.doubt_below", "must be a log-probability between -10 and 0")
     _check(0 < a.disagree_above <= 2, "asr.disagree_above", "must be a word disagreement between 0 and 2")
+    _check(a.sense_check_below is None or -10 <= a.sense_check_below <= 0, "asr.sense_check_below",
+           "must be a log-probability between -10 and 0, or null")
     _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
     _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",

@@ -121,11 +121,13 @@ class Transcription:
 class MisheardRule:
     """When a transcript is taken for not what the user said (the config's asr section): Whisper's confidence
     under `ask_again_below`, or, under `doubt_below`, a second model that disagrees on more than
-    `disagree_above` of the words. Shared by the LLM worker (workers/hearing.py) and scripts/bench_asr.py."""
+    `disagree_above` of the words; under `sense_check_below` the LLM is asked whether the words make sense
+    (workers/turn_run.SENSE_CHECK). Shared by the LLM worker (workers/hearing.py) and scripts/bench_asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6
     disagree_above: float = 0.5
+    sense_check_below: float | None = -0.5
 
     def unsure(self, heard: Transcription) -> bool:
         """Too unsure to answer at all."""
@@ -133,6 +135,11 @@ class MisheardRule:
 
     def worth_a_second_opinion(self, heard: Transcription) -> bool:
         return bool(heard.text) and not self.unsure(heard) and heard.avg_logprob < self.doubt_below
+
+    def worth_a_sense_check(self, heard: Transcription) -> bool:
+        """Unsure enough that the model is asked whether the words make sense (they may be fluent nonsense)."""
+        return (bool(heard.text) and self.sense_check_below is not None and not self.unsure(heard)
+                and heard.avg_logprob < self.sense_check_below)
 
     def disagreement(self, heard: Transcription, other: Transcription) -> float:
         return word_error_rate(heard.text, other.text)

@@ -56,7 +56,7 @@ from workers.tools.client_tools import AwaitedCalls
 from workers.tools.mcp_tools import McpServers
 from workers.tools.registry import ToolBox
 from workers.tools.turn_calls import ToolTurns
-from workers.turn_run import NAME, TTS_PUT_TIMEOUT_S, TtsBusy, TurnRun
+from workers.turn_run import NAME, SENSE_CHECK, TTS_PUT_TIMEOUT_S, TtsBusy, TurnRun, asks_again
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -162,11 +162,12 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature)
 
     def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
-                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None) -> EnginePrompt:
+                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = ""
+                     ) -> EnginePrompt:
         p = self.prompts if persona is None else self.prompts.with_persona(persona)
         schemas = tools.schemas() if tools else None
-        return EnginePrompt(p.build(history, user_text, cues, schemas, after), p.messages(history, user_text, cues,
-                                                                                          after), tuple(p.stop))
+        return EnginePrompt(p.build(history, user_text, cues, schemas, after, note),
+                            p.messages(history, user_text, cues, after), tuple(p.stop))
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style
@@ -353,7 +354,10 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 return
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
-            history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
+            if run.sense_check and asks_again(run.said):  # the words made no sense to the model: noise, not history
+                run.timings["asked_again"] = 1.0
+            else:
+                history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self._publish_answered(sid, tid, run)
             try:
                 self._warm(sid, tid, history, run.tools, req.instructions)
@@ -425,7 +429,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             run.tools = self._session_tools(req)
             run.offered = self._offered_for(run.tools, run.user_text, history)
             prompt = self._text_prompt(history, run.user_text, run.cues, run.offered, tuple(run.tool_messages),
-                                       req.instructions)
+                                       req.instructions, SENSE_CHECK if run.sense_check else "")
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 

@@ -127,7 +127,8 @@ def chat_messages(persona: str, history: ConversationHistory, user_content: Any,
                   after: tuple[dict[str, Any], ...] = (), offer: str = "") -> list[dict[str, Any]]:
     """System persona, past exchanges as text (with their tool calls and results), then this turn (a string, or a
     list of content parts) and what its tools have answered so far (`after`); `offer`, the tools this question
-    may call in the template's own words, goes in a system message just before it."""
+    may call in the template's own words and any note about the question, goes in a system message just before
+    it."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": persona}] if persona else []
     for ex in history:
         messages.append({"role": "user", "content": ex.user})
@@ -228,18 +229,22 @@ class PromptBuilder:
 
     def messages(self, history: ConversationHistory, user_text: str, cues: str = "",
                  after: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+        # (no note: a remote chat server's template may refuse a system message after the history)
         return chat_messages(self.persona, self._bounded(history), _with_cues(user_text, cues), after)
 
     def build(self, history: ConversationHistory, user_text: str, cues: str = "",
-              tools: list[dict[str, Any]] | None = None, after: tuple[dict[str, Any], ...] = ()) -> str | None:
+              tools: list[dict[str, Any]] | None = None, after: tuple[dict[str, Any], ...] = (),
+              note: str = "") -> str | None:
         """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders).
-        `tools` (chat models only) are offered through the chat template; `after` is this turn's tool exchange."""
+        `tools` (chat models only) are offered through the chat template; `after` is this turn's tool exchange;
+        `note`, a word to the model about this question, goes beside it like the tools (chat models only)."""
         user_text = _with_cues(user_text, cues)
         history = self._bounded(history)
         if self.style == "chat":
             if self.tokenizer is None:
                 return None
-            offer = self._offer(tools) if tools else ""
+            tool_offer = self._offer(tools) if tools else ""
+            offer = "\n\n".join(part for part in (tool_offer, note) if part)
             if offer:  # beside the question (after the history, which stays the cached prefix it was)
                 with contextlib.suppress(Exception):  # a template that takes no system message there: as it says
                     rendered = render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after,
@@ -247,6 +252,7 @@ class PromptBuilder:
                     if offer in rendered:  # (a template may also drop a later system message without a word)
                         return rendered
             return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
+            # (a note is then left out: only a word to the model, it is not worth a prompt it was not made for)
         return self._transcript(history, user_text)
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:

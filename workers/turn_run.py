@@ -3,6 +3,7 @@ and the words and limits more than one part uses."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,16 @@ TTS_PUT_TIMEOUT_S = 1.0
 WARM_DELAY_S = 0.4
 # The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
 ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
+# Beside a question Whisper was unsure of (asr.sense_check_below), just before it: fluent nonsense ("We chose to
+# rise between Europe and North America.") has confident-looking words that only a reader can judge.
+SENSE_CHECK = ("The speech recognizer was unsure of the user's next words: they may be misheard. If they do not "
+               "make sense as something a person would say to you, reply only: Sorry, I didn't catch that.")
+_ASKED_AGAIN = re.compile(r"^\W*(sorry,?\s+)?i (did not|didn't|couldn't|could not) (catch|understand|hear)", re.I)
+
+
+def asks_again(reply: str) -> bool:
+    """Did the model say it did not catch what the user said (SENSE_CHECK)?"""
+    return bool(_ASKED_AGAIN.match(reply.replace("\u2019", "'")))
 
 
 class TtsBusy(Exception):
@@ -33,6 +44,7 @@ class TurnRun:
     timings: dict[str, float] = field(default_factory=dict)
     generating: bool = False
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
+    sense_check: bool = False  # ASR was unsure enough that the model is asked whether the words make sense
     cues: str = ""  # what the camera showed, for the prompt
     tools: ToolBox | None = None  # what this turn may call
     offered: ToolBox | None = None  # what the model is shown of them (tools/relevance.py)

@@ -38,7 +38,7 @@ from workers.prompting import PromptBuilder
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
-from workers.turn_run import ASK_AGAIN
+from workers.turn_run import ASK_AGAIN, SENSE_CHECK, asks_again
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -518,3 +518,34 @@ def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again
     assert worker.second_asr.calls == int(second_asked)
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert ("asr_disagreement" in timings.timings) is second_asked
+
+
+@pytest.mark.parametrize("logprob, replies, noted, asked", [
+    (-0.55, ["Sorry,", "I", "didn't", "catch", "that."], True, True),  # unsure, and the words made no sense
+    (-0.55, ["Paris", "is", "the", "capital."], True, False),  # unsure, but the question made sense: answered
+    (-0.2, ["Sorry,", "I", "didn't", "catch", "that."], False, False),  # sure of the words: no note, no ask
+])
+def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob, replies, noted, asked):
+    worker, engine = make_worker(replies)
+    worker.asr, worker.second_asr = Heard("We chose to rise between Europe.", logprob), None
+    notes, text_prompt = [], worker._text_prompt
+
+    def noting(*args, **kwargs):
+        notes.append(args[6] if len(args) > 6 else kwargs.get("note", ""))
+        return text_prompt(*args, **kwargs)
+
+    worker._text_prompt = noting
+    run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
+    assert notes == [SENSE_CHECK if noted else ""]  # where the note goes: tests/workers/test_prompting.py
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
+    assert ("asked_again" in timings.timings) is asked
+    assert len(worker.histories["s"]) == (0 if asked else 1)  # nonsense stays out of the history
+
+
+@pytest.mark.parametrize("reply, asked", [
+    ("Sorry, I didn't catch that.", True), ("I didn’t catch that, could you repeat?", True),
+    ("Sorry, I couldn't understand you.", True), ("I did not hear you clearly.", True),
+    ("Sorry to hear that. I didn't catch a cold.", False), ("Paris.", False), ("I caught that fish.", False),
+])
+def test_a_reply_that_says_it_did_not_catch_the_words(reply, asked):
+    assert asks_again(reply) is asked

@@ -103,6 +103,18 @@ def test_tools_are_offered_in_the_templates_own_words_just_before_the_question(c
     assert "# Tools" not in plain and offered.count("# Tools") == 1
 
 
+def test_a_note_about_the_question_goes_just_before_it_after_any_tools(chat_tokenizer):
+    builder = PromptBuilder(chat_tokenizer, "auto", "Vita is brief.")
+    history = ConversationHistory(4)
+    history.add(Exchange("What is the capital of France?", "Paris."))
+    plain = builder.build(history, "We chose to rise?")
+    noted = builder.build(history, "We chose to rise?", note="The words may be misheard.")
+    both = builder.build(history, "We chose to rise?", tools=STOCK_TOOL, note="The words may be misheard.")
+    prefix = plain[:plain.index("<|im_start|>user\nWe chose")]
+    assert noted == prefix + "<|im_start|>system\nThe words may be misheard.<|im_end|>\n" + plain[len(prefix):]
+    assert both.startswith(prefix) and both.index("# Tools") < both.index("misheard") < both.index("We chose")
+
+
 def test_a_template_without_a_tools_part_gets_them_where_it_puts_them(base_tokenizer):
     base_tokenizer.chat_template = CHAT_TEMPLATE  # writes no tools at all
     try:
