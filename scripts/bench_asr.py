@@ -7,7 +7,9 @@ transcripts (WER > 0.5, numbers compared as digits), and the server's "say it ag
 and, when it is unsure, the second model's opinion): what it catches among the garbled, and what it costs among
 the rest.
 
-Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy] [--voices hibari,piper,espeak] [--models ...]
+sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of.
+
+Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy|sense] [--voices hibari,piper,espeak] [--models ...]
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
     its confidence, then, when unsure, the configured second model's opinion)."""
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
     cfg = Config().asr
-    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above)
+    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below)
     second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1) if cfg.second_opinion else None
     rows = []
     for name in names:
@@ -97,17 +99,55 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
         Path(out).write_text(json.dumps(rows, indent=1))
 
 
+def sense(transcripts: str, below: float | None) -> None:
+    """The transcripts of an `accuracy --json` run through the default LLM with the server's note beside the
+    question (workers/turn_run.SENSE_CHECK; no history), where Whisper's confidence is under `below` (None: every
+    one): what the model asks again on top of the rules above, garbled and not."""
+    import os
+
+    from workers.local_engine import device_env, engine_kwargs
+    from workers.prompting import ConversationHistory, PromptBuilder
+    from workers.turn_run import SENSE_CHECK, asks_again
+
+    config = Config()
+    os.environ.update(device_env(config))
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(config, False))
+    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona)
+    rows = json.loads(Path(transcripts).read_text())
+    checked = [r for r in rows if r["heard"] and not r["asked_again"] and (below is None or r["logprob"] < below)]
+    texts = [prompts.build(ConversationHistory(0), r["heard"], note=SENSE_CHECK) for r in checked]
+    outs = llm.generate(texts, SamplingParams(max_tokens=12, temperature=0), use_tqdm=False)
+    for row, out in zip(checked, outs, strict=True):
+        row["sense_reply"] = out.outputs[0].text
+        row["asked_again"] = asks_again(row["sense_reply"])
+    for voice in dict.fromkeys(r["voice"] for r in rows):
+        mine = [r for r in rows if r["voice"] == voice]
+        garbled = [r for r in mine if r["wer"] > GARBLED_WER]
+        clear = [r for r in mine if r["wer"] <= GARBLED_WER]
+        print(f"{voice:<20} note under {below}: asked again, garbled {sum(r['asked_again'] for r in garbled)}/"
+              f"{len(garbled)}, the rest {sum(r['asked_again'] for r in clear)}/{len(clear)}; "
+              f"{sum('sense_reply' in r for r in mine)} checked", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", choices=("speed", "accuracy"), default="speed")
+    parser.add_argument("what", nargs="?", choices=("speed", "accuracy", "sense"), default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
                         help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
-    parser.add_argument("--json", help="accuracy: every transcript here")
+    parser.add_argument("--json", help="accuracy: every transcript here; sense: the transcripts to check")
+    parser.add_argument("--sense_below", default="config",
+                        help="sense: the note under this confidence (default asr.sense_check_below; all: every one)")
     args = parser.parse_args()
     models = Config().models_path()
     if args.what == "speed":
         speed(models)
+    elif args.what == "sense":
+        below = (Config().asr.sense_check_below if args.sense_below == "config"
+                 else None if args.sense_below == "all" else float(args.sense_below))
+        sense(args.json, below)
     else:
         accuracy(models, args.models.split(","), args.voices.split(","), args.json)
     return 0

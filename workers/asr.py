@@ -39,25 +39,39 @@ def _numbers_as_digits(tokens: list[str]) -> list[str]:
     in_number = False
 
     def close() -> None:
-        nonlocal total, current, in_number
+        nonlocal total, current, in_number, last_scale
         if in_number:
             out.append(str(total + current))
-        total = current = 0
+        total = current = last_scale = 0
         in_number = False
 
+    last_scale = 0
     for i, token in enumerate(tokens):
-        if token in _UNITS or token in _TENS:
+        if token == "zero":  # a digit of its own ("zero five", "double-o seven" read out)
+            close()
+            out.append("0")
+        elif token in _UNITS or token in _TENS:
             value = _UNITS.get(token, _TENS.get(token, 0))
-            if in_number and current % 100 and (value >= 10 or current % 10):  # "five six": two numbers
+            tens = current % 100
+            # Only a unit after a round ten joins it ("twenty five"); "ten five", "five six" are two numbers.
+            if in_number and tens and not (value < 10 and tens >= 20 and tens % 10 == 0):
                 close()
             current += value
             in_number = True
-        elif token in _SCALES and in_number:
+        elif token in _SCALES and in_number and (not last_scale or _SCALES[token] < last_scale or not total):
             scale = _SCALES[token]
             if scale == 100:
+                if current >= 100:  # "one hundred two hundred": a second number
+                    close()
+                    out.append(token)
+                    continue
                 current *= 100
             else:
                 total, current = total + current * scale, 0
+            last_scale = scale
+        elif token == "|":  # punctuation: "twenty, one" is two numbers
+            close()
+            last_scale = 0
         elif token == "and" and in_number and (total or current >= 100) and i + 1 < len(tokens) and (
                 tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS):
             continue  # "two hundred and one"
@@ -74,10 +88,12 @@ def words(text: str) -> list[str]:
     text = text.lower().replace("\u2019", "'")
     for symbol, word in _SYMBOLS.items():
         text = text.replace(symbol, word)
-    text = re.sub(r"(?<=\d),(?=\d{3})", "", text)  # 1,000
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)  # 1,000
     text = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " times ", text)  # 8x8
     text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", text)
-    return _numbers_as_digits(re.sub(r"[^a-z0-9.' ]|(?<!\d)\.|\.(?!\d)", " ", text).split())
+    text = re.sub(r"[,;:!?]|(?<!\d)\.|\.(?!\d)", " | ", text)  # (ends a number; not a word)
+    tokens = _numbers_as_digits(re.sub(r"[^a-z0-9.'| ]", " ", text).split())
+    return [t for t in tokens if t != "|"]
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:

@@ -74,7 +74,7 @@ class Hearing:
 
     async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,
-        "say it again" catches 12 of 15 garbled robotic questions instead of 9, 50 of 62 noisy ones instead of 44.)"""
+        "say it again" catches 12 of 14 garbled robotic questions instead of 9, 49 of 58 noisy ones instead of 44.)"""
         if self.second_asr is None:
             return False
         started = time.monotonic()

@@ -430,6 +430,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             run.offered = self._offered_for(run.tools, run.user_text, history)
             prompt = self._text_prompt(history, run.user_text, run.cues, run.offered, tuple(run.tool_messages),
                                        req.instructions, SENSE_CHECK if run.sense_check else "")
+            # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
+            run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
 

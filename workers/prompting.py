@@ -248,7 +248,7 @@ class PromptBuilder:
             if offer:  # beside the question (after the history, which stays the cached prefix it was)
                 with contextlib.suppress(Exception):  # a template that takes no system message there: as it says
                     rendered = render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after,
-                                                                         offer))
+                                                                         offer), None if tool_offer else tools)
                     if offer in rendered:  # (a template may also drop a later system message without a word)
                         return rendered
             return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)

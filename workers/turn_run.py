@@ -21,12 +21,16 @@ ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
 # rise between Europe and North America.") has confident-looking words that only a reader can judge.
 SENSE_CHECK = ("The speech recognizer was unsure of the user's next words: they may be misheard. If they do not "
                "make sense as something a person would say to you, reply only: Sorry, I didn't catch that.")
-_ASKED_AGAIN = re.compile(r"^\W*(sorry,?\s+)?i (did not|didn't|couldn't|could not) (catch|understand|hear)", re.I)
+_ASKED_AGAIN = re.compile(r"\b(didn't|did not|couldn't|could not|can't|cannot)\s+(quite\s+)?(catch|make out|understand|"
+                          r"hear)\s+(that|you|what you said|it)\b", re.I)
+ASKED_AGAIN_MAX_WORDS = 16  # a reply that says so is short; a longer one answers something
 
 
 def asks_again(reply: str) -> bool:
-    """Did the model say it did not catch what the user said (SENSE_CHECK)?"""
-    return bool(_ASKED_AGAIN.match(reply.replace("\u2019", "'")))
+    """Did the model say, in its first sentence, that it did not catch what the user said (SENSE_CHECK)?"""
+    reply = reply.replace("\u2019", "'").strip()
+    first = re.split(r"(?<=[.!?])\s", reply, maxsplit=1)[0]
+    return len(reply.split()) <= ASKED_AGAIN_MAX_WORDS and bool(_ASKED_AGAIN.search(first))
 
 
 class TtsBusy(Exception):

@@ -386,19 +386,22 @@ def test_finished_by_the_model_the_turn_ends_at_once_and_its_reply_waits_for_the
     assert m.route(start.turn_id) is Route.DELIVER
 
 
-def ended_before_its_words(m: TurnTaking, words: str) -> tuple[int, JudgeTurn, list]:
-    """A pause judged finished at 2.15 s, 50 ms after it opened, the turn committed, then its words heard."""
+def ended_before_its_words(m: TurnTaking, words: str | None) -> tuple[int, JudgeTurn, list]:
+    """A pause judged finished at 2.15 s, 50 ms after it opened, the turn committed (its reply held, the long
+    silence's wait set), then its words heard (None: not yet)."""
     m.handle(SpeechStarted(0.5))
     (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
     assert m.handle(TurnJudged(2.15, judge.pause, 0.95)) == [EndUtterance()]
-    assert of(m.handle(UtteranceEnded(2.16, SPEECH)), CommitTurn)
-    return start.turn_id, judge, m.handle(TurnHeard(2.4, start.turn_id, words))
+    committed = m.handle(UtteranceEnded(2.16, SPEECH))
+    assert of(committed, CommitTurn)
+    assert of(committed, EndPauseAfter) == [EndPauseAfter(judge.pause, pytest.approx(1.44))]  # 1.5 s from the pause
+    return start.turn_id, judge, [] if words is None else m.handle(TurnHeard(2.4, start.turn_id, words))
 
 
 def test_words_heard_after_the_end_that_go_on_hold_the_reply_until_the_long_silence():
     m = judging()
     turn, judge, actions = ended_before_its_words(m, "I have a question.")
-    assert actions == [EndPauseAfter(judge.pause, pytest.approx(1.2))]  # 1.5 s from the pause, not from the words
+    assert actions == []
     assert m.route(turn) is Route.HOLD and m.phase is Phase.THINKING
     assert m.handle(PauseWaited(3.6, judge.pause - 1)) == []  # another pause's wait releases nothing
     assert m.handle(PauseWaited(3.6, judge.pause)) == [ReleaseHeld()]  # nothing more was said: the reply goes
@@ -416,6 +419,48 @@ def test_words_heard_after_the_end_that_go_on_then_more_speech_is_one_request_an
     assert m.went_on == 0
     (start,) = of(m.handle(UtteranceEnded(4.5, LONGER)), StartTurn)
     assert start.speech == LONGER and m.route(start.turn_id) is Route.DELIVER
+
+
+def test_words_that_never_come_hold_the_reply_no_longer_than_the_long_silence():
+    """A failed ASR, a worker restarting: its outputs (an error, the turn's end) reach the page after the wait."""
+    m = judging()
+    turn, judge, _ = ended_before_its_words(m, None)
+    assert m.route(turn) is Route.HOLD
+    assert m.handle(PauseWaited(3.6, judge.pause)) == [ReleaseHeld()]
+    assert m.route(turn) is Route.DELIVER
+    assert m.handle(TurnHeard(3.7, turn, "I have a question.")) == []  # too late to hold anything
+
+
+def test_words_for_a_turn_withdrawn_meanwhile_decide_nothing():
+    m = judging()
+    turn, judge, _ = ended_before_its_words(m, None)
+    m.handle(SpeechStarted(2.3))
+    assert of(m.handle(SpeechConfirmed(2.7)), StopTurn)  # went on before the words: withdrawn, carried
+    assert m.handle(TurnHeard(2.8, turn, "What is the capital of France?")) == []
+    assert m.handle(PauseWaited(3.6, judge.pause)) == []
+
+
+def test_going_on_before_the_words_came_keeps_the_speculation_backoff_and_is_no_early_end():
+    """As if the speculative turn had been discarded: a client pausing between every word gains nothing."""
+    m = judging()
+    ended_before_its_words(m, None)  # speculated at 2.1 s
+    m.handle(SpeechStarted(2.2))
+    assert of(m.handle(SpeechConfirmed(2.4)), StopTurn)
+    assert m.went_on == 0
+    assert not of(m.handle(SpeechPaused(2.5, LONGER)), StartTurn)  # 0.5 s backoff since the last speculation
+    m.handle(SpeechResumed(2.55))
+    assert of(m.handle(SpeechPaused(2.65, LONGER)), StartTurn)
+
+
+def test_without_extending_the_words_decide_before_the_turn_ends():
+    """A turn ended early could not take the rest of the request in: the words come first, as before."""
+    m = judging(extend=False)
+    m.handle(SpeechStarted(0.5))
+    (start,), (judge,) = (lambda a: (of(a, StartTurn), of(a, JudgeTurn)))(m.handle(SpeechPaused(2.1, SPEECH)))
+    assert m.handle(TurnJudged(2.15, judge.pause, 0.95)) == []
+    assert m.handle(TurnHeard(2.3, start.turn_id, "What is the capital of France?")) == [EndUtterance()]
+    (commit,) = of(m.handle(UtteranceEnded(2.31, SPEECH)), CommitTurn)
+    assert m.route(commit.turn_id) is Route.DELIVER
 
 
 def test_words_heard_after_the_end_release_nothing_while_the_user_may_be_going_on():

@@ -33,7 +33,9 @@ def test_a_number_written_in_words_or_digits_is_the_same_words(said, written):
 @pytest.mark.parametrize(("text", "expected"), [
     ("one and two", ["1", "and", "2"]), ("five six seven", ["5", "6", "7"]), ("Add 34.56 and 789.",
                                                                               ["add", "34.56", "and", "789"]),
-    ("a hundred", ["a", "hundred"]), ("The end.", ["the", "end"]),
+    ("a hundred", ["a", "hundred"]), ("The end.", ["the", "end"]), ("ten five", ["10", "5"]),
+    ("twenty, one", ["20", "1"]), ("zero zero seven", ["0", "0", "7"]), ("2019,2020", ["2019", "2020"]),
+    ("one thousand two hundred thirty four", ["1234"]),
 ])
 def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
     assert words(text) == expected

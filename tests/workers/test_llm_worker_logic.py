@@ -520,19 +520,23 @@ def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again
     assert ("asr_disagreement" in timings.timings) is second_asked
 
 
-@pytest.mark.parametrize("logprob, replies, noted, asked", [
-    (-0.55, ["Sorry,", "I", "didn't", "catch", "that."], True, True),  # unsure, and the words made no sense
-    (-0.55, ["Paris", "is", "the", "capital."], True, False),  # unsure, but the question made sense: answered
-    (-0.2, ["Sorry,", "I", "didn't", "catch", "that."], False, False),  # sure of the words: no note, no ask
+@pytest.mark.parametrize("logprob, replies, rendered, noted, asked", [
+    (-0.55, ["Sorry,", "I", "didn't", "catch", "that."], True, True, True),  # unsure, and the words made no sense
+    (-0.55, ["Paris", "is", "the", "capital."], True, True, False),  # unsure, but the question made sense
+    (-0.2, ["Sorry,", "I", "didn't", "catch", "that."], True, False, False),  # sure of the words: no note
+    # A prompt the note could not go into (a remote chat model, a transcript prompt): the reply is not read as one.
+    (-0.55, ["Sorry,", "I", "didn't", "catch", "that."], False, True, False),
 ])
-def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob, replies, noted, asked):
+def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob, replies, rendered, noted, asked):
     worker, engine = make_worker(replies)
     worker.asr, worker.second_asr = Heard("We chose to rise between Europe.", logprob), None
     notes, text_prompt = [], worker._text_prompt
 
     def noting(*args, **kwargs):
-        notes.append(args[6] if len(args) > 6 else kwargs.get("note", ""))
-        return text_prompt(*args, **kwargs)
+        note = args[6] if len(args) > 6 else kwargs.get("note", "")
+        notes.append(note)
+        prompt = text_prompt(*args, **kwargs)  # (no tokenizer here: as if rendered, the note and the question)
+        return dataclasses.replace(prompt, text=f"{note}\n{args[1]}") if rendered else prompt
 
     worker._text_prompt = noting
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
@@ -545,7 +549,10 @@ def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob,
 @pytest.mark.parametrize("reply, asked", [
     ("Sorry, I didn't catch that.", True), ("I didn’t catch that, could you repeat?", True),
     ("Sorry, I couldn't understand you.", True), ("I did not hear you clearly.", True),
+    ("I'm sorry, I didn't quite catch that.", True), ("Hmm, I couldn't make out what you said.", True),
     ("Sorry to hear that. I didn't catch a cold.", False), ("Paris.", False), ("I caught that fish.", False),
+    ("I didn't hear about that news yet.", False), ("I couldn't understand why the sky is blue either.", False),
+    ("Paris is the capital. I didn't catch that at first, but it is a lovely city with museums and food.", False),
 ])
 def test_a_reply_that_says_it_did_not_catch_the_words(reply, asked):
     assert asks_again(reply) is asked

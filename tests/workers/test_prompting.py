@@ -147,6 +147,8 @@ def test_a_template_that_puts_tools_in_the_first_user_message_gets_them_there_ev
         assert tool_section(base_tokenizer, STOCK_TOOL) == "" and not builder.tools_beside
         prompt = builder.build(ConversationHistory(4), "Widgets?", tools=STOCK_TOOL)
         assert prompt.startswith("<|system|>Be brief.\n<|user|>Tools: [") and '"stock_count"' in prompt
+        noted = builder.build(ConversationHistory(4), "Widgets?", tools=STOCK_TOOL, note="Maybe misheard.")
+        assert '"stock_count"' in noted and "Maybe misheard." in noted  # a note beside them drops no tool
     finally:
         base_tokenizer.chat_template = None
 

@@ -39,6 +39,7 @@ class ActiveTurn:
     # is held until they are, and, if they say the user is going on ("I have a question."), until the long
     # silence has passed (more speech meanwhile extends the request). None: nothing of the kind to wait for.
     held_by: OpenPause | None = None
+    heard_from: UserSpeech | None = None  # the speech it was ended in (its speculation backoff carries on)
 
     @property
     def phase(self) -> Phase:

@@ -10,7 +10,9 @@ A turn's life: LISTENING → (start) THINKING → (first audio) SPEAKING → (cl
 A pause in speech starts a *speculative* turn (ASR and generation run while the end-of-speech wait goes on; its
 outputs are held) and asks the end-of-turn model whether the user has finished: "complete" ends the utterance at
 once, otherwise a longer silence does. The end of speech commits the speculative turn without redoing anything;
-speech resuming discards it: no audio, no history, no turn-log row.
+speech resuming discards it: no audio, no history, no turn-log row. Ended by the model before the speculative
+turn's words are in, the turn's reply waits for them: words that go on ("I have a question.") hold it until the
+long silence, and speech meanwhile joins the request (``ActiveTurn.held_by``).
 
 Speech while a committed turn is active is judged when it is *confirmed* (voiced long enough to be more than a
 cough or a "mm-hmm"): over the reply it interrupts it (barge-in; the reply is ducked from the onset meanwhile); before
@@ -208,6 +210,8 @@ class TurnTaking(ReplyProgress):
             pause.doubted = True
             return self._judge_again(pause)
         pause.sounds_finished = True
+        if self.speculative and pause.words is None and not self.rules.extend:
+            return []  # the words decide first: a turn ended early could not take the rest of the request in
         # Ended now even if the speculative turn's words are still to come: they come before its reply could, and
         # still have their say (the turn's reply is held for them: ActiveTurn.held_by).
         return self._end_at_pause(pause)
@@ -284,7 +288,11 @@ class TurnTaking(ReplyProgress):
             self.turn.speculative = False  # the speculative turn heard exactly this: keep its work
             pause = heard.pause
             if pause is not None and pause.sounds_finished and pause.words is None:
-                self.turn.held_by = pause  # ended by the model before the words were in: they still have a say
+                # Ended by the model before the words were in: they still have a say, until the long silence at
+                # most (so words that never come, a failed ASR, hold nothing for longer than the silence would).
+                self.turn.held_by, self.turn.heard_from = pause, heard
+                actions.append(EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.incomplete_wait_s
+                                                            - e.now)))
             return actions + self._commit(self.turn.turn_id, e.speech, text, e.now)
         if self.turn is not None:
             actions += self._cancel("new turn")
@@ -378,7 +386,7 @@ class TurnTaking(ReplyProgress):
         pause = turn.held_by
         pause.words = e.text
         if sounds_unfinished(e.text):
-            return [EndPauseAfter(pause.seq, max(0.0, pause.opened_at + self.rules.incomplete_wait_s - e.now))]
+            return []  # held until the long silence (the wait set at the commit), or more speech
         turn.held_by = None
         return self._release(True)
 
@@ -397,16 +405,21 @@ class TurnTaking(ReplyProgress):
     def _extend(self, speech: UserSpeech) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
         reply) and carry its speech into the utterance being heard, which becomes the turn."""
-        request = self.turn.speech
+        turn = self.turn
+        if turn.held_by is not None and turn.held_by.words is None and turn.heard_from is not None:
+            # Gone on before the words were in: as if the speculative turn had been discarded (SpeechResumed), and
+            # the next speculation waits as it would have (a client pausing between every word gains nothing).
+            speech.discarded_in_a_row = turn.heard_from.discarded_in_a_row + 1
+            speech.speculated_at = turn.heard_from.speculated_at
         actions = self._withdraw()
-        speech.carrying = request
-        return actions + [CarrySpeech(request)]
+        speech.carrying = turn.speech
+        return actions + [CarrySpeech(turn.speech)]
 
     def _withdraw(self) -> list[Action]:
         """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
         stopped)."""
         turn, self.turn = self.turn, None
-        if turn.held_by is None or turn.held_by.words is None:  # (a pause its words kept open was no early end)
+        if turn.held_by is None:  # (a pause its words kept open, or that went on before they came, was no early end)
             self.went_on += 1
         return [*([Send("stop_tts")] if turn.first_audio_at is not None else []),  # words of a reply too soon
                 StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
