@@ -71,7 +71,6 @@ def _numbers_as_digits(tokens: list[str]) -> list[str]:
             last_scale = scale
         elif token == "|":  # punctuation: "twenty, one" is two numbers
             close()
-            last_scale = 0
         elif token == "and" and in_number and (total or current >= 100) and i + 1 < len(tokens) and (
                 tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS):
             continue  # "two hundred and one"
