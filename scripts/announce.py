@@ -16,7 +16,8 @@ from vita.web.message_queue import announce, redacted
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--message_queue", required=True, help="the redis:// URL the front processes use")
-    parser.add_argument("--to", help="one Socket.IO session id instead of everyone")
+    parser.add_argument("--to", help="one Socket.IO session id instead of everyone (write --to=SID: an id may begin "
+                                     "with '-')")
     parser.add_argument("message")
     args = parser.parse_args(argv)
     if not args.message.strip():

@@ -128,7 +128,8 @@ def test_an_announcement_reaches_users_on_every_front(clients, redis_server):
         assert client.wait_event("notice", 5), client.events
         assert client.named("notice")[0]["message"] == "Restarting in five minutes."
     # To one session: only the user on the second front hears it.
-    done = subprocess.run([*announce, "--to", sid(clients[1]), "Just for you."], capture_output=True, text=True,
+    # (--to=SID: a Socket.IO id may begin with "-", which argparse would take for an option)
+    done = subprocess.run([*announce, f"--to={sid(clients[1])}", "Just for you."], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, done.stderr
     assert clients[1].wait_for(lambda evs: len([e for e in evs if e[1] == "notice"]) == 2, 5)
