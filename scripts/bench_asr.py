@@ -75,9 +75,10 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
             for q in questions:
                 audio = voice_audio(voice, q, rng).tobytes()
                 heard = asr.hear(audio)
+                unsure = rule.unsure(heard)
                 row = {"model": name, "voice": voice, "question": q, "heard": heard.text,
                        "logprob": heard.avg_logprob, "wer": word_error_rate(q, heard.text),
-                       "unsure": rule.unsure(heard), "second": None, "asked_again": rule.unsure(heard)}
+                       "unsure": unsure, "second": None, "asked_again": unsure}
                 if second is not None and name != cfg.second_opinion and rule.worth_a_second_opinion(heard):
                     other = second.hear(audio)
                     row["second"] = other.text

@@ -251,8 +251,8 @@ class PromptBuilder:
                                                                          offer), None if tool_offer else tools)
                     if offer in rendered:  # (a template may also drop a later system message without a word)
                         return rendered
-            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
             # (a note is then left out: only a word to the model, it is not worth a prompt it was not made for)
+            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
         return self._transcript(history, user_text)
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:

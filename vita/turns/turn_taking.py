@@ -218,7 +218,7 @@ class TurnTaking(ReplyProgress):
 
     def _on_TurnHeard(self, e: TurnHeard) -> list[Action]:
         turn = self.turn
-        if turn is not None and turn.turn_id == e.turn_id and turn.held_by is not None and not turn.speculative:
+        if turn is not None and turn.turn_id == e.turn_id and turn.held_by is not None:  # (set on committed turns)
             return self._words_after_the_end(turn, e)
         pause = self.pause
         if pause is None or e.turn_id != self.active_turn or not self.speculative:
