@@ -166,25 +166,26 @@ def vllm_api(vllm_api_starting) -> VllmApiServer:
 
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
-    """The tests that start no server first, then the small server's, then those with an engine of their own,
-    then those on the vLLM API server or with Flask in this process, then the shared server's. (vLLM's engine start
+    """The tests that start no server first, then those of servers that generate on the vLLM API server (the small
+    one, the tools one), then those with an engine of their own, then those on the vLLM API server or with Flask in
+    this process, then the shared server's. (vLLM's engine start
     scans every loaded module's names and fails on Flask's unbound request/app proxies: no test may import Flask in
     this process before the in-process engines have run.)
 
     The vLLM API server (the default model, ~5 GB) and the shared server (~7 GB, an engine in process), when a selected
     test needs them, are launched now: their ~40 s starts overlap the first tests instead of adding to the run.
-    Memory stays under ~19 GB: the small server (~1.5 GB) generates on the API server, and the in-process
-    engines of the LLM-worker tests come after it.
+    Memory stays under ~19 GB: the small and tools servers (~1.5 GB each, one at a time) generate on the API
+    server, and the in-process engines of the LLM-worker tests come after them.
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
         if "server" in names:
             return 4
-        if names & {"small_server", "small_server_lives"}:
-            return 1
         if names & {"vllm_api", "web_root_server", "front"}:  # front: Flask in this process, after the engines
             return 3
-        return 2 if names & {"llm", "omni_llm", "failing_llm"} else 0
+        if "vllm_api_starting" in names:  # servers that generate on the API server (the small one, the tools one)
+            return 1
+        return 2 if names & {"llm", "omni_llm"} else 0
 
     items.sort(key=rank)
     if config.option.collectonly:

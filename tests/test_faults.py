@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -102,9 +103,12 @@ def fault_mid_turn(server: RunningServer, inject, in_phase: str, question: str, 
             health = wait_health(server, lambda h: h["workers"][name]["pid"] not in (pid, None), RESTART_S)
             assert health["workers"][name]["pid"] not in (pid, None), health["workers"][name]
         wait_ready(server, timeout=RESTART_S)
-        answered_aloud(a, "What is the capital of France?")
         assert not errors(b) and not b.named("turn_cancelled"), b.events  # the other session: untouched
-        answered_aloud(b, "Hello, how are you today?")
+        with ThreadPoolExecutor(2) as both:  # each asks its next question, at the same time
+            asked = [both.submit(answered_aloud, a, "What is the capital of France?"),
+                     both.submit(answered_aloud, b, "Hello, how are you today?")]
+            for question in asked:
+                question.result()
         assert a.sio.connected and b.sio.connected
 
 

@@ -26,6 +26,7 @@ from vita.messages import (
     InterjectionCheck,
     InterjectionText,
     ReplyText,
+    SessionError,
     Shutdown,
     Transcript,
     TtsPiece,
@@ -140,11 +141,36 @@ class LlmHarness:
         os.environ.update(self.saved_env)
 
 
+class LlmLives:
+    """The module's worker, started again only after a test broke it (the engine-failure test, last in file
+    order, breaks it for good; in any other order the tests after it get a new one)."""
+
+    def __init__(self):
+        self.harness: LlmHarness | None = None
+
+    def current(self) -> LlmHarness:
+        if self.harness is not None and (self.harness.served is not None or not self.harness.loop_thread.is_alive()):
+            self.close()
+        if self.harness is None:
+            self.harness = LlmHarness()
+        return self.harness
+
+    def close(self) -> None:
+        if self.harness is not None:
+            self.harness.close()
+            self.harness = None
+
+
 @pytest.fixture(scope="module")
-def llm():
-    harness = LlmHarness()
-    yield harness
-    harness.close()
+def llm_lives():
+    lives = LlmLives()
+    yield lives
+    lives.close()
+
+
+@pytest.fixture
+def llm(llm_lives) -> LlmHarness:
+    return llm_lives.current()
 
 
 def pieces(llm: LlmHarness, session: str) -> list[tuple[float, TtsPiece]]:
@@ -324,3 +350,30 @@ def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     block = Config().llm.block_size
     # all but the question, the template's few tokens around it and the last partial block
     assert timings[4]["cached_tokens"] >= timings[4]["prompt_tokens"] - question - 8 - block, timings[4]
+
+
+def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(llm):
+    """Engine failure is worker failure: when vLLM's engine thread ends with an error, every turn in flight gets a
+    readable error at once and serve() ends with the error (run_stage then reports FAILED and exits, and the
+    supervisor restarts it: tests/test_server_lifecycle.py). A fault injected between the engine's steps (the same
+    path as a step that raises). It breaks the module's worker: last in this file."""
+    from workers.local_engine import EngineFailed
+
+    sessions = ("failing-a", "failing-b")
+    for session in sessions:
+        llm.inbox.put(TurnRequest(session, 1, text=LONG_REPLY))
+    assert llm.wait(lambda: all(llm.of(s, TtsPiece) for s in sessions), 60), llm.events  # both are generating
+    engine = llm.worker.engine
+    engine_thread = engine.thread
+    engine.inject_fault(RuntimeError("injected step failure"))
+    for session in sessions:
+        ended = llm.wait_ended(session, timeout=15)
+        assert ended.reason == "error", ended
+        (_, error), = llm.of(session, SessionError)
+        assert error.code == "llm_failed" and "restarted" in error.message, error
+    llm.loop_thread.join(15)
+    assert not llm.loop_thread.is_alive() and isinstance(llm.served, EngineFailed), llm.served
+    assert "injected step failure" in str(llm.served)
+    assert not engine.healthy()  # the heartbeats stopped with it
+    assert engine_thread is not None and not engine_thread.is_alive()
+    assert all(len(llm.of(s, TurnEnded)) == 1 for s in sessions)  # one end per turn

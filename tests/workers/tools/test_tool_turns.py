@@ -16,13 +16,15 @@ INVENTORY = str(ROOT / "tests" / "data" / "inventory_mcp_server.py")
 
 
 @pytest.fixture(scope="module")
-def tool_server(tmp_path_factory):
+def tool_server(tmp_path_factory, vllm_api_starting):
+    """Generating on the vLLM API server (the same model; prompts, tools and their calls are the worker's own):
+    the LLM worker loads no engine of its own."""
     tmp = tmp_path_factory.mktemp("tools")
     config = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     config["tools"]["mcp_servers"] = [{"name": "inventory", "command": sys.executable, "args": [INVENTORY]},
                                       {"name": "broken", "command": str(tmp / "no-such-server")}]
     (tmp / "tools.yaml").write_text(yaml.safe_dump(config))
-    with running_server(tmp, "--config", str(tmp / "tools.yaml")) as server:
+    with running_server(tmp, "--config", str(tmp / "tools.yaml"), "--llm_url", vllm_api_starting.url) as server:
         yield server
 
 
