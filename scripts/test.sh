@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (with the test tools) if needed, then lint and run the whole test suite. Extra arguments go to pytest.
+# Set up (with the test tools) if needed, then lint and run the whole test suite, in two lanes at once (see below).
+# Extra arguments go to one plain pytest run instead (so does VITA_TEST_SERIAL=1).
 #   --fast: only the tests that load no model and start no server (pure logic, seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +28,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 "$VENV/bin/ruff" check .
-exec "$VENV/bin/python" -m pytest "$@"
+if [ $# -gt 0 ] || [ -n "${VITA_TEST_SERIAL:-}" ]; then
+    exec "$VENV/bin/python" -m pytest "$@"
+fi
+# Two lanes at once: the shared server's tests (mostly waiting on real-time audio and replies played out) beside
+# the rest (mostly loading models and engines), so that the two cores are busy together. Their engines' OpenMP
+# threads wait passively: spinning, two engines' threads on the same two cores starved each other (a reply stalled
+# 15 s). The shared lane's report follows the other's; the run fails if either lane does.
+export OMP_WAIT_POLICY=PASSIVE KMP_BLOCKTIME=0
+shared_log=$(mktemp)
+"$VENV/bin/python" -m pytest --lane shared -p no:cacheprovider >"$shared_log" 2>&1 &
+shared_pid=$!
+trap 'kill "$shared_pid" 2>/dev/null || true; rm -f "$shared_log"' EXIT
+rest=0
+"$VENV/bin/python" -m pytest --lane rest || rest=$?
+shared=0
+wait "$shared_pid" || shared=$?
+echo
+echo "=== the shared server's lane (pytest --lane shared) ==="
+cat "$shared_log"
+echo "lanes: rest exit $rest, shared exit $shared"
+[ "$rest" = 0 ] && [ "$shared" = 0 ]

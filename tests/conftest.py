@@ -164,6 +164,22 @@ def vllm_api(vllm_api_starting) -> VllmApiServer:
     return vllm_api_starting
 
 
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=("shared", "rest"), default=None,
+                     help="only the shared server's tests, or only the others (scripts/test.sh runs both at once)")
+
+
+def keep_lane(config, items) -> None:
+    """The shared server's tests wait mostly on real-time audio and replies played out; the rest mostly load
+    models and engines. Run as two pytest processes at once (scripts/test.sh), they share the two cores."""
+    lane = config.getoption("lane")
+    if lane is None:
+        return
+    wanted = lane == "shared"
+    config.hook.pytest_deselected(items=[i for i in items if ("server" in getattr(i, "fixturenames", ())) != wanted])
+    items[:] = [i for i in items if ("server" in getattr(i, "fixturenames", ())) == wanted]
+
+
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
     """The tests that start no server first, then those of servers that generate on the vLLM API server (the small
@@ -187,6 +203,7 @@ def pytest_collection_modifyitems(config, items):
             return 1
         return 2 if names & {"llm", "omni_llm"} else 0
 
+    keep_lane(config, items)
     items.sort(key=rank)
     if config.option.collectonly:
         return
