@@ -47,3 +47,13 @@ def test_end_threshold_may_not_exceed_start(tmp_path):
 def test_models_dir_env_overrides(tmp_path, monkeypatch):
     monkeypatch.setenv("VITA_MODELS_DIR", str(tmp_path))
     assert Config().models_path() == tmp_path
+
+
+@pytest.mark.parametrize("span_ms", [300, 5000])
+def test_a_barge_in_span_under_the_voiced_confirmation_or_too_long_is_refused(span_ms):
+    config = Config()
+    config.turn.barge_in_span_ms = span_ms
+    with pytest.raises(ConfigError, match="turn.barge_in_span_ms"):
+        validate(config)
+    config.turn.barge_in_span_ms = 0  # off
+    validate(config)

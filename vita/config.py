@@ -67,6 +67,7 @@ class TurnConfig:
     extend: bool = True
     extend_grace_ms: int = 800
     barge_in_confirm_ms: int = 650
+    barge_in_span_ms: int = 700
     echo_guard_db: float = 20.0
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
 

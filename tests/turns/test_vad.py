@@ -240,3 +240,46 @@ def test_a_clients_turn_detection_settings_retune_the_segmenter(speech):
     assert (quick.start_threshold, quick.end_threshold) == (0.6, pytest.approx(0.45))
     assert quick.pre_roll.maxlen == round(100 * SAMPLE_RATE / 1000 / 512)
     assert ended_at(slow) - ended_at(quick) == pytest.approx(1.1, abs=0.1)
+
+
+class ScriptedVad:
+    """Silero's per-chunk probabilities, scripted: the rule under test is the segmenter's, not the model's."""
+
+    def __init__(self, probabilities: list[float]):
+        self.probabilities = iter(probabilities)
+
+    def probability(self, chunk: np.ndarray) -> float:
+        return next(self.probabilities, 0.0)
+
+    def reset(self) -> None:
+        pass
+
+
+def confirmed_at(voiced: str, span_ms: int = 700) -> int | None:
+    """The chunk (32 ms each) at which speech over a reply is confirmed; `voiced`: one character per chunk, "#"
+    voiced, "." silent (a tone and digital silence, so only the scripted probabilities decide)."""
+    seg = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in voiced]), 0.5, 0.35, end_silence_ms=300,
+                       pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64, pause_ms=128,
+                       confirm_ms=650, span_ms=span_ms)
+    tone = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
+    for i, c in enumerate(voiced):
+        if any(e.kind is Heard.CONFIRM for e in seg.feed(tone if c == "#" else np.zeros(CHUNK, np.int16))):
+            return i
+    return None
+
+
+@pytest.mark.fast
+def test_speech_that_goes_on_past_its_gaps_is_confirmed_by_its_span():
+    """"Wait, stop. What about…" in a robotic voice: 320 ms voiced, a 160 ms gap, then more. 650 ms voiced would
+    come at chunk 25; still voiced 700 ms after it began (chunk 21), with 390 ms of it voiced, it interrupts."""
+    robotic = "#" * 10 + "." * 5 + "#" * 20
+    assert confirmed_at(robotic, span_ms=0) == 25
+    assert confirmed_at(robotic) == 21
+    assert confirmed_at("#" * 30) == 20  # unbroken speech: 650 ms voiced comes first, as before
+
+
+@pytest.mark.fast
+def test_a_backchannel_in_two_parts_is_not_confirmed_and_sparse_speech_needs_its_voiced_share():
+    assert confirmed_at("#" * 8 + "." * 4 + "#" * 8 + "." * 20) is None  # "mm-hmm": over in 640 ms
+    # 96 ms voiced in every 256: at 700 ms only 288 ms of it is voiced; it is confirmed once 390 ms is.
+    assert confirmed_at(("#" * 3 + "." * 5) * 6 + "." * 20) == 32

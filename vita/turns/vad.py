@@ -33,6 +33,7 @@ QUIET_OVER_FLOOR_DB = 6  # a chunk this close to the noise floor is silent...
 QUIET_FLOOR_MIN_DBFS = -60  # ...and one under -60 dBFS always is (a digitally silent or very quiet line)...
 QUIET_UNDER_VOICE_DB = 20  # ...but never one within 20 dB of the user's voice (a noisy room gets no credit)
 FLOOR_CHUNKS = 64  # the noise floor: the median level of the last ~2 s of chunks Silero calls silent
+SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with this share of the confirm_ms voiced
 
 
 class SileroModel:
@@ -113,7 +114,7 @@ class VadSegmenter:
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
                  pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64,
-                 pause_ms: int = 0, confirm_ms: int = 0, echo_guard_db: float = 0.0):
+                 pause_ms: int = 0, confirm_ms: int = 0, echo_guard_db: float = 0.0, span_ms: int = 0):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
@@ -127,6 +128,11 @@ class VadSegmenter:
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
         self.confirm_samples = max(confirm_ms * SAMPLE_RATE // 1000, self.onset_samples)
         self.confirm_reported = False
+        # Speech still voiced span_ms after its first voiced chunk, SPAN_VOICED_SHARE of confirm_ms of it voiced,
+        # is confirmed too: robotic voices leave gaps between words that a "mm-hmm" is over before.
+        self.span_samples = span_ms * SAMPLE_RATE // 1000 if span_ms and confirm_ms else 0
+        self.span_voiced_samples = max(int(self.confirm_samples * SPAN_VOICED_SHARE), self.onset_samples)
+        self.voiced_from = 0  # stream position of the first voiced chunk of the current speech
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.echo_guard_db = echo_guard_db
         self.guarded = False  # the owner sets it while the assistant's reply plays
@@ -157,10 +163,11 @@ class VadSegmenter:
         end_silence_ms = turn.incomplete_wait_ms if model_on else v.end_silence_ms
         confirm_ms = turn.barge_in_confirm_ms if turn is not None else 0
         echo_guard_db = turn.echo_guard_db if turn is not None else 0.0
+        span_ms = turn.barge_in_span_ms if turn is not None else 0
         vad = model if isinstance(model, SileroVad) else SileroVad(model)
         return cls(vad, v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
                    v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms,
-                   echo_guard_db)
+                   echo_guard_db, span_ms)
 
     def tune(self, start_threshold: float, end_silence_ms: int, pre_roll_ms: int) -> None:
         """A client's own thresholds (a Realtime session's turn_detection): the probability that opens speech (the
@@ -214,6 +221,7 @@ class VadSegmenter:
                     self.speaking = True
                     self.speech = [*self.pre_roll, chunk]
                     self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
+                    self.voiced_from = chunk_start
                     self.last_voiced_end = self.position
                     self.silent_chunks = self.quiet_tail = 0
                     self.tail_levels.clear()
@@ -303,7 +311,10 @@ class VadSegmenter:
         if not self.onset_reported and self.voiced_samples >= self.onset_samples:
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
-        if self.confirm_samples and not self.confirm_reported and self.voiced_samples >= self.confirm_samples:
+        spanned = (self.span_samples and self.position - self.voiced_from >= self.span_samples
+                   and self.voiced_samples >= self.span_voiced_samples)
+        if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
+                                                                   or spanned):
             self.confirm_reported = True
             events.append(VadEvent(Heard.CONFIRM))
         return events
