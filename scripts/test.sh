@@ -37,13 +37,21 @@ fi
 # 15 s). The shared lane's report follows the other's; the run fails if either lane does.
 export OMP_WAIT_POLICY=PASSIVE KMP_BLOCKTIME=0
 shared_log=$(mktemp)
-"$VENV/bin/python" -m pytest --lane shared -p no:cacheprovider >"$shared_log" 2>&1 &
+set -m  # the shared lane in a process group of its own, so that it can be interrupted as a whole
+"$VENV/bin/python" -m pytest --lane shared -p no:cacheprovider </dev/null >"$shared_log" 2>&1 &
 shared_pid=$!
-trap 'kill "$shared_pid" 2>/dev/null || true; rm -f "$shared_log"' EXIT
+set +m
+# Leaving early (Ctrl-C, a kill): interrupt the shared lane too (pytest then stops its servers) and keep its log.
+trap 'if [ -n "$shared_pid" ]; then kill -INT -- "-$shared_pid" 2>/dev/null || true; wait "$shared_pid" || true;
+      cat "$shared_log"; fi; rm -f "$shared_log"' EXIT
 rest=0
 "$VENV/bin/python" -m pytest --lane rest || rest=$?
+if [ "$rest" = 2 ]; then  # pytest's "interrupted": the shared lane stops too
+    kill -INT -- "-$shared_pid" 2>/dev/null || true
+fi
 shared=0
 wait "$shared_pid" || shared=$?
+shared_pid=""
 echo
 echo "=== the shared server's lane (pytest --lane shared) ==="
 cat "$shared_log"

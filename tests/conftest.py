@@ -183,11 +183,11 @@ def keep_lane(config, items) -> None:
 
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
 def pytest_collection_modifyitems(config, items):
-    """The tests that start no server first, then those of servers that generate on the vLLM API server (the small
-    one, the tools one), then those with an engine of their own, then those on the vLLM API server or with Flask in
-    this process, then the shared server's. (vLLM's engine start
-    scans every loaded module's names and fails on Flask's unbound request/app proxies: no test may import Flask in
-    this process before the in-process engines have run.)
+    """The lane's tests (keep_lane), ordered: those that start no server first, then those of servers that generate
+    on the vLLM API server (the small one, the tools one), then those with an engine of their own, then those on the
+    vLLM API server or with Flask in this process, then the shared server's. (vLLM's engine start scans every loaded
+    module's names and fails on Flask's unbound request/app proxies: no test may import Flask in this process before
+    the in-process engines have run.)
 
     The vLLM API server (the default model, ~5 GB) and the shared server (~7 GB, an engine in process), when a selected
     test needs them, are launched now: their ~40 s starts overlap the first tests instead of adding to the run.

@@ -49,8 +49,8 @@ def test_models_dir_env_overrides(tmp_path, monkeypatch):
     assert Config().models_path() == tmp_path
 
 
-@pytest.mark.parametrize("span_ms", [300, 5000])
-def test_a_barge_in_span_under_the_voiced_confirmation_or_too_long_is_refused(span_ms):
+@pytest.mark.parametrize("span_ms", [-1, 5000])
+def test_a_barge_in_span_out_of_range_is_refused(span_ms):
     config = Config()
     config.turn.barge_in_span_ms = span_ms
     with pytest.raises(ConfigError, match="turn.barge_in_span_ms"):

@@ -137,8 +137,7 @@ def validate(config: Config) -> Config:
            "needs vad.speculative_pause_ms > 0 (the pause at which the model is asked)")
     _check(turn.barge_in_confirm_ms == 0 or v.barge_in_ms <= turn.barge_in_confirm_ms <= 3000,
            "turn.barge_in_confirm_ms", "must be 0 (interrupt at onset) or between vad.barge_in_ms and 3000")
-    _check(turn.barge_in_span_ms == 0 or turn.barge_in_confirm_ms <= turn.barge_in_span_ms <= 3000,
-           "turn.barge_in_span_ms", "must be 0 (off) or between turn.barge_in_confirm_ms and 3000")
+    _check(0 <= turn.barge_in_span_ms <= 3000, "turn.barge_in_span_ms", "must be between 0 (off) and 3000")
     _check(0 <= turn.echo_guard_db <= 60, "turn.echo_guard_db", "must be between 0 (off) and 60")
     _check(0 <= turn.extend_grace_ms <= 2000, "turn.extend_grace_ms", "must be between 0 and 2000")
     _check(0 <= turn.finished_words_wait_ms <= turn.incomplete_wait_ms, "turn.finished_words_wait_ms",

@@ -257,8 +257,9 @@ class ScriptedVad:
 
 def confirmed_at(voiced: str, span_ms: int = 700) -> int | None:
     """The chunk (32 ms each) at which speech over a reply is confirmed; `voiced`: one character per chunk, "#"
-    voiced, "." silent (a tone and digital silence, so only the scripted probabilities decide)."""
-    seg = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in voiced]), 0.5, 0.35, end_silence_ms=300,
+    voiced, "." silent (a tone and digital silence, so only the scripted probabilities decide). The end-of-turn
+    model's long wait (1.5 s) keeps the utterance open across gaps, as over a reply."""
+    seg = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in voiced]), 0.5, 0.35, end_silence_ms=1500,
                        pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64, pause_ms=128,
                        confirm_ms=650, span_ms=span_ms)
     tone = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
@@ -271,7 +272,7 @@ def confirmed_at(voiced: str, span_ms: int = 700) -> int | None:
 @pytest.mark.fast
 def test_speech_that_goes_on_past_its_gaps_is_confirmed_by_its_span():
     """"Wait, stop. What about…" in a robotic voice: 320 ms voiced, a 160 ms gap, then more. 650 ms voiced would
-    come at chunk 25; still voiced 700 ms after it began (chunk 21), with 390 ms of it voiced, it interrupts."""
+    come at chunk 25; going on 700 ms after it began (chunk 21), more than 390 ms of it voiced, it interrupts."""
     robotic = "#" * 10 + "." * 5 + "#" * 20
     assert confirmed_at(robotic, span_ms=0) == 25
     assert confirmed_at(robotic) == 21
@@ -283,3 +284,11 @@ def test_a_backchannel_in_two_parts_is_not_confirmed_and_sparse_speech_needs_its
     assert confirmed_at("#" * 8 + "." * 4 + "#" * 8 + "." * 20) is None  # "mm-hmm": over in 640 ms
     # 96 ms voiced in every 256: at 700 ms only 288 ms of it is voiced; it is confirmed once 390 ms is.
     assert confirmed_at(("#" * 3 + "." * 5) * 6 + "." * 20) == 32
+
+
+@pytest.mark.fast
+def test_a_long_gap_starts_the_span_again():
+    """A 416 ms "yeah", then a breath a second later: not speech going on (the utterance is still open)."""
+    assert confirmed_at("#" * 13 + "." * 30 + "#" * 2 + "." * 30) is None
+    # A gap of 320 ms is still one stretch of speech: confirmed by the first chunk after it.
+    assert confirmed_at("#" * 13 + "." * 10 + "#" * 10) == 23

@@ -34,6 +34,9 @@ QUIET_FLOOR_MIN_DBFS = -60  # ...and one under -60 dBFS always is (a digitally s
 QUIET_UNDER_VOICE_DB = 20  # ...but never one within 20 dB of the user's voice (a noisy room gets no credit)
 FLOOR_CHUNKS = 64  # the noise floor: the median level of the last ~2 s of chunks Silero calls silent
 SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with this share of the confirm_ms voiced
+# ...counted from the end of its last gap longer than this: a robotic voice pauses up to ~0.29 s between words
+# ("Sorry, stop there."); a longer gap is a new start (a "yeah" and a breath 1 s later are not speech going on).
+SPAN_MAX_GAP_CHUNKS = 10
 
 
 class SileroModel:
@@ -106,8 +109,9 @@ class VadSegmenter:
     """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
     end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
 
-    The start of speech is reported once onset_ms of it is voiced, confirmed once confirm_ms is; the utterance
-    is kept only if min_utterance_ms of it is voiced. The owner may end the utterance at a pause (``end_now``,
+    The start of speech is reported once onset_ms of it is voiced, confirmed once confirm_ms is (or once it has
+    gone on for span_ms, short gaps included, with SPAN_VOICED_SHARE of confirm_ms voiced); the utterance is kept
+    only if min_utterance_ms of it is voiced. The owner may end the utterance at a pause (``end_now``,
     when the end-of-turn model says the turn is complete) and may carry a previous utterance into the current
     one (``carry``: the user went on with a request already sent).
     """
@@ -128,11 +132,12 @@ class VadSegmenter:
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
         self.confirm_samples = max(confirm_ms * SAMPLE_RATE // 1000, self.onset_samples)
         self.confirm_reported = False
-        # Speech still voiced span_ms after its first voiced chunk, SPAN_VOICED_SHARE of confirm_ms of it voiced,
+        # Speech voiced on and off for span_ms without a long gap, SPAN_VOICED_SHARE of confirm_ms of it voiced,
         # is confirmed too: robotic voices leave gaps between words that a "mm-hmm" is over before.
         self.span_samples = span_ms * SAMPLE_RATE // 1000 if span_ms and confirm_ms else 0
-        self.span_voiced_samples = max(int(self.confirm_samples * SPAN_VOICED_SHARE), self.onset_samples)
-        self.voiced_from = 0  # stream position of the first voiced chunk of the current speech
+        self.span_min_voiced = max(int(self.confirm_samples * SPAN_VOICED_SHARE), self.onset_samples)
+        self.span_from = 0  # stream position of the first voiced chunk after the speech's last long gap
+        self.span_voiced = 0  # voiced samples since span_from
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.echo_guard_db = echo_guard_db
         self.guarded = False  # the owner sets it while the assistant's reply plays
@@ -221,7 +226,7 @@ class VadSegmenter:
                     self.speaking = True
                     self.speech = [*self.pre_roll, chunk]
                     self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
-                    self.voiced_from = chunk_start
+                    self.span_from, self.span_voiced = chunk_start, 0
                     self.last_voiced_end = self.position
                     self.silent_chunks = self.quiet_tail = 0
                     self.tail_levels.clear()
@@ -247,6 +252,8 @@ class VadSegmenter:
                 if self.pause_reported:
                     self.pause_reported = False
                     events.append(VadEvent(Heard.RESUME))
+                if self.silent_chunks + self.quiet_tail > SPAN_MAX_GAP_CHUNKS:
+                    self.span_from, self.span_voiced = chunk_start, 0
                 self.silent_chunks = self.quiet_tail = 0
                 self.tail_levels.append(level)
                 self.last_voiced_end = self.position
@@ -311,8 +318,9 @@ class VadSegmenter:
         if not self.onset_reported and self.voiced_samples >= self.onset_samples:
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
-        spanned = (self.span_samples and self.position - self.voiced_from >= self.span_samples
-                   and self.voiced_samples >= self.span_voiced_samples)
+        self.span_voiced += CHUNK
+        spanned = (self.span_samples and self.position - self.span_from >= self.span_samples
+                   and self.span_voiced >= self.span_min_voiced)
         if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
                                                                    or spanned):
             self.confirm_reported = True
