@@ -319,7 +319,10 @@ class VadSegmenter:
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
         self.span_voiced += CHUNK
-        spanned = (self.span_samples and self.position - self.span_from >= self.span_samples
+        # ...completed only by a chunk at the user's own level while a reply plays (the hold lets quieter chunks
+        # just after their word through: "Okay." and the reply's echo after it are not speech going on).
+        users = not self.guarded or self.loud_at == self.position - CHUNK
+        spanned = (self.span_samples and users and self.position - self.span_from >= self.span_samples
                    and self.span_voiced >= self.span_min_voiced)
         if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
                                                                    or spanned):
