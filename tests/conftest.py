@@ -176,9 +176,15 @@ def keep_lane(config, items) -> None:
     lane = config.getoption("lane")
     if lane is None:
         return
-    wanted = lane == "shared"
-    config.hook.pytest_deselected(items=[i for i in items if ("server" in getattr(i, "fixturenames", ())) != wanted])
-    items[:] = [i for i in items if ("server" in getattr(i, "fixturenames", ())) == wanted]
+    kept, left = [], []
+    for item in items:
+        (kept if on_shared_server(item) == (lane == "shared") else left).append(item)
+    config.hook.pytest_deselected(items=left)
+    items[:] = kept
+
+
+def on_shared_server(item) -> bool:
+    return "server" in getattr(item, "fixturenames", ())
 
 
 @pytest.hookimpl(trylast=True)  # after `-m fast` and `-k` have deselected what will not run
@@ -196,7 +202,7 @@ def pytest_collection_modifyitems(config, items):
     """
     def rank(item) -> int:
         names = set(getattr(item, "fixturenames", ()))
-        if "server" in names:
+        if on_shared_server(item):
             return 4
         if names & {"vllm_api", "web_root_server", "front"}:  # front: Flask in this process, after the engines
             return 3
