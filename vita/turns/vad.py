@@ -37,6 +37,10 @@ SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with
 # ...counted from the end of its last gap longer than this: a robotic voice pauses up to ~0.29 s between words
 # ("Sorry, stop there."); a longer gap is a new start (a "yeah" and a breath 1 s later are not speech going on).
 SPAN_MAX_GAP_CHUNKS = 10
+# While a reply plays, the span is completed by a chunk at the user's level or by the one just after it: a word's
+# last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
+# voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
+SPAN_USER_LAG_CHUNKS = 1
 
 
 class SileroModel:
@@ -319,9 +323,10 @@ class VadSegmenter:
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
         self.span_voiced += CHUNK
-        # ...completed only by a chunk at the user's own level while a reply plays (the hold lets quieter chunks
-        # just after their word through: "Okay." and the reply's echo after it are not speech going on).
-        users = not self.guarded or self.loud_at == self.position - CHUNK
+        # ...completed only by a chunk at (or just after one at) the user's own level while a reply plays: the hold
+        # lets quieter chunks after their word through, and "Okay." with the reply's echo after it is not speech
+        # going on.
+        users = not self.guarded or self.position - CHUNK - self.loud_at <= SPAN_USER_LAG_CHUNKS * CHUNK
         spanned = (self.span_samples and users and self.position - self.span_from >= self.span_samples
                    and self.span_voiced >= self.span_min_voiced)
         if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
