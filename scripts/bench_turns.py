@@ -86,9 +86,10 @@ STOP_WORDS = {"the", "and", "for", "you", "are", "was", "what", "how", "who", "w
 # Targets: the issue's where it set one; the two marked * are references (see the table's footnotes).
 # Issue 29's targets: end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
 # machine), requests with an inner pause cut early <= 5 %, noises and backchannels stopping a reply <= 1 in 20,
-# real interruptions stopped within 150 ms p50.
+# real interruptions stopped within 150 ms p50. Issue 36's, for interruptions: the first reaction (the duck) within
+# 150 ms and the reply stopped (stop_tts) within 0.8 s of the speech's onset, judged here at p90.
 TARGETS = {"end_of_turn": 0.15, "voice_to_voice": 0.50, "cut_early_rate": 0.05, "false_stop_rate": 1 / 20,
-           "stop": 0.150}
+           "first_reaction": 0.150, "stop_tts": 0.800}
 
 Events = list[tuple[float, str, object]]
 
@@ -601,17 +602,18 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         duck = [r["duck_s"] for r in rows if r.get("duck_s") is not None]
         heard = len([r for r in rows if r.get("next_answered")])
         twice = len([r for r in rows if (r.get("barge_ins") or 0) > 1])
-        target = f"<= {TARGETS['stop'] * 1000:.0f} ms p50"
         p50, p90 = p50_p90(stop)
-        add("4 interruptions", voice, len(stop), "stop_tts after onset (ms)", p50, p90, target=target,
-            ok=None if p50 is None else p50 <= TARGETS["stop"], unit=1000, digits=0,
+        add("4 interruptions", voice, len(stop), "stop_tts after onset (ms)", p50, p90,
+            target=f"<= {TARGETS['stop_tts'] * 1000:.0f} ms p90",
+            ok=None if p90 is None else p90 <= TARGETS["stop_tts"] and not missed, unit=1000, digits=0,
             rate=f"stopped {len(stop)}/{len(stop) + missed}",
             notes=f"interruption answered as the next turn in {heard}/{len(rows)}; its first part answered, "
                   f"then cut by its second, in {twice}; started {', '.join(f'{x:.1f}' for x in INTERRUPTION_LEADS_S)}"
                   " s into the reply")
         p50, p90 = p50_p90(duck)
-        add("4 interruptions", voice, len(duck), "duck after onset (ms)", p50, p90, target=target,
-            ok=None if p50 is None else p50 <= TARGETS["stop"], unit=1000, digits=0)
+        add("4 interruptions", voice, len(duck), "duck after onset (ms)", p50, p90,
+            target=f"<= {TARGETS['first_reaction'] * 1000:.0f} ms p90",
+            ok=None if p90 is None else p90 <= TARGETS["first_reaction"], unit=1000, digits=0)
     for voice in voices:
         rows = [r for r in results.get("commands", []) if r.get("voice") == voice and "error" not in r]
         if not rows:
@@ -631,7 +633,8 @@ def print_table(table: list[dict]) -> None:
     print("  ".join(h.ljust(widths.get(h, 0)) for h in heads))
     for r in table:
         print("  ".join(str(r[h]).ljust(widths.get(h, 0)) for h in heads[:-1]) + "  " + r["notes"])
-    print("Targets are issue 29's (the silence-only end of turn this replaced took 0.39 s p50: README, Performance).")
+    print("Targets are issues 29's and 36's (the silence-only end of turn this replaced took 0.39 s p50: README, "
+          "Performance).")
 
 
 def cpu() -> dict:
