@@ -68,7 +68,8 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
     second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1) if cfg.second_opinion else None
     rows = []
     for name in names:
-        asr = WhisperTranscriber(models / name, "int8", 2, "en", 1)
+        asr = WhisperTranscriber(models / name, "int8", 2, "en", 1, redecode_below=cfg.redecode_below,
+                                 redecode_beam_size=cfg.redecode_beam_size)
         for voice in voices:
             rng = np.random.default_rng(0)
             results = []
@@ -77,7 +78,7 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
                 heard = asr.hear(audio)
                 unsure = rule.unsure(heard)
                 row = {"model": name, "voice": voice, "question": q, "heard": heard.text,
-                       "logprob": heard.avg_logprob, "wer": word_error_rate(q, heard.text),
+                       "logprob": heard.avg_logprob, "beam": heard.beam, "wer": word_error_rate(q, heard.text),
                        "unsure": unsure, "second": None, "asked_again": unsure}
                 if second is not None and name != cfg.second_opinion and rule.worth_a_second_opinion(heard):
                     other = second.hear(audio)
@@ -94,7 +95,8 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
             print(f"{name:<16} {voice:<20} n {len(results)}  mean WER {mean_wer:.3f}  garbled {len(garbled)}  "
                   f"asked again, confidence alone / with the second opinion: garbled {asked(garbled, 'unsure')} / "
                   f"{asked(garbled, 'asked_again')}, the rest {asked(clear, 'unsure')} / {asked(clear, 'asked_again')}"
-                  f"; second model run {sum(r['second'] is not None for r in results)}", flush=True)
+                  f"; second model run {sum(r['second'] is not None for r in results)}"
+                  f"; decoded again with beam search {sum(r['beam'] for r in results)}", flush=True)
             rows += results
     if out:
         Path(out).write_text(json.dumps(rows, indent=1))

@@ -57,3 +57,14 @@ def test_a_barge_in_span_out_of_range_is_refused(span_ms):
         validate(config)
     config.turn.barge_in_span_ms = 0  # off
     validate(config)
+
+
+@pytest.mark.parametrize(("key", "value"), [("redecode_below", 0.5), ("redecode_below", -20.0),
+                                            ("redecode_beam_size", 1), ("redecode_beam_size", 50)])
+def test_a_beam_redecode_out_of_range_is_refused(key, value):
+    config = Config()
+    setattr(config.asr, key, value)
+    with pytest.raises(ConfigError, match=f"asr.{key}"):
+        validate(config)
+    config.asr.redecode_below, config.asr.redecode_beam_size = None, 5  # off
+    validate(config)

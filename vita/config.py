@@ -80,6 +80,8 @@ class AsrConfig:
     language: str | None = "en"
     beam_size: int = 1
     short_window: bool = True
+    redecode_below: float | None = -0.3  # greedy Whisper this unsure decodes again with beam search (None: never)
+    redecode_beam_size: int = 5
     ask_again_below: float | None = -0.9  # Whisper's mean token log-probability under which it misheard
     second_opinion: str | None = "whisper-tiny.en"  # a second model asked when the first is unsure (None: never)
     doubt_below: float = -0.6  # the first model's log-probability under which the second is asked

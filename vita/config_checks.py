@@ -145,6 +145,9 @@ def validate(config: Config) -> Config:
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
     _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")
+    _check(a.redecode_below is None or -10 <= a.redecode_below <= 0, "asr.redecode_below",
+           "must be a log-probability between -10 and 0, or null")
+    _check(2 <= a.redecode_beam_size <= 10, "asr.redecode_beam_size", "must be between 2 and 10")
     _check(a.ask_again_below is None or -10 <= a.ask_again_below <= 0, "asr.ask_again_below",
            "must be a log-probability between -10 and 0, or null")
     _check(a.second_opinion is None or a.second_opinion in _ASR_MODELS, "asr.second_opinion",

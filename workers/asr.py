@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -130,6 +131,7 @@ class Transcription:
 
     text: str
     avg_logprob: float = 0.0
+    beam: bool = False  # decoded again with beam search (WhisperTranscriber's redecode_below)
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,13 @@ class MisheardRule:
 
 
 class WhisperTranscriber:
+    """faster-whisper on one utterance. Greedy decoding (beam_size 1) is decoded again with beam search when it is
+    unsure (`redecode_below`, on the same encoder output): on robotic voices that hears a third fewer garbled
+    questions ("If I wear a mammal..." → "Is a whale a mammal?") for ~0.14 s on those turns only."""
+
     def __init__(self, model_dir: Path, compute_type: str, cpu_threads: int, language: str | None,
-                 beam_size: int, device: str = "cpu", short_window: bool = True):
+                 beam_size: int, device: str = "cpu", short_window: bool = True,
+                 redecode_below: float | None = None, redecode_beam_size: int = 5):
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
 
@@ -174,6 +181,8 @@ class WhisperTranscriber:
         self.language = language
         self.beam_size = beam_size
         self.short_window = short_window
+        self.redecode_below = redecode_below if redecode_beam_size > beam_size else None
+        self.redecode_beam_size = redecode_beam_size
         multilingual = self.model.model.is_multilingual
         # The short path needs a fixed language; language detection takes faster-whisper's own path.
         self._tokenizer = (Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
@@ -206,8 +215,17 @@ class WhisperTranscriber:
         features = self.model.feature_extractor(padded, padding=0)[:, : int(window_s * 100)]
         encoded = self.model.encode(features)
         prompt = self.model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        heard = self._decode(encoded, prompt, self.beam_size)
+        if heard.text and self.redecode_below is not None and heard.avg_logprob < self.redecode_below:
+            # Its own score judges the beam's words better than the greedy pass's does (their AUC for garbled
+            # against exact transcripts, 175 robotic clips: 0.94 against 0.92), so the rules downstream get it.
+            again = self._decode(encoded, prompt, self.redecode_beam_size)
+            return Transcription(again.text, again.avg_logprob, beam=True) if again.text else heard
+        return heard
+
+    def _decode(self, encoded: Any, prompt: list[int], beam_size: int) -> Transcription:
         result = self.model.model.generate(
-            encoded, [prompt], beam_size=self.beam_size, return_scores=True, return_no_speech_prob=True,
+            encoded, [prompt], beam_size=beam_size, return_scores=True, return_no_speech_prob=True,
             max_length=len(prompt) + MAX_REPLY_TOKENS, suppress_blank=True, suppress_tokens=[-1],
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]

@@ -59,6 +59,8 @@ class Hearing:
             run.timings["asr_s"] = time.monotonic() - run.started
             if transcript:
                 run.timings["asr_logprob"] = heard.avg_logprob
+                if heard.beam:
+                    run.timings["asr_beam"] = 1.0
                 rule = self.misheard_rule
                 if not req.text.strip():  # typed words say what was meant
                     run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)

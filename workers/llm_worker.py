@@ -105,7 +105,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
 
         self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
                                       cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
-                                      short_window=cfg.asr.short_window)
+                                      short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
+                                      redecode_beam_size=cfg.asr.redecode_beam_size)
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
         self.asr.transcribe(bytes(2 * 16000), 16000)

@@ -72,3 +72,18 @@ def test_whisper_is_sure_of_clear_speech_and_less_so_of_the_same_words_in_noise(
     buried = (question + rng.normal(0, 1.5 * level, question.size)).clip(-32768, 32767).astype(np.int16)
     noisy = whisper.hear(buried.tobytes())
     assert noisy.text == "" or noisy.avg_logprob < clear.avg_logprob, (clear, noisy)
+
+
+def test_an_unsure_greedy_transcript_is_decoded_again_with_beam_search():
+    """Under redecode_below the same encoder output is decoded again with a beam, and its own score goes on to the
+    "say it again" rules; a sure transcript is not (the beam costs ~0.14 s)."""
+    question = np.concatenate([silence(0.2), spoken("Which animal has a long trunk?"), silence(0.3)]).tobytes()
+    models = Config().models_path()
+    greedy = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1).hear(question)
+    assert not greedy.beam
+    always = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1, redecode_below=0.0).hear(question)
+    assert always.beam and "trunk" in always.text.lower() and always.avg_logprob != 0.0, always
+    below = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1,
+                               redecode_below=greedy.avg_logprob - 0.01).hear(question)
+    assert below == greedy  # sure enough: the greedy words, untouched
+    assert WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 5, redecode_below=0.0).redecode_below is None
