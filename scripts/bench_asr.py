@@ -102,7 +102,7 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
         Path(out).write_text(json.dumps(rows, indent=1))
 
 
-def sense(transcripts: str, below: float | None) -> None:
+def sense(transcripts: str, below: float | None, write_to: str | None = None) -> None:
     """The transcripts of an `accuracy --json` run through the default LLM with the server's note beside the
     question (workers/turn_run.SENSE_CHECK; no history), where Whisper's confidence is under `below` (None: every
     one): what the model asks again on top of the rules above, garbled and not."""
@@ -132,6 +132,8 @@ def sense(transcripts: str, below: float | None) -> None:
         print(f"{voice:<20} note under {below}: asked again, garbled {sum(r['asked_again'] for r in garbled)}/"
               f"{len(garbled)}, the rest {sum(r['asked_again'] for r in clear)}/{len(clear)}; "
               f"{sum('sense_reply' in r for r in mine)} checked", flush=True)
+    if write_to:
+        Path(write_to).write_text(json.dumps(rows, indent=1))
 
 
 def main() -> int:
@@ -141,6 +143,7 @@ def main() -> int:
                         help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
     parser.add_argument("--json", help="accuracy: every transcript here; sense: the transcripts to check")
+    parser.add_argument("--out", help="sense: the transcripts with the model's replies (sense_reply) here")
     parser.add_argument("--sense_below", default="config",
                         help="sense: the note under this confidence (default asr.sense_check_below; all: every one)")
     args = parser.parse_args()
@@ -150,7 +153,7 @@ def main() -> int:
     elif args.what == "sense":
         below = (Config().asr.sense_check_below if args.sense_below == "config"
                  else None if args.sense_below == "all" else float(args.sense_below))
-        sense(args.json, below)
+        sense(args.json, below, args.out)
     else:
         accuracy(models, args.models.split(","), args.voices.split(","), args.json)
     return 0

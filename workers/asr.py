@@ -144,7 +144,7 @@ class MisheardRule:
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6
     disagree_above: float = 0.5
-    sense_check_below: float | None = -0.5
+    sense_check_below: float | None = -0.4
 
     def unsure(self, heard: Transcription) -> bool:
         """Too unsure to answer at all."""
