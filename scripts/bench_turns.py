@@ -85,9 +85,9 @@ STOP_WORDS = {"the", "and", "for", "you", "are", "was", "what", "how", "who", "w
               "had", "its", "it's", "i'm", "what's", "tell", "like", "there", "some", "any", "him", "her", "she"}
 # Targets: the issue's where it set one; the two marked * are references (see the table's footnotes).
 # Issue 29's targets: end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
-# machine), requests with an inner pause cut early <= 5 %, noises and backchannels stopping a reply <= 1 in 20,
-# real interruptions stopped within 150 ms p50. Issue 36's, for interruptions: the first reaction (the duck) within
-# 150 ms and the reply stopped (stop_tts) within 0.8 s of the speech's onset, judged here at p90.
+# machine), requests with an inner pause cut early <= 5 %, noises and backchannels stopping a reply <= 1 in 20.
+# Issue 36's, for interruptions (it replaced 29's "stopped within 150 ms"): the first reaction (the duck) within
+# 150 ms and the reply stopped (stop_tts) within 0.8 s of the speech's onset, every one; judged here at p90.
 TARGETS = {"end_of_turn": 0.15, "voice_to_voice": 0.50, "cut_early_rate": 0.05, "false_stop_rate": 1 / 20,
            "first_reaction": 0.150, "stop_tts": 0.800}
 
@@ -605,7 +605,7 @@ def summarise(results: dict[str, list[dict]], voices: list[str]) -> list[dict]:
         p50, p90 = p50_p90(stop)
         add("4 interruptions", voice, len(stop), "stop_tts after onset (ms)", p50, p90,
             target=f"<= {TARGETS['stop_tts'] * 1000:.0f} ms p90",
-            ok=None if p90 is None else p90 <= TARGETS["stop_tts"] and not missed, unit=1000, digits=0,
+            ok=False if missed else None if p90 is None else p90 <= TARGETS["stop_tts"], unit=1000, digits=0,
             rate=f"stopped {len(stop)}/{len(stop) + missed}",
             notes=f"interruption answered as the next turn in {heard}/{len(rows)}; its first part answered, "
                   f"then cut by its second, in {twice}; started {', '.join(f'{x:.1f}' for x in INTERRUPTION_LEADS_S)}"

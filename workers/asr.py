@@ -131,7 +131,7 @@ class Transcription:
 
     text: str
     avg_logprob: float = 0.0
-    beam: bool = False  # decoded again with beam search (WhisperTranscriber's redecode_below)
+    beam: bool = False  # decoded again with a wider beam (WhisperTranscriber's redecode_below), whoever's words won
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,10 @@ class MisheardRule:
 
 
 class WhisperTranscriber:
-    """faster-whisper on one utterance. Greedy decoding (beam_size 1) is decoded again with beam search when it is
-    unsure (`redecode_below`, on the same encoder output): on robotic voices that hears a third fewer garbled
-    questions ("If I wear a mammal..." → "Is a whale a mammal?") for ~0.14 s on those turns only."""
+    """faster-whisper on one utterance. On the short window (not Whisper's own path: over 29 s, or no fixed
+    language), a decode less sure than `redecode_below` is decoded again on the same encoder output with a wider
+    beam (`redecode_beam_size`, when it is wider than `beam_size`): on robotic voices that hears a third fewer
+    garbled questions ("If I wear a mammal..." → "Is a whale a mammal?") for ~0.14 s on those turns only."""
 
     def __init__(self, model_dir: Path, compute_type: str, cpu_threads: int, language: str | None,
                  beam_size: int, device: str = "cpu", short_window: bool = True,
@@ -189,17 +190,18 @@ class WhisperTranscriber:
                                      language=language if multilingual else "en")
                            if language or not multilingual else None)
 
-    def transcribe(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> str:
-        return self.hear(pcm, sample_rate).text
+    def transcribe(self, pcm: bytes, sample_rate: int = WHISPER_RATE, redecode: bool = True) -> str:
+        return self.hear(pcm, sample_rate, redecode).text
 
-    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE) -> Transcription:
-        """The words, and how sure Whisper is of them ("" for silence, a cough, noise)."""
+    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE, redecode: bool = True) -> Transcription:
+        """The words, and how sure Whisper is of them ("" for silence, a cough, noise); redecode=False: never the
+        beam's second pass (a quick check that must not wait for it)."""
         audio = pcm16_to_float(pcm, sample_rate)
         if audio.size < WHISPER_RATE // 10:
             return Transcription("")
         window = window_seconds(audio.size / WHISPER_RATE, self.short_window)
         if window is not None and self._tokenizer is not None:
-            return self._transcribe_window(audio, window)
+            return self._transcribe_window(audio, window, redecode)
         segments, _ = self.model.transcribe(
             audio, language=self.language, beam_size=self.beam_size, condition_on_previous_text=False,
             vad_filter=False, without_timestamps=True,
@@ -210,17 +212,31 @@ class WhisperTranscriber:
             return Transcription("")
         return Transcription(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
 
-    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> Transcription:
+    def warm_up(self) -> None:
+        """CTranslate2's first run of each decode pays its warm-up: here, on silence, not on a user's words."""
+        window = window_seconds(1.0, self.short_window)
+        if window is None or self._tokenizer is None:
+            self.hear(bytes(2 * WHISPER_RATE))
+            return
+        encoded, prompt = self._encode(np.zeros(WHISPER_RATE, np.float32), window)
+        for beam_size in {self.beam_size, self.redecode_beam_size if self.redecode_below is not None else 0} - {0}:
+            self._decode(encoded, prompt, beam_size)
+
+    def _encode(self, audio: np.ndarray, window_s: float) -> tuple[Any, list[int]]:
         padded = np.pad(audio, (0, int(window_s * WHISPER_RATE) - audio.size))
         features = self.model.feature_extractor(padded, padding=0)[:, : int(window_s * 100)]
-        encoded = self.model.encode(features)
-        prompt = self.model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        return self.model.encode(features), self.model.get_prompt(self._tokenizer, [], without_timestamps=True)
+
+    def _transcribe_window(self, audio: np.ndarray, window_s: float, redecode: bool) -> Transcription:
+        encoded, prompt = self._encode(audio, window_s)
         heard = self._decode(encoded, prompt, self.beam_size)
-        if heard.text and self.redecode_below is not None and heard.avg_logprob < self.redecode_below:
+        if redecode and heard.text and self.redecode_below is not None and heard.avg_logprob < self.redecode_below:
             # Its own score judges the beam's words better than the greedy pass's does (their AUC for garbled
-            # against exact transcripts, 175 robotic clips: 0.94 against 0.92), so the rules downstream get it.
+            # against exact transcripts, 175 clips greedy called unsure in four voices: 0.94 against 0.92), so the
+            # rules downstream get it. A beam that finds no speech keeps the greedy words and their low score.
             again = self._decode(encoded, prompt, self.redecode_beam_size)
-            return Transcription(again.text, again.avg_logprob, beam=True) if again.text else heard
+            chosen = again if again.text else heard
+            return Transcription(chosen.text, chosen.avg_logprob, beam=True)
         return heard
 
     def _decode(self, encoded: Any, prompt: list[int], beam_size: int) -> Transcription:

@@ -109,7 +109,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                                       redecode_beam_size=cfg.asr.redecode_beam_size)
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
-        self.asr.transcribe(bytes(2 * 16000), 16000)
+        self.asr.warm_up()
         self.second_asr = self._second_opinion()
         self.cues = FaceCues()
         llm = cfg.llm

@@ -294,14 +294,14 @@ def test_a_long_gap_starts_the_span_again():
     assert confirmed_at("#" * 13 + "." * 10 + "#" * 10) == 23
 
 
-def confirmed_over_reply(voiced: str) -> int | None:
+def confirmed_over_reply(voiced: str, echo_guard_db: float = 20) -> int | None:
     """Like confirmed_at, while a reply plays and the user's level is known: "#" voiced at the user's level, "-"
     voiced 12 dB under it (a word's falling end: not echo, which the guard takes out 20 dB down), "." silent."""
     learn = "#" * 20 + "." * 50
     script = learn + voiced
     seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in script]), 0.5, 0.35, end_silence_ms=1500,
                        pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64, pause_ms=128,
-                       confirm_ms=650, echo_guard_db=20, span_ms=700)
+                       confirm_ms=650, echo_guard_db=echo_guard_db, span_ms=700)
     tone = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
     audio = {"#": tone, "-": (tone / 4).astype(np.int16), ".": np.zeros(CHUNK, np.int16)}
     for c in learn:
@@ -320,3 +320,5 @@ def test_over_a_reply_the_span_ends_on_the_users_voice_or_just_after_it():
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 6 + "-" * 3 + "." * 20) == 21
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 5 + "-" * 4 + "." * 20) is None
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 20) == 21  # the user's voice at 700 ms, as before
+    # With the echo guard off (turn.echo_guard_db: 0) no level is judged: any voiced chunk completes the span.
+    assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 5 + "-" * 4 + "." * 20, echo_guard_db=0) == 21

@@ -325,8 +325,9 @@ class VadSegmenter:
         self.span_voiced += CHUNK
         # ...completed only by a chunk at (or just after one at) the user's own level while a reply plays: the hold
         # lets quieter chunks after their word through, and "Okay." with the reply's echo after it is not speech
-        # going on.
-        users = not self.guarded or self.position - CHUNK - self.loud_at <= SPAN_USER_LAG_CHUNKS * CHUNK
+        # going on. Without the echo guard there is no level to judge by (and no hold).
+        users = (not self.guarded or not self.echo_guard_db
+                 or self.position - CHUNK - self.loud_at <= SPAN_USER_LAG_CHUNKS * CHUNK)
         spanned = (self.span_samples and users and self.position - self.span_from >= self.span_samples
                    and self.span_voiced >= self.span_min_voiced)
         if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
