@@ -219,8 +219,9 @@ class WhisperTranscriber:
             self.hear(bytes(2 * WHISPER_RATE))
             return
         encoded, prompt = self._encode(np.zeros(WHISPER_RATE, np.float32), window)
-        for beam_size in {self.beam_size, self.redecode_beam_size if self.redecode_below is not None else 0} - {0}:
-            self._decode(encoded, prompt, beam_size)
+        self._decode(encoded, prompt, self.beam_size)
+        if self.redecode_below is not None:
+            self._decode(encoded, prompt, self.redecode_beam_size)
 
     def _encode(self, audio: np.ndarray, window_s: float) -> tuple[Any, list[int]]:
         padded = np.pad(audio, (0, int(window_s * WHISPER_RATE) - audio.size))

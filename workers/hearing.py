@@ -31,7 +31,7 @@ class Hearing:
 
         second = WhisperTranscriber(self.config.models_path() / cfg.second_opinion, cfg.compute_type,
                                     cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
-        second.transcribe(bytes(2 * 16000), 16000)  # its warm-up too, off the first turn
+        second.warm_up()  # off the first turn too
         return second
 
     async def _hear_interjection(self, check: InterjectionCheck) -> None:
