@@ -255,16 +255,24 @@ class ScriptedVad:
         pass
 
 
-def confirmed_at(voiced: str, span_ms: int = 700) -> int | None:
-    """The chunk (32 ms each) at which speech over a reply is confirmed; `voiced`: one character per chunk, "#"
-    voiced, "." silent (a tone and digital silence, so only the scripted probabilities decide). The end-of-turn
-    model's long wait (1.5 s) keeps the utterance open across gaps, as over a reply."""
-    seg = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in voiced]), 0.5, 0.35, end_silence_ms=1500,
-                       pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64, pause_ms=128,
-                       confirm_ms=650, span_ms=span_ms)
-    tone = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
+TONE = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
+# "#" voiced at the user's level, "-" voiced 12 dB under it, "." silent (a tone and digital silence: only the
+# scripted probabilities decide what is voiced).
+SCRIPTED_AUDIO = {"#": TONE, "-": (TONE / 4).astype(np.int16), ".": np.zeros(CHUNK, np.int16)}
+
+
+def confirmed_at(voiced: str, span_ms: int = 700, echo_guard_db: float = 0.0, learn: str = "") -> int | None:
+    """The chunk (32 ms each) of `voiced` at which speech is confirmed; `learn` is fed first, before a reply plays
+    (the user's level), and `voiced` over the reply when `learn` is given. The end-of-turn model's long wait (1.5 s)
+    keeps the utterance open across gaps, as over a reply."""
+    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in learn + voiced]), 0.5, 0.35,
+                       end_silence_ms=1500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64,
+                       pause_ms=128, confirm_ms=650, echo_guard_db=echo_guard_db, span_ms=span_ms)
+    for c in learn:
+        seg.feed(SCRIPTED_AUDIO[c])
+    seg.guarded = bool(learn)
     for i, c in enumerate(voiced):
-        if any(e.kind is Heard.CONFIRM for e in seg.feed(tone if c == "#" else np.zeros(CHUNK, np.int16))):
+        if any(e.kind is Heard.CONFIRM for e in seg.feed(SCRIPTED_AUDIO[c])):
             return i
     return None
 
@@ -295,22 +303,9 @@ def test_a_long_gap_starts_the_span_again():
 
 
 def confirmed_over_reply(voiced: str, echo_guard_db: float = 20) -> int | None:
-    """Like confirmed_at, while a reply plays and the user's level is known: "#" voiced at the user's level, "-"
-    voiced 12 dB under it (a word's falling end: not echo, which the guard takes out 20 dB down), "." silent."""
-    learn = "#" * 20 + "." * 50
-    script = learn + voiced
-    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in script]), 0.5, 0.35, end_silence_ms=1500,
-                       pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64, pause_ms=128,
-                       confirm_ms=650, echo_guard_db=echo_guard_db, span_ms=700)
-    tone = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
-    audio = {"#": tone, "-": (tone / 4).astype(np.int16), ".": np.zeros(CHUNK, np.int16)}
-    for c in learn:
-        seg.feed(audio[c])
-    seg.guarded = True
-    for i, c in enumerate(voiced):
-        if any(e.kind is Heard.CONFIRM for e in seg.feed(audio[c])):
-            return i
-    return None
+    """confirmed_at while a reply plays and the user's level is known ("-": a word's falling end, not echo, which
+    the guard takes out 20 dB down)."""
+    return confirmed_at(voiced, 700, echo_guard_db, learn="#" * 20 + "." * 50)
 
 
 @pytest.mark.fast
