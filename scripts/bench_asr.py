@@ -7,9 +7,14 @@ transcripts (WER > 0.5, numbers compared as digits), and the server's "say it ag
 and, when it is unsure, the second model's opinion): what it catches among the garbled, and what it costs among
 the rest.
 
-sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of.
+sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of
+(what a remote engine does).
+reading: those transcripts read by the LLM as the server reads them (asr.reading_below: the model's mean
+log-probability of the words in the first turn's prompt, workers/local_engine.words_logprob) and judged by the
+server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the rest.
 
-Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy|sense] [--voices hibari,piper,espeak] [--models ...]
+Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
+       [--models ...] [--json transcripts.json] [--out judged.json]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from eval_answers import synthesize
 
 from vita.config import Config
 from vita.harness.speech import silence, spoken
-from workers.asr import MisheardRule, WhisperTranscriber, word_error_rate
+from workers.asr import MisheardRule, Transcription, WhisperTranscriber, word_error_rate
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
@@ -136,14 +141,59 @@ def sense(transcripts: str, below: float | None, write_to: str | None = None) ->
         Path(write_to).write_text(json.dumps(rows, indent=1))
 
 
+def reading(transcripts: str, write_to: str | None = None) -> None:
+    """The server's reading of unsure words, on the transcripts of an `accuracy --json` run (no history: each
+    as a first question, the harder case for a follow-up such as "And in Fahrenheit?")."""
+    import os
+
+    from workers.local_engine import device_env, engine_kwargs, words_logprob
+    from workers.prompting import ConversationHistory, PromptBuilder
+
+    config = Config()
+    cfg = config.asr
+    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below,
+                        cfg.reading_below, cfg.reading_weight)
+    os.environ.update(device_env(config))
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(config, False))
+    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona)
+    rows = json.loads(Path(transcripts).read_text())
+    for row in rows:
+        row["read_asked"] = row["asked_again"]
+    read = [r for r in rows if not r["asked_again"] and rule.worth_a_reading(Transcription(r["heard"], r["logprob"]))]
+    texts = [prompts.build(ConversationHistory(0), r["heard"]) for r in read]
+    outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
+    for row, text, out in zip(read, texts, outs, strict=True):
+        found = prompts.words_from_end(text, row["heard"])
+        row["words_logprob"] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, found) if found else None
+        row["read_asked"] = row["words_logprob"] is not None and rule.implausible(
+            Transcription(row["heard"], row["logprob"]), row["words_logprob"])
+
+    def asked(mine: list[dict], key: str) -> str:
+        return f"{sum(r[key] for r in mine)}/{len(mine)}"
+
+    for voice in dict.fromkeys(r["voice"] for r in rows):
+        mine = [r for r in rows if r["voice"] == voice and r["heard"]]
+        garbled = [r for r in mine if r["wer"] > GARBLED_WER]
+        exact = [r for r in mine if r["wer"] == 0]
+        rest = [r for r in mine if 0 < r["wer"] <= GARBLED_WER]
+        print(f"{voice:<20} asked again without / with the reading: garbled {asked(garbled, 'asked_again')} / "
+              f"{asked(garbled, 'read_asked')}, exact {asked(exact, 'asked_again')} / {asked(exact, 'read_asked')}, "
+              f"the rest {asked(rest, 'asked_again')} / {asked(rest, 'read_asked')}; "
+              f"{sum('words_logprob' in r for r in mine)} read", flush=True)
+    if write_to:
+        Path(write_to).write_text(json.dumps(rows, indent=1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", choices=("speed", "accuracy", "sense"), default="speed")
+    parser.add_argument("what", nargs="?", choices=("speed", "accuracy", "sense", "reading"), default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
                         help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
-    parser.add_argument("--json", help="accuracy: every transcript here; sense: the transcripts to check")
-    parser.add_argument("--out", help="sense: the transcripts with the model's replies (sense_reply) here")
+    parser.add_argument("--json", help="accuracy: every transcript here; sense, reading: the transcripts to check")
+    parser.add_argument("--out", help="sense, reading: the transcripts with the model's judgement here")
     parser.add_argument("--sense_below", default="config",
                         help="sense: the note under this confidence (default asr.sense_check_below; all: every one)")
     args = parser.parse_args()
@@ -154,6 +204,8 @@ def main() -> int:
         below = (Config().asr.sense_check_below if args.sense_below == "config"
                  else None if args.sense_below == "all" else float(args.sense_below))
         sense(args.json, below, args.out)
+    elif args.what == "reading":
+        reading(args.json, args.out)
     else:
         accuracy(models, args.models.split(","), args.voices.split(","), args.json)
     return 0

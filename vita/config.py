@@ -86,8 +86,12 @@ class AsrConfig:
     second_opinion: str | None = "whisper-tiny.en"  # a second model asked when the first is unsure (None: never)
     doubt_below: float = -0.6  # the first model's log-probability under which the second is asked
     disagree_above: float = 0.5  # word disagreement between the two over which the user is asked again
-    sense_check_below: float | None = -0.4  # under this (and not asked again above), the model is told the words
-    # may be misheard and says it did not catch them if they make no sense (None: never)
+    # under this (and not asked again above), the model reads the words: Whisper's confidence plus reading_weight
+    # times the model's mean log-probability of them under ask_again_below is misheard too (None: never)
+    reading_below: float | None = -0.3
+    reading_weight: float = 0.1
+    sense_check_below: float | None = -0.4  # an engine that cannot read them (a remote server): under this, the
+    # model is told the words may be misheard and says it did not catch them if they make no sense (None: never)
 
 
 @dataclass

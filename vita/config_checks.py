@@ -156,6 +156,9 @@ def validate(config: Config) -> Config:
     _check(0 < a.disagree_above <= 2, "asr.disagree_above", "must be a word disagreement between 0 and 2")
     _check(a.sense_check_below is None or -10 <= a.sense_check_below <= 0, "asr.sense_check_below",
            "must be a log-probability between -10 and 0, or null")
+    _check(a.reading_below is None or -10 <= a.reading_below <= 0, "asr.reading_below",
+           "must be a log-probability between -10 and 0, or null")
+    _check(0 < a.reading_weight <= 1, "asr.reading_weight", "must be between 0 (exclusive) and 1")
     _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
     _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",

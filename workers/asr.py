@@ -138,13 +138,19 @@ class Transcription:
 class MisheardRule:
     """When a transcript is taken for not what the user said (the config's asr section): Whisper's confidence
     under `ask_again_below`, or, under `doubt_below`, a second model that disagrees on more than
-    `disagree_above` of the words; under `sense_check_below` the LLM is asked whether the words make sense
-    (workers/turn_run.SENSE_CHECK). Shared by the LLM worker (workers/hearing.py) and scripts/bench_asr.py."""
+    `disagree_above` of the words; under `reading_below` the language model reads the words too, and Whisper's
+    confidence plus `reading_weight` times the model's (the mean log-probability of the words in the prompt) is
+    held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely to the model where
+    Whisper is only a little unsure. Where the engine cannot read (a remote server), under `sense_check_below`
+    the model is asked whether the words make sense (workers/turn_run.SENSE_CHECK). Shared by the LLM worker
+    (workers/hearing.py) and scripts/bench_asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6
     disagree_above: float = 0.5
     sense_check_below: float | None = -0.4
+    reading_below: float | None = -0.3
+    reading_weight: float = 0.1
 
     def unsure(self, heard: Transcription) -> bool:
         """Too unsure to answer at all."""
@@ -152,6 +158,17 @@ class MisheardRule:
 
     def worth_a_second_opinion(self, heard: Transcription) -> bool:
         return bool(heard.text) and not self.unsure(heard) and heard.avg_logprob < self.doubt_below
+
+    def worth_a_reading(self, heard: Transcription) -> bool:
+        """Unsure enough that the model's reading of the words decides (see `implausible`)."""
+        return (bool(heard.text) and self.reading_below is not None and self.ask_again_below is not None
+                and not self.unsure(heard) and heard.avg_logprob < self.reading_below)
+
+    def implausible(self, heard: Transcription, words_logprob: float) -> bool:
+        """Misheard, by the ear and the reader together: a question the model finds likely (−1.5 a token) needs
+        Whisper under −0.75; nonsense (−5) is asked again from −0.4."""
+        assert self.ask_again_below is not None
+        return heard.avg_logprob + self.reading_weight * words_logprob < self.ask_again_below
 
     def worth_a_sense_check(self, heard: Transcription) -> bool:
         """Unsure enough that the model is asked whether the words make sense (they may be fluent nonsense)."""

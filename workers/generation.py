@@ -27,6 +27,9 @@ class EnginePrompt:
     stop: tuple[str, ...] = ()
     audio: tuple[tuple[np.ndarray, int], ...] = ()
     images: tuple[np.ndarray, ...] = ()
+    # Where the user's words are, counted in tokens from the end of the prompt: (their tokens, the tokens after
+    # them). From the end, because an engine may add tokens at the start (a BOS) that the builder never sees.
+    words_from_end: tuple[int, int] | None = None
 
     @property
     def has_media(self) -> bool:
@@ -51,12 +54,17 @@ class SamplingSettings:
 
 class TextEngine(Protocol):
     description: str
+    reads_words: bool  # can it read_words (an in-process vLLM can; a remote server is not asked)
 
     async def start(self, report: Any) -> None:
         """Load or connect; report(WorkerState.LOADING, detail) shows progress on /health and the page."""
 
     def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str) -> AsyncIterator[Delta]:
         """Yield the reply as it is generated; cancelling the consuming task must stop the generation."""
+
+    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
+        """The model's mean log-probability of the prompt's words (EnginePrompt.words_from_end) and of the token
+        after them (the end of the user's turn), given everything before them; None when it cannot say."""
 
     async def abort(self, request_id: str) -> None: ...
 

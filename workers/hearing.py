@@ -65,14 +65,18 @@ class Hearing:
                 if not req.text.strip():  # typed words say what was meant
                     run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
                                                           and await self._disagree(req, run, heard))
-                    run.sense_check = not run.misheard and rule.worth_a_sense_check(heard)
+                    reads = self.engine.reads_words and rule.reading_below is not None
+                    if not run.misheard and reads and rule.worth_a_reading(heard):
+                        run.reading = heard  # read as the reply's prompt is prefilled (workers/reply_generation.py)
+                    run.sense_check = not run.misheard and not reads and rule.worth_a_sense_check(heard)
             self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
     @property
     def misheard_rule(self) -> MisheardRule:
         cfg = self.config.asr
-        return MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below)
+        return MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below,
+                            cfg.reading_below, cfg.reading_weight)
 
     async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,

@@ -56,7 +56,15 @@ from workers.tools.client_tools import AwaitedCalls
 from workers.tools.mcp_tools import McpServers
 from workers.tools.registry import ToolBox
 from workers.tools.turn_calls import ToolTurns
-from workers.turn_run import NAME, SENSE_CHECK, TTS_PUT_TIMEOUT_S, TtsBusy, TurnRun, asks_again
+from workers.turn_run import (
+    NAME,
+    SENSE_CHECK,
+    TTS_PUT_TIMEOUT_S,
+    ImplausibleWords,
+    TtsBusy,
+    TurnRun,
+    asks_again,
+)
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -169,6 +177,15 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         schemas = tools.schemas() if tools else None
         return EnginePrompt(p.build(history, user_text, cues, schemas, after, note),
                             p.messages(history, user_text, cues, after), tuple(p.stop))
+
+    def _reading_prompt(self, history: ConversationHistory, user_text: str) -> EnginePrompt:
+        """The words as the model reads them (engine.read_words): after the persona and the last exchange, so that
+        a follow-up ("And in Fahrenheit?") reads as likely; a short prompt, as the reading is prefilled whole."""
+        last = ConversationHistory(1)
+        for exchange in list(history)[-1:]:
+            last.add(exchange)
+        text = self.prompts.build(last, user_text)
+        return EnginePrompt(text, words_from_end=self.prompts.words_from_end(text, user_text))
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style
@@ -349,7 +366,15 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
                 return
             prompt, transcribing = prepared
-            if not await self._generate(req, run, prompt, history):  # it called the client's tools: theirs to run
+            try:
+                generated = await self._generate(req, run, prompt, history)
+            except ImplausibleWords:  # nothing of the reply went out: as if Whisper alone had doubted the words
+                run.generating = False
+                with contextlib.suppress(Exception):
+                    await self.engine.abort(run.request_id)
+                await self._ask_again(req, run)
+                return
+            if not generated:  # it called the client's tools: theirs to run
                 self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
                 self._publish(TurnEnded(sid, tid, NAME, "tool_call"))
                 return
@@ -420,6 +445,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 run.user_text = awaited.user_text
                 said = await self._cascade_text(req, run) if req.audio or req.text.strip() else ""
                 run.tool_messages = awaited.answered(req.tool_outputs, said)
+                run.reading = None  # the prompt's words are the question's, not these
             else:
                 run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:

@@ -100,6 +100,29 @@ def vllm_input(prompt: EnginePrompt) -> Any:
     return {"prompt": prompt.text, "multi_modal_data": data}
 
 
+MIN_WORDS_READ = 2  # fewer log-probabilities than this (a prompt cut short): no reading
+
+
+def words_logprob(prompt_logprobs: Any, token_ids: Any, words_from_end: tuple[int, int]) -> float | None:
+    """The mean log-probability of the prompt's words and the token after them (EnginePrompt.words_from_end),
+    from vLLM's prompt_logprobs (None first, then {token id: Logprob} for each position); None when it cannot
+    say."""
+    if not prompt_logprobs or not token_ids:
+        return None
+    words, after = words_from_end
+    end = len(token_ids) - after  # the token after the words: the end of the user's turn
+    values = []
+    for i in range(max(end - words, 1), min(end + 1, len(token_ids), len(prompt_logprobs))):
+        entry = prompt_logprobs[i]
+        logprob = entry.get(token_ids[i]) if entry else None
+        if logprob is None:
+            return None
+        values.append(float(getattr(logprob, "logprob", logprob)))
+    if len(values) < MIN_WORDS_READ:
+        return None
+    return sum(values) / len(values)
+
+
 @dataclass(frozen=True)
 class _Add:
     request_id: str
@@ -144,6 +167,8 @@ class LocalVllmEngine:
     Elsewhere the engine core keeps its own process, as vLLM's offline engine does. Turns come in and go out
     through queues: requests and aborts as commands between steps, outputs onto each turn's asyncio queue.
     """
+
+    reads_words = True  # read_words: prompt log-probabilities
 
     def __init__(self, config: Any, omni: bool = False):
         self.config = config
@@ -304,6 +329,33 @@ class LocalVllmEngine:
                 yield Delta(completion.text, len(completion.token_ids), prompt_tokens, cached)
         finally:
             if not finished:  # the consumer stopped early (cancelled, or enough said): free the engine's slot
+                self.commands.put(_Abort(request_id))
+
+    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
+        """One prefill with the prompt's log-probabilities (vLLM reads no prefix cache for it: a short prompt,
+        workers/prompting.PromptBuilder.reading) and no reply to speak of."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if prompt.words_from_end is None or prompt.has_media:
+            return None
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        outputs: asyncio.Queue = asyncio.Queue()
+        with self.guard:
+            if self.failure is not None:
+                raise EngineFailed(f"the vLLM engine stopped: {self.failure!r}")
+            self.commands.put(_Add(request_id, vllm_input(prompt), params, outputs, asyncio.get_running_loop()))
+        finished = False
+        try:
+            while not finished:
+                output = await outputs.get()
+                if isinstance(output, BaseException):
+                    raise output
+                finished = output.finished
+            return words_logprob(output.prompt_logprobs, output.prompt_token_ids, prompt.words_from_end)
+        finally:
+            if not finished:
                 self.commands.put(_Abort(request_id))
 
     async def abort(self, request_id: str) -> None:

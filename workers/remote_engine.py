@@ -75,6 +75,8 @@ def openai_messages(prompt: EnginePrompt) -> list[dict[str, Any]]:
 
 
 class RemoteEngine:
+    reads_words = False  # the model is told the words may be misheard instead (asr.sense_check_below)
+
     def __init__(self, url: str, model: str | None, api_key: str | None, ready_timeout_s: float):
         self.url = url.rstrip("/")
         self.model = model
@@ -194,6 +196,9 @@ class RemoteEngine:
     async def wait_failed(self) -> BaseException:
         await asyncio.Event().wait()  # never set
         raise AssertionError("unreachable")
+
+    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
+        return None  # not asked (reads_words): the model is told the words may be misheard instead
 
     async def abort(self, request_id: str) -> None:
         """Nothing to send: the stream is closed by the cancelled task (see ``stream``)."""

@@ -21,7 +21,7 @@ from workers.speech_pieces import ReplyShaper, SpeechClock
 from workers.tools.in_turn import APOLOGY, CallDetector
 from workers.tools.intents import planned_calls
 from workers.tools.registry import ToolCall, parse_calls
-from workers.turn_run import NAME, TtsBusy, TurnRun
+from workers.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 
 
 class ReplyGeneration:
@@ -63,11 +63,20 @@ class ReplyGeneration:
                 held += self._say_results(sid, tid, planned, outcomes)
             else:
                 prompt = next_prompt()
+        reading = None
+        if run.reading is not None and not answered:
+            # Read beside the reply's prefill (one engine step for both): judged before its first word goes out.
+            reading = asyncio.ensure_future(self.engine.read_words(
+                self._reading_prompt(history or ConversationHistory(0), run.user_text), f"{run.request_id}:read"))
+            reading.add_done_callback(_retrieved)
         while not answered:
             detector = CallDetector(enabled=detect)
             round_tokens = 0
             run.generating = True
             async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
+                if reading is not None:  # the first delta: nothing of the reply has gone out yet
+                    await self._judge_words(run, reading)
+                    reading = None
                 tokens += delta.tokens
                 round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:
@@ -127,6 +136,17 @@ class ReplyGeneration:
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
         return True
 
+    async def _judge_words(self, run: TurnRun, reading: asyncio.Future) -> None:
+        """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords
+        ends the reply's stream before any of it went out."""
+        heard, run.reading = run.reading, None
+        words_logprob = await reading
+        if heard is None or words_logprob is None:
+            return
+        run.timings["words_logprob"] = words_logprob
+        if self.misheard_rule.implausible(heard, words_logprob):
+            raise ImplausibleWords(run.user_text)
+
     def _cut_early(self, shaper: ReplyShaper, clock: SpeechClock, started: bool, first_token_at: float) -> list[str]:
         """Pieces cut before their boundary: the first piece's first two words once it has decoded for
         llm.first_piece_wait_ms (a slow decode), or the words pending when the voice would otherwise fall silent
@@ -169,3 +189,9 @@ class ReplyGeneration:
         self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
         self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
         self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """A reading the turn stopped waiting for (cancelled, or no reply came): its error is nobody's to raise."""
+    if not task.cancelled():
+        task.exception()

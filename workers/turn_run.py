@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.asr import Transcription
 from workers.tools.registry import ToolBox
 
 NAME = "llm"
@@ -37,6 +38,11 @@ class TtsBusy(Exception):
     """The TTS queue stayed full: the TTS worker is stuck or far behind."""
 
 
+class ImplausibleWords(Exception):
+    """The model read the words Whisper was unsure of as nonsense (MisheardRule.implausible): ask again. Raised
+    on the reply's first delta, before any of it reached the page or the voice."""
+
+
 @dataclass
 class TurnRun:
     """What one turn has produced so far: read by the cancel path to keep the history true."""
@@ -49,6 +55,7 @@ class TurnRun:
     generating: bool = False
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
     sense_check: bool = False  # ASR was unsure enough that the model is asked whether the words make sense
+    reading: Transcription | None = None  # ASR was unsure enough that the model reads these words as it prefills
     cues: str = ""  # what the camera showed, for the prompt
     tools: ToolBox | None = None  # what this turn may call
     offered: ToolBox | None = None  # what the model is shown of them (tools/relevance.py)

@@ -51,6 +51,18 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
     assert rule.unsure(Transcription("Mumble.", -1.2)) and not rule.worth_a_second_opinion(Transcription("", -2.0))
 
 
+@pytest.mark.fast
+def test_words_whisper_is_a_little_unsure_of_are_misheard_when_the_model_finds_them_unlikely_too():
+    rule = MisheardRule(ask_again_below=-0.9, reading_below=-0.3, reading_weight=0.1)
+    nonsense, question = Transcription("Is my murder flying insect?", -0.35), Transcription("Is the sun a star?", -0.35)
+    assert rule.worth_a_reading(nonsense) and rule.worth_a_reading(question)
+    assert rule.implausible(nonsense, -6.0) and not rule.implausible(question, -2.0)
+    assert not rule.worth_a_reading(Transcription("Is the sun a star?", -0.1))  # sure: not read
+    assert not rule.worth_a_reading(Transcription("Mumble.", -1.2))  # asked again by Whisper's confidence alone
+    assert not MisheardRule(reading_below=None).worth_a_reading(nonsense)
+    assert not MisheardRule(ask_again_below=None).worth_a_reading(nonsense)  # never asked again: never read
+
+
 @pytest.fixture(scope="module")
 def whisper():
     return WhisperTranscriber(Config().models_path() / "whisper-base", "int8", 2, "en", 1)

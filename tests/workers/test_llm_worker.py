@@ -227,6 +227,26 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     assert not len(llm.worker.histories.get("unsure", []))
 
 
+def test_the_engine_reads_the_words_and_asks_again_when_they_are_unlikely(llm):
+    """Under asr.reading_below (here above any real confidence) vLLM reads the question beside the reply's
+    prefill: a likely question is answered, with the model's reading in the timings; the same question held to a
+    reading weight no question passes is asked again before a word of the reply reaches the page."""
+    from workers.turn_run import ASK_AGAIN
+
+    ended = ask_with_asr(llm, "read-likely", "How many legs does a spider have?", reading_below=0.0)
+    (_, timings), = llm.of("read-likely", TurnTimings)
+    assert -6.0 < timings.timings["words_logprob"] < 0  # a question the model finds likely
+    assert "asked_again" not in timings.timings and ended.reason == "done" and "catch" not in ended.spoken
+
+    ended = ask_with_asr(llm, "read-unlikely", "How many legs does a spider have?", reading_below=0.0,
+                         reading_weight=1.0)
+    (_, timings), = llm.of("read-unlikely", TurnTimings)
+    assert timings.timings["words_logprob"] < 0 and timings.timings["asked_again"] == 1
+    assert ended.spoken == ASK_AGAIN
+    assert [m.delta for _, m in llm.of("read-unlikely", ReplyText) if not m.done] == []
+    assert not len(llm.worker.histories.get("read-unlikely", []))
+
+
 def test_an_unsure_transcript_gets_a_second_opinion_and_is_answered_when_they_agree(llm):
     """Under asr.doubt_below (here above any real confidence) the second model hears the same audio; a clear
     question heard alike by both is answered."""

@@ -34,7 +34,7 @@ from workers.asr import Transcription
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm_worker import MAILBOX_BOUND, LlmWorker
-from workers.prompting import PromptBuilder
+from workers.prompting import ConversationHistory, Exchange, PromptBuilder
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
@@ -47,6 +47,7 @@ class ScriptedEngine:
     """A TextEngine that 'generates' the given words, one token each, a few milliseconds apart."""
 
     description = "scripted engine (unit tests)"
+    reads_words = False
 
     def __init__(self, words: list[str], step_s: float = 0.002):
         self.words, self.step_s = words, step_s
@@ -544,6 +545,76 @@ def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob,
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert ("asked_again" in timings.timings) is asked
     assert len(worker.histories["s"]) == (0 if asked else 1)  # nonsense stays out of the history
+
+
+class WordTokenizer:
+    """A chat template and a tokenizer of words: where the words are in a rendered prompt, without a model."""
+
+    chat_template = "words"
+
+    def apply_chat_template(self, messages, tools=None, tokenize=False, add_generation_prompt=True) -> str:
+        return "".join(f"<{m['role']}> {m['content']} <end> " for m in messages) + "<assistant>"
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": text.split()}
+
+
+class ReadingEngine(ScriptedEngine):
+    """A ScriptedEngine that reads the words as it is told to (read_words)."""
+
+    reads_words = True
+
+    def __init__(self, words: list[str], read: float | None):
+        super().__init__(words)
+        self.read, self.readings = read, []
+
+    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
+        self.readings.append(prompt)
+        return self.read
+
+
+@pytest.mark.parametrize("logprob, read, judged, asked", [
+    (-0.35, -6.0, True, True),  # a little unsure, and nonsense to the model: asked again
+    (-0.35, -2.0, True, False),  # a little unsure, but a likely question: answered
+    (-0.1, -6.0, False, False),  # sure of the words: not read
+    (-0.35, None, True, False),  # the engine could not read them (cached): answered, as Whisper alone says
+])
+def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes_out(logprob, read, judged, asked):
+    worker, _ = make_worker([])
+    worker.engine = engine = ReadingEngine(["Paris", "is", "lovely."], read)
+    worker.asr, worker.second_asr = Heard("Is my murder flying insect?", logprob), None
+    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
+    run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
+    assert len(engine.readings) == int(judged)
+    if judged:  # the persona, then the words: 5 of them, then "<end> <assistant>"
+        assert engine.readings[0].words_from_end == (5, 2) and engine.readings[0].text.startswith("<system>")
+    said = spoken_text(drained(worker.tts))
+    assert said == (ASK_AGAIN if asked else "Paris is lovely.")
+    outputs = drained(worker.outbox)
+    deltas = [m.delta for m in outputs if isinstance(m, ReplyText) and not m.done]
+    assert (deltas == []) is asked  # not a word of the reply reached the page
+    (timings,) = [m for m in outputs if isinstance(m, TurnTimings)]
+    assert ("asked_again" in timings.timings) is asked
+    assert ("words_logprob" in timings.timings) is (read is not None and judged)
+    assert len(worker.histories["s"]) == (0 if asked else 1)
+    assert engine.prompts[0].text is not None and SENSE_CHECK not in engine.prompts[0].text  # read, not noted
+    if asked:
+        assert engine.aborted  # the reply's request was stopped
+
+
+def test_the_words_are_read_after_the_last_exchange_only():
+    """A follow-up reads as likely after its question; the rest of the history is not prefilled for it."""
+    worker, _ = make_worker([])
+    worker.engine = engine = ReadingEngine(["Fine."], -2.0)
+    worker.asr, worker.second_asr = Heard("And in Fahrenheit?", -0.35), None
+    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
+    history = worker.histories.setdefault("s", ConversationHistory(8))
+    history.add(Exchange("Hello there.", "Hi!", turn_id=1))
+    history.add(Exchange("How hot is boiling water?", "100 degrees Celsius.", turn_id=2))
+    run_turn(worker, TurnRequest("s", 3, audio=bytes(32000)))
+    (reading,) = engine.readings
+    assert "How hot is boiling water?" in reading.text and "100 degrees Celsius." in reading.text
+    assert "Hello there." not in reading.text and reading.text.count("And in Fahrenheit?") == 1
 
 
 @pytest.mark.parametrize("reply, asked", [

@@ -115,6 +115,24 @@ def test_a_note_about_the_question_goes_just_before_it_after_any_tools(chat_toke
     assert both.startswith(prefix) and both.index("# Tools") < both.index("misheard") < both.index("We chose")
 
 
+def test_the_words_are_found_in_tokens_from_the_end_of_the_prompt(chat_tokenizer, base_tokenizer):
+    """The engine reads the user's words by their place counted from the prompt's end; the same words earlier in
+    the history, a note, tools or camera cues do not move it."""
+    for tokenizer, style in ((chat_tokenizer, "auto"), (base_tokenizer, "transcript")):
+        builder = PromptBuilder(tokenizer, style, "Vita is brief.")
+        history = ConversationHistory(4)
+        history.add(Exchange("Is my murder flying insect?", "Sorry?"))
+        for kwargs in ({}, {"note": "The words may be misheard."}, {"cues": "a red mug"}):
+            text = builder.build(history, "Is my murder flying insect?", **kwargs)
+            words, after = builder.words_from_end(text, "Is my murder flying insect?", kwargs.get("cues", ""))
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            # What is read: the words and the token after them (the end of the turn; in a transcript "?\n" is one)
+            read = tokenizer.decode(ids[len(ids) - after - words:len(ids) - after + 1])
+            assert read.strip().startswith("Is my murder flying insect"), (style, kwargs, read)
+            assert len(read.strip()) <= len("Is my murder flying insect?") + len("<|im_end|>"), (style, kwargs, read)
+    assert PromptBuilder(None, "chat", "Vita.").words_from_end("anything", "Hello") is None
+
+
 def test_a_template_without_a_tools_part_gets_them_where_it_puts_them(base_tokenizer):
     base_tokenizer.chat_template = CHAT_TEMPLATE  # writes no tools at all
     try:
