@@ -166,7 +166,7 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
     for row, text, out in zip(read, texts, outs, strict=True):
         found = prompts.words_from_end(text, row["heard"])
-        row["words_logprob"] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, found) if found else None
+        row["words_logprob"] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found) if found else None
         row["read_asked"] = row["words_logprob"] is not None and rule.implausible(
             Transcription(row["heard"], row["logprob"]), row["words_logprob"])
 

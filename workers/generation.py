@@ -44,27 +44,27 @@ class Delta:
     tokens: int = 0
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache (first delta only)
+    # The model's mean log-probability of the user's words and of the token after them (the end of their turn),
+    # given everything before them: first delta only, when SamplingSettings.judge_words asked and it could say
+    words_logprob: float | None = None
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
     max_tokens: int
     temperature: float
+    judge_words: bool = False  # read the prompt's words too (EnginePrompt.words_from_end): Delta.words_logprob
 
 
 class TextEngine(Protocol):
     description: str
-    reads_words: bool  # can it read_words (an in-process vLLM can; a remote server is not asked)
+    reads_words: bool  # can it give Delta.words_logprob (an in-process vLLM can; a remote server is not asked)
 
     async def start(self, report: Any) -> None:
         """Load or connect; report(WorkerState.LOADING, detail) shows progress on /health and the page."""
 
     def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str) -> AsyncIterator[Delta]:
         """Yield the reply as it is generated; cancelling the consuming task must stop the generation."""
-
-    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
-        """The model's mean log-probability of the prompt's words (EnginePrompt.words_from_end) and of the token
-        after them (the end of the user's turn), given everything before them; None when it cannot say."""
 
     async def abort(self, request_id: str) -> None: ...
 

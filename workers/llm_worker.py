@@ -167,25 +167,18 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
 
         return AutoTokenizer.from_pretrained(str(model_dir))
 
-    def _sampling(self) -> SamplingSettings:
-        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature)
+    def _sampling(self, judge_words: bool = False) -> SamplingSettings:
+        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature, judge_words)
 
     def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
-                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = ""
-                     ) -> EnginePrompt:
+                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
+                     read_words: bool = False) -> EnginePrompt:
+        """read_words: where the user's words are goes with it, for the engine to read them (run.reading)."""
         p = self.prompts if persona is None else self.prompts.with_persona(persona)
         schemas = tools.schemas() if tools else None
-        return EnginePrompt(p.build(history, user_text, cues, schemas, after, note),
-                            p.messages(history, user_text, cues, after), tuple(p.stop))
-
-    def _reading_prompt(self, history: ConversationHistory, user_text: str) -> EnginePrompt:
-        """The words as the model reads them (engine.read_words): after the persona and the last exchange, so that
-        a follow-up ("And in Fahrenheit?") reads as likely; a short prompt, as the reading is prefilled whole."""
-        last = ConversationHistory(1)
-        for exchange in list(history)[-1:]:
-            last.add(exchange)
-        text = self.prompts.build(last, user_text)
-        return EnginePrompt(text, words_from_end=self.prompts.words_from_end(text, user_text))
+        text = p.build(history, user_text, cues, schemas, after, note)
+        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop),
+                            words_from_end=p.words_from_end(text, user_text, cues) if read_words else None)
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style
@@ -456,7 +449,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             run.tools = self._session_tools(req)
             run.offered = self._offered_for(run.tools, run.user_text, history)
             prompt = self._text_prompt(history, run.user_text, run.cues, run.offered, tuple(run.tool_messages),
-                                       req.instructions, SENSE_CHECK if run.sense_check else "")
+                                       req.instructions, SENSE_CHECK if run.sense_check else "",
+                                       read_words=run.reading is not None)
             # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))

@@ -100,19 +100,21 @@ def vllm_input(prompt: EnginePrompt) -> Any:
     return {"prompt": prompt.text, "multi_modal_data": data}
 
 
-MIN_WORDS_READ = 2  # fewer log-probabilities than this (a prompt cut short): no reading
+MIN_WORDS_READ = 2  # fewer of the words' log-probabilities than this (the rest in the prefix cache): no reading
 
 
-def words_logprob(prompt_logprobs: Any, token_ids: Any, words_from_end: tuple[int, int]) -> float | None:
+def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
+                  words_from_end: tuple[int, int]) -> float | None:
     """The mean log-probability of the prompt's words and the token after them (EnginePrompt.words_from_end),
-    from vLLM's prompt_logprobs (None first, then {token id: Logprob} for each position); None when it cannot
-    say."""
+    from vLLM's prompt_logprobs (None first, then {token id: Logprob} for each position). A position found in the
+    prefix cache was never computed (vLLM leaves its slot unfilled), so only those after the `cached` ones count;
+    None when too few do."""
     if not prompt_logprobs or not token_ids:
         return None
     words, after = words_from_end
     end = len(token_ids) - after  # the token after the words: the end of the user's turn
     values = []
-    for i in range(max(end - words, 1), min(end + 1, len(token_ids), len(prompt_logprobs))):
+    for i in range(max(end - words, (cached or 0) + 1, 1), min(end + 1, len(token_ids), len(prompt_logprobs))):
         entry = prompt_logprobs[i]
         logprob = entry.get(token_ids[i]) if entry else None
         if logprob is None:
@@ -121,6 +123,22 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, words_from_end: tuple[in
     if len(values) < MIN_WORDS_READ:
         return None
     return sum(values) / len(values)
+
+
+class TextAssembler:
+    """The reply's text from its token ids, for a request vLLM does not detokenize (judge_words: its prompt
+    log-probabilities must not be detokenized, see stream). Held back while the last token ends mid-character."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer, self.ids, self.sent = tokenizer, [], ""
+
+    def feed(self, token_ids: Any) -> str:
+        self.ids.extend(token_ids)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd") or not text.startswith(self.sent):
+            return ""
+        new, self.sent = text[len(self.sent):], text
+        return new
 
 
 @dataclass(frozen=True)
@@ -168,7 +186,7 @@ class LocalVllmEngine:
     through queues: requests and aborts as commands between steps, outputs onto each turn's asyncio queue.
     """
 
-    reads_words = True  # read_words: prompt log-probabilities
+    reads_words = True  # Delta.words_logprob, from the prompt's log-probabilities
 
     def __init__(self, config: Any, omni: bool = False):
         self.config = config
@@ -183,6 +201,7 @@ class LocalVllmEngine:
         self.guard = threading.Lock()
         self.turns: dict[str, _Add] = {}  # in flight: owned by the engine thread
         self.progress_at = time.monotonic()  # the engine thread's last pass through its loop
+        self.tokenizer: Any = None  # the engine's, once built (TextAssembler)
         self.in_engine = 0  # requests vLLM holds (a slot each), as of the engine thread's last pass: aborts free them
         self.failed: asyncio.Future | None = None  # its result is the error, once the engine thread has failed
         self.description = f"vLLM in process ({config.llm_model_path().name}"
@@ -219,6 +238,7 @@ class LocalVllmEngine:
             from vllm.v1.engine.llm_engine import LLMEngine
 
             engine = LLMEngine.from_engine_args(EngineArgs(**self.kwargs))
+            self.tokenizer = engine.get_tokenizer()
         except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it in the worker's loop
             loop.call_soon_threadsafe(_settle, built, exc)
             return
@@ -308,8 +328,18 @@ class LocalVllmEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        # The words are read as the reply's prompt is prefilled: no prefill of their own. vLLM skips its prefix
+        # cache for a request with prompt log-probabilities unless told not to; the persona and history before the
+        # words are cached, and only the positions computed now (the question's) are read. The slots of cached
+        # positions are left unfilled, and vLLM's detokenizing of them can fail (a token id out of range): so the
+        # request is not detokenized, and its text is assembled here (no stop strings then: chat prompts have none).
+        reading = (sampling.judge_words and prompt.words_from_end is not None and not prompt.stop
+                   and not prompt.has_media and self.tokenizer is not None)
         params = SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_tokens,
-                                stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA)
+                                stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA,
+                                **({"prompt_logprobs": 0, "skip_reading_prefix_cache": False, "detokenize": False}
+                                   if reading else {}))
+        assembler = TextAssembler(self.tokenizer) if reading else None
         outputs: asyncio.Queue = asyncio.Queue()
         with self.guard:
             if self.failure is not None:
@@ -325,37 +355,13 @@ class LocalVllmEngine:
                 completion = output.outputs[0]
                 prompt_tokens = len(output.prompt_token_ids or ()) if first else None
                 cached = getattr(output, "num_cached_tokens", None) if first else None
+                read = (words_logprob(output.prompt_logprobs, output.prompt_token_ids, cached, prompt.words_from_end)
+                        if first and reading else None)
                 first = False
-                yield Delta(completion.text, len(completion.token_ids), prompt_tokens, cached)
+                text = assembler.feed(completion.token_ids) if assembler is not None else completion.text
+                yield Delta(text, len(completion.token_ids), prompt_tokens, cached, read)
         finally:
             if not finished:  # the consumer stopped early (cancelled, or enough said): free the engine's slot
-                self.commands.put(_Abort(request_id))
-
-    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
-        """One prefill with the prompt's log-probabilities (vLLM reads no prefix cache for it: a short prompt,
-        workers/prompting.PromptBuilder.reading) and no reply to speak of."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        if prompt.words_from_end is None or prompt.has_media:
-            return None
-        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
-        outputs: asyncio.Queue = asyncio.Queue()
-        with self.guard:
-            if self.failure is not None:
-                raise EngineFailed(f"the vLLM engine stopped: {self.failure!r}")
-            self.commands.put(_Add(request_id, vllm_input(prompt), params, outputs, asyncio.get_running_loop()))
-        finished = False
-        try:
-            while not finished:
-                output = await outputs.get()
-                if isinstance(output, BaseException):
-                    raise output
-                finished = output.finished
-            return words_logprob(output.prompt_logprobs, output.prompt_token_ids, prompt.words_from_end)
-        finally:
-            if not finished:
                 self.commands.put(_Abort(request_id))
 
     async def abort(self, request_id: str) -> None:

@@ -197,9 +197,6 @@ class RemoteEngine:
         await asyncio.Event().wait()  # never set
         raise AssertionError("unreachable")
 
-    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
-        return None  # not asked (reads_words): the model is told the words may be misheard instead
-
     async def abort(self, request_id: str) -> None:
         """Nothing to send: the stream is closed by the cancelled task (see ``stream``)."""
 

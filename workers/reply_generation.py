@@ -15,6 +15,7 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
+from workers.asr import Transcription
 from workers.generation import EnginePrompt
 from workers.prompting import ConversationHistory
 from workers.speech_pieces import ReplyShaper, SpeechClock
@@ -63,19 +64,14 @@ class ReplyGeneration:
                 held += self._say_results(sid, tid, planned, outcomes)
             else:
                 prompt = next_prompt()
-        reading = None
-        if run.reading is not None and not answered:
-            # Read beside the reply's prefill (one engine step for both): judged before its first word goes out.
-            reading = asyncio.ensure_future(self.engine.read_words(
-                self._reading_prompt(history or ConversationHistory(0), run.user_text), f"{run.request_id}:read"))
-            reading.add_done_callback(_retrieved)
         while not answered:
             detector = CallDetector(enabled=detect)
             round_tokens = 0
             run.generating = True
-            async for delta in self.engine.stream(prompt, self._sampling(), run.request_id):
-                if reading is not None:  # the first delta: nothing of the reply has gone out yet
-                    await self._judge_words(run, reading)
+            reading = run.reading if prompt.words_from_end is not None else None
+            async for delta in self.engine.stream(prompt, self._sampling(reading is not None), run.request_id):
+                if reading is not None:  # the first delta: the words were read as the prompt was prefilled
+                    self._judge_words(run, reading, delta.words_logprob)
                     reading = None
                 tokens += delta.tokens
                 round_tokens += delta.tokens
@@ -136,12 +132,11 @@ class ReplyGeneration:
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0
         return True
 
-    async def _judge_words(self, run: TurnRun, reading: asyncio.Future) -> None:
-        """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords
-        ends the reply's stream before any of it went out."""
-        heard, run.reading = run.reading, None
-        words_logprob = await reading
-        if heard is None or words_logprob is None:
+    def _judge_words(self, run: TurnRun, heard: Transcription, words_logprob: float | None) -> None:
+        """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords ends
+        the reply's stream before any of it went out. Read once: a tool round's prompt is not read again."""
+        run.reading = None
+        if words_logprob is None:  # (the engine could not say: Whisper's own rules have decided)
             return
         run.timings["words_logprob"] = words_logprob
         if self.misheard_rule.implausible(heard, words_logprob):
@@ -190,8 +185,3 @@ class ReplyGeneration:
         self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
         self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
 
-
-def _retrieved(task: asyncio.Future) -> None:
-    """A reading the turn stopped waiting for (cancelled, or no reply came): its error is nobody's to raise."""
-    if not task.cancelled():
-        task.exception()

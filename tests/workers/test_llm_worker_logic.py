@@ -34,7 +34,7 @@ from workers.asr import Transcription
 from workers.common import StatusReporter
 from workers.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm_worker import MAILBOX_BOUND, LlmWorker
-from workers.prompting import ConversationHistory, Exchange, PromptBuilder
+from workers.prompting import PromptBuilder
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
@@ -560,17 +560,21 @@ class WordTokenizer:
 
 
 class ReadingEngine(ScriptedEngine):
-    """A ScriptedEngine that reads the words as it is told to (read_words)."""
+    """A ScriptedEngine that reads the prompt's words as vLLM does (Delta.words_logprob on the first delta)."""
 
     reads_words = True
 
     def __init__(self, words: list[str], read: float | None):
         super().__init__(words)
-        self.read, self.readings = read, []
+        self.read, self.judged = read, []
 
-    async def read_words(self, prompt: EnginePrompt, request_id: str) -> float | None:
-        self.readings.append(prompt)
-        return self.read
+    async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str):
+        self.prompts.append(prompt)
+        self.judged.append(sampling.judge_words)
+        for i, word in enumerate(self.words[: sampling.max_tokens]):
+            await asyncio.sleep(self.step_s)
+            yield Delta(("" if i == 0 else " ") + word, 1, 20 if i == 0 else None,
+                        words_logprob=self.read if i == 0 and sampling.judge_words else None)
 
 
 @pytest.mark.parametrize("logprob, read, judged, asked", [
@@ -585,9 +589,8 @@ def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes
     worker.asr, worker.second_asr = Heard("Is my murder flying insect?", logprob), None
     worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
-    assert len(engine.readings) == int(judged)
-    if judged:  # the persona, then the words: 5 of them, then "<end> <assistant>"
-        assert engine.readings[0].words_from_end == (5, 2) and engine.readings[0].text.startswith("<system>")
+    assert engine.judged == [judged]
+    assert engine.prompts[0].words_from_end == ((5, 2) if judged else None)  # 5 words, then "<end> <assistant>"
     said = spoken_text(drained(worker.tts))
     assert said == (ASK_AGAIN if asked else "Paris is lovely.")
     outputs = drained(worker.outbox)
@@ -600,21 +603,6 @@ def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes
     assert engine.prompts[0].text is not None and SENSE_CHECK not in engine.prompts[0].text  # read, not noted
     if asked:
         assert engine.aborted  # the reply's request was stopped
-
-
-def test_the_words_are_read_after_the_last_exchange_only():
-    """A follow-up reads as likely after its question; the rest of the history is not prefilled for it."""
-    worker, _ = make_worker([])
-    worker.engine = engine = ReadingEngine(["Fine."], -2.0)
-    worker.asr, worker.second_asr = Heard("And in Fahrenheit?", -0.35), None
-    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
-    history = worker.histories.setdefault("s", ConversationHistory(8))
-    history.add(Exchange("Hello there.", "Hi!", turn_id=1))
-    history.add(Exchange("How hot is boiling water?", "100 degrees Celsius.", turn_id=2))
-    run_turn(worker, TurnRequest("s", 3, audio=bytes(32000)))
-    (reading,) = engine.readings
-    assert "How hot is boiling water?" in reading.text and "100 degrees Celsius." in reading.text
-    assert "Hello there." not in reading.text and reading.text.count("And in Fahrenheit?") == 1
 
 
 @pytest.mark.parametrize("reply, asked", [

@@ -6,7 +6,7 @@ import pytest
 
 from vita.config import Config
 from vita.machine.cpu import CpuFeatures
-from workers.local_engine import device_env, engine_kwargs, words_logprob
+from workers.local_engine import TextAssembler, device_env, engine_kwargs, words_logprob
 
 pytestmark = pytest.mark.fast
 
@@ -27,14 +27,35 @@ def test_tensor_parallel_keeps_vllms_worker_processes():
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in device_env(config)
 
 
-def test_the_words_are_read_from_the_prompts_log_probabilities():
-    """vLLM's prompt_logprobs: None first, then {token: logprob} per position."""
+def test_the_words_are_read_where_the_engine_computed_them():
+    """vLLM's prompt_logprobs: None first, then {token: logprob} per position; positions found in the prefix cache
+    hold whatever the unfilled slot held, so they are never read."""
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     logprobs = [None] + [{t: -float(t)} for t in ids[1:]]
     # The words are tokens 4..6 and the end of their turn token 7; token 8 comes after it (2 after the words).
-    assert words_logprob(logprobs, ids, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
-    assert words_logprob(logprobs, ids, (1, 1)) == pytest.approx(-(7 + 8) / 2)
-    assert words_logprob(logprobs[:7], ids, (1, 1)) is None  # cut short: one left, too few to judge by
-    assert words_logprob(None, ids, (3, 2)) is None
+    assert words_logprob(logprobs, ids, 0, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
+    # 3 tokens cached: positions 1..3 were not computed (position i is predicted from token i - 1, the first
+    # computed one is 4), their slots unfilled
+    garbage = [None] + [{t: 1e30} for t in ids[1:4]] + logprobs[4:]
+    assert words_logprob(garbage, ids, 3, (3, 2)) == pytest.approx(-(5 + 6 + 7) / 3)
+    assert words_logprob(logprobs, ids, 4, (3, 2)) == pytest.approx(-(6 + 7) / 2)
+    assert words_logprob(logprobs, ids, 5, (3, 2)) is None  # one left: too few to judge by
+    assert words_logprob(None, ids, 0, (3, 2)) is None
     broken = logprobs[:5] + [{99: -1.0}] + logprobs[6:]  # no entry for the prompt's own token: not read
-    assert words_logprob(broken, ids, (3, 2)) is None
+    assert words_logprob(broken, ids, 0, (3, 2)) is None
+
+
+class ByteTokenizer:
+    """Token ids are UTF-8 bytes: a character may take several tokens, as in byte-level BPE."""
+
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_the_reply_is_assembled_from_its_tokens_holding_back_half_a_character():
+    text = TextAssembler(ByteTokenizer())
+    degrees = list("°".encode())
+    assert text.feed(list(b"It is 20")) == "It is 20"
+    assert text.feed(degrees[:1]) == ""  # half of the degree sign
+    assert text.feed(degrees[1:] + list(b"C.")) == "°C."
+    assert text.sent == "It is 20°C."
