@@ -127,7 +127,8 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
 
 class TextAssembler:
     """The reply's text from its token ids, for a request vLLM does not detokenize (judge_words: its prompt
-    log-probabilities must not be detokenized, see stream). Held back while the last token ends mid-character."""
+    log-probabilities must not be detokenized, see stream). Each decode of all the ids so far extends the last one
+    (byte-level BPE does, once a character is whole): held back while the last token ends mid-character."""
 
     def __init__(self, tokenizer: Any):
         self.tokenizer, self.ids, self.sent = tokenizer, [], ""
@@ -135,7 +136,7 @@ class TextAssembler:
     def feed(self, token_ids: Any) -> str:
         self.ids.extend(token_ids)
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd") or not text.startswith(self.sent):
+        if text.endswith("\ufffd"):
             return ""
         new, self.sent = text[len(self.sent):], text
         return new
