@@ -69,7 +69,7 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
     its confidence, then, when unsure, the configured second model's opinion)."""
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
     cfg = Config().asr
-    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below)
+    rule = MisheardRule.from_config(cfg)
     second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1) if cfg.second_opinion else None
     rows = []
     for name in names:
@@ -150,9 +150,7 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     from workers.prompting import ConversationHistory, PromptBuilder
 
     config = Config()
-    cfg = config.asr
-    rule = MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below,
-                        cfg.reading_below, cfg.reading_weight)
+    rule = MisheardRule.from_config(config.asr)
     os.environ.update(device_env(config))
     from vllm import LLM, SamplingParams
 
@@ -181,7 +179,7 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
         print(f"{voice:<20} asked again without / with the reading: garbled {asked(garbled, 'asked_again')} / "
               f"{asked(garbled, 'read_asked')}, exact {asked(exact, 'asked_again')} / {asked(exact, 'read_asked')}, "
               f"the rest {asked(rest, 'asked_again')} / {asked(rest, 'read_asked')}; "
-              f"{sum('words_logprob' in r for r in mine)} read", flush=True)
+              f"{sum(r.get('words_logprob') is not None for r in mine)} read", flush=True)
     if write_to:
         Path(write_to).write_text(json.dumps(rows, indent=1))
 

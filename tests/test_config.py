@@ -59,6 +59,17 @@ def test_a_barge_in_span_out_of_range_is_refused(span_ms):
     validate(config)
 
 
+@pytest.mark.parametrize(("key", "value"), [("reading_below", 0.5), ("reading_below", -0.95),
+                                            ("reading_weight", 0.0), ("reading_weight", 2.0)])
+def test_a_reading_out_of_range_is_refused(key, value):
+    config = Config()
+    setattr(config.asr, key, value)  # (-0.95: under ask_again_below, where nothing is left to read)
+    with pytest.raises(ConfigError, match=f"asr.{key}"):
+        validate(config)
+    config.asr.reading_below, config.asr.reading_weight = None, 0.1  # off
+    validate(config)
+
+
 @pytest.mark.parametrize(("key", "value"), [("redecode_below", 0.5), ("redecode_below", -20.0),
                                             ("redecode_beam_size", 1), ("redecode_beam_size", 50)])
 def test_a_beam_redecode_out_of_range_is_refused(key, value):

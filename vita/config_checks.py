@@ -159,6 +159,8 @@ def validate(config: Config) -> Config:
     _check(a.reading_below is None or -10 <= a.reading_below <= 0, "asr.reading_below",
            "must be a log-probability between -10 and 0, or null")
     _check(0 < a.reading_weight <= 1, "asr.reading_weight", "must be between 0 (exclusive) and 1")
+    _check(a.reading_below is None or a.ask_again_below is None or a.reading_below > a.ask_again_below,
+           "asr.reading_below", "must be above asr.ask_again_below (under it the words are asked again unread)")
     _check(llm.device in _DEVICES, "llm.device", f"must be one of {', '.join(_DEVICES)}")
     _check(llm.dtype in _DTYPES, "llm.dtype", f"must be one of {', '.join(_DTYPES)}")
     _check(llm.prompt_style in _PROMPT_STYLES, "llm.prompt_style",

@@ -152,6 +152,16 @@ class MisheardRule:
     reading_below: float | None = -0.3
     reading_weight: float = 0.1
 
+    @classmethod
+    def from_config(cls, asr: Any) -> MisheardRule:
+        return cls(asr.ask_again_below, asr.doubt_below, asr.disagree_above, asr.sense_check_below,
+                   asr.reading_below, asr.reading_weight)
+
+    @property
+    def reads(self) -> bool:
+        """Does the model read unsure words at all (on an engine that can)? Else the sense note is their check."""
+        return self.reading_below is not None and self.ask_again_below is not None
+
     def unsure(self, heard: Transcription) -> bool:
         """Too unsure to answer at all."""
         return bool(heard.text) and self.ask_again_below is not None and heard.avg_logprob < self.ask_again_below
@@ -161,8 +171,8 @@ class MisheardRule:
 
     def worth_a_reading(self, heard: Transcription) -> bool:
         """Unsure enough that the model's reading of the words decides (see `implausible`)."""
-        return (bool(heard.text) and self.reading_below is not None and self.ask_again_below is not None
-                and not self.unsure(heard) and heard.avg_logprob < self.reading_below)
+        return (bool(heard.text) and self.reads and not self.unsure(heard)
+                and heard.avg_logprob < self.reading_below)
 
     def implausible(self, heard: Transcription, words_logprob: float) -> bool:
         """Misheard, by the ear and the reader together: a question the model finds likely (−1.5 a token) needs

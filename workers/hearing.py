@@ -65,7 +65,7 @@ class Hearing:
                 if not req.text.strip():  # typed words say what was meant
                     run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
                                                           and await self._disagree(req, run, heard))
-                    reads = self.engine.reads_words and rule.reading_below is not None
+                    reads = self.engine.reads_words and rule.reads
                     if not run.misheard and reads and rule.worth_a_reading(heard):
                         run.reading = heard  # read as the reply's prompt is prefilled (workers/reply_generation.py)
                     run.sense_check = not run.misheard and not reads and rule.worth_a_sense_check(heard)
@@ -74,9 +74,7 @@ class Hearing:
 
     @property
     def misheard_rule(self) -> MisheardRule:
-        cfg = self.config.asr
-        return MisheardRule(cfg.ask_again_below, cfg.doubt_below, cfg.disagree_above, cfg.sense_check_below,
-                            cfg.reading_below, cfg.reading_weight)
+        return MisheardRule.from_config(self.config.asr)
 
     async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,

@@ -173,12 +173,13 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
     def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
                      after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
                      read_words: bool = False) -> EnginePrompt:
-        """read_words: where the user's words are goes with it, for the engine to read them (run.reading)."""
+        """read_words: where the user's words are goes with it, for the engine to read them (run.reading; not a
+        transcript prompt: its stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream)."""
         p = self.prompts if persona is None else self.prompts.with_persona(persona)
         schemas = tools.schemas() if tools else None
         text = p.build(history, user_text, cues, schemas, after, note)
-        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop),
-                            words_from_end=p.words_from_end(text, user_text, cues) if read_words else None)
+        words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
+        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words)
 
     def describe(self) -> str:
         style = "omni" if self.mode.omni else self.prompts.style

@@ -100,21 +100,25 @@ def vllm_input(prompt: EnginePrompt) -> Any:
     return {"prompt": prompt.text, "multi_modal_data": data}
 
 
-MIN_WORDS_READ = 2  # fewer of the words' log-probabilities than this (the rest in the prefix cache): no reading
+MIN_WORDS_READ = 2  # fewer log-probabilities than this (a prompt cut short): no reading
 
 
 def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
                   words_from_end: tuple[int, int]) -> float | None:
     """The mean log-probability of the prompt's words and the token after them (EnginePrompt.words_from_end),
     from vLLM's prompt_logprobs (None first, then {token id: Logprob} for each position). A position found in the
-    prefix cache was never computed (vLLM leaves its slot unfilled), so only those after the `cached` ones count;
-    None when too few do."""
+    prefix cache was never computed (vLLM leaves its slot unfilled): when any of the words' is (the same words
+    after the same history again, e.g. repeated after "say it again"), None. Their last tokens alone, the easiest
+    to predict, would pass nonsense."""
     if not prompt_logprobs or not token_ids:
         return None
     words, after = words_from_end
-    end = len(token_ids) - after  # the token after the words: the end of the user's turn
+    end = len(token_ids) - after  # the token after the words: the end of the user's turn (or the cues' "(")
+    first = max(end - words, 1)
+    if first <= (cached or 0):
+        return None
     values = []
-    for i in range(max(end - words, (cached or 0) + 1, 1), min(end + 1, len(token_ids), len(prompt_logprobs))):
+    for i in range(first, min(end + 1, len(token_ids), len(prompt_logprobs))):
         entry = prompt_logprobs[i]
         logprob = entry.get(token_ids[i]) if entry else None
         if logprob is None:
@@ -135,7 +139,7 @@ class TextAssembler:
 
     def feed(self, token_ids: Any) -> str:
         self.ids.extend(token_ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         if text.endswith("\ufffd"):
             return ""
         new, self.sent = text[len(self.sent):], text

@@ -70,15 +70,15 @@ class ReplyGeneration:
             run.generating = True
             reading = run.reading if prompt.words_from_end is not None else None
             async for delta in self.engine.stream(prompt, self._sampling(reading is not None), run.request_id):
-                if reading is not None:  # the first delta: the words were read as the prompt was prefilled
-                    self._judge_words(run, reading, delta.words_logprob)
-                    reading = None
                 tokens += delta.tokens
                 round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:
                     timings["prompt_tokens"] = float(delta.prompt_tokens)
                 if delta.cached_tokens is not None:
                     timings["cached_tokens"] = float(delta.cached_tokens)
+                if reading is not None:  # the first delta: the words were read as the prompt was prefilled
+                    self._judge_words(run, reading, delta.words_logprob)
+                    reading = None
                 if "first_token_s" not in timings and (delta.text or delta.tokens):
                     timings["first_token_s"] = time.monotonic() - gen_started
                 text = detector.feed(delta.text)
@@ -136,7 +136,8 @@ class ReplyGeneration:
         """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords ends
         the reply's stream before any of it went out. Read once: a tool round's prompt is not read again."""
         run.reading = None
-        if words_logprob is None:  # (the engine could not say: Whisper's own rules have decided)
+        if words_logprob is None:  # the engine could not say (the words in its prefix cache): Whisper's rules decide
+            run.timings["words_unread"] = 1.0
             return
         run.timings["words_logprob"] = words_logprob
         if self.misheard_rule.implausible(heard, words_logprob):
@@ -184,4 +185,3 @@ class ReplyGeneration:
         self._publish(ReplyText(sid, tid, "", done=True, text=run.said))
         self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
         self._publish(TurnEnded(sid, tid, NAME, spoken=run.said))
-

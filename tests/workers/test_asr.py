@@ -61,6 +61,17 @@ def test_words_whisper_is_a_little_unsure_of_are_misheard_when_the_model_finds_t
     assert not rule.worth_a_reading(Transcription("Mumble.", -1.2))  # asked again by Whisper's confidence alone
     assert not MisheardRule(reading_below=None).worth_a_reading(nonsense)
     assert not MisheardRule(ask_again_below=None).worth_a_reading(nonsense)  # never asked again: never read
+    assert rule.reads and not MisheardRule(reading_below=None).reads and not MisheardRule(ask_again_below=None).reads
+
+
+@pytest.mark.fast
+def test_the_rule_is_the_configs():
+    from vita.config import Config
+
+    asr = Config().asr
+    asr.reading_weight, asr.sense_check_below = 0.2, -0.5
+    rule = MisheardRule.from_config(asr)
+    assert (rule.reading_weight, rule.sense_check_below, rule.ask_again_below) == (0.2, -0.5, asr.ask_again_below)
 
 
 @pytest.fixture(scope="module")

@@ -599,10 +599,25 @@ def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes
     (timings,) = [m for m in outputs if isinstance(m, TurnTimings)]
     assert ("asked_again" in timings.timings) is asked
     assert ("words_logprob" in timings.timings) is (read is not None and judged)
+    assert ("words_unread" in timings.timings) is (read is None and judged)
+    assert timings.timings["prompt_tokens"] == 20  # the first delta's own timings, asked again or not
     assert len(worker.histories["s"]) == (0 if asked else 1)
     assert engine.prompts[0].text is not None and SENSE_CHECK not in engine.prompts[0].text  # read, not noted
     if asked:
         assert engine.aborted  # the reply's request was stopped
+
+
+def test_without_the_reading_the_words_get_the_sense_note_even_on_an_engine_that_reads():
+    worker, _ = make_worker([])
+    worker.config.asr.reading_below = None  # reading off
+    worker.engine = engine = ReadingEngine(["Sorry,", "I", "didn't", "catch", "that."], -6.0)
+    worker.asr, worker.second_asr = Heard("Is my murder flying insect?", -0.55), None
+    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
+    run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
+    assert engine.judged == [False] and engine.prompts[0].words_from_end is None
+    assert SENSE_CHECK in engine.prompts[0].text
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
+    assert timings.timings["asked_again"] == 1 and "words_logprob" not in timings.timings
 
 
 @pytest.mark.parametrize("reply, asked", [

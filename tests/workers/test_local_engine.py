@@ -34,13 +34,16 @@ def test_the_words_are_read_where_the_engine_computed_them():
     logprobs = [None] + [{t: -float(t)} for t in ids[1:]]
     # The words are tokens 4..6 and the end of their turn token 7; token 8 comes after it (2 after the words).
     assert words_logprob(logprobs, ids, 0, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
-    # 3 tokens cached: positions 1..3 were not computed (position i is predicted from token i - 1, the first
-    # computed one is 4), their slots unfilled
-    garbage = [None] + [{t: 1e30} for t in ids[1:4]] + logprobs[4:]
-    assert words_logprob(garbage, ids, 3, (3, 2)) == pytest.approx(-(5 + 6 + 7) / 3)
-    assert words_logprob(logprobs, ids, 4, (3, 2)) == pytest.approx(-(6 + 7) / 2)
-    assert words_logprob(logprobs, ids, 5, (3, 2)) is None  # one left: too few to judge by
+    # 2 tokens cached: positions 1..2 were not computed (position i is predicted from token i - 1, the first
+    # computed one is 3), their slots unfilled; the words start at 3
+    garbage = [None] + [{t: 1e30} for t in ids[1:3]] + logprobs[3:]
+    assert words_logprob(garbage, ids, 2, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
+    # Some of the words cached (the same words after the same history again): only their easiest tokens would be
+    # left to read, so they are not read at all
+    assert words_logprob(logprobs, ids, 3, (3, 2)) is None
+    assert words_logprob(logprobs, ids, 5, (3, 2)) is None
     assert words_logprob(None, ids, 0, (3, 2)) is None
+    assert words_logprob(logprobs[:7], ids, 0, (1, 1)) is None  # cut short: one left, too few to judge by
     broken = logprobs[:5] + [{99: -1.0}] + logprobs[6:]  # no entry for the prompt's own token: not read
     assert words_logprob(broken, ids, 0, (3, 2)) is None
 
@@ -48,7 +51,7 @@ def test_the_words_are_read_where_the_engine_computed_them():
 class ByteTokenizer:
     """Token ids are UTF-8 bytes: a character may take several tokens, as in byte-level BPE."""
 
-    def decode(self, ids, skip_special_tokens=True) -> str:
+    def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) -> str:
         return bytes(ids).decode("utf-8", errors="replace")
 
 
