@@ -40,6 +40,11 @@ GARBLED_WER = 0.5
 NOISE_SNR_DB = 10
 
 
+def asked(rows: list[dict], key: str) -> str:
+    """How many of these rows have `key` true, "n/total"."""
+    return f"{sum(r[key] for r in rows)}/{len(rows)}"
+
+
 def speed(models: Path) -> None:
     clips = [np.concatenate([silence(0.2), spoken(q), silence(0.3)]).tobytes() for q in QUESTIONS]
     for name in ("whisper-base", "whisper-tiny.en"):
@@ -93,9 +98,6 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
             garbled = [r for r in results if r["wer"] > GARBLED_WER]
             clear = [r for r in results if r["wer"] <= GARBLED_WER]
             mean_wer = statistics.mean(r["wer"] for r in results)
-
-            def asked(rows: list[dict], key: str) -> str:
-                return f"{sum(r[key] for r in rows)}/{len(rows)}"
 
             print(f"{name:<16} {voice:<20} n {len(results)}  mean WER {mean_wer:.3f}  garbled {len(garbled)}  "
                   f"asked again, confidence alone / with the second opinion: garbled {asked(garbled, 'unsure')} / "
@@ -167,9 +169,6 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
         row["words_logprob"] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found) if found else None
         row["read_asked"] = row["words_logprob"] is not None and rule.implausible(
             Transcription(row["heard"], row["logprob"]), row["words_logprob"])
-
-    def asked(mine: list[dict], key: str) -> str:
-        return f"{sum(r[key] for r in mine)}/{len(mine)}"
 
     for voice in dict.fromkeys(r["voice"] for r in rows):
         mine = [r for r in rows if r["voice"] == voice and r["heard"]]

@@ -134,8 +134,7 @@ class ReplyGeneration:
 
     def _judge_words(self, run: TurnRun, heard: Transcription, words_logprob: float | None) -> None:
         """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords ends
-        the reply's stream before any of it went out. Read once: a tool round's prompt is not read again."""
-        run.reading = None
+        the reply's stream before any of it went out. Once a turn: a tool round's prompt carries no words to read."""
         if words_logprob is None:  # the engine could not say (the words in its prefix cache): Whisper's rules decide
             run.timings["words_unread"] = 1.0
             return
