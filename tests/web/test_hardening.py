@@ -168,7 +168,9 @@ def test_a_forged_forwarded_host_does_not_pass_the_origin_check(server):
 
 def test_idle_and_slow_tls_sockets_do_not_stop_a_spoken_turn(server):
     """The soak: 200 idle TCP sockets and 50 clients stuck mid TLS handshake, held open while a real question
-    is asked and answered; /health answers within a second throughout and memory stays put."""
+    is asked and answered; /health answers throughout and memory stays put. A handshake done in the accept loop
+    would hold every poll for limits.handshake_timeout_s (10 s); how fast a healthy answer is depends on the CPU and
+    what else runs (benchmark: scripts/soak_tls.py), so the bound is far under the stall, not a latency target."""
     before = quiet(server)
     address = urlparse(server.url)
     held: list[socket.socket] = []
@@ -200,7 +202,7 @@ def test_idle_and_slow_tls_sockets_do_not_stop_a_spoken_turn(server):
             client.close()
         stop.set()
         poller.join(5)
-        assert health_times and max(health_times) < 1.0, health_times
+        assert len(health_times) >= 3 and max(health_times) < 3.0, health_times
         connections = health(server)["connections"]
         assert connections["evicted"] > 0  # the per-address cap made room by closing idle sockets
         print(f"soak: /health max {max(health_times):.3f} s over {len(health_times)} polls; connections "
