@@ -51,8 +51,9 @@ from workers.prefix_warming import PrefixWarming
 from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from workers.remote_engine import RemoteEngine, RemoteEngineError
 from workers.reply_generation import ReplyGeneration
-from workers.tools.builtin import builtin_tools
+from workers.tools.builtin import builtin_tools, isolated_arithmetic
 from workers.tools.client_tools import AwaitedCalls
+from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers
 from workers.tools.registry import ToolBox
 from workers.tools.turn_calls import ToolTurns
@@ -95,6 +96,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.awaited: dict[str, AwaitedCalls] = {}  # session -> the turn waiting for its client's tool results
         self.toolbox = ToolBox([])  # every tool this worker offers (sessions may narrow it)
         self.mcp: McpServers | None = None
+        self.arithmetic: IsolatedCalls | None = None  # the process `calculate` runs in
         self.ledger = ServiceLedger()  # who asked for many turns lately: that session yields under contention
         self.yielding: set[str] = set()  # sessions whose turn waits for the others' (never waited on in turn)
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
@@ -146,7 +148,10 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         cfg = self.config.tools
         if self.mode.omni or self.prompts.style != "chat" or self.prompts.tokenizer is None:
             return
-        tools = builtin_tools() if cfg.builtin else []
+        if cfg.builtin:
+            self.arithmetic = isolated_arithmetic()
+            await asyncio.to_thread(self.arithmetic.start)
+        tools = builtin_tools(self.arithmetic) if cfg.builtin else []
         if cfg.mcp_servers:
             self.report(WorkerState.LOADING, f"starting {len(cfg.mcp_servers)} MCP server(s)")
             self.mcp = McpServers(cfg.mcp_servers, cfg.timeout_s)
@@ -193,6 +198,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.publisher.close()
         self.blocking.shutdown(wait=False, cancel_futures=True)
         self.vision.shutdown(wait=False, cancel_futures=True)
+        if self.arithmetic is not None:
+            self.arithmetic.close()
         if self.engine is not None:
             self.engine.close()
 

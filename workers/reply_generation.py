@@ -25,6 +25,13 @@ from workers.tools.registry import ToolCall, parse_calls
 from workers.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 
 
+def called_in(history: ConversationHistory | None) -> set[str]:
+    """The names of the tools the history shows the model calling."""
+    return {call["function"]["name"] for ex in (history or ()) for m in ex.tool_messages
+            for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict)
+            and isinstance(call["function"].get("name"), str)}
+
+
 class ReplyGeneration:
     """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
 
@@ -55,6 +62,10 @@ class ReplyGeneration:
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
         planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
+        # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
+        # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
+        shown = {*(offered.tools if offered else ()), *(c.name for c in planned), *called_in(history)}
+        callable_tools = run.tools.only(list(shown)) if run.tools else None
         if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
             outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
             run.planned_messages = len(run.tool_messages)
@@ -108,7 +119,7 @@ class ReplyGeneration:
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
             if self._for_the_client(req, run, calls):
                 return False
-            outcomes = await self._run_calls(req, run, calls, detector.pending, clock, gen_started)
+            outcomes = await self._run_calls(req, run, calls, detector.pending, clock, gen_started, callable_tools)
             calls_left -= len(outcomes)
             answered = all(o.ok for o in outcomes)
             if answered:

@@ -630,3 +630,24 @@ def test_without_the_reading_the_words_get_the_sense_note_even_on_an_engine_that
 ])
 def test_a_reply_that_says_it_did_not_catch_the_words(reply, asked):
     assert asks_again(reply) is asked
+
+
+def test_a_model_written_call_runs_only_tools_it_was_shown():
+    """A session that offers one tool must not let the model's text run a built-in it was never shown (the
+    calculator, with arguments nobody checked): only tools offered this turn, planned for it, or in its history."""
+    hidden = ['<tool_call>{"name": "calculate", "arguments": {"expression": "2 + 2"}}</tool_call>']
+    worker, engine = tool_worker([hidden, ["Sorry."]],
+                                 Tool("lookup", "where an item is in the shop", {"type": "object"}, lambda item: "x"))
+    run_turn(worker, TurnRequest("s", 1, text="Where is the item lookup for widgets?"))
+    (used,) = [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)]
+    assert (used.name, used.outcome, used.ok) == ("calculate", "unknown_tool", False)
+    assert "lookup" in used.result  # the error names what it may call
+
+
+def test_a_long_tool_answer_is_said_within_the_reply_limit_in_pieces():
+    words = " ".join(f"item{i}." for i in range(200))
+    worker, engine = tool_worker([CALL], Tool("lookup", "", {"type": "object"}, lambda item: words))
+    run_turn(worker, TurnRequest("s", 1, text="How many widgets are there?"))
+    pieces = [p.text for p in drained(worker.tts) if isinstance(p, TtsPiece) and p.text]
+    assert len(pieces) > 1
+    assert sum(len(p.split()) for p in pieces) <= worker.config.llm.max_reply_words

@@ -82,6 +82,7 @@ AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their 
 SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
+SERVER_ONLY_TIMINGS = frozenset({"cached_tokens"})  # timings the turn log keeps but no client is sent
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 
 
@@ -302,7 +303,10 @@ class TurnController:
             self.emit("function_call", {"turn_id": turn_id, "call_id": message.call_id, "name": message.name,
                                         "arguments": message.arguments}, to=sid)
         elif isinstance(message, TurnTimings):
-            self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **message.timings}, to=sid)
+            # The prefix cache is shared by every session: how much of a prompt it held would tell this user
+            # whether another began a conversation the same way. It stays in the turn log and metrics.
+            shown = {k: v for k, v in message.timings.items() if k not in SERVER_ONLY_TIMINGS}
+            self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **shown}, to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
             self._handle(session, TurnUnanswered(now, turn_id, message.reason))

@@ -47,7 +47,9 @@ class TurnRecords:
             if message.reason not in ("done", "cancelled", "tool_call"):
                 self.metrics.turns_unanswered.labels(message.reason).inc()
         elif isinstance(message, messages.ToolUsed):
-            self.metrics.tool_calls.labels(message.name, message.outcome).inc()
+            # A name the model made up is no tool: one label for all of them, not a new series for each.
+            name = message.name if message.outcome not in ("unknown_tool", "bad_call") else "(unknown)"
+            self.metrics.tool_calls.labels(name, message.outcome).inc()
 
     def committed(self, sid: str, turn_id: int, source: str, typed_text: str, frames: int) -> None:
         self.turn_log.begin(sid, turn_id, source, typed_text=typed_text)

@@ -51,6 +51,27 @@ def _is_date_or_range(text: str) -> bool:
                 or re.fullmatch(rf"\s*{_NUMBER}/{_NUMBER}(/{_NUMBER})*\s*", text))
 
 
+MAX_SPOKEN_EXPRESSION_CHARS = 60  # a longer expression is not said back before its result
+MAX_SPOKEN_DIGITS = 15  # a longer number is said as "about 1.2346 times 10 to the power of 59"
+_SCIENTIFIC = re.compile(r"^(-?)(\d)(?:\.(\d+))?e([+-]?\d+)$")
+
+
+def spoken_number(result: str) -> str:
+    """A result as a voice can say it: scientific notation in words, long numbers shortened."""
+    text = result.strip()
+    digits = text.lstrip("-").replace(".", "")
+    if digits.isdigit() and len(digits) > MAX_SPOKEN_DIGITS:
+        from decimal import Decimal
+
+        text = f"{Decimal(text):.4e}"
+    match = _SCIENTIFIC.match(text)
+    if match is None:
+        return result
+    sign, whole, fraction, exponent = match.groups()
+    mantissa = whole + (f".{fraction.rstrip('0')}" if fraction and fraction.rstrip("0") else "")
+    return f"about {'minus ' if sign else ''}{mantissa} times 10 to the power of {int(exponent)}"
+
+
 _SPOKEN = [("**", " to the power of "), ("*", " times "), ("/", " divided by "), ("+", " plus "), ("-", " minus ")]
 
 
@@ -62,6 +83,9 @@ def spoken_answer(call: ToolCall, result: str) -> str:
     if call.name != "calculate":  # an operator's tool: its own words (ending a sentence, to be spoken as one)
         return result if result.rstrip().endswith((".", "!", "?")) else f"{result.rstrip()}."
     expression = str(call.arguments.get("expression", "")).strip()
+    result = spoken_number(result)
+    if len(expression) > MAX_SPOKEN_EXPRESSION_CHARS:  # a long sum is not read back: only its answer
+        return f"The answer is {result}."
     if expression.startswith("sqrt(") and expression.endswith(")"):
         return f"The square root of {expression[5:-1]} is {result}."
     if "/ 100 *" in expression:

@@ -14,7 +14,7 @@ from vita.messages import (
     TurnRequest,
 )
 from workers.prompting import ConversationHistory
-from workers.speech_pieces import SpeechClock
+from workers.speech_pieces import ReplyShaper, SpeechClock
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
 from workers.tools.in_turn import FILLER
@@ -88,15 +88,21 @@ class ToolTurns:
         1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
         the tool again (scripts/eval_tools.py)."""
         answers = [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
-        for answer in answers:
-            self._publish(ReplyText(sid, tid, answer + " "))
-        return answers
+        # Said within the reply's word limit and in speakable pieces, as a generated reply is: an operator's tool
+        # may answer at length.
+        shaper = ReplyShaper(self.config.llm.max_reply_words)
+        pieces = [piece for answer in answers for piece in shaper.feed(answer + " ")]
+        pieces += shaper.finish(cut_by_token_limit=False)
+        for piece in pieces:
+            self._publish(ReplyText(sid, tid, piece + " "))
+        return pieces
 
     async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
-                         clock: SpeechClock, gen_started: float) -> list[ToolOutcome]:
-        """Run tool calls (the model's, written as `text`, or planned for it), each result shown on the page and
-        added to the turn's context; a call still running after tools.filler_after_ms gets "Let me check." said
-        first. Returns their outcomes, in order."""
+                         clock: SpeechClock, gen_started: float, box: ToolBox | None = None) -> list[ToolOutcome]:
+        """Run tool calls (the model's, written as `text`, or planned for it) from `box` (default: the turn's
+        tools), each result shown on the page and added to the turn's context; a call still running after
+        tools.filler_after_ms gets "Let me check." said first. Returns their outcomes, in order."""
+        box = run.tools if box is None else box
         readable = [c for c in calls if not c.error]
         run.tool_messages.append({"role": "assistant", "content": "" if readable else text.strip(),
                                   "tool_calls": [{"type": "function", "function": {"name": c.name,
@@ -105,7 +111,7 @@ class ToolTurns:
         filler_s = self.config.tools.filler_after_ms / 1000
         outcomes = []
         for call in calls:
-            task = asyncio.create_task(run.tools.call(call, {"timezone": req.timezone}))
+            task = asyncio.create_task(box.call(call, {"timezone": req.timezone}))
             try:
                 if filler_s and not run.spoken:
                     done, _ = await asyncio.wait({task}, timeout=filler_s)
