@@ -93,6 +93,8 @@ def test_our_protocol_full_loop_history_and_reset(client):
     assert turn_done(client, 2)
     second = llm_timings(client, 2)
     assert second["context_turns"] == 1  # the first exchange is in the prompt
+    # How much of a prompt the shared prefix cache held would tell one user how another's conversation began.
+    assert "cached_tokens" not in first and "cached_tokens" not in second
     assert second["prompt_tokens"] > first["prompt_tokens"]
 
     client.sio.emit("reset_state")
