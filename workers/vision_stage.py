@@ -1,0 +1,151 @@
+"""The camera's side of a turn for a text-only model: each session's latest picture, analysed before it is asked
+about.
+
+The front forwards a frame while the user speaks (``CameraFrame``); this stage analyses it on a thread of its own,
+at a lower CPU priority than the engine, and only when the picture changed (a small grey thumbnail, compared with
+the last one analysed). When the turn starts, the scene of its latest frame is usually ready: the same picture was
+analysed while the question was being said. A turn with no analysis under way (a typed question) gets one at once,
+ahead of nothing but the work already queued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+
+log = logging.getLogger("vita.vision")
+
+THUMB_SIZE = (32, 24)  # width, height of the picture's signature
+SAME_PICTURE_LEVELS = 6.0  # mean absolute difference (0-255 grey levels) under which two frames show the same thing
+LOW_PRIORITY_NICE = 10  # the stage's thread yields the cores to the engine and ASR
+
+
+def signature(image: bytes) -> np.ndarray | None:
+    """A 32×24 grey thumbnail of an encoded picture, decoded at 1/8 size (about a millisecond); None if it does not
+    decode."""
+    try:
+        grey = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
+    except cv2.error:
+        grey = None
+    if grey is None or grey.size == 0:
+        return None
+    return cv2.resize(grey, THUMB_SIZE, interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+def same_picture(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Whether two signatures show the same thing: camera noise and small movements are not a new picture."""
+    return a is not None and b is not None and float(np.mean(np.abs(a - b))) < SAME_PICTURE_LEVELS
+
+
+@dataclass
+class _Sight:
+    """What the stage knows of one session's camera."""
+
+    signature: np.ndarray | None = None  # of the picture last analysed
+    scene: Any = None  # its analysis
+    analysed_at: float = 0.0
+    pending: tuple[bytes, Future] | None = None  # the newest frame waiting for the thread
+    waiters: list[Future] = field(default_factory=list)  # turns waiting for the pending frame's scene
+
+
+class VisionStage:
+    """`analyse(image_bytes) -> scene` runs here, one picture at a time, on the stage's own low-priority thread."""
+
+    def __init__(self, analyse: Callable[[bytes], Any], name: str = "vision"):
+        self.analyse = analyse
+        self.name = name
+        self._sights: dict[str, _Sight] = {}
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue[str | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.analysed = 0  # pictures analysed (for /health and tests)
+        self.skipped = 0  # frames skipped as the same picture
+
+    def setup(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def seen(self, session_id: str, image: bytes) -> Future:
+        """A new frame of the session's camera; the future is its scene (that of the same picture, if unchanged).
+        A frame still waiting is replaced by this one, and its waiters get this one's scene."""
+        future: Future = Future()
+        with self._lock:
+            sight = self._sights.setdefault(session_id, _Sight())
+            queued = sight.pending is not None
+            if queued:
+                sight.waiters.append(sight.pending[1])
+            sight.pending = (image, future)
+        if not queued:
+            self._jobs.put(session_id)
+        return future
+
+    def latest(self, session_id: str) -> Any:
+        """The session's last analysed scene (None if none)."""
+        with self._lock:
+            sight = self._sights.get(session_id)
+            return sight.scene if sight is not None else None
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            sight = self._sights.pop(session_id, None)
+        if sight is not None and sight.pending is not None:
+            for future in (sight.pending[1], *sight.waiters):
+                future.cancel()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._jobs.put(None)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # --- the stage's thread --------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOW_PRIORITY_NICE)
+        while not self._stop.is_set():
+            session_id = self._jobs.get()
+            if session_id is None:
+                break
+            with self._lock:
+                sight = self._sights.get(session_id)
+                if sight is None or sight.pending is None:
+                    continue
+                (image, future), sight.pending = sight.pending, None
+                waiters, sight.waiters = sight.waiters, []
+                known, scene = sight.signature, sight.scene
+            futures = [future, *waiters]
+            try:
+                mark = signature(image)
+                if mark is None:
+                    raise ValueError("the frame does not decode as an image")
+                if not same_picture(mark, known) or scene is None:
+                    started = time.monotonic()
+                    scene = self.analyse(image)
+                    self.analysed += 1
+                    log.debug("analysed a frame in %.0f ms", 1000 * (time.monotonic() - started))
+                    with self._lock:
+                        if self._sights.get(session_id) is sight:
+                            sight.signature, sight.scene, sight.analysed_at = mark, scene, time.monotonic()
+                else:
+                    self.skipped += 1
+            except Exception as exc:  # one bad picture must not end the stage
+                log.warning("could not analyse a camera frame: %s", exc)
+                for f in futures:
+                    if f.set_running_or_notify_cancel():
+                        f.set_exception(exc)
+                continue
+            for f in futures:
+                if f.set_running_or_notify_cancel():
+                    f.set_result(scene)
