@@ -1,4 +1,4 @@
-"""Abuse benchmark (issue 37): one seated client tries to sink the front while another session asks questions.
+"""Abuse benchmark: one seated client tries to sink the front while another session asks questions.
 
 Starts its own server (or `--url` with `--server_pid`). A victim session asks spoken questions (hibari, our page's
 32 ms binary frames, the microphone open throughout) and times voice-to-voice at the client: first alone, then
@@ -9,9 +9,11 @@ Abusers: JSON audio at the byte limit as fast as the socket takes it; binary aud
 with 150 ms gaps (a pause, a judge job and a speculative turn every ~0.3 s); 64 ms of speech, then 2000-character
 texts as fast as allowed; a typed question cut by recording-stopped/started, over and over (TTS cancels); WebRTC
 offers with 120 media sections; a connected WebRTC peer flooded with ICE candidates naming loopback, private,
-link-local and mDNS addresses.
+link-local and mDNS addresses; a calculator question whose answer once held the LLM worker's GIL, typed every
+second; Realtime clients committing 120 s buffers, sending items of 40,000 tiny audio parts, and asking for
+responses with 16,000 characters of instructions every second.
 
-Targets (issue 37): under each abuse the front's RSS grows <= 50 MB and its threads <= +10; the victim's
+Targets: under each abuse the front's RSS grows <= 50 MB and its threads <= +10; the victim's
 voice-to-voice p50 within 20 % of its value alone; after the abuser leaves, RSS within 10 MB of the baseline.
 
 Usage: .venv/bin/python scripts/bench_abuse.py [--seconds 60] [--only NAME,...] [--json out.json]
@@ -111,10 +113,77 @@ def candidates(stop: threading.Event, client: RecordingClient) -> None:
         peer.close()
 
 
+TINY = "0." + "0" * 185 + "1"
+HUGE_SUM = f"What is 1 divided by {TINY} to the power of 1000?"  # once a Decimal of ~186,000 digits
+
+
+def calculator(stop: threading.Event, client: RecordingClient) -> None:
+    """The sum whose answer once took the LLM worker's GIL for a second or more, typed every second."""
+    while not stop.is_set():
+        client.sio.emit("text_input", {"text": HUGE_SUM})
+        stop.wait(1.0)
+
+
+def _realtime(client: RecordingClient):
+    from vita.harness.realtime_client import RealtimeClient
+
+    return RealtimeClient(client.url)
+
+
+def realtime_long_commits(stop: threading.Event, client: RecordingClient) -> None:
+    """A Realtime client pushing 120 s of audio a commit, as fast as it may."""
+    import base64
+
+    rt = _realtime(client)
+    chunk = base64.b64encode(bytes(24000 * 2)).decode()  # 1 s of 24 kHz PCM
+    try:
+        rt.send({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {
+            "turn_detection": None}}}})
+        while not stop.is_set():
+            for _ in range(120):
+                if stop.is_set():
+                    break
+                rt.send({"type": "input_audio_buffer.append", "audio": chunk})
+            rt.send({"type": "input_audio_buffer.commit"})
+            rt.send({"type": "response.create"})
+            stop.wait(0.5)
+    finally:
+        rt.close()
+
+
+def realtime_many_parts(stop: threading.Event, client: RecordingClient) -> None:
+    """A Realtime client sending items of 40,000 tiny audio parts (~2 MB each)."""
+    import base64
+
+    rt = _realtime(client)
+    tiny = base64.b64encode(bytes(4)).decode()
+    item = json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_audio", "audio": tiny}] * 40000}})
+    try:
+        while not stop.is_set():
+            rt.send_raw(item)
+            stop.wait(0.5)
+    finally:
+        rt.close()
+
+
+def realtime_long_instructions(stop: threading.Event, client: RecordingClient) -> None:
+    """A Realtime client asking for a response with 16,000 characters of instructions every second."""
+    rt = _realtime(client)
+    try:
+        while not stop.is_set():
+            rt.send({"type": "response.create", "response": {"instructions": "Be brief. " * 1600,
+                                                            "output_modalities": ["text"]}})
+            stop.wait(1.0)
+    finally:
+        rt.close()
+
+
 ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
     "json_audio": json_audio, "binary_audio": binary_audio, "word_gaps": word_gaps,
     "text_while_speaking": text_while_speaking, "cancel_churn": cancel_churn, "many_sections": many_sections,
-    "candidates": candidates}
+    "candidates": candidates, "calculator": calculator, "realtime_long_commits": realtime_long_commits,
+    "realtime_many_parts": realtime_many_parts, "realtime_long_instructions": realtime_long_instructions}
 
 
 def health(url: str) -> dict:

@@ -27,6 +27,18 @@ class RateBudget:
         self.left -= units
         return True
 
+    def admit(self, units: float, now: float) -> bool:
+        """`take`, except that more than a whole burst (a recorded clip, a long prompt, sent at once as a Realtime
+        client may) is taken from a full budget and paid off at `rate` before anything more is taken: the same
+        average rate, without refusing for good what is too big to fit the burst."""
+        if units <= self.burst:
+            return self.take(units, now)
+        if self.available(now) < self.burst:
+            self.cooling = True
+            return False
+        self.left -= units
+        return True
+
     def spend(self, units: float, now: float) -> float:
         """Spend `units` even past the budget; the seconds until the debt is paid (0 when within it)."""
         self.left = self.available(now) - units

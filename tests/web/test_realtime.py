@@ -230,12 +230,15 @@ BAD_EVENTS = [
 def test_bad_events_get_error_events_and_the_session_goes_on(rt, server):
     for event, code in BAD_EVENTS:
         rt.send_raw(json.dumps({**event, "event_id": f"evt_{code}_{len(rt.all())}"}))
-    for raw in ("not json", "[1, 2]", json.dumps({"type": 5}), b"\x00\xff binary"):
+    raws = ("not json", "[1, 2]", json.dumps({"type": 5}), b"\x00\xff binary", "[" * 50_000 + "]" * 50_000)
+    for raw in raws:
         rt.send_raw(raw)
-    assert rt.wait_for(lambda evs: sum(e["type"] == "error" for e in evs) >= len(BAD_EVENTS) + 4, 10), rt.errors()
+    assert rt.wait_for(lambda evs: sum(e["type"] == "error" for e in evs) >= len(BAD_EVENTS) + len(raws), 10), \
+        rt.errors()
     codes = [e["code"] for e in rt.errors()]
     assert codes[:len(BAD_EVENTS)] == [code for _, code in BAD_EVENTS]
     assert all(e["event_id"].startswith("evt_") for e in rt.errors()[:len(BAD_EVENTS)])  # which event it was
+    assert codes[len(BAD_EVENTS) + len(raws) - 1] == "invalid_json"  # too deep: refused before it is parsed
     # Out of order and at random: still never a failure of the server's own.
     rng = random.Random(7)
     kinds = ["session.update", "input_audio_buffer.append", "input_audio_buffer.commit", "input_audio_buffer.clear",

@@ -28,12 +28,15 @@ from vita.web.realtime_conversation import Item, RealtimeConversation
 from vita.web.realtime_protocol import (
     EAGER_THRESHOLD,
     FORMATS,
+    MAX_CONTENT_PARTS,
     MAX_INSTRUCTIONS_CHARS,
     ProtocolError,
     Settings,
     TurnDetection,
+    audio_seconds,
     decode_audio,
     new_id,
+    parse_event,
     session_json,
     updated,
 )
@@ -42,7 +45,6 @@ if TYPE_CHECKING:
     from vita.web.app import FrontApp
 
 log = logging.getLogger("vita.web.realtime")
-MAX_BUFFER_S = 120.0  # push-to-talk: the most audio one commit may carry
 MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
 SESSION_EXPIRES_S = 3600.0
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
@@ -64,6 +66,8 @@ class RealtimeSession:
                                                  config.llm.max_tokens)
         self.buffer: list[np.ndarray] = []  # push-to-talk audio at 16 kHz, since the last commit or clear
         self.buffered = 0  # its samples, and those of the committed speech waiting for a response
+        self.max_audio_s = config.vad.max_utterance_s  # all the audio one response hears: one utterance's worth
+        self.prompted = ""  # the instructions of the latest response (unchanged ones cost no text budget again)
         self.buffer_started: float | None = None
         self.resampler: Any = None
         self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
@@ -131,7 +135,7 @@ class RealtimeSession:
         try:
             if not self.front.session_allows_event(self.session):
                 return
-            event = json.loads(data)
+            event = parse_event(data)
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ProtocolError("invalid_event", "an event is a JSON object with a string type")
             given = event.get("event_id")
@@ -196,17 +200,37 @@ class RealtimeSession:
         self.buffered -= sum(len(b) for b in self.buffer)
         self.buffer, self.buffer_started, self.resampler = [], None, None
 
+    def _room_for(self, seconds: float) -> None:
+        """All the audio one response hears (the buffer, committed speech and audio items waiting for it) is one
+        Whisper run on the shared ASR thread: at most an utterance's cap, as the VAD's speech is."""
+        waiting = self.buffered / SAMPLE_RATE
+        if waiting + seconds > self.max_audio_s + 1e-3:
+            raise ProtocolError("input_audio_buffer_full", f"at most {self.max_audio_s:g} s of audio may wait for "
+                                f"one response ({waiting:.2f} s do already, this brings {seconds:.2f} s); commit "
+                                "and answer it, or clear it")
+
+    def _charge_audio(self, seconds: float) -> None:
+        """The client's own audio (push-to-talk appends, input_audio parts) against the session's real-time budget,
+        as the microphone's is, before it is decoded. A recorded clip may come at once (RateBudget.admit)."""
+        budget = self.session.audio_budget
+        if not budget.admit(seconds, time.monotonic()):
+            self.front.metrics.audio_dropped.inc()
+            raise ProtocolError("audio_overrun", f"audio may come at most {budget.rate:g} times as fast as real time "
+                                f"(a longer clip, up to {self.max_audio_s:g} s, in one event once the budget is full "
+                                f"again); these {seconds:.2f} s were refused: wait a moment")
+
     def on_input_audio_buffer_append(self, event: dict) -> None:
-        kind = self.settings.input_format
-        pcm = decode_audio(event.get("audio"), kind, self.front.config.limits.max_frame_bytes)
+        kind, audio = self.settings.input_format, event.get("audio")
+        if self.settings.turn_detection is None:  # (the VAD's audio is charged by admit_audio)
+            seconds = audio_seconds(audio, kind)
+            self._room_for(seconds)
+            self._charge_audio(seconds)
+        pcm = decode_audio(audio, kind, self.front.config.limits.max_frame_bytes)
         rate = FORMATS[kind]
         self.received_ms += 1000 * len(pcm) // rate
         if self.settings.turn_detection is not None:
             self.front.admit_audio(self.session, pcm, rate)
             return
-        if self.buffered + len(pcm) * SAMPLE_RATE / rate > MAX_BUFFER_S * SAMPLE_RATE:
-            raise ProtocolError("input_audio_buffer_full", f"at most {MAX_BUFFER_S:g} s of audio wait for a "
-                                "response; commit and answer it, or clear it")
         if self.resampler is None:
             self.resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
         self.buffer_started = self.buffer_started or time.monotonic()
@@ -289,7 +313,11 @@ class RealtimeSession:
         content = item.get("content")
         if not isinstance(content, list) or not content:
             raise ProtocolError("invalid_value", "a message needs a list of content parts", "item.content")
-        audio, parts = [], []
+        if len(content) > MAX_CONTENT_PARTS:  # refused before any part is looked at
+            raise ProtocolError("too_many_parts", f"a message may have at most {MAX_CONTENT_PARTS} content parts, not "
+                                f"{len(content)}", "item.content")
+        kind_in = self.settings.input_format
+        clips, parts = [], []
         for n, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("input_text", "text"):
@@ -298,9 +326,9 @@ class RealtimeSession:
                     raise ProtocolError("invalid_value", "input_text needs some text", f"item.content[{n}].text")
                 parts.append({"type": "input_text", "text": text})
             elif kind == "input_audio":
-                pcm = decode_audio(part.get("audio"), self.settings.input_format,
-                                   self.front.config.limits.max_frame_bytes)
-                audio.append(soxr.resample(pcm, FORMATS[self.settings.input_format], SAMPLE_RATE).astype(np.int16))
+                if not isinstance(part.get("audio"), str):
+                    raise ProtocolError("invalid_value", "audio must be a base64 string", f"item.content[{n}].audio")
+                clips.append(part["audio"])  # decoded once every part has been checked and the whole charged
                 parts.append({"type": "input_audio", "transcript": None})
             else:
                 raise ProtocolError("unsupported", "content parts may be input_text or input_audio (no images: this "
@@ -310,11 +338,13 @@ class RealtimeSession:
         if len(" ".join([*(i.text for i in self.pending), text])) > limit:
             raise ProtocolError("text_too_long", f"text waiting for a response is at most {limit} characters")
         speech = None
-        if audio:
-            pcm = np.concatenate(audio)
-            if self.buffered + len(pcm) > MAX_BUFFER_S * SAMPLE_RATE:
-                raise ProtocolError("input_audio_buffer_full", f"at most {MAX_BUFFER_S:g} s of audio wait for a "
-                                    "response")
+        if clips:
+            seconds = sum(audio_seconds(clip, kind_in) for clip in clips)
+            self._room_for(seconds)
+            self._charge_audio(seconds)
+            max_bytes = self.front.config.limits.max_frame_bytes
+            pcm = np.concatenate([decode_audio(clip, kind_in, max_bytes) for clip in clips])
+            pcm = soxr.resample(pcm, FORMATS[kind_in], SAMPLE_RATE).astype(np.int16)  # one stream: no seams
             self.buffered += len(pcm)
             now = time.monotonic()
             speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
@@ -388,20 +418,26 @@ class RealtimeSession:
             raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
                                 "settings apply)", f"response.{extra[0]}")
         override = options.get("instructions")
-        if override is not None and not isinstance(override, str):
-            raise ProtocolError("invalid_value", "instructions must be a string", "response.instructions")
+        if override is not None and (not isinstance(override, str) or len(override) > MAX_INSTRUCTIONS_CHARS):
+            raise ProtocolError("invalid_value", f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS} "
+                                "characters", "response.instructions")
         if self.requested or self.conversation.active():
             raise ProtocolError("conversation_already_has_active_response",
                                 "a response is in progress; cancel it or wait for response.done")
-        items, self.pending = self.pending, []
+        items = self.pending
         speeches = [i.speech for i in items if i.speech is not None]
         speech = functools.reduce(joined, speeches) if speeches else None
         text = " ".join(t for t in (i.text for i in items) if t)
         outputs = tuple(i.tool_output for i in items if i.tool_output is not None)
         if speech is None and not text and not outputs:
-            self.pending = items
             raise ProtocolError("no_input", "nothing new to respond to: add a user item, commit audio, or give a "
                                 "function call's output first")
+        prompt = override or self.settings.instructions
+        # A new prompt costs at most a whole burst: a client whose long prompt never changes pays once and is not
+        # locked out for minutes, and one that changes a long prompt each time gets one response a burst.
+        new_prompt = min(len(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
+        self._charge_text(len(text) + sum(len(o.output) for o in outputs) + new_prompt)
+        self.prompted, self.pending = prompt, []
         self.buffered -= sum(len(s.pcm) // 2 for s in speeches)
         self.requested = True
         with self.conversation.lock:
@@ -411,12 +447,24 @@ class RealtimeSession:
         def begin() -> None:  # on the session's thread, right before the turn starts: its own outputs, instructions
             session.tool_outputs = outputs
             if override:
-                session.instructions = override[:MAX_INSTRUCTIONS_CHARS]
+                session.instructions = override
 
         session.actor.call(begin)
         self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
         if override:  # then the session's own again
             session.actor.call(lambda: setattr(session, "instructions", self.settings.instructions or None))
+
+    def _charge_text(self, chars: int) -> None:
+        """A response starts a turn, as a typed Socket.IO message does: the text it brings the prompt (typed items,
+        tool results, and its instructions when they are new; unchanged ones are the engine's cached prefix) is
+        charged to the same budget, at the same least cost."""
+        from vita.web.app import MIN_TEXT_COST  # (the app imports this module)
+
+        budget = self.session.text_budget
+        if not budget.admit(max(chars, MIN_TEXT_COST), time.monotonic()):
+            raise ProtocolError("rate_limited", f"responses may bring at most {budget.rate:g} characters of new text "
+                                f"a second ({budget.burst:g} at once; each costs at least {MIN_TEXT_COST}); this one "
+                                f"brings {chars}: wait a moment")
 
     def on_response_cancel(self, _event: dict) -> None:
         if not self.conversation.active() and not self.requested:

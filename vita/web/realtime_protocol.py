@@ -26,6 +26,8 @@ G711_RATE = 8000
 FORMATS = {"audio/pcm": PCM_RATE, "audio/pcmu": G711_RATE, "audio/pcma": G711_RATE}
 BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}  # the beta's names
 MAX_INSTRUCTIONS_CHARS = 16_000
+MAX_CONTENT_PARTS = 32  # a message item's content parts (each is decoded and checked on the connection's thread)
+MAX_JSON_DEPTH = 32  # no event of the protocol nests deeper (a tool's schema included); json.loads recurses per level
 MAX_TOOLS = 64
 MAX_TOOL_SCHEMA_CHARS = 32_000  # all of a session's tools: their descriptions and schemas go into every prompt
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -50,6 +52,35 @@ def error_event(code: str, message: str, param: str | None = None, event_id: str
                 kind: str = "invalid_request_error") -> dict[str, Any]:
     return {"type": "error", "event_id": new_id("event"),
             "error": {"type": kind, "code": code, "message": message, "param": param, "event_id": event_id}}
+
+
+# --- reading events ----------------------------------------------------------------------------------------------
+def json_depth(raw: bytes) -> int:
+    """How deep a JSON text nests, the brackets inside its strings aside: a few numpy passes over its bytes, linear
+    whatever the text (a quote is escaped by an odd run of backslashes before it; the brackets that count are those
+    with an even number of unescaped quotes before them)."""
+    codes = np.frombuffer(raw, dtype=np.uint8)
+    if not codes.size:
+        return 0
+    quotes = codes == ord('"')
+    if b"\\" in raw:
+        index = np.arange(codes.size, dtype=np.int32)
+        run = index - np.maximum.accumulate(np.where(codes == ord("\\"), -1, index))  # backslashes ending here
+        quotes[1:] &= (run[:-1] & 1) == 0
+    outside = np.bitwise_xor.accumulate(quotes.view(np.uint8)) == 0
+    opens, closes = (codes == ord("[")) | (codes == ord("{")), (codes == ord("]")) | (codes == ord("}"))
+    steps = (opens & outside).astype(np.int32) - (closes & outside)
+    return max(0, int(np.cumsum(steps, dtype=np.int32).max()))
+
+
+def parse_event(data: str | bytes) -> Any:
+    """A client event's JSON, refused before it is parsed when it nests deeper than MAX_JSON_DEPTH (Python's parser
+    would recurse into every level, up to a RecursionError). Only a text with that many brackets is scanned."""
+    opening = data.count("[") + data.count("{") if isinstance(data, str) else data.count(b"[") + data.count(b"{")
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) and opening > MAX_JSON_DEPTH else data
+    if opening > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
+        raise ProtocolError("invalid_json", f"the event nests deeper than {MAX_JSON_DEPTH} levels")
+    return json.loads(data)
 
 
 # --- audio -----------------------------------------------------------------------------------------------------
@@ -90,6 +121,13 @@ G711_ENCODE = {"audio/pcmu": _constant(_encode_table(ULAW_DECODE)), "audio/pcma"
 
 def encode_g711(pcm: np.ndarray, kind: str) -> bytes:
     return G711_ENCODE[kind][pcm.astype(np.int32) + 32768].tobytes()
+
+
+def audio_seconds(b64: Any, kind: str) -> float:
+    """How many seconds of audio a base64 field holds (its padding aside), known before it is decoded."""
+    if not isinstance(b64, str):
+        raise ProtocolError("invalid_value", "audio must be a base64 string", "audio")
+    return len(b64) * 3 // 4 / (2 if kind == "audio/pcm" else 1) / FORMATS[kind]
 
 
 def decode_audio(b64: Any, kind: str, max_bytes: int) -> np.ndarray:

@@ -1,0 +1,213 @@
+"""What one Realtime client may make the server do: its own audio (push-to-talk, audio items) within the session's
+real-time budget and an utterance's length, a response's text within the typed-text budget, items of a bounded
+number of parts, events of a bounded depth. A RealtimeSession on a stand-in front: no model, no server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import vita.web.realtime as realtime
+from vita.config import Config
+from vita.rate_budget import RateBudget
+from vita.turns.sessions import Session
+from vita.turns.turn_events import InputCommitted
+from vita.web.realtime import RealtimeSession
+from vita.web.realtime_protocol import MAX_CONTENT_PARTS, MAX_INSTRUCTIONS_CHARS, MAX_JSON_DEPTH, json_depth
+
+pytestmark = pytest.mark.fast
+
+
+class Counter:
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+
+class Front:
+    """What a RealtimeSession uses of FrontApp; the session's thread is not run (its calls are only kept)."""
+
+    def __init__(self):
+        self.config = Config()
+        self.voices, self.llm_choice = ["joe-us"], {"model": "vita"}
+        self.metrics = SimpleNamespace(audio_dropped=Counter())
+        self.turns = SimpleNamespace(posted=[], post=lambda _session, event: self.turns.posted.append(event),
+                                     interrupt=lambda _session, _reason: None)
+        self.heard: list[np.ndarray] = []
+
+    def session_allows_event(self, _session) -> bool:
+        return True
+
+    def admit_audio(self, _session, pcm, _rate) -> bool:
+        self.heard.append(pcm)
+        return True
+
+    def put_request(self, _message) -> bool:
+        return True
+
+
+class Client:
+    """A RealtimeSession and what it sent back."""
+
+    def __init__(self, push_to_talk: bool = False):
+        self.front, self.sent = Front(), []
+        self.rt = RealtimeSession(self.front, SimpleNamespace(send=lambda text: self.sent.append(json.loads(text))),
+                                  "gpt-realtime", {})
+        self.rt.session = Session(self.rt.sid, actor=SimpleNamespace(call=lambda _fn: None))
+        if push_to_talk:
+            update = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
+            assert self.send(update) == [] and self.rt.settings.turn_detection is None
+
+    def send(self, event: dict | str) -> list[dict]:
+        """The event, and the errors it was answered with."""
+        before = len(self.sent)
+        self.rt.receive(event if isinstance(event, str) else json.dumps(event))
+        return [e["error"] for e in self.sent[before:] if e["type"] == "error"]
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.sent if e["type"] == kind]
+
+
+def clip(seconds: float, rate: int = 24000) -> str:
+    """That much audio/pcm, base64 (a quiet tone)."""
+    t = np.arange(int(seconds * rate)) / rate
+    return base64.b64encode((1000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes()).decode("ascii")
+
+
+def audio_item(*seconds: float) -> dict:
+    return {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": clip(s)} for s in seconds]}}
+
+
+def text_item(text: str) -> dict:
+    return {"type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+
+def answered(c: Client, turn_id: int) -> None:
+    """The turn machine starts the response's turn and ends it (what the front would emit)."""
+    c.rt.emit("turn", {"turn_id": turn_id, "source": "text"})
+    c.rt.emit("state", {"state": "listening", "turn_id": turn_id})
+    assert not c.rt.conversation.active()
+
+
+def test_admit_takes_a_whole_clip_from_a_full_budget_then_the_debt_is_paid_first():
+    budget = RateBudget(rate=1.5, burst=3.0, now=0.0)
+    assert budget.admit(2.0, 0.0) and not budget.admit(2.0, 0.0)  # within the burst: as take
+    assert not budget.admit(20.0, 1.0)  # more than a burst: only from a full budget
+    assert budget.admit(20.0, 10.0)
+    assert not budget.admit(0.1, 20.0)  # 17 s of debt: paid off at 1.5 s a second, about 11 s
+    assert budget.admit(0.1, 22.0)
+
+
+def test_push_to_talk_appends_are_charged_to_the_sessions_audio_budget():
+    c = Client(push_to_talk=True)
+    assert c.send({"type": "input_audio_buffer.append", "audio": clip(2.5), "event_id": "a1"}) == []
+    (error,) = c.send({"type": "input_audio_buffer.append", "audio": clip(2.5), "event_id": "a2"})
+    assert error["code"] == "audio_overrun" and error["event_id"] == "a2" and error["type"] == "invalid_request_error"
+    assert c.front.metrics.audio_dropped.value == 1
+    assert c.rt.buffered / 16000 == pytest.approx(2.5, abs=0.05)  # the refused audio is not in the buffer
+    assert c.send({"type": "input_audio_buffer.commit"}) == []
+    assert c.of("input_audio_buffer.committed")
+
+
+def test_a_recorded_clip_comes_at_once_up_to_the_utterance_cap_and_is_paid_off_after():
+    c = Client(push_to_talk=True)
+    cap = c.front.config.vad.max_utterance_s
+    (error,) = c.send({"type": "input_audio_buffer.append", "audio": clip(cap + 1)})
+    assert error["code"] == "input_audio_buffer_full" and f"at most {cap:g} s" in error["message"]
+    assert c.send({"type": "input_audio_buffer.append", "audio": clip(cap - 5)}) == []  # the refusal cost nothing
+    (full,) = c.send({"type": "input_audio_buffer.append", "audio": clip(6)})
+    assert full["code"] == "input_audio_buffer_full"
+    (over,) = c.send({"type": "input_audio_buffer.append", "audio": clip(0.5)})  # within the cap, not the budget
+    assert over["code"] == "audio_overrun"
+    assert c.send({"type": "input_audio_buffer.commit"}) == []
+    (item,) = c.of("conversation.item.added")
+    assert c.rt.pending[0].speech.details["audio_s"] == pytest.approx(cap - 5, abs=0.05)
+    assert item["item"]["id"] == c.rt.pending[0].id
+
+
+def test_an_items_audio_is_counted_capped_and_charged_before_it_is_decoded(monkeypatch):
+    decoded = []
+    decode = realtime.decode_audio
+    monkeypatch.setattr(realtime, "decode_audio", lambda *args: decoded.append(args) or decode(*args))
+    c = Client()
+    (parts,) = c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": "AAA="}] * (MAX_CONTENT_PARTS + 1)}})
+    assert parts["code"] == "too_many_parts" and parts["param"] == "item.content"
+    cap = c.front.config.vad.max_utterance_s
+    (long,) = c.send(audio_item(cap / 2 + 0.5, cap / 2 + 0.5))
+    assert long["code"] == "input_audio_buffer_full" and f"at most {cap:g} s" in long["message"]
+    assert decoded == []  # neither was decoded
+    assert c.send(audio_item(1.0, 1.5)) == []
+    (over,) = c.send(audio_item(2.5))
+    assert over["code"] == "audio_overrun"
+    assert len(decoded) == 2  # the accepted item's two parts only
+    (item,) = c.of("conversation.item.added")
+    assert len(c.rt.pending) == 1 and c.rt.pending[0].speech.details["audio_s"] == pytest.approx(2.5, abs=0.01)
+    assert item["item"]["content"] == [{"type": "input_audio", "transcript": None}] * 2
+
+
+def test_a_response_is_charged_the_text_it_brings_and_new_instructions_with_it():
+    c = Client()
+    prompt = "Answer in French. " * 160  # 2,880 characters
+    c.send(text_item("Hello"))
+    assert c.send({"type": "response.create", "response": {"instructions": prompt}}) == []
+    answered(c, 1)
+    c.send(text_item("Again"))
+    assert c.send({"type": "response.create", "response": {"instructions": prompt}}) == []  # unchanged: the text
+    answered(c, 2)
+    c.send(text_item("Once more"))
+    (error,) = c.send({"type": "response.create", "response": {"instructions": prompt.upper()}, "event_id": "r3"})
+    assert error["code"] == "rate_limited" and error["event_id"] == "r3"
+    assert len(c.rt.pending) == 1  # the item still waits for a response
+    assert [type(e) for e in c.front.turns.posted] == [InputCommitted, InputCommitted]
+
+
+def test_a_response_with_the_longest_instructions_is_taken_once_then_paid_for():
+    c = Client()
+    c.send(text_item("Hello"))
+    (error,) = c.send({"type": "response.create", "response": {"instructions": "x" * (MAX_INSTRUCTIONS_CHARS + 1)}})
+    assert error["code"] == "invalid_value" and error["param"] == "response.instructions"
+    assert c.send({"type": "response.create", "response": {"instructions": "x" * MAX_INSTRUCTIONS_CHARS}}) == []
+    answered(c, 1)
+    c.send(text_item("Hello again"))
+    (error,) = c.send({"type": "response.create", "response": {"instructions": "x" * MAX_INSTRUCTIONS_CHARS}})
+    assert error["code"] == "rate_limited"  # unchanged instructions, yet the debt of the first is not paid off
+
+
+def test_json_depth_does_not_count_the_brackets_of_strings():
+    assert json_depth(b'{"a": [1, {"b": []}]}') == 4
+    assert json_depth(b'{"a": "[[[[{{{{", "b": "\\"[[[", "c": "\\\\"}') == 1
+    assert json_depth(b"[" * 100 + b"]" * 100) == 100
+    assert json_depth(b'"\\"' * 200_000) == 0  # an unterminated string of escapes: still one linear pass
+
+
+def test_over_deep_json_is_refused_cleanly_and_legitimate_nesting_is_not(caplog):
+    c = Client()
+    with caplog.at_level(logging.ERROR, logger="vita.web.realtime"):
+        for deep in ("[" * 100_000 + "]" * 100_000,
+                     json.dumps({"type": "session.update", "session": {"metadata": nest(MAX_JSON_DEPTH)}})):
+            (error,) = c.send(deep)
+            assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error", error
+            assert f"deeper than {MAX_JSON_DEPTH}" in error["message"]
+    assert "Realtime event failed" not in caplog.text and "Traceback" not in caplog.text
+    # Brackets in text are no nesting, and a tool's nested schema is within the limit.
+    assert c.send(text_item("[" * 500 + "{" * 500)) == []
+    schema = {"type": "object", "properties": {"a": nest(MAX_JSON_DEPTH - 8)}}
+    assert c.send({"type": "session.update", "session": {"tools": [{"type": "function", "name": "f",
+                                                                    "parameters": schema}]}}) == []
+
+
+def nest(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
