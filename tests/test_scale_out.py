@@ -4,6 +4,7 @@ generating with one real vLLM API server (`--llm_url`), as behind a sticky load 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import redis
 
 from tests.test_conversation import ask_aloud, turn_done
-from vita.harness.client import RecordingClient
+from vita.harness.client import RecordingClient, wait_until
 from vita.harness.server import ROOT, free_port, start_server, stop_server, wait_ready
 from vita.web.message_queue import CHANNEL
 
@@ -142,6 +143,39 @@ def test_announce_to_an_unreachable_queue_is_a_clear_error():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "announce.py"), "--message_queue",
                            f"redis://127.0.0.1:{port}/0", "hello"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and f"cannot reach redis://127.0.0.1:{port}/0" in done.stderr, done.stderr
+
+
+class CreatesFile:
+    """A payload whose unpickling creates a file (an attacker's would run anything instead)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_pickle_published_on_the_channel_runs_nothing_and_the_fronts_go_on(fronts, clients, redis_server,
+                                                                              tmp_path):
+    """Whoever can PUBLISH on the channel must not run code in the fronts: it carries JSON only, and anything else
+    is dropped with a warning."""
+    url = redis_server[0]
+    target = tmp_path / "pwned"
+    publisher = redis.Redis.from_url(url)
+    assert publisher.publish(CHANNEL, pickle.dumps(CreatesFile(str(target)))) == 2  # both fronts listen
+    assert publisher.publish(CHANNEL, b"\x80\x04not even a whole pickle") == 2
+    for front in fronts:
+        assert wait_until(lambda f=front: "dropped 1 message(s) on the Redis channel 'vita'" in f.log(), 10), \
+            front.log()[-2000:]
+    assert not target.exists()
+    # Each front's queue listener is alive: an announcement still reaches users on both.
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "announce.py"), "--message_queue", url,
+                           "Still here."], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    for client in clients:
+        assert client.wait_event("notice", 5), client.events
+        assert client.named("notice")[0]["message"] == "Still here."
+    assert all(front.process.poll() is None for front in fronts)
 
 
 def test_a_redis_outage_does_not_silence_a_fronts_own_sessions(fronts, clients, redis_server):

@@ -9,6 +9,7 @@ from pathlib import Path
 from vita.config import Config, ConfigError
 
 ICE_URL_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
+MIN_TOKEN_CHARS = 16  # a guesser is throttled too (vita.web.access), but a short token is a guessable one
 
 
 def check_ice_servers(servers: list) -> list[dict]:
@@ -104,7 +105,9 @@ def validate(config: Config) -> Config:
         _check(p is None or Path(p).is_file(), opt, f"file not found: {p}")
     _check(s.log_level in LOG_LEVELS, "--log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     token = config.access_token()
-    _check(token is None or len(token) >= 8, "--access_token", "must be at least 8 characters")
+    _check(token is None or len(token) >= MIN_TOKEN_CHARS, "--access_token",
+           f"must be at least {MIN_TOKEN_CHARS} characters, got {len(token or '')}; make a random one with "
+           "python -c \"import secrets; print(secrets.token_urlsafe(24))\" (and prefer VITA_ACCESS_TOKEN to the flag)")
     _check(s.log_format in LOG_FORMATS, "--log_format", f"must be one of {', '.join(LOG_FORMATS)}")
     config.webrtc.port_range()
     check_ice_servers(config.webrtc.ice_servers)

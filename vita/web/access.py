@@ -4,32 +4,117 @@ A token may come as `?token=` (the link an operator hands out; the page then kee
 drops it from the address bar), as `Authorization: Bearer` (scrapers, scripts) or in Socket.IO's connect `auth`.
 /health and /ready stay open for liveness probes (/health's detail — workers, paths, addresses, errors — only with
 the token). Comparison is constant-time.
+
+Guessing is throttled per client address (an IPv6 client by its /64, which one host usually holds whole): after
+MAX_FAILURES wrong tokens within FAILURE_WINDOW_S, everything from there but a token-less probe of /health or
+/ready is answered 429 with Retry-After for LOCKOUT_S (``TokenThrottle``). A success resets nothing: a user behind
+the same NAT as a guesser must not wipe the guesser's count.
 """
 
 from __future__ import annotations
 
+import collections
 import hmac
+import ipaddress
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
+
+from werkzeug.wrappers import Request
+
+log = logging.getLogger("vita.web.access")
 
 COOKIE = "vita_token"
 OPEN_PATHS = ("/health", "/ready")
+MAX_FAILURES = 10  # wrong tokens from one address...
+FAILURE_WINDOW_S = 60.0  # ...within this long...
+LOCKOUT_S = 60.0  # ...and it is refused (429) this long
+MAX_TRACKED = 4096  # addresses with recent failures kept (the oldest forgotten first): bounded memory
+
+
+def client_key(address: str | None) -> str | None:
+    """What failures are counted against: the address, or an IPv6 address's /64."""
+    try:
+        ip = ipaddress.ip_address(address) if address else None
+    except ValueError:
+        return address or None
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
+    return str(ip) if ip else None
+
+
+class FailureThrottle:
+    """Wrong-token counts per client key in a sliding window, and the lockouts they earn."""
+
+    def __init__(self, max_failures: int = MAX_FAILURES, window_s: float = FAILURE_WINDOW_S,
+                 lockout_s: float = LOCKOUT_S, clock: Callable[[], float] = time.monotonic):
+        self.max_failures, self.window_s, self.lockout_s, self.clock = max_failures, window_s, lockout_s, clock
+        self._failures: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
+        self._locked: dict[str, float] = {}  # key -> until
+        self._lock = threading.Lock()
+
+    def failed(self, address: str | None) -> None:
+        key = client_key(address)
+        if key is None:
+            return
+        now = self.clock()
+        with self._lock:
+            times = self._failures.pop(key, None) or collections.deque(maxlen=self.max_failures)
+            times.append(now)
+            if len(times) == self.max_failures and now - times[0] <= self.window_s:
+                self._locked[key] = now + self.lockout_s
+                log.warning("%d wrong access tokens from %s within %.0f s: refused (429) for %.0f s",
+                            self.max_failures, key, self.window_s, self.lockout_s)
+                return  # its count starts again after the lockout
+            self._failures[key] = times
+            while len(self._failures) > MAX_TRACKED:
+                self._failures.popitem(last=False)
+            if len(self._locked) > MAX_TRACKED:  # lockouts end by themselves: the ended ones go
+                self._locked = {k: until for k, until in self._locked.items() if until > now}
+
+    def retry_after(self, address: str | None) -> float | None:
+        """Seconds left of the address's lockout, or None when it is not locked out."""
+        key = client_key(address)
+        if key is None:
+            return None
+        with self._lock:
+            until = self._locked.get(key)
+            if until is None:
+                return None
+            left = until - self.clock()
+            if left <= 0:
+                del self._locked[key]
+                return None
+            return left
 
 
 class AccessGuard:
-    def __init__(self, token: str | None):
+    def __init__(self, token: str | None, throttle: FailureThrottle | None = None):
         self._token = token.encode() if token else None
+        self.throttle = throttle or FailureThrottle()
 
     @property
     def enabled(self) -> bool:
         return self._token is not None
 
-    def check(self, offered: str | None) -> bool:
+    def check(self, offered: str | None, client: str | None = None) -> bool:
+        """Whether `offered` is the token; a wrong one (not a missing one: a page's first visit without its
+        link is no guess) counts against `client`, the address it came from."""
         if self._token is None:
             return True
         if not isinstance(offered, str):
             return False
         # surrogatepass: a token with a lone surrogate (valid JSON, not valid UTF-8) is just a wrong token.
-        return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), self._token)
+        if hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), self._token):
+            return True
+        if offered:
+            self.throttle.failed(client)
+        return False
 
     @staticmethod
     def offered(request: Any, auth: Any = None) -> str | None:
@@ -42,4 +127,24 @@ class AccessGuard:
         return request.args.get("token") or request.cookies.get(COOKIE)
 
     def allows(self, request: Any, auth: Any = None) -> bool:
-        return self.check(self.offered(request, auth))
+        return self.check(self.offered(request, auth), request.remote_addr)
+
+
+class TokenThrottle:
+    """WSGI middleware (inside ForwardedHeaders, so a trusted proxy's client is the one counted): a locked-out
+    address gets 429 and Retry-After for everything, Socket.IO and /v1/realtime included, except token-less
+    liveness probes (a probe that offers a token could still learn whether it is right from /health)."""
+
+    def __init__(self, app: Callable, guard: AccessGuard):
+        self.app, self.guard = app, guard
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        left = self.guard.throttle.retry_after(environ.get("REMOTE_ADDR")) if self.guard.enabled else None
+        if left is None:
+            return self.app(environ, start_response)
+        if environ.get("PATH_INFO") in OPEN_PATHS and not AccessGuard.offered(Request(environ)):
+            return self.app(environ, start_response)
+        seconds = max(1, math.ceil(left))
+        start_response("429 Too Many Requests", [("Content-Type", "text/plain; charset=utf-8"),
+                                                 ("Retry-After", str(seconds))])
+        return [f"Too many wrong access tokens from this address; try again in {seconds} s.\n".encode()]

@@ -24,7 +24,7 @@ from vita.turns.ears import Ears
 from vita.turns.sessions import Session, SessionRegistry
 from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import Connected, TextTyped
-from vita.web.access import AccessGuard
+from vita.web.access import AccessGuard, TokenThrottle
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.web.connections import ConnectionTable
 from vita.web.http_routes import install_routes
@@ -32,7 +32,7 @@ from vita.web.message_queue import QueueProbe, socketio_options
 from vita.web.realtime_route import RealtimeRoute
 from vita.web.socket_guard import SocketGuard
 from vita.web.web_root import WebRoot
-from vita.web.web_security import ForwardedHeaders, security_headers
+from vita.web.web_security import ForwardedHeaders, client_address, security_headers
 
 log = logging.getLogger("vita.web.app")
 WEB_DIR = PROJECT_ROOT / "web"
@@ -94,7 +94,8 @@ class FrontApp:
                                         read_bytes_per_s=config.limits.max_socket_bytes_per_s,
                                         read_messages_per_s=config.limits.max_events_per_s)
         self.socket_guard.install()
-        self.flask.wsgi_app = ForwardedHeaders(RealtimeRoute(self.flask.wsgi_app, self), config.trusted_proxies())
+        self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(RealtimeRoute(self.flask.wsgi_app, self), self.guard),
+                                               config.trusted_proxies())
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
@@ -315,7 +316,8 @@ class FrontApp:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
             sdp = self.rtc.answer(session.sid, offer.get("sdp"),
-                                  lambda pcm, rate: self.admit_audio(session, pcm, rate), client=request.remote_addr)
+                                  lambda pcm, rate: self.admit_audio(session, pcm, rate),
+                                  client=client_address(request.environ))
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)

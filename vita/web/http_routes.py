@@ -41,7 +41,9 @@ def install_routes(front: FrontApp) -> None:
         token = request.args.get("token")
         if front.guard.enabled and request.path == "/" and token and front.guard.check(token):
             response = redirect("/", code=303)
-            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=front.config.server.tls)
+            # Secure whenever the page is https as the app sees it: our TLS, or a trusted proxy's X-Forwarded-Proto.
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict",
+                                secure=front.config.server.tls or request.is_secure)
         response.headers.update(front.security_headers)
         return response
 

@@ -57,7 +57,8 @@ class RealtimeRoute:
         if not self._origin_allowed(environ):
             return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
                                   "This origin may not open a Realtime session here.")
-        if not self.front.guard.check(self._token(environ)):  # the page's places for a token, or a browser's
+        # The page's places for a token, or a browser's; a wrong one counts against the address (TokenThrottle).
+        if not self.front.guard.check(self._token(environ), environ.get("REMOTE_ADDR")):
             return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
                                   "This assistant needs an access token (Authorization: Bearer …).")
         protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]

@@ -48,7 +48,8 @@ def candidate_allowed(address: str, client: str | None) -> bool:
     """Whether the server may send ICE checks to `address`, offered by a client that connected from `client`:
     never to mDNS names (resolving them probes the server's own network), loopback or link-local addresses
     (unless the client itself is on this machine); private addresses only for a client that connected from a
-    private address (a LAN keeps working; a stranger cannot make the server probe its internal network)."""
+    private address (a LAN keeps working; a stranger cannot make the server probe its internal network). A client
+    whose address is unknown (None: behind a proxy not in --trusted_proxies, see web_security) counts as remote."""
     if address.endswith(".local"):
         return False
     ip, peer = _address(address), _address(client)
