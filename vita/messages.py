@@ -110,6 +110,15 @@ class InterjectionCheck:
 
 
 @dataclass(frozen=True)
+class CameraFrame:
+    """The session's newest camera picture while its user speaks: analysed before the question is asked about it
+    (a text-only model's vision stage, workers/vision_stage.py)."""
+
+    session_id: str
+    image: bytes  # JPEG, PNG or WebP, as the client sent it (already checked to decode)
+
+
+@dataclass(frozen=True)
 class ResetHistory:
     session_id: str
 
@@ -159,6 +168,20 @@ class Transcript:
     session_id: str
     turn_id: int
     text: str
+
+
+@dataclass(frozen=True)
+class SceneSeen:
+    """What the camera showed the model for a turn (a text-only model's description of the picture), for the page."""
+
+    session_id: str
+    turn_id: int
+    description: str  # as the model read it, beside the question
+    text: tuple[str, ...] = ()  # the lines of text read in the picture, in reading order
+    objects: tuple[str, ...] = ()  # the objects named, most likely first
+    people: int | None = None  # faces counted (None: not looked for)
+    fingers: int | None = None  # fingers raised in all (None: no hand seen or not looked for)
+    image: bytes = b""  # the picture itself, small (JPEG), to show what was seen
 
 
 @dataclass(frozen=True)

@@ -306,6 +306,31 @@ class Log {
     this.tools.get(turnId).push(p);
   }
 
+  // What the assistant saw for this turn: the picture it used and what it found in it (text read, objects, people,
+  // fingers), shown before its reply.
+  scene(turnId, seen) {
+    const p = this.add("scene", "");
+    if (seen.image) {
+      const img = document.createElement("img");
+      img.src = seen.image;
+      img.alt = "the picture the assistant used";
+      p.appendChild(img);
+    }
+    const facts = [];
+    if (seen.text && seen.text.length) facts.push(`read: ${seen.text.map((t) => `“${t}”`).join(" ")}`);
+    if (seen.objects && seen.objects.length) facts.push(`object: ${seen.objects.join(" or ")}`);
+    if (seen.people !== null && seen.people !== undefined) facts.push(`people: ${seen.people}`);
+    if (seen.fingers !== null && seen.fingers !== undefined) facts.push(`fingers up: ${seen.fingers}`);
+    const caption = document.createElement("span");
+    caption.textContent = `👁 ${facts.join(" · ") || seen.description}`;
+    p.appendChild(caption);
+    p.title = seen.description;
+    const reply = this.replies.get(turnId);
+    if (reply) reply.before(p);
+    if (!this.tools.has(turnId)) this.tools.set(turnId, []);
+    this.tools.get(turnId).push(p);
+  }
+
   withdrawn(turnId) {
     for (const map of [this.users, this.replies, this.panels]) {
       const element = map.get(turnId);
@@ -416,6 +441,7 @@ class App {
     s.on("reply_delta", (m) => this.log.replyDelta(m.turn_id, m.text));
     s.on("response_text", (m) => this.log.replyDone(m.turn_id, m.text));
     s.on("tool_call", (m) => this.log.tool(m.turn_id, m));
+    s.on("scene", (m) => this.log.scene(m.turn_id, m));
     // "extended": the user went on with the request before its reply was heard; the whole request comes as a new
     // turn, so the withdrawn half leaves no bubble of its own.
     s.on("turn_cancelled", (m) => m.reason === "extended" ? this.log.withdrawn(m.turn_id) : this.log.interrupted(m.turn_id));

@@ -29,7 +29,10 @@ _ABOUT_CAMERA = re.compile(
     r")"
     r"|\b(this|these)\s*\?*\s*$", re.I)
 
-CAMERA_OFF = "camera off: nothing can be seen; say so if asked what is shown"
+# Words to the model beside a question about the camera (measured wordings: docs/vision.md).
+CAMERA_SHOWS = "Vita's camera shows, right now: {seen}. Answer the user's question from this only."
+CAMERA_OFF = ("Vita's camera is off: Vita cannot see anything now. If the user asks what Vita sees, say that the "
+              "camera is off.")
 
 
 def asks_about_camera(question: str) -> bool:

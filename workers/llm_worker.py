@@ -19,6 +19,7 @@ from typing import Any
 from vita.machine.cpu import name_os_thread
 from vita.messages import (
     ALL_TURNS,
+    CameraFrame,
     CancelTurn,
     EditHistory,
     EndSession,
@@ -34,6 +35,7 @@ from vita.messages import (
 )
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
+from workers.camera_questions import CAMERA_OFF, CAMERA_SHOWS, asks_about_camera
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
@@ -66,6 +68,7 @@ from workers.turn_run import (
     TurnRun,
     asks_again,
 )
+from workers.vision_stage import VisionStage, scene_seen
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -84,7 +87,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.mode = InputMode(False)
         self.asr = None
         self.second_asr = None  # asked when the first is unsure (asr.second_opinion)
-        self.cues = None
+        self.sight: VisionStage | None = None  # what a text-only model learns of the camera (None: nothing)
+        self.vision_parts: tuple[str, ...] = ()  # the vision parts loaded (for /health)
         self.prompts: PromptBuilder | None = None
         self.omni_prompts: OmniPromptBuilder | None = None
         self.histories: dict[str, ConversationHistory] = {}
@@ -101,8 +105,6 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.yielding: set[str] = set()  # sessions whose turn waits for the others' (never waited on in turn)
         self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
                                            initargs=("asr",))
-        # Camera frames are decoded on their own thread: a slow image never delays another session's ASR.
-        self.vision = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vision")
         self.stop = threading.Event()
 
     # --- setup -------------------------------------------------------------------------------------------
@@ -111,7 +113,6 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
         from workers.asr import WhisperTranscriber
-        from workers.camera_cues import FaceCues
 
         self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
                                       cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
@@ -121,13 +122,33 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         # a second of silence here, not on the first thing a user says.
         self.asr.warm_up()
         self.second_asr = self._second_opinion()
-        self.cues = FaceCues()
         llm = cfg.llm
         if llm.url:
             self.engine = RemoteEngine(llm.url, llm.remote_model, llm.api_key, llm.ready_timeout_s)
         else:
             self.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
             self.engine = LocalVllmEngine(cfg, omni=self.mode.omni)
+        if not self.mode.omni:  # an omni model sees the frames themselves
+            self.sight = self._vision_stage()
+
+    def _vision_stage(self) -> VisionStage | None:
+        """The vision parts the config turns on, loaded now (seconds): a camera question must not wait for them."""
+        v = self.config.vision
+        if not (v.text or v.objects or v.people or v.hands):
+            return None
+        from workers.vision.scene import SceneDescriber
+        from workers.vision.scene import VisionConfig as Parts
+
+        parts = [name for name in ("text", "objects", "people", "hands") if getattr(v, name)]
+        self.report(WorkerState.LOADING, f"loading vision ({', '.join(parts)})")
+        describer = SceneDescriber(Parts(text=v.text, objects=v.objects, people=v.people or v.hands, hands=v.hands,
+                                         threads=v.threads, run_all=True))
+        seconds = describer.setup()
+        self.report.log.info("vision ready: %s", ", ".join(f"{k} {t:.1f} s" for k, t in seconds.items()))
+        stage = VisionStage(describer.look)
+        stage.setup()
+        self.vision_parts = describer.enabled
+        return stage
 
     async def _start_engine(self) -> None:
         await self.engine.start(self.report)
@@ -191,13 +212,16 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         tools = f"tools {', '.join(self.toolbox.tools)}" if self.toolbox else "no tools"
         failed = "".join(f"; MCP server {name} failed: {error}" for name, error in
                          (self.mcp.failed() if self.mcp else {}).items())
-        return f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}; {tools}{failed}"
+        vision = f"; vision {', '.join(self.vision_parts)}" if self.sight is not None else "; no vision"
+        return (f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}; {tools}{failed}"
+                f"{vision}")
 
     def close(self) -> None:
         self.stop.set()
         self.publisher.close()
         self.blocking.shutdown(wait=False, cancel_futures=True)
-        self.vision.shutdown(wait=False, cancel_futures=True)
+        if self.sight is not None:
+            self.sight.close()
         if self.arithmetic is not None:
             self.arithmetic.close()
         if self.engine is not None:
@@ -296,6 +320,9 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             task = asyncio.create_task(self._run_turn(message))
             self.running[message.session_id] = (message.turn_id, task)
             task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
+        elif isinstance(message, CameraFrame):
+            if self.sight is not None:
+                self.sight.seen(message.session_id, message.image)
         elif isinstance(message, InterjectionCheck):
             self.latest_check[message.session_id] = (message.turn_id, message.pause)
             task = asyncio.create_task(self._hear_interjection(message))
@@ -319,6 +346,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             self.awaited.pop(message.session_id, None)
             if isinstance(message, EndSession):
                 self.ledger.forget(message.session_id)
+                if self.sight is not None:
+                    self.sight.forget(message.session_id)
 
     def _edit_history(self, message: EditHistory) -> None:
         if (history := self.histories.get(message.session_id)) is not None:
@@ -384,7 +413,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             if run.sense_check and asks_again(run.said):  # the words made no sense to the model: noise, not history
                 run.timings["asked_again"] = 1.0
             else:
-                history.add(Exchange(run.user_text, run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
+                history.add(Exchange(run.asked(), run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self._publish_answered(sid, tid, run)
             try:
                 self._warm(sid, tid, history, run.tools, req.instructions)
@@ -396,7 +425,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                     await self.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
-                self.histories[sid].add(Exchange(run.user_text, run.said, interrupted=True, turn_id=tid,
+                self.histories[sid].add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
                                                  tool_messages=run.kept_tool_messages))
             self._publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
         except TtsBusy as exc:
@@ -438,8 +467,9 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             prompt, transcribing = self._omni_prompt(req, history)
             run.user_text = req.text.strip() or "(spoken)"
         else:
-            loop = asyncio.get_running_loop()
-            cues = loop.run_in_executor(self.vision, self.cues.describe, req.frames) if req.frames else None
+            # The turn's newest picture: usually analysed already, while the question was said (CameraFrame).
+            scene = asyncio.wrap_future(self.sight.seen(req.session_id, req.frames[-1])) \
+                if req.frames and self.sight is not None else None
             awaited = self.awaited.get(req.session_id)
             if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
                 del self.awaited[req.session_id]  # the client's results: the same question goes on
@@ -453,16 +483,57 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
-            run.cues = await cues if cues else ""
+            await self._look(req, run, scene)
             run.tools = self._session_tools(req)
             run.offered = self._offered_for(run.tools, run.user_text, history)
-            prompt = self._text_prompt(history, run.user_text, run.cues, run.offered, tuple(run.tool_messages),
-                                       req.instructions, SENSE_CHECK if run.sense_check else "",
-                                       read_words=run.reading is not None)
+            cues, camera_note = self._camera_words(run)
+            notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
+            prompt = self._text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
+                                       req.instructions, notes, read_words=run.reading is not None)
             # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
+
+    async def _look(self, req: TurnRequest, run: TurnRun, scene: asyncio.Future | None) -> None:
+        """For a question about the camera: what it shows, rendered for the question ("what does it say?": the
+        text read), or that it is off; a plain one ("What is this?") answered from it (run.direct). Any other
+        question gets nothing: a camera that is on must not change the answer to "What is the capital of Italy?"."""
+        if self.sight is None or not asks_about_camera(run.user_text):
+            if scene is not None:  # (analysed all the same: the next question may be about it)
+                scene.add_done_callback(lambda f: f.cancelled() or f.exception())
+            return
+        from workers.vision.answers import direct_answer
+        from workers.vision.scene import render
+
+        if scene is None:
+            run.direct = direct_answer(run.user_text, None, camera_on=False) or ""
+            run.camera_note = CAMERA_OFF
+            return
+        started = time.monotonic()
+        try:
+            seen = await asyncio.wait_for(asyncio.shield(scene), self.config.vision.wait_ms / 1000)
+        except TimeoutError:  # the picture's analysis is late: the last one of this camera, if any
+            seen = self.sight.latest(req.session_id)
+            run.timings["vision_late"] = 1.0
+        except Exception as exc:  # a picture that does not decode: the question is answered without it
+            self.report.log.warning("camera frame not analysed: %s", exc)
+            seen = None
+        run.timings["vision_wait_s"] = time.monotonic() - started
+        if seen is None:
+            return
+        run.cues = render(seen, run.user_text)
+        if run.cues:
+            run.camera_note = CAMERA_SHOWS.format(seen=run.cues.removeprefix("camera: "))
+            self._publish(scene_seen(req.session_id, req.turn_id, run.cues, seen, req.frames[-1]))
+        run.direct = direct_answer(run.user_text, seen, camera_on=True) or ""
+
+    def _camera_words(self, run: TurnRun) -> tuple[str, str]:
+        """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt
+        can carry one (a chat template rendered here), else in brackets after the question."""
+        if self.prompts.style == "chat" and self.prompts.tokenizer is not None:
+            return "", run.camera_note
+        return run.cues or ("camera off: nothing can be seen" if run.camera_note else ""), ""
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)

@@ -56,8 +56,9 @@ class ReplyGeneration:
         detect = bool(offered) or bool(run.tools) and any(ex.tool_messages for ex in (history or ()))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
-            return self._text_prompt(history or ConversationHistory(0), run.user_text, run.cues, offered,
-                                     tuple(run.tool_messages), req.instructions)
+            cues, camera_note = self._camera_words(run)
+            return self._text_prompt(history or ConversationHistory(0), run.user_text, cues, offered,
+                                     tuple(run.tool_messages), req.instructions, camera_note)
 
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
@@ -66,6 +67,9 @@ class ReplyGeneration:
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
         shown = {*(offered.tools if offered else ()), *(c.name for c in planned), *called_in(history)}
         callable_tools = run.tools.only(list(shown)) if run.tools else None
+        if run.direct and not planned:  # "What does the sign say?": the camera's answer, said as it is
+            held += self._say_as_is(sid, tid, [run.direct])
+            answered = True
         if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
             outcomes = await self._run_calls(req, run, planned[:calls_left], "", clock, gen_started)
             run.planned_messages = len(run.tool_messages)

@@ -56,7 +56,9 @@ class TurnRun:
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
     sense_check: bool = False  # ASR was unsure enough that the model is asked whether the words make sense
     reading: Transcription | None = None  # ASR was unsure enough that the model reads these words as it prefills
-    cues: str = ""  # what the camera showed, for the prompt
+    cues: str = ""  # what the camera showed ("camera: text read: ..."), kept with the question in the history
+    camera_note: str = ""  # the same, as a word to the model beside the question (camera_questions.py)
+    direct: str = ""  # a plain camera question's answer, said as it is (workers/vision/answers.py)
     tools: ToolBox | None = None  # what this turn may call
     offered: ToolBox | None = None  # what the model is shown of them (tools/relevance.py)
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
@@ -71,3 +73,8 @@ class TurnRun:
     @property
     def said(self) -> str:
         return " ".join(self.spoken)
+
+    def asked(self) -> str:
+        """The user's words as the history keeps them: with what the camera showed, so that "and what colour is
+        it?" can follow on from it."""
+        return f"{self.user_text} ({self.cues})" if self.cues else self.user_text

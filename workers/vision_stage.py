@@ -149,3 +149,36 @@ class VisionStage:
             for f in futures:
                 if f.set_running_or_notify_cancel():
                     f.set_result(scene)
+
+
+PAGE_IMAGE_SIDE = 320  # the picture shown on the page beside what was read in it
+
+
+def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, image: bytes) -> Any:
+    """The page's view of what the model was told about the camera (vita.messages.SceneSeen): the note, what each
+    part found, and a small copy of the picture."""
+    from vita.messages import SceneSeen
+
+    text = tuple(scene.text.rows()) if getattr(scene, "text", None) is not None else ()
+    objects = tuple(g.plain for g in scene.objects.guesses) if getattr(scene, "objects", None) is not None else ()
+    people = hands = None
+    if getattr(scene, "people", None) is not None:
+        people = scene.people.people
+        if scene.people.hands:
+            hands = sum(h.fingers for h in scene.people.hands)
+    return SceneSeen(session_id, turn_id, note, text, objects, people, hands, small_jpeg(image))
+
+
+def small_jpeg(image: bytes) -> bytes:
+    """The picture at most PAGE_IMAGE_SIDE pixels a side, as a JPEG (empty if it does not decode)."""
+    try:
+        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error:
+        pixels = None
+    if pixels is None or pixels.size == 0:
+        return b""
+    scale = PAGE_IMAGE_SIDE / max(pixels.shape[:2])
+    if scale < 1:
+        pixels = cv2.resize(pixels, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    ok, data = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, 75])
+    return data.tobytes() if ok else b""

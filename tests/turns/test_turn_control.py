@@ -275,3 +275,24 @@ def test_a_sessions_end_is_retried_while_a_workers_queue_is_full():
         assert sorted(q for q, m in wire.puts if isinstance(m, messages.EndSession)) == ["requests", "tts"]
     finally:
         turns.close()
+
+
+def test_camera_frames_go_to_the_vision_stage_only_while_the_user_speaks():
+    """A camera left on costs the vision stage nothing while the user is silent; while they speak, its newest
+    picture goes about once a second, so that the question's picture is analysed before the question ends."""
+    wire = Wire()
+    with live(wire) as (turns, s):
+        for i in range(4):  # silent: kept for the turn, not analysed
+            turns.camera_frame(s, b"silent %d" % i)
+        turns.post(s, SpeechStarted(time.monotonic()))
+        assert wire.wait_for(lambda: s.turns.user_speaking, 5)  # (handled on the session's thread)
+        for i in range(3):  # three pictures within a second: the first goes
+            turns.camera_frame(s, b"speaking %d" % i)
+        assert wire.wait_for(lambda: any(isinstance(m, messages.CameraFrame) for _, m in wire.puts))
+        s.frame_sent_at -= 1.0  # a second later
+        turns.camera_frame(s, b"a second later")
+        assert wire.wait_for(lambda: sum(isinstance(m, messages.CameraFrame) for _, m in wire.puts) == 2)
+        sent = [m.image for _, m in wire.puts if isinstance(m, messages.CameraFrame)]
+        assert sent == [b"speaking 0", b"a second later"]
+        assert all(m.session_id == "s1" for _, m in wire.puts if isinstance(m, messages.CameraFrame))
+        assert len(s.frames) == 8  # every frame is kept for the turn itself

@@ -37,6 +37,7 @@ class Session:
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
+    frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
     held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
     unheard: list[ReplyText] = field(default_factory=list, repr=False)  # the reply's text, until its audio goes out
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)

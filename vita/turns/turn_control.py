@@ -9,6 +9,7 @@ is handled after the action list, never inside it, so actions leave in the order
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -82,6 +83,7 @@ AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their 
 SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
+FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
 SERVER_ONLY_TIMINGS = frozenset({"cached_tokens"})  # timings the turn log keeps but no client is sent
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 
@@ -120,6 +122,8 @@ class TurnController:
                                incomplete_wait_s=turn.incomplete_wait_ms / 1000,
                                max_text_chars=config.limits.max_text_chars,
                                stop_phrases=stop_phrases(turn.stop_words))
+        vision = config.vision
+        self.vision_on = vision.text or vision.objects or vision.people or vision.hands
         self.closing = False
         self.end_retry = threading.Event()  # set when the server stops: retries of EndSession give up at once
 
@@ -184,6 +188,17 @@ class TurnController:
         """Microphone audio for the session's VAD; False when its backlog is full (dropped)."""
         session.audio_at = time.monotonic()  # as it arrives (a busy session thread still has audio coming)
         return session.actor is not None and session.actor.post_audio(pcm, rate)
+
+    def camera_frame(self, session: Session, image: bytes) -> None:
+        """A checked camera picture: kept for the turns; while the user speaks, the newest one also goes to the
+        vision stage now and then, so that the question's picture is analysed before the question ends (while
+        they are silent, nothing is analysed: a camera left on costs no CPU)."""
+        now = time.monotonic()
+        session.frames.add(image, now)
+        if (self.vision_on and session.turns is not None and session.turns.user_speaking
+                and now - session.frame_sent_at >= FRAME_SEND_EVERY_S and session.actor is not None):
+            session.frame_sent_at = now
+            session.actor.call(lambda: self.put("requests", messages.CameraFrame(session.sid, image)))
 
     def restart_listening(self, session: Session, reason: str) -> None:
         """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""
@@ -299,6 +314,11 @@ class TurnController:
             self.emit("tool_call", {"turn_id": turn_id, "name": message.name, "arguments": message.arguments,
                                     "result": message.result, "ok": message.ok, "outcome": message.outcome,
                                     "duration_s": round(message.duration_s, 4)}, to=sid)
+        elif isinstance(message, messages.SceneSeen):
+            image = "data:image/jpeg;base64," + base64.b64encode(message.image).decode() if message.image else None
+            self.emit("scene", {"turn_id": turn_id, "description": message.description, "text": list(message.text),
+                                "objects": list(message.objects), "people": message.people,
+                                "fingers": message.fingers, "image": image}, to=sid)
         elif isinstance(message, messages.ToolCallRequested):
             self.emit("function_call", {"turn_id": turn_id, "call_id": message.call_id, "name": message.name,
                                         "arguments": message.arguments}, to=sid)

@@ -363,7 +363,7 @@ class FrontApp:
         except FrameError as exc:
             self.turns.report(session, "bad_frame", str(exc))
             return
-        session.frames.add(image, time.monotonic())
+        self.turns.camera_frame(session, image)
 
     def on_text_input(self, session: Session, data: Any) -> None:
         text = data.get("text") if isinstance(data, dict) else None

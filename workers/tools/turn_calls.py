@@ -87,7 +87,11 @@ class ToolTurns:
         """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
         1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
         the tool again (scripts/eval_tools.py)."""
-        answers = [spoken_answer(call, o.result) for call, o in zip(calls, outcomes, strict=False)]
+        return self._say_as_is(sid, tid, [spoken_answer(call, o.result)
+                                          for call, o in zip(calls, outcomes, strict=False)])
+
+    def _say_as_is(self, sid: str, tid: int, answers: list[str]) -> list[str]:
+        """Answers said as they are, shown as the reply's text: the pieces to speak."""
         # Said within the reply's word limit and in speakable pieces, as a generated reply is: an operator's tool
         # may answer at length.
         shaper = ReplyShaper(self.config.llm.max_reply_words)

@@ -1,0 +1,208 @@
+"""The camera, end to end: pictures held up to the camera (VITA's `video_frame` data URLs at 2 fps), a question about
+each, typed or spoken (hibari, our page's binary frames), and whether the assistant's spoken reply is right.
+
+Pictures are real photos from scikit-image's wheel and printed signs rendered over them (tests/workers/vision/
+pictures.py). Each item runs in a fresh session: the camera streams for a second, then the question is asked while
+it goes on streaming. Also asked: questions about the camera with the camera off (the reply must say it cannot
+see, not invent), and the same spoken question with the camera off and on, for the latency the picture costs.
+
+    .venv/bin/python scripts/eval_camera.py                     # starts its own server; typed and spoken
+    .venv/bin/python scripts/eval_camera.py --modes typed --json out.json
+    .venv/bin/python scripts/eval_camera.py --url https://127.0.0.1:8081
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_latency import ask  # noqa: E402
+
+from tests.workers.vision.pictures import jpeg, photo, resized, sign  # noqa: E402
+from vita.harness.client import RecordingClient  # noqa: E402
+from vita.harness.speech import Microphone  # noqa: E402
+
+CANNOT_SEE = r"can'?t see|cannot see|can not see|camera is off|don'?t see|not able to see|unable to see|no camera|" \
+             r"camera (isn'?t|is not) on|nothing (can be )?seen|turn on|switch on"
+
+
+@dataclass
+class Item:
+    kind: str  # text, objects, people, off (camera off), control (camera on, a question not about it)
+    question: str
+    frame: bytes | None  # JPEG; None: the camera is off
+    right: str  # regular expression the reply must match (case-insensitive)
+    wrong: str | None = None  # ...and must not
+
+
+def items() -> list[Item]:
+    wide = (1280, 768)
+
+    def shot(name: str, size=(640, 480)) -> bytes:
+        return jpeg(resized(photo(name), size))
+
+    return [
+        Item("text", "What does the sign say?", jpeg(sign(["PLATFORM 9"])), r"platform\W+9|platform nine"),
+        Item("text", "Can you read this for me?", jpeg(sign(["NO ENTRY", "Staff only"], size=wide,
+                                                             background="rocket.jpg")), r"no entry"),
+        Item("text", "What's written on the label?", jpeg(sign(["Best before", "12 March"], background="chelsea.png")),
+             r"best before|12 march|march 12"),
+        Item("text", "What does this say?", jpeg(sign(["EXIT 4"], size=wide, background="astronaut.png")),
+             r"exit\W*(4|four)"),
+        Item("objects", "What is this?", shot("coffee.png"), r"coffee|espresso|cup|mug"),
+        Item("objects", "What am I holding?", shot("coffee.png", wide), r"coffee|espresso|cup|mug"),
+        Item("objects", "What is this?", shot("motorcycle_left.png"), r"motor|moped|scooter|bike"),
+        Item("objects", "What animal is this?", shot("chelsea.png"), r"\bcat\b|kitten|tabby"),
+        Item("objects", "What is that?", shot("rocket.jpg", wide), r"rocket|missile|shuttle"),
+        Item("people", "Can you see me?", shot("astronaut.png"), r"\byes\b|i can see|one person|see you"),
+        Item("people", "How many people do you see?", shot("astronaut.png", wide), r"\bone\b|\b1\b|a person|single"),
+        Item("people", "How many people are in the picture?", shot("coffee.png"),
+             r"\bno\b|none|nobody|no one|zero|\b0\b|n'?t see anyone"),
+        Item("off", "What am I holding up to the camera right now?", None, CANNOT_SEE, r"book|holding (a|an|up)"),
+        Item("off", "What does the sign say?", None, CANNOT_SEE, r'"'),
+        Item("off", "How many fingers am I holding up?", None, CANNOT_SEE, r"\b(one|two|three|four|five)\b"),
+        Item("control", "What is the capital of Italy?", shot("coffee.png"), r"rome"),
+        Item("control", "How many legs does a spider have?", jpeg(sign(["PLATFORM 9"])), r"eight|\b8\b",
+             r"platform"),
+        Item("control", "What do bees make?", shot("astronaut.png"), r"honey"),
+    ]
+
+
+def data_url(frame: bytes) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(frame).decode()
+
+
+class Camera:
+    """Sends one picture as VITA's page does: a `video_frame` every 500 ms until stopped."""
+
+    def __init__(self, client: RecordingClient, frame: bytes | None):
+        self.client, self.url, self.stop = client, data_url(frame) if frame else None, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Camera:
+        if self.url:
+            self.thread.start()
+            time.sleep(1.0)  # the camera was on before the question, as a person holds a thing up and then asks
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.client.sio.emit("video_frame", self.url)
+            self.stop.wait(0.5)
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+def reply_of(client: RecordingClient, turn_id: int) -> str:
+    texts = [d["text"] for _, n, d in client.events if n == "response_text" and d.get("turn_id") == turn_id]
+    return texts[-1] if texts else ""
+
+
+def typed(url: str, item: Item) -> dict:
+    client = RecordingClient(url).connect()
+    try:
+        with Camera(client, item.frame):
+            client.sio.emit("text_input", {"text": item.question})
+            client.wait_for(lambda evs: any(n == "response_text" for _, n, _ in evs), 60)
+            tid = next((d["turn_id"] for _, n, d in client.events if n == "response_text"), None)
+            return {"reply": reply_of(client, tid) if tid else "", **facts(client, tid)}
+    finally:
+        client.close()
+
+
+def spoken(url: str, item: Item) -> dict:
+    client = RecordingClient(url).connect()
+    mic = Microphone(client, binary=True)
+    try:
+        with Camera(client, item.frame):
+            row = ask(client, mic, "hibari", item.question) or {}
+            return {"reply": row.get("reply", ""), "client_v2v_s": row.get("client_v2v_s"),
+                    **facts(client, row.get("turn_id"))}
+    finally:
+        mic.close()
+        client.close()
+
+
+def facts(client: RecordingClient, turn_id: int | None) -> dict:
+    """What the server said it saw, and how long the turn waited for it."""
+    client.wait_for(lambda evs: any(n == "timings" and d.get("turn_id") == turn_id and d.get("stage") == "llm"
+                                    for _, n, d in evs), 10)
+    scene = next((d for _, n, d in client.events if n == "scene" and d.get("turn_id") == turn_id), None)
+    llm = next((d for _, n, d in client.events if n == "timings" and d.get("turn_id") == turn_id
+                and d.get("stage") == "llm"), {})
+    return {"seen": scene["description"] if scene else None, "vision_wait_s": llm.get("vision_wait_s")}
+
+
+def judged(item: Item, reply: str) -> bool:
+    return bool(re.search(item.right, reply, re.I)) and not (item.wrong and re.search(item.wrong, reply, re.I))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running server (else one is started)")
+    parser.add_argument("--modes", default="typed,spoken")
+    parser.add_argument("--latency_runs", type=int, default=3, help="spoken camera-off/on pairs for the latency")
+    parser.add_argument("--json", help="write every row here")
+    args = parser.parse_args()
+    server, url = None, args.url
+    if url is None:
+        from vita.harness.server import start_server, wait_ready
+
+        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "2")
+        wait_ready(server)
+        url = server.url
+    rows = []
+    try:
+        for mode in args.modes.split(","):
+            run = typed if mode == "typed" else spoken
+            for item in items():
+                row = {"mode": mode, "kind": item.kind, "question": item.question, **run(url, item)}
+                row["right"] = judged(item, row["reply"])
+                rows.append(row)
+                print(f"{mode:6} {item.kind:8} {'RIGHT' if row['right'] else 'WRONG'} {item.question!r} -> "
+                      f"{row['reply']!r}  [seen: {row['seen']}; waited {row['vision_wait_s']}]", flush=True)
+        pairs = []
+        if "spoken" in args.modes:  # the same question with the camera off and on, alternately
+            sign_item = items()[0]
+            for _ in range(args.latency_runs):
+                for frame in (None, sign_item.frame):
+                    row = spoken(url, Item("latency", sign_item.question, frame, sign_item.right))
+                    pairs.append({"camera": frame is not None, **row})
+    finally:
+        if server is not None:
+            from vita.harness.server import stop_server
+
+            stop_server(server)
+    for mode in args.modes.split(","):
+        of = [r for r in rows if r["mode"] == mode]
+        kinds = sorted({r["kind"] for r in of})
+        print(f"{mode}: {sum(r['right'] for r in of)}/{len(of)} right; "
+              + ", ".join(f"{k} {sum(r['right'] for r in of if r['kind'] == k)}/"
+                          f"{sum(r['kind'] == k for r in of)}" for k in kinds))
+        seeing = [r for r in of if r["kind"] in ("text", "objects", "people")]
+        print(f"  about the picture: {sum(r['right'] for r in seeing)}/{len(seeing)} right")
+    for camera in (False, True):
+        v2v = [p["client_v2v_s"] for p in pairs if p["camera"] is camera and p.get("client_v2v_s")]
+        if v2v:
+            print(f"spoken, camera {'on ' if camera else 'off'}: voice-to-voice p50 {statistics.median(v2v):.3f} s "
+                  f"(max {max(v2v):.3f}, {len(v2v)} turns)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "latency": pairs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Plain camera questions answered from the scene; anything else left to the model (pure logic on hand-made
+readings, as the parts return them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.vision.answers import CAMERA_OFF_REPLY, direct_answer
+from workers.vision.objects import ObjectGuess, ObjectReading
+from workers.vision.ocr import TextLine, TextReading
+from workers.vision.people import Face, Hand, PeopleReading
+from workers.vision.scene import Scene
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+
+def text(*rows: str) -> TextReading:
+    return TextReading(tuple(TextLine(row, 0.99, (0, 40 * i, 100, 40 * i + 30), i) for i, row in enumerate(rows)), 0.3)
+
+
+def guess(plain: str) -> ObjectGuess:
+    return ObjectGuess(0, plain, plain, plain, 0.8, 0.8)
+
+
+def people(faces: int = 0, fingers: tuple[int, ...] = ()) -> PeopleReading:
+    face = Face((0, 0, 10, 10), 0.9, True)
+    names = ("thumb", "index", "middle", "ring", "pinky")
+    hands = tuple(Hand((0, 0, 10, 10), 0.9, "right", names[1:1 + n], None) for n in fingers)
+    return PeopleReading((face,) * faces, hands, True, "mediapipe", 0.05)
+
+
+SCENE = Scene((640, 480), text=text("NO ENTRY", "Staff only"), objects=ObjectReading((guess("a moped"),), (), 0.06),
+              people=people(1, (2,)))
+
+
+@pytest.mark.parametrize("question, answer", [
+    ("Can you read this for me?", 'It says "NO ENTRY", then "Staff only".'),
+    ("What does the sign say?", 'It says "NO ENTRY", then "Staff only".'),
+    ("What's written here?", 'It says "NO ENTRY", then "Staff only".'),
+    ("What is this?", "It looks like a moped."),
+    ("Hey, what am I holding up?", "It looks like a moped."),
+    ("How many fingers am I holding up?", "You're holding up two fingers."),
+    ("Can you see me?", "Yes, I can see you."),
+    ("How many people do you see?", "I see one person."),
+])
+def test_plain_questions_are_answered_from_the_scene(question, answer):
+    assert direct_answer(question, SCENE, camera_on=True) == answer
+
+
+def test_what_was_not_found_is_said_and_never_made_up():
+    empty = Scene((640, 480), text=text(), objects=ObjectReading((), (), 0.06), people=people(0))
+    assert "can't make out any text" in direct_answer("What does it say?", empty, camera_on=True)
+    assert direct_answer("How many fingers am I holding up?", empty, camera_on=True).startswith("I don't see a hand")
+    assert direct_answer("How many people are in the picture?", empty, camera_on=True) == "I don't see anyone."
+    assert direct_answer("What is this?", empty, camera_on=True) is None  # the model may use the rest
+
+
+def test_with_the_camera_off_a_plain_question_says_so():
+    assert direct_answer("What am I holding up to the camera right now?", None, camera_on=False) == CAMERA_OFF_REPLY
+    assert direct_answer("What does the sign say?", None, camera_on=False) == CAMERA_OFF_REPLY
+
+
+@pytest.mark.parametrize("question", [
+    "Is this coffee still hot?", "What colour is the sign?", "What is the capital of Italy?",
+    "What does the word ubiquitous mean?", "How many fingers does a hand have?",
+])
+def test_other_questions_go_to_the_model(question):
+    assert direct_answer(question, SCENE, camera_on=True) is None
