@@ -9,6 +9,9 @@ see, not invent), and the same spoken question with the camera off and on, for t
     .venv/bin/python scripts/eval_camera.py                     # starts its own server; typed and spoken
     .venv/bin/python scripts/eval_camera.py --modes typed --json out.json
     .venv/bin/python scripts/eval_camera.py --url https://127.0.0.1:8081
+
+With its own server it first measures the server's CPU (every process) while a user is silent for --idle_s
+seconds, the camera off and then on.
 """
 
 from __future__ import annotations
@@ -146,6 +149,40 @@ def facts(client: RecordingClient, turn_id: int | None) -> dict:
     return {"seen": scene["description"] if scene else None, "vision_wait_s": llm.get("vision_wait_s")}
 
 
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds so far of the server: the front and every process under it."""
+    import psutil
+
+    total = 0.0
+    root = psutil.Process(pid)
+    for proc in (root, *root.children(recursive=True)):
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def idle_cost(url: str, pid: int, seconds: float) -> dict:
+    """The server's CPU while a user is silent (the microphone streams silence as VITA's page does), with the
+    camera off and then on at 2 fps showing a sign: in cores."""
+    from vita.harness.speech import silence, stream
+
+    costs = {}
+    for camera in (False, True):
+        client = RecordingClient(url).connect()
+        try:
+            with Camera(client, jpeg(sign(["PLATFORM 9"])) if camera else None):
+                before, started = server_cpu_s(pid), time.monotonic()
+                stream(client.sio, silence(seconds))
+                costs["camera on" if camera else "camera off"] = round(
+                    (server_cpu_s(pid) - before) / (time.monotonic() - started), 3)
+        finally:
+            client.close()
+    return costs
+
+
 def judged(item: Item, reply: str) -> bool:
     return bool(re.search(item.right, reply, re.I)) and not (item.wrong and re.search(item.wrong, reply, re.I))
 
@@ -155,6 +192,7 @@ def main() -> int:
     parser.add_argument("--url", help="a running server (else one is started)")
     parser.add_argument("--modes", default="typed,spoken")
     parser.add_argument("--latency_runs", type=int, default=3, help="spoken camera-off/on pairs for the latency")
+    parser.add_argument("--idle_s", type=float, default=30.0, help="silent seconds for the CPU cost (0: skip)")
     parser.add_argument("--json", help="write every row here")
     args = parser.parse_args()
     server, url = None, args.url
@@ -164,8 +202,11 @@ def main() -> int:
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "2")
         wait_ready(server)
         url = server.url
-    rows = []
+    rows, idle = [], {}
     try:
+        if server is not None and args.idle_s:
+            idle = idle_cost(url, server.process.pid, args.idle_s)
+            print(f"server CPU while the user is silent: {idle} (cores)", flush=True)
         for mode in args.modes.split(","):
             run = typed if mode == "typed" else spoken
             for item in items():
@@ -200,7 +241,7 @@ def main() -> int:
             print(f"spoken, camera {'on ' if camera else 'off'}: voice-to-voice p50 {statistics.median(v2v):.3f} s "
                   f"(max {max(v2v):.3f}, {len(v2v)} turns)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "latency": pairs}, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows, "latency": pairs, "idle": idle}, indent=1))
     return 0
 
 

@@ -284,3 +284,23 @@ def test_plain_http_origins_and_the_route_beside_the_page(server):
     refused = requests.get(server.url + "/v1/realtime", headers=upgrade, verify=False, timeout=5)
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "origin_not_allowed"
     assert server.get("/").status_code == 200  # the page is where it was
+
+
+def test_an_input_image_is_what_the_camera_shows_for_the_response(rt):
+    """GA's input_image part (a data URL) is the picture a question about the camera is answered from."""
+    import base64
+
+    from tests.workers.vision.pictures import jpeg, sign
+
+    picture = "data:image/jpeg;base64," + base64.b64encode(jpeg(sign(["PLATFORM 9"]))).decode()
+    rt.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "What does the sign say?"}, {"type": "input_image", "image_url": picture}]}})
+    item = rt.wait_type("conversation.item.created")[0]["item"]
+    assert [p["type"] for p in item["content"]] == ["input_text", "input_image"]
+    rt.send({"type": "response.create"})
+    rt.wait_type("response.done", timeout=REPLY)
+    reply = rt.of("response.output_audio_transcript.done")[0]["transcript"]
+    assert "PLATFORM 9" in reply, reply
+    rt.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_image", "image_url": "https://example.com/cat.jpg"}]}})
+    assert rt.wait_for(lambda evs: any(e["type"] == "error" and "data URL" in e["error"]["message"] for e in evs), 10)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soxr
 
-from vita.messages import EditHistory, ToolOutput
+from vita.messages import CameraFrame, EditHistory, ToolOutput
 from vita.ops.logs import turn_ids
+from vita.turns.camera import FrameError, decode_frame
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
 from vita.web.realtime_conversation import Item, RealtimeConversation
@@ -48,6 +49,7 @@ log = logging.getLogger("vita.web.realtime")
 MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
 SESSION_EXPIRES_S = 3600.0
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
+MAX_IMAGES_PER_ITEM = 4  # input_image parts in one message (each is decoded to check it on the connection's thread)
 RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
 
 
@@ -317,7 +319,8 @@ class RealtimeSession:
             raise ProtocolError("too_many_parts", f"a message may have at most {MAX_CONTENT_PARTS} content parts, not "
                                 f"{len(content)}", "item.content")
         kind_in = self.settings.input_format
-        clips, parts = [], []
+        limits = self.front.config.limits
+        clips, parts, images = [], [], []
         for n, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("input_text", "text"):
@@ -330,9 +333,23 @@ class RealtimeSession:
                     raise ProtocolError("invalid_value", "audio must be a base64 string", f"item.content[{n}].audio")
                 clips.append(part["audio"])  # decoded once every part has been checked and the whole charged
                 parts.append({"type": "input_audio", "transcript": None})
+            elif kind == "input_image":
+                if len(images) >= MAX_IMAGES_PER_ITEM:
+                    raise ProtocolError("too_many_images", f"a message may carry at most {MAX_IMAGES_PER_ITEM} "
+                                        "images", f"item.content[{n}]")
+                url = part.get("image_url")
+                if not isinstance(url, str) or not url.startswith("data:"):
+                    raise ProtocolError("unsupported", "image_url must be a data URL (data:image/jpeg;base64,...): "
+                                        "this server fetches no images", f"item.content[{n}].image_url")
+                try:
+                    images.append(decode_frame(url, limits.max_frame_bytes, limits.max_image_pixels))
+                except FrameError as exc:
+                    raise ProtocolError("invalid_value", str(exc).replace("video_frame", "input_image"),
+                                        f"item.content[{n}].image_url") from None
+                parts.append({"type": "input_image", "detail": part.get("detail", "auto")})
             else:
-                raise ProtocolError("unsupported", "content parts may be input_text or input_audio (no images: this "
-                                    "server's camera input is the page's)", f"item.content[{n}].type")
+                raise ProtocolError("unsupported", "content parts may be input_text, input_audio or input_image",
+                                    f"item.content[{n}].type")
         limit = self.front.config.limits.max_text_chars
         text = " ".join(p["text"].strip() for p in parts if p["type"] == "input_text")
         if len(" ".join([*(i.text for i in self.pending), text])) > limit:
@@ -349,7 +366,9 @@ class RealtimeSession:
             now = time.monotonic()
             speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
         parts.sort(key=lambda p: p["type"] != "input_audio")  # the heard words first, as the turn joins them
-        self._hold(Item(item_id, "message", "user", content=parts, speech=speech))
+        for image in images:  # analysed now by the vision stage, ready when the response asks about it
+            self.front.turns.put("requests", CameraFrame(self.session.sid, image))
+        self._hold(Item(item_id, "message", "user", content=parts, speech=speech, images=tuple(images)))
 
     def _tool_output(self, item: dict, item_id: str) -> None:
         call_id, output = item.get("call_id"), item.get("output")
@@ -444,8 +463,12 @@ class RealtimeSession:
             self.conversation.claimed = items
         session = self.session
 
+        images = [image for i in items for image in i.images]
+
         def begin() -> None:  # on the session's thread, right before the turn starts: its own outputs, instructions
             session.tool_outputs = outputs
+            for image in images:  # the items' pictures are what the camera shows this turn
+                session.frames.add(image, time.monotonic())
             if override:
                 session.instructions = override
 

@@ -54,6 +54,7 @@ class Item:
     status: str = "completed"
     audio_ms: float = 0.0  # an assistant message's audio sent so far (for truncate)
     speech: Speech | None = field(default=None, repr=False)
+    images: tuple[bytes, ...] = field(default=(), repr=False)  # input_image parts: camera pictures for the next turn
     tool_output: ToolOutput | None = None
 
     @property

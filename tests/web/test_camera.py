@@ -1,0 +1,68 @@
+"""The camera through the front, on the shared server with its real models: a sign held up is read, a question
+with the camera off is not answered by invention, and a camera that is on changes no other answer."""
+
+from __future__ import annotations
+
+import base64
+import threading
+
+import numpy as np
+import pytest
+
+from tests.workers.vision.pictures import jpeg, photo, resized, sign
+from vita.harness.client import RecordingClient
+from vita.harness.speech import silence, spoken, stream
+
+
+class Camera:
+    """VITA's page's camera: one picture as a `video_frame` data URL every 500 ms, until stopped."""
+
+    def __init__(self, client: RecordingClient, picture: bytes):
+        self.url = "data:image/jpeg;base64," + base64.b64encode(picture).decode()
+        self.client, self.stop = client, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.client.sio.emit("video_frame", self.url)
+            self.stop.wait(0.5)
+
+    def __enter__(self) -> Camera:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def reply(client: RecordingClient, timeout: float = 60) -> dict:
+    assert client.wait_event("response_text", timeout), client.events
+    return client.named("response_text")[0]
+
+
+def test_a_sign_held_up_while_asking_is_read_and_shown(client):
+    with Camera(client, jpeg(sign(["PLATFORM 9"]))):
+        stream(client.sio, np.concatenate([silence(1.0), spoken("What does the sign say?"), silence(1.2)]),
+               chunk_ms=32, binary=True)
+        answer = reply(client)
+    assert "PLATFORM 9" in answer["text"], answer
+    (scene,) = client.named("scene")
+    assert scene["turn_id"] == answer["turn_id"] and scene["text"] == ["PLATFORM 9"], scene
+    assert scene["image"].startswith("data:image/jpeg;base64,")  # the picture it used, for the page
+
+
+@pytest.mark.parametrize("question", ["What am I holding up to the camera right now?", "What does the sign say?"])
+def test_a_camera_question_with_the_camera_off_is_not_answered_by_invention(client, question):
+    client.sio.emit("text_input", {"text": question})
+    answer = reply(client)["text"].lower()
+    assert "camera is off" in answer, answer
+    assert not client.named("scene")
+
+
+def test_a_camera_that_is_on_changes_no_other_answer(client):
+    with Camera(client, jpeg(resized(photo("coffee.png"), (640, 480)))):
+        client.sio.emit("text_input", {"text": "What is the capital of France?"})
+        answer = reply(client)["text"]
+    assert "Paris" in answer, answer
+    assert not client.named("scene")  # nothing about the picture reached the model
