@@ -27,14 +27,16 @@ _ABOUT_CAMERA = re.compile(
     r"how many (people|persons|faces) (do|can) you see|how many (people|persons|faces) are (here|in (the|this))|"
     r"how many of us|thumbs? up|am i (waving|pointing|smiling)"
     r")"
-    r"|\b(this|these)\s*\?*\s*$", re.I)
+    r"|\b(this|these)\W*$", re.I)
 
 # Words to the model beside a question about the camera (measured wordings: docs/vision.md).
 CAMERA_SHOWS = "Vita's camera shows, right now: {seen}. Answer the user's question from this only."
+MAX_QUESTION_CHARS = 300  # what is looked at of a question (spaces collapsed): a camera question is short
+
 CAMERA_OFF = ("Vita's camera is off: Vita cannot see anything now. If the user asks what Vita sees, say that the "
               "camera is off.")
 
 
 def asks_about_camera(question: str) -> bool:
     """True when answering needs the picture: "what does the sign say", "what am I holding", "how many fingers"."""
-    return bool(_ABOUT_CAMERA.search(question or ""))
+    return bool(_ABOUT_CAMERA.search(" ".join((question or "").split())[:MAX_QUESTION_CHARS]))

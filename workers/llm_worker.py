@@ -68,7 +68,7 @@ from workers.turn_run import (
     TurnRun,
     asks_again,
 )
-from workers.vision_stage import VisionStage, scene_seen
+from workers.vision_stage import VisionStage, scene_seen, seeing
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -145,7 +145,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                                          threads=v.threads, run_all=True))
         seconds = describer.setup()
         self.report.log.info("vision ready: %s", ", ".join(f"{k} {t:.1f} s" for k, t in seconds.items()))
-        stage = VisionStage(describer.look)
+        stage = VisionStage(seeing(describer.analyse))
         stage.setup()
         self.vision_parts = describer.enabled
         return stage
@@ -470,6 +470,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             # The turn's newest picture: usually analysed already, while the question was said (CameraFrame).
             scene = asyncio.wrap_future(self.sight.seen(req.session_id, req.frames[-1])) \
                 if req.frames and self.sight is not None else None
+            if scene is not None:  # (its failure is handled where it is awaited, or of no interest)
+                scene.add_done_callback(lambda f: f.cancelled() or f.exception())
             awaited = self.awaited.get(req.session_id)
             if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
                 del self.awaited[req.session_id]  # the client's results: the same question goes on
@@ -500,21 +502,19 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         text read), or that it is off; a plain one ("What is this?") answered from it (run.direct). Any other
         question gets nothing: a camera that is on must not change the answer to "What is the capital of Italy?"."""
         if self.sight is None or not asks_about_camera(run.user_text):
-            if scene is not None:  # (analysed all the same: the next question may be about it)
-                scene.add_done_callback(lambda f: f.cancelled() or f.exception())
-            return
+            return  # (the picture is analysed all the same: the next question may be about it)
         from workers.vision.answers import direct_answer
         from workers.vision.scene import render
 
         if scene is None:
             run.direct = direct_answer(run.user_text, None, camera_on=False) or ""
-            run.camera_note = CAMERA_OFF
+            run.camera_note = CAMERA_OFF if run.direct else ""  # (a question that names the camera or what it shows)
             return
-        started = time.monotonic()
+        started, late = time.monotonic(), False
         try:
             seen = await asyncio.wait_for(asyncio.shield(scene), self.config.vision.wait_ms / 1000)
         except TimeoutError:  # the picture's analysis is late: the last one of this camera, if any
-            seen = self.sight.latest(req.session_id)
+            seen, late = self.sight.latest(req.session_id), True
             run.timings["vision_late"] = 1.0
         except Exception as exc:  # a picture that does not decode: the question is answered without it
             self.report.log.warning("camera frame not analysed: %s", exc)
@@ -522,11 +522,12 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         run.timings["vision_wait_s"] = time.monotonic() - started
         if seen is None:
             return
-        run.cues = render(seen, run.user_text)
+        run.cues = render(seen.scene, run.user_text)
         if run.cues:
             run.camera_note = CAMERA_SHOWS.format(seen=run.cues.removeprefix("camera: "))
-            self._publish(scene_seen(req.session_id, req.turn_id, run.cues, seen, req.frames[-1]))
-        run.direct = direct_answer(run.user_text, seen, camera_on=True) or ""
+            self._publish(scene_seen(req.session_id, req.turn_id, run.cues, seen.scene, seen.thumbnail))
+        if not late:  # an earlier picture's analysis is a hint for the model, not an answer to say as fact
+            run.direct = direct_answer(run.user_text, seen.scene, camera_on=True) or ""
 
     def _camera_words(self, run: TurnRun) -> tuple[str, str]:
         """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt

@@ -26,10 +26,11 @@ from workers.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 
 
 def called_in(history: ConversationHistory | None) -> set[str]:
-    """The names of the tools the history shows the model calling."""
-    return {call["function"]["name"] for ex in (history or ()) for m in ex.tool_messages
-            for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict)
-            and isinstance(call["function"].get("name"), str)}
+    """The names of the tools the history shows answering the model (a call that was refused, a tool it was not
+    shown, gives it no right to call that tool later)."""
+    return {m["name"] for ex in (history or ()) for m in ex.tool_messages
+            if m.get("role") == "tool" and isinstance(m.get("name"), str)
+            and not str(m.get("content", "")).startswith("Error:")}
 
 
 class ReplyGeneration:

@@ -28,6 +28,7 @@ log = logging.getLogger("vita.vision")
 
 THUMB_SIZE = (32, 24)  # width, height of the picture's signature
 SAME_PICTURE_LEVELS = 6.0  # mean absolute difference (0-255 grey levels) under which two frames show the same thing
+MAX_SESSIONS = 256  # sessions whose cameras are remembered at once
 LOW_PRIORITY_NICE = 10  # the stage's thread yields the cores to the engine and ASR
 
 
@@ -82,6 +83,10 @@ class VisionStage:
         A frame still waiting is replaced by this one, and its waiters get this one's scene."""
         future: Future = Future()
         with self._lock:
+            if session_id not in self._sights and len(self._sights) >= MAX_SESSIONS:
+                # (a frame that came after its session ended left one behind): the one analysed longest ago goes
+                oldest = min(self._sights, key=lambda sid: self._sights[sid].analysed_at)
+                self._sights.pop(oldest)
             sight = self._sights.setdefault(session_id, _Sight())
             queued = sight.pending is not None
             if queued:
@@ -154,7 +159,20 @@ class VisionStage:
 PAGE_IMAGE_SIDE = 320  # the picture shown on the page beside what was read in it
 
 
-def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, image: bytes) -> Any:
+@dataclass(frozen=True)
+class Seen:
+    """One picture's analysis, and the small copy of it the page shows (both made on the stage's thread)."""
+
+    scene: Any
+    thumbnail: bytes
+
+
+def seeing(analyse: Callable[[bytes], Any]) -> Callable[[bytes], Seen]:
+    """`analyse`, with the page's copy of the picture made beside it."""
+    return lambda image: Seen(analyse(image), small_jpeg(image))
+
+
+def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, thumbnail: bytes) -> Any:
     """The page's view of what the model was told about the camera (vita.messages.SceneSeen): the note, what each
     part found, and a small copy of the picture."""
     from vita.messages import SceneSeen
@@ -166,13 +184,14 @@ def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, image: byte
         people = scene.people.people
         if scene.people.hands:
             hands = sum(h.fingers for h in scene.people.hands)
-    return SceneSeen(session_id, turn_id, note, text, objects, people, hands, small_jpeg(image))
+    return SceneSeen(session_id, turn_id, note, text, objects, people, hands, thumbnail)
 
 
 def small_jpeg(image: bytes) -> bytes:
     """The picture at most PAGE_IMAGE_SIDE pixels a side, as a JPEG (empty if it does not decode)."""
-    try:
-        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_COLOR)
+    try:  # a large picture is decoded at a half or a quarter of its size: cheaper, and enough for a thumbnail
+        reduce = cv2.IMREAD_COLOR if len(image) < 200_000 else cv2.IMREAD_REDUCED_COLOR_4
+        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), reduce)
     except cv2.error:
         pixels = None
     if pixels is None or pixels.size == 0:

@@ -211,3 +211,31 @@ def nest(depth: int) -> dict:
     for _ in range(depth - 1):
         value = {"a": value}
     return value
+
+
+def test_images_waiting_for_a_response_are_bounded_sent_once_and_not_kept():
+    """input_image parts: at most four wait for one response; the newest goes to the vision stage at once (at most
+    about once a second); once a response takes them, no item keeps them (the conversation keeps hundreds)."""
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", np.full((48, 64, 3), 120, np.uint8))
+    url = "data:image/jpeg;base64," + base64.b64encode(data.tobytes()).decode()
+    client = Client()
+    put = []
+    client.front.turns.put = lambda queue, message: put.append(message) or True
+
+    def item(images: int) -> dict:
+        return {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"}, *[{"type": "input_image", "image_url": url}] * images]}}
+
+    assert client.send(item(3)) == []
+    assert len(put) == 1 and put[0].image == data.tobytes()
+    assert [e["code"] for e in client.send(item(2))] == ["too_many_images"]  # 3 + 2 > 4
+    assert client.send(item(1)) == []
+    assert len(put) == 1  # within the second: analysed when the response starts
+    assert [e["code"] for e in client.send({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "https://x.test/a.jpg"}]}})
+    ] == ["unsupported"]
+    assert client.send({"type": "response.create"}) == []
+    assert all(not i.images for i in client.rt.conversation.items)
+    assert client.send(item(4)) == []  # the next response's pictures

@@ -642,6 +642,11 @@ def test_a_model_written_call_runs_only_tools_it_was_shown():
     (used,) = [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)]
     assert (used.name, used.outcome, used.ok) == ("calculate", "unknown_tool", False)
     assert "lookup" in used.result  # the error names what it may call
+    # The refused call is in the history now: that gives it no right to run the next time either.
+    engine.rounds = [hidden, ["Sorry."]]
+    run_turn(worker, TurnRequest("s", 2, text="Where is the item lookup for gadgets?"))
+    (again,) = [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)]
+    assert (again.name, again.outcome) == ("calculate", "unknown_tool")
 
 
 def test_a_long_tool_answer_is_said_within_the_reply_limit_in_pieces():

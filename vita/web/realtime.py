@@ -23,6 +23,7 @@ import soxr
 from vita.messages import CameraFrame, EditHistory, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.turns.camera import FrameError, decode_frame
+from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
 from vita.web.realtime_conversation import Item, RealtimeConversation
@@ -49,7 +50,7 @@ log = logging.getLogger("vita.web.realtime")
 MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
 SESSION_EXPIRES_S = 3600.0
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
-MAX_IMAGES_PER_ITEM = 4  # input_image parts in one message (each is decoded to check it on the connection's thread)
+MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is decoded on the connection's thread)
 RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
 
 
@@ -334,13 +335,13 @@ class RealtimeSession:
                 clips.append(part["audio"])  # decoded once every part has been checked and the whole charged
                 parts.append({"type": "input_audio", "transcript": None})
             elif kind == "input_image":
-                if len(images) >= MAX_IMAGES_PER_ITEM:
-                    raise ProtocolError("too_many_images", f"a message may carry at most {MAX_IMAGES_PER_ITEM} "
-                                        "images", f"item.content[{n}]")
                 url = part.get("image_url")
                 if not isinstance(url, str) or not url.startswith("data:"):
                     raise ProtocolError("unsupported", "image_url must be a data URL (data:image/jpeg;base64,...): "
                                         "this server fetches no images", f"item.content[{n}].image_url")
+                if len(images) + sum(len(i.images) for i in self.pending) >= MAX_IMAGES_PER_ITEM:
+                    raise ProtocolError("too_many_images", f"at most {MAX_IMAGES_PER_ITEM} images may wait for one "
+                                        "response", f"item.content[{n}]")
                 try:
                     images.append(decode_frame(url, limits.max_frame_bytes, limits.max_image_pixels))
                 except FrameError as exc:
@@ -366,9 +367,11 @@ class RealtimeSession:
             now = time.monotonic()
             speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
         parts.sort(key=lambda p: p["type"] != "input_audio")  # the heard words first, as the turn joins them
-        for image in images:  # analysed now by the vision stage, ready when the response asks about it
-            self.front.turns.put("requests", CameraFrame(self.session.sid, image))
         self._hold(Item(item_id, "message", "user", content=parts, speech=speech, images=tuple(images)))
+        now = time.monotonic()
+        if images and now - self.session.frame_sent_at >= FRAME_SEND_EVERY_S:  # as the camera's while one speaks
+            self.session.frame_sent_at = now  # the newest is analysed now, ready when the response asks about it
+            self.front.turns.put("requests", CameraFrame(self.session.sid, images[-1]))
 
     def _tool_output(self, item: dict, item_id: str) -> None:
         call_id, output = item.get("call_id"), item.get("output")
@@ -464,6 +467,8 @@ class RealtimeSession:
         session = self.session
 
         images = [image for i in items for image in i.images]
+        for item in items:  # (kept no longer than this: the conversation keeps hundreds of items)
+            item.images = ()
 
         def begin() -> None:  # on the session's thread, right before the turn starts: its own outputs, instructions
             session.tool_outputs = outputs

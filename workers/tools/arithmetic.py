@@ -70,6 +70,8 @@ def _bounded(value):
     """`value` when it is within 10**±MAX_EXPONENT (or zero); ToolInputError otherwise."""
     if isinstance(value, bool):
         raise ToolInputError("only numbers are allowed")
+    if isinstance(value, complex):  # (-1) ** 0.5
+        raise ToolInputError("the result is not a real number")
     if isinstance(value, int):
         if value.bit_length() > MAX_INT_BITS:
             raise ToolInputError(TOO_LARGE)
@@ -113,6 +115,8 @@ def _evaluate(node: ast.AST):
         if isinstance(node.op, ast.Pow):
             if abs(right) > MAX_POWER:
                 raise ToolInputError(f"powers above {MAX_POWER} are not computed")
+            if left < 0 and right != int(right):
+                raise ToolInputError("the result is not a real number")
             if abs(float(right) * _digits(left)) > MAX_EXPONENT:
                 raise ToolInputError(TOO_LARGE if (float(right) * _digits(left)) > 0 else TOO_SMALL)
         if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
@@ -165,8 +169,8 @@ def _format(value) -> str:
             return f"{value:.6e}"
         if value == value.to_integral_value():
             value = int(value)  # fewer than MAX_DIGITS digits: cheap
-        elif value.adjusted() + 11 > CONTEXT.prec:  # ten decimals would need more digits than the context keeps
-            return f"{value:.6e}"
+        elif value.adjusted() + 11 > CONTEXT.prec or value.adjusted() < -6:  # too long for ten decimals, or so
+            return f"{value:.6e}"  # small that they would say 0
         else:
             value = round(value, 10).normalize()  # 10/3: ten decimals are plenty to say
             return format(value, "f") if abs(value.adjusted()) < MAX_DIGITS else f"{value:.6e}"

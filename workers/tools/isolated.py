@@ -50,11 +50,11 @@ class IsolatedCalls:
     def call(self, name: str, kwargs: dict[str, Any], timeout_s: float) -> Any:
         """Run `name` (a function the child was started with, by its bare name) with `kwargs`; its result, or
         IsolatedCallError with its message, or TimeoutError (the child was killed) after `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
         if not self._lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"{name} waited {timeout_s:g} s for the tool process")
         try:
-            process = self._ensure_started()
+            process = self._ensure_started()  # (a restart is not the call's own time)
+            deadline = time.monotonic() + timeout_s
             try:
                 process.stdin.write(json.dumps({"function": name, "kwargs": kwargs}) + "\n")
                 process.stdin.flush()
@@ -66,7 +66,13 @@ class IsolatedCalls:
                 self._kill()
                 self.restarts += 1
                 raise TimeoutError(f"{name} did not answer within {timeout_s:g} s")
-            answer = json.loads(line)
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
+                self._kill()  # out of step with its requests: a fresh one answers the next call
+                raise IsolatedCallError("the tool process answered out of turn")
             if "error" in answer:
                 raise IsolatedCallError(answer["error"])
             return answer["result"]
@@ -132,11 +138,13 @@ def _serve(specs: list[str]) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    # The protocol has stdout to itself: anything a function prints goes to stderr instead of becoming an answer.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout = sys.stderr
     functions = {}
     for spec in specs:
         module, _, attribute = spec.partition(":")
         functions[attribute] = getattr(importlib.import_module(module), attribute)
-    out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     for line in sys.stdin:

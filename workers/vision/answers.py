@@ -15,8 +15,9 @@ from workers.vision.scene import Scene
 
 CAMERA_OFF_REPLY = "I can't see anything right now: your camera is off. Turn it on and show me."
 
-_LEAD = re.compile(r"^\s*((hey|hi|ok(ay)?|so|and|now|please|vita)[,!]?\s+)*", re.I)
-_TAIL = re.compile(r"[\s,]*(please|for me|to me|out loud|right now|now|here|there|vita)?[\s.?!]*$", re.I)
+MAX_PLAIN_CHARS = 120  # a longer question is not a plain one
+_LEAD = re.compile(r"^((hey|hi|ok(ay)?|so|and|now|please|vita)[,!]? )+", re.I)
+_TAIL_WORDS = re.compile(r"(,? (please|for me|to me|out loud|right now|now|here|there|vita))+$", re.I)
 _READ = re.compile(r"(what (does|do) (it|this|that|these|the \w+( \w+)?) (say|read)( on (it|the \w+))?"
                    r"|(can|could) you read (this|that|it|the \w+)( out)?( for me| to me)?"
                    r"|read (this|that|it|the \w+)( out)?( for me| to me)?"
@@ -32,17 +33,16 @@ _HOW_MANY_PEOPLE = re.compile(r"(how many (people|persons|faces) (do you see|can
 _FINGERS = re.compile(r"how many fingers (am i|do i|are you seeing|can you see|do you see|are)"
                       r"( holding( up)?| showing( you)?| raising| putting up| up)?( to the camera)?", re.I)
 
+_SHOWN = re.compile(r"\b(camera|holding|showing|show you|in my hands?|sign|label|card|page|written|fingers|"
+                    r"see me|can you see|do you see|in front of|picture)\b", re.I)
+
 _NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
 def _bare(question: str) -> str:
     """The question without greetings, "please", "for me" and its punctuation."""
-    text = question.replace("’", "'").strip()
-    text = _LEAD.sub("", text)
-    previous = None
-    while previous != text:
-        previous, text = text, _TAIL.sub("", text)
-    return text
+    text = " ".join(question.replace("’", "'").split())[:MAX_PLAIN_CHARS + 1].rstrip(" .?!,")
+    return _TAIL_WORDS.sub("", _LEAD.sub("", text)).rstrip(" .?!,")
 
 
 def _number(n: int) -> str:
@@ -53,13 +53,17 @@ def direct_answer(question: str, scene: Scene | None, camera_on: bool) -> str | 
     """The answer to a plain camera question, or None (the model answers, with the scene beside the question).
     `scene` None with the camera on: the picture could not be analysed (the model says what it can)."""
     bare = _bare(question)
+    if len(bare) > MAX_PLAIN_CHARS:
+        return None
     kinds = [(_READ, "read"), (_IDENTIFY, "identify"), (_FINGERS, "fingers"), (_SEE_ME, "see me"),
              (_HOW_MANY_PEOPLE, "people")]
     kind = next((name for pattern, name in kinds if pattern.fullmatch(bare)), None)
     if kind is None:
         return None
     if not camera_on:
-        return CAMERA_OFF_REPLY
+        # "What is that?" may well be about what was just said: only a question that names the camera or what is
+        # held up to it gets "your camera is off".
+        return CAMERA_OFF_REPLY if _SHOWN.search(bare) else None
     if scene is None:
         return None
     if kind == "read":

@@ -146,10 +146,7 @@ class ObjectClassifier:
         return model.eval()
 
     def _load_torch(self, weights: Path) -> None:
-        import torch
-
-        if self.threads and torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
+        # (torch's thread count is the whole process's: in the LLM worker the engine set it, and it stays)
         self.model = self._torch_module(weights)
         self.active = "torch"
 

@@ -269,6 +269,22 @@ class SceneDescriber:
         """Whether this frame differs from the last one that counted as changed (and if so, it now counts)."""
         return self.change.check(to_bgr(frame)).changed
 
+    def analyse(self, frame: bytes | np.ndarray) -> Scene:
+        """Every enabled part on this frame, afresh: no reading of an earlier frame is reused (the server's vision
+        stage calls this for many sessions' cameras, each with its own change check)."""
+        image = to_bgr(frame)
+        scene = Scene((image.shape[1], image.shape[0]))
+        if self.text is not None:
+            scene.text = self.text.read(image)
+            scene.seconds["text"] = scene.text.seconds
+        if self.objects is not None:
+            scene.objects = self.objects.classify(image)
+            scene.seconds["objects"] = scene.objects.seconds
+        if self.people is not None:
+            scene.people = self.people.look(image)
+            scene.seconds["people"] = scene.people.seconds
+        return scene
+
     def look(self, frame: bytes | np.ndarray, question: str | None = None) -> Scene:
         image = to_bgr(frame)
         focus = focus_of(question)

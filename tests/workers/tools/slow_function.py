@@ -8,3 +8,9 @@ def spin(seconds: float) -> str:
     while time.monotonic() < end:
         pass
     return "done"
+
+
+def chatty(text: str) -> str:
+    """Prints before it answers, as a library may."""
+    print("something printed by the way")
+    return text.upper()

@@ -39,3 +39,15 @@ def test_huge_values_are_refused_before_they_are_built(expression, says):
 ])
 def test_ordinary_sums_still_come_out_right(expression, result):
     assert calculate(expression) == result
+
+
+@pytest.mark.parametrize("expression, says", [("(-1) ** 0.5", "not a real number"), ("(-8) ** (1/3)", "not a real"),
+                                                ("(-1) ** pi", "not a real")])
+def test_complex_results_are_refused(expression, says):
+    with pytest.raises(ToolInputError, match=says):
+        calculate(expression)
+
+
+def test_tiny_results_are_said_in_scientific_notation_not_as_zero():
+    assert calculate("0.1 ** 1000") == "1.000000e-1000"
+    assert calculate("1e-5 * 1e-6") == "1.000000e-11"

@@ -69,3 +69,11 @@ def test_the_calculator_tool_runs_in_its_process_and_says_why_it_refuses():
     finally:
         arithmetic.close()
     assert arithmetic._process is None
+
+
+def test_what_a_function_prints_never_becomes_an_answer():
+    calls = IsolatedCalls(["tests.workers.tools.slow_function:chatty"])
+    try:
+        assert [calls.call("chatty", {"text": t}, timeout_s=10) for t in ("a", "b", "c")] == ["A", "B", "C"]
+    finally:
+        calls.close()

@@ -66,3 +66,25 @@ def test_with_the_camera_off_a_plain_question_says_so():
 ])
 def test_other_questions_go_to_the_model(question):
     assert direct_answer(question, SCENE, camera_on=True) is None
+
+
+def test_with_the_camera_off_a_follow_up_that_names_nothing_shown_goes_to_the_model():
+    """"What is that?" after "The Eiffel Tower is in Paris." is about the tower, not about a camera."""
+    assert direct_answer("What is that?", None, camera_on=False) is None
+    assert direct_answer("What am I holding?", None, camera_on=False) == CAMERA_OFF_REPLY
+
+
+def test_a_long_run_of_spaces_is_read_at_once():
+    """Two overlapping optional runs in one pattern once took 65 s over 2,000 characters, on the worker's event
+    loop: every session's reply stopped."""
+    import time
+
+    from workers.camera_questions import asks_about_camera
+
+    question = "a" + " " * 1990 + "b this?"
+    started = time.process_time()
+    for _ in range(20):
+        asks_about_camera(question)
+        direct_answer(question, SCENE, camera_on=True)
+        direct_answer(question, None, camera_on=False)
+    assert time.process_time() - started < 1.0  # the backtracking took seconds for one

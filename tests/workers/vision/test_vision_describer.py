@@ -90,3 +90,20 @@ def test_parts_can_be_switched_off():
     nothing.setup()
     assert nothing.describe("what is this?", frame("coffee.png")) == ""
     assert nothing.describe(None, frame("coffee.png")) == ""
+
+
+def test_each_analysis_reads_its_own_frame_only(describer):
+    """The server analyses many sessions' cameras with one describer: a blank page after a card with small print
+    must not come back with the card's text (a cache of the last frame once returned it)."""
+    import cv2
+    import numpy as np
+
+    from tests.workers.vision.pictures import jpeg
+
+    card = np.full((480, 640, 3), 250, np.uint8)
+    cv2.putText(card, "Account 1234-5678", (40, 200), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (20, 20, 20), 3, cv2.LINE_AA)
+    blank = np.full((480, 640, 3), 250, np.uint8)
+    first = describer.analyse(jpeg(card))
+    assert any("1234" in row for row in first.text.rows()), first.text.rows()
+    second = describer.analyse(jpeg(blank))
+    assert second is not first and second.text.rows() == []
