@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 import requests
 
+# Servers the tests start have no vision stage unless they ask for it (the shared server does: the camera's tests
+# run there): each stage is ~0.3 GB and seconds of start, and the two lanes' engines fill the machine's memory.
+os.environ.setdefault("VITA_HARNESS_VISION", "off")
+
 from vita.harness.server import (
     BASE_ENV,
     READY_TIMEOUT_S,
@@ -40,7 +44,7 @@ def launch_shared_server(tmp: Path) -> RunningServer:
     (tests/test_faults.py, which leaves it ready again); --max_users 4 leaves room for a test's two sessions."""
     (tmp / "not-a-folder").write_text("")
     running = start_server(tmp, "--turn_log", str(tmp / "not-a-folder" / "turns.sqlite3"), "--max_users", "4",
-                           env={"VITA_FAULT_SIGNALS": "1"})
+                           "--vision", "on", env={"VITA_FAULT_SIGNALS": "1"})
     running.probe = threading.Thread(target=probe_first_health, name="first-health",
                                      args=(running, time.monotonic() + READY_TIMEOUT_S), daemon=True)
     running.probe.start()

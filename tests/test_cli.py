@@ -73,6 +73,15 @@ def test_turn_log_flag_sets_the_path_or_turns_it_off(tmp_path):
     assert config_from_args(["--state_dir", str(tmp_path)]).turn_log_path() == tmp_path / "turns.sqlite3"
 
 
+def test_vision_flag_turns_every_part_off_or_leaves_the_config():
+    from vita.cli import config_from_args
+
+    off = config_from_args(["--vision", "off"]).vision
+    assert not (off.text or off.objects or off.people or off.hands)
+    on = config_from_args(["--vision", "on"]).vision
+    assert on.text and on.objects and on.people and on.hands
+
+
 def test_a_remote_engine_needs_no_local_llm(tmp_path):
     """--llm_url replaces the bundled model: a models folder without it is fine, the other models still count."""
     from vita.cli import config_from_args

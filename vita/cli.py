@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log_level", help="debug, info (default), warning or error")
     p.add_argument("--log_format", help="text (default) or json: one JSON object per line")
     p.add_argument("--turn_log", help="SQLite file for the turn log, or 'off' (default: state_dir/turns.sqlite3)")
+    p.add_argument("--vision", choices=("on", "off"),
+                   help="what a text-only model learns of the camera: the config's vision parts (on, the default), "
+                        "or none (off: saves ~0.3 GB and a few seconds of start)")
     p.add_argument("--access_token", help="require this token for the page, /metrics and Socket.IO "
                                           "(or set VITA_ACCESS_TOKEN; prefer the variable: flags show in ps)")
     p.add_argument("--allowed_origins", help="comma-separated Socket.IO origins (default: the page's own only)")
@@ -79,6 +82,9 @@ def config_from_args(argv: list[str] | None = None) -> Config:
     if args.turn_log is not None:
         config.turn_log.enabled = args.turn_log != "off"
         config.turn_log.path = None if args.turn_log == "off" else args.turn_log
+    if args.vision == "off":
+        v = config.vision
+        v.text = v.objects = v.people = v.hands = False
     return validate(config)
 
 

@@ -56,11 +56,13 @@ def is_first_piece(text: str) -> bool:
 class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
-    def __init__(self, config: Config | None = None):
+    def __init__(self, config: Config | None = None, vision: bool = False):
         from workers.llm_worker import LlmWorker
         from workers.local_engine import device_env
 
         config = config or Config()
+        if not vision:  # the engine's and the turn's tests: no vision stage (its own tests load it)
+            config.vision.text = config.vision.objects = config.vision.people = config.vision.hands = False
         # vLLM edits this process's environment (LD_PRELOAD of tcmalloc and libgomp for its workers); put it
         # back afterwards, or every server and browser the later tests start inherits it.
         self.saved_env = dict(os.environ)
