@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import numpy as np
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
+from av import VideoFrame
 
 from vita.harness.client import RecordingClient
 from vita.web.opus_track import OpusTrack
@@ -58,9 +59,24 @@ class CountingLoop(asyncio.SelectorEventLoop):
         return transport, protocol
 
 
+class PictureTrack(VideoStreamTrack):
+    """A camera that shows one picture (BGR), as a browser's would send it."""
+
+    def __init__(self, picture: np.ndarray):
+        super().__init__()
+        self.picture = picture
+
+    async def recv(self) -> Any:
+        pts, time_base = await self.next_timestamp()
+        frame = VideoFrame.from_ndarray(self.picture, format="bgr24")
+        frame.pts, frame.time_base = pts, time_base
+        return frame
+
+
 class RtcAudio:
-    def __init__(self, client: RecordingClient):
+    def __init__(self, client: RecordingClient, camera: np.ndarray | None = None):
         self.client = client
+        self.camera = camera  # a picture shown on a video track as well (None: audio only)
         self.loop = CountingLoop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test-rtc", daemon=True)
         self.thread.start()
@@ -102,6 +118,8 @@ class RtcAudio:
     async def _offer(self) -> str:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # none: no public STUN server is reachable
         self.pc.addTrack(self.mic)
+        if self.camera is not None:
+            self.pc.addTrack(PictureTrack(self.camera))
         set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
         self.pc.on("connectionstatechange", self._notify)
 

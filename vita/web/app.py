@@ -317,7 +317,8 @@ class FrontApp:
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
             sdp = self.rtc.answer(session.sid, offer.get("sdp"),
                                   lambda pcm, rate: self.admit_audio(session, pcm, rate),
-                                  client=client_address(request.environ))
+                                  client=client_address(request.environ),
+                                  see=lambda image: self.turns.camera_frame(session, image))
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)

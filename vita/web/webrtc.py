@@ -41,6 +41,8 @@ CLOSE_TIMEOUT_S = 5.0
 ANSWER_TIMEOUT_S = 6.0  # the page gives up after 8 s; the client's socket thread waits meanwhile
 MAX_CANDIDATES = 32  # remote ICE candidates per peer (offer and trickled): a browser offers a handful
 MAX_MEDIA_SECTIONS = 4  # m= lines in an offer: one audio stream, and perhaps video or data the server refuses
+VIDEO_FRAME_EVERY_S = 0.5  # a video track's pictures kept: two a second, as VITA's page sends its camera
+VIDEO_MAX_SIDE = 1280  # and at most this many pixels a side (VITA's page: 1280x768)
 CONNECT_DEADLINE_S = 15.0  # a peer not connected (ICE + DTLS) this long after its answer is closed
 
 
@@ -188,19 +190,23 @@ def set_jitter_buffer(pc: RTCPeerConnection, make: Callable[[], Any]) -> None:
 
 
 Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when the session dropped it
+See = Callable[[bytes], None]  # a camera picture (JPEG) for the session
 
 
 class RtcPeer:
     """One session's peer connection: the microphone in (to `hear`), the reply out (``track``)."""
 
-    def __init__(self, sid: str, pc: Any, track: Any, hear: Hear, client: str | None = None):
+    def __init__(self, sid: str, pc: Any, track: Any, hear: Hear, client: str | None = None,
+                 see: See | None = None):
         self.sid = sid
         self.pc = pc
         self.track = track
         self.hear = hear
+        self.see = see  # the camera's pictures (a video track), as VITA's page's 2 fps JPEG frames
         self.client = client  # the address the client connected from: which candidates it may name
         self.candidates = 0  # remote candidates taken (offer and trickled)
         self.receiving: asyncio.Task | None = None
+        self.watching: asyncio.Task | None = None
         self.was_connected = False
         self.closed = False
 
@@ -232,6 +238,31 @@ class RtcPeer:
             self.hear(pcm, frame.sample_rate)
 
 
+    async def watch(self, incoming: Any) -> None:
+        """A video track → two pictures a second, as JPEG, to the session's camera (the other frames are decoded by
+        the track, as it must, and dropped)."""
+        import cv2
+
+        last = -VIDEO_FRAME_EVERY_S
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                frame = await incoming.recv()
+            except MediaStreamError:
+                return
+            now = loop.time()
+            if now - last < VIDEO_FRAME_EVERY_S or self.see is None:
+                continue
+            last = now
+            image = frame.to_ndarray(format="bgr24")
+            scale = VIDEO_MAX_SIDE / max(image.shape[:2])
+            if scale < 1:
+                image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+            ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 70])
+            if ok:
+                self.see(jpeg.tobytes())
+
+
 class RtcHub:
     """Every peer connection of this front, on one asyncio loop thread (the front stays Flask-SocketIO threading
     mode: callers use the blocking methods, which run coroutines on the loop)."""
@@ -254,13 +285,13 @@ class RtcHub:
 
     # --- blocking API (any thread) ------------------------------------------------------------------------
     def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S,
-               client: str | None = None) -> str:
+               client: str | None = None, see: See | None = None) -> str:
         """Make (or remake) the session's peer connection from the browser's offer (`client`: the address the
         session connected from); the answer's SDP."""
         if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
             raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
                            f"{MAX_SDP_CHARS} characters)")
-        answering = self.submit(self._answer(sid, offer_sdp, hear, client))
+        answering = self.submit(self._answer(sid, offer_sdp, hear, client, see))
         try:
             return answering.result(timeout)
         except TimeoutError:
@@ -300,11 +331,13 @@ class RtcHub:
         self.thread.join(CLOSE_TIMEOUT_S)
 
     # --- the loop -----------------------------------------------------------------------------------------
-    async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None) -> str:
+    async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None,
+                      see: See | None = None) -> str:
         async with self.answering.setdefault(sid, asyncio.Lock()):
-            return await self._answer_one(sid, offer_sdp, hear, client)
+            return await self._answer_one(sid, offer_sdp, hear, client, see)
 
-    async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None) -> str:
+    async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None,
+                          see: See | None = None) -> str:
         offer_sdp, kept = screen_offer(offer_sdp, client)
         old = self.peers.get(sid)
         if old is not None:
@@ -313,7 +346,7 @@ class RtcHub:
         servers = [RTCIceServer(**server) for server in self.settings.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
         track = OpusTrack(send_silence=False)
-        peer = RtcPeer(sid, pc, track, hear, client)
+        peer = RtcPeer(sid, pc, track, hear, client, see)
         peer.candidates = kept
         self.peers[sid] = peer
 
@@ -322,6 +355,8 @@ class RtcHub:
             if incoming.kind == "audio" and peer.receiving is None:
                 peer.receiving = asyncio.ensure_future(peer.listen(incoming))
                 peer.receiving.add_done_callback(lambda task: self._listening_ended(peer, task))
+            elif incoming.kind == "video" and peer.watching is None and peer.see is not None:
+                peer.watching = asyncio.ensure_future(peer.watch(incoming))
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:
@@ -337,9 +372,12 @@ class RtcHub:
                 raise RtcError("the offer has no audio")
             audio[0].sender.replaceTrack(track)
             audio[0].direction = "sendrecv"
+            video = [t for t in pc.getTransceivers() if t.kind == "video"][:1] if see is not None else []
+            for camera in video:  # one camera is watched, sampled as VITA's page's
+                camera.direction = "recvonly"
             for other in pc.getTransceivers():
-                if other is not audio[0]:
-                    other.direction = "inactive"  # one microphone is heard; nothing else is received or decoded
+                if other is not audio[0] and other not in video:
+                    other.direction = "inactive"  # one microphone and one camera; nothing else is received
             set_jitter_buffer(pc, InOrderBuffer)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers every candidate first (no trickle)
         except RtcError:
@@ -391,7 +429,8 @@ class RtcHub:
         if self.peers.get(peer.sid) is peer:
             del self.peers[peer.sid]
         peer.track.stop()
-        if peer.receiving is not None:
-            peer.receiving.cancel()
+        for task in (peer.receiving, peer.watching):
+            if task is not None:
+                task.cancel()
         with contextlib.suppress(Exception):
             await peer.pc.close()
