@@ -295,7 +295,7 @@ def test_an_input_image_is_what_the_camera_shows_for_the_response(rt):
     picture = "data:image/jpeg;base64," + base64.b64encode(jpeg(sign(["PLATFORM 9"]))).decode()
     rt.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
         {"type": "input_text", "text": "What does the sign say?"}, {"type": "input_image", "image_url": picture}]}})
-    item = rt.wait_type("conversation.item.created")[0]["item"]
+    item = rt.wait_type("conversation.item.done")[0]["item"]
     assert [p["type"] for p in item["content"]] == ["input_text", "input_image"]
     rt.send({"type": "response.create"})
     rt.wait_type("response.done", timeout=REPLY)

@@ -15,6 +15,7 @@ from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
 
+MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
 
 @dataclass
 class Session:

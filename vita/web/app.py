@@ -21,7 +21,7 @@ from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.camera import FrameError, decode_frame
 from vita.turns.ears import Ears
-from vita.turns.sessions import Session, SessionRegistry
+from vita.turns.sessions import MIN_TEXT_COST, Session, SessionRegistry
 from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import Connected, TextTyped
 from vita.web.access import AccessGuard, TokenThrottle
@@ -39,7 +39,6 @@ WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
 RTC_OFFER_INTERVAL_S = 1.0  # a session's WebRTC offers come at most this often
-MIN_TEXT_COST = 200  # characters a typed message costs against the session's budget, however short
 SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
 
 

@@ -23,6 +23,7 @@ import soxr
 from vita.messages import CameraFrame, EditHistory, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.turns.camera import FrameError, decode_frame
+from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
@@ -486,7 +487,6 @@ class RealtimeSession:
         """A response starts a turn, as a typed Socket.IO message does: the text it brings the prompt (typed items,
         tool results, and its instructions when they are new; unchanged ones are the engine's cached prefix) is
         charged to the same budget, at the same least cost."""
-        from vita.web.app import MIN_TEXT_COST  # (the app imports this module)
 
         budget = self.session.text_budget
         if not budget.admit(max(chars, MIN_TEXT_COST), time.monotonic()):
