@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from vita.harness.client import RecordingClient
 from vita.web.opus_track import OpusTrack
 from vita.web.webrtc import set_jitter_buffer
 
+PICTURE_FPS = 4
 CLIENT_PREFETCH = 1  # packets this client's jitter buffer holds back: 20 ms (Chromium's held 14 ms here)
 MIC_FRAME_MS = 40  # as a browser sends once our answer asks for a=ptime:40 (Chromium does)
 LOUD_RMS = 300.0  # int16 RMS of a 20 ms frame that holds speech (Opus silence decodes to ~0)
@@ -60,16 +62,20 @@ class CountingLoop(asyncio.SelectorEventLoop):
 
 
 class PictureTrack(VideoStreamTrack):
-    """A camera that shows one picture (BGR), as a browser's would send it."""
+    """A camera that shows one picture (BGR) at PICTURE_FPS frames a second (a browser's sends ~30: the server
+    decodes them all; a test peer on the same two cores need not)."""
 
     def __init__(self, picture: np.ndarray):
         super().__init__()
         self.picture = picture
+        self.sent = 0
 
     async def recv(self) -> Any:
-        pts, time_base = await self.next_timestamp()
+        if self.sent:
+            await asyncio.sleep(1 / PICTURE_FPS)
         frame = VideoFrame.from_ndarray(self.picture, format="bgr24")
-        frame.pts, frame.time_base = pts, time_base
+        frame.pts, frame.time_base = self.sent * (90000 // PICTURE_FPS), Fraction(1, 90000)
+        self.sent += 1
         return frame
 
 

@@ -129,6 +129,8 @@ def _evaluate(node: ast.AST):
             elif isinstance(left, Decimal) or isinstance(right, Decimal):
                 left, right = Decimal(left), Decimal(right)
             return _bounded(_BINARY[type(node.op)](left, right))
+        except ToolInputError:
+            raise
         except decimal.Overflow:
             raise ToolInputError(TOO_LARGE) from None
         except (decimal.Underflow, decimal.Subnormal):

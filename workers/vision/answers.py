@@ -18,7 +18,7 @@ CAMERA_OFF_REPLY = "I can't see anything right now: your camera is off. Turn it 
 MAX_PLAIN_CHARS = 120  # a longer question is not a plain one
 _LEAD = re.compile(r"^((hey|hi|ok(ay)?|so|and|now|please|vita)[,!]? )+", re.I)
 _TAIL_WORDS = re.compile(r"(,? (please|for me|to me|out loud|right now|now|here|there|vita))+$", re.I)
-_READ = re.compile(r"(what (does|do) (it|this|that|these|the \w+( \w+)?) (say|read)( on (it|the \w+))?"
+_READ = re.compile(r"(what (does|do) (it|(this|that|these|the|my|your)( \w+){0,2}) (say|read)( on (it|the \w+))?"
                    r"|(can|could) you read (this|that|it|the \w+)( out)?( for me| to me)?"
                    r"|read (this|that|it|the \w+)( out)?( for me| to me)?"
                    r"|what('s| is) written( on (it|this|that|the \w+))?"

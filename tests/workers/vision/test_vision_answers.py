@@ -36,6 +36,7 @@ SCENE = Scene((640, 480), text=text("NO ENTRY", "Staff only"), objects=ObjectRea
 @pytest.mark.parametrize("question, answer", [
     ("Can you read this for me?", 'It says "NO ENTRY", then "Staff only".'),
     ("What does the sign say?", 'It says "NO ENTRY", then "Staff only".'),
+    ("What does this sign say?", 'It says "NO ENTRY", then "Staff only".'),
     ("What's written here?", 'It says "NO ENTRY", then "Staff only".'),
     ("What is this?", "It looks like a moped."),
     ("Hey, what am I holding up?", "It looks like a moped."),
