@@ -29,7 +29,8 @@ log = logging.getLogger("vita.vision")
 THUMB_SIZE = (32, 24)  # width, height of the picture's signature
 SAME_PICTURE_LEVELS = 6.0  # mean absolute difference (0-255 grey levels) under which two frames show the same thing
 MAX_SESSIONS = 256  # sessions whose cameras are remembered at once
-LOW_PRIORITY_NICE = 10  # the stage's thread yields the cores to the engine and ASR
+LOWER_PRIORITY_BY = 5  # the stage's thread yields the cores to the engine and ASR (not to other programs: the
+                       # server runs at server.nice, and an absolute nice 10 lost the cores to anything at 0)
 
 
 def signature(image: bytes) -> np.ndarray | None:
@@ -117,8 +118,9 @@ class VisionStage:
 
     # --- the stage's thread --------------------------------------------------------------------------------
     def _loop(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own priority
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOW_PRIORITY_NICE)
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own priority, below its process's
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + LOWER_PRIORITY_BY)
         while not self._stop.is_set():
             session_id = self._jobs.get()
             if session_id is None:
