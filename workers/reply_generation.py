@@ -25,6 +25,12 @@ from workers.tools.registry import ToolCall, parse_calls
 from workers.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 
 
+def refusal(result: str) -> str:
+    """The calculator's refusal ("Error: division by zero") as the assistant says it."""
+    reason = result.removeprefix("Error:").strip().removeprefix("calculate failed:").strip()
+    return f"Sorry, I can't work that out: {reason}." if reason else "Sorry, I can't work that out."
+
+
 def called_in(history: ConversationHistory | None) -> set[str]:
     """The names of the tools the history shows answering the model (a call that was refused, a tool it was not
     shown, gives it no right to call that tool later)."""
@@ -78,6 +84,11 @@ class ReplyGeneration:
             answered = all(o.ok for o in outcomes)
             if answered:
                 held += self._say_results(sid, tid, planned, outcomes)
+            elif all(o.ok or o.name == "calculate" for o in outcomes):
+                # A sum the calculator refuses ("too large to say", "division by zero") is said so at once: no
+                # generation is spent on it (typed every second, such sums kept the engine from other sessions).
+                held += self._say_as_is(sid, tid, [refusal(o.result) for o in outcomes if not o.ok])
+                answered = True
             else:
                 prompt = next_prompt()
         while not answered:

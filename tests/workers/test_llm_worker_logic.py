@@ -656,3 +656,10 @@ def test_a_long_tool_answer_is_said_within_the_reply_limit_in_pieces():
     pieces = [p.text for p in drained(worker.tts) if isinstance(p, TtsPiece) and p.text]
     assert len(pieces) > 1
     assert sum(len(p.split()) for p in pieces) <= worker.config.llm.max_reply_words
+
+
+def test_a_sum_the_calculator_refuses_is_said_so_without_asking_the_model():
+    worker, engine = tool_worker([["It", "is", "infinity."]])
+    run_turn(worker, TurnRequest("s", 1, text="What is 5 divided by 0?"))
+    assert engine.prompts == []  # no generation for it
+    assert spoken_text(drained(worker.tts)) == "Sorry, I can't work that out: division by zero."
