@@ -81,6 +81,28 @@ class RecordingClient:
     def wait_event(self, event: str, timeout: float) -> bool:
         return self.wait_for(lambda evs: any(name == event for _, name, _ in evs), timeout)
 
+    def story(self, width: int = 160) -> str:
+        """The events so far, one short line each (seconds since the first, name, payload without audio or
+        pictures): a failing test's message that shows what did happen, where the events' repr is cut off."""
+        with self.changed:
+            events = list(self.events)
+        start = events[0][0] if events else 0.0
+        lines: list[str] = []
+        repeats = 0
+        for i, (at, name, data) in enumerate(events):
+            if name == "audio" and i + 1 < len(events) and events[i + 1][1] == "audio":
+                repeats += 1  # a run of audio messages: one line
+                continue
+            if repeats:
+                name, repeats = f"audio (x{repeats + 1})", 0
+            if isinstance(data, dict):
+                data = {k: (f"<{len(v)} chars>" if isinstance(v, str) and len(v) > 80 else v)
+                        for k, v in data.items()}
+            elif isinstance(data, (bytes, bytearray)):
+                data = f"<{len(data)} bytes>"
+            lines.append(f"{at - start:7.2f} {name} {data}"[:width])
+        return "\n".join(lines)
+
 
 class RawSocketIO:
     """Socket.IO spoken by hand over a real WSS socket (websocket-client), for packets a well-behaved client
