@@ -1,4 +1,4 @@
-"""Issue 35's benchmark: one long spoken session driven as a page drives the server, measured at the client and
+"""Benchmark: one long spoken session driven as a page drives the server, measured at the client and
 from the server's own timings.
 
 VITA's page (`--transport vita`, the default) sends JSON audio every 8 ms and plays each binary reply chunk
@@ -45,7 +45,7 @@ LONG = ["Tell me three things about the planet Mars.", "Describe a rainbow in tw
         "What are three good habits for a healthy life?", "Tell me about cats, dogs and birds."]
 BARGE_OVER = "Tell me a short story about a brave little dog."
 BARGE_WITH = "Wait, stop. What is the capital of Spain?"
-GAP_S = 0.150  # issue 35: no gap longer than this inside a reply
+GAP_S = 0.150  # no gap longer than this inside a reply
 LOUD = 0.5  # a chunk at least this fraction of the reply's typical peak is full volume (ducked is 0.2)
 
 

@@ -1,4 +1,4 @@
-"""Issue 40's benchmark: the OpenAI Realtime endpoint against Socket.IO on one server, in one run.
+"""Benchmark: the OpenAI Realtime endpoint against Socket.IO on one server, in one run.
 
 - Voice-to-voice: the same spoken questions (hibari) over /v1/realtime (the `openai` package's client, 24 kHz PCM
   in 40 ms appends) and over Socket.IO (our page's 32 ms binary frames), alternating question by question, each

@@ -1,4 +1,4 @@
-"""Turn-taking benchmark (issue 29): when does the server take the turn, and what interrupts its reply?
+"""Turn-taking benchmark: when does the server take the turn, and what interrupts its reply?
 
 Plays four kinds of trials over the real Socket.IO protocol, as our page does (binary 16 kHz int16 PCM in 32 ms
 frames at real-time pace; while the script waits it keeps the microphone open with silence), in a natural voice
@@ -68,7 +68,7 @@ PAUSED = [("My name is Anna.", "Please remember it."),
           ("How long should I", "boil an egg for?")]
 QUICK_PAUSED = PAUSED[1:3]  # one whose first part is a whole sentence, one whose first part is not
 PAUSES_S = (0.4, 0.8, 1.2, 1.5)
-MAX_ONE_REPLY_PAUSE_S = 1.2  # issue 36: up to this inner pause, one reply that heard both halves
+MAX_ONE_REPLY_PAUSE_S = 1.2  # up to this inner pause, one reply that heard both halves
 BACKCHANNELS = ["Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right."]
 NOISES = ("cough", "knock", "clap", "typing")
 NOISE_VARIANTS = 5  # per category and --trials in a full run (1 with --quick)
@@ -84,9 +84,9 @@ STOP_WORDS = {"the", "and", "for", "you", "are", "was", "what", "how", "who", "w
               "that", "with", "about", "please", "can", "could", "would", "should", "does", "did", "have", "has",
               "had", "its", "it's", "i'm", "what's", "tell", "like", "there", "some", "any", "him", "her", "she"}
 # Targets: the issue's where it set one; the two marked * are references (see the table's footnotes).
-# Issue 29's targets: end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
+# The targets: end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
 # machine), requests with an inner pause cut early <= 5 %, noises and backchannels stopping a reply <= 1 in 20.
-# Issue 36's, for interruptions (it replaced 29's "stopped within 150 ms"): the first reaction (the duck) within
+# For interruptions: the first reaction (the duck) within
 # 150 ms and the reply stopped (stop_tts) within 0.8 s of the speech's onset, every one; judged here at p90.
 TARGETS = {"end_of_turn": 0.15, "voice_to_voice": 0.50, "cut_early_rate": 0.05, "false_stop_rate": 1 / 20,
            "first_reaction": 0.150, "stop_tts": 0.800}
@@ -633,8 +633,8 @@ def print_table(table: list[dict]) -> None:
     print("  ".join(h.ljust(widths.get(h, 0)) for h in heads))
     for r in table:
         print("  ".join(str(r[h]).ljust(widths.get(h, 0)) for h in heads[:-1]) + "  " + r["notes"])
-    print("Targets are issues 29's and 36's (the silence-only end of turn this replaced took 0.39 s p50: README, "
-          "Performance).")
+    print("Targets: the turn-taking design's (the silence-only end of turn this replaced took 0.39 s p50: "
+          "docs/history.md).")
 
 
 def cpu() -> dict:

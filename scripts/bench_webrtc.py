@@ -1,4 +1,4 @@
-"""WebRTC vs Socket.IO benchmark (issue 30): bytes, voice-to-voice, barge-in silence, load, connection churn.
+"""WebRTC vs Socket.IO benchmark: bytes, voice-to-voice, barge-in silence, load, connection churn.
 
 Parts (--parts, comma-separated):
   talk    one conversation per transport (WebRTC Opus; our page's binary PCM; VITA's JSON), the same spoken questions,

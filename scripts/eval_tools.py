@@ -1,4 +1,4 @@
-"""Tool evaluation (issue 39): questions that need a tool and questions that must not call one, typed, against a
+"""Tool evaluation: questions that need a tool and questions that must not call one, typed, against a
 server with the built-ins and an MCP server (tests/data/inventory_mcp_server.py).
 
 Reports, for the questions that need a tool: right call (the expected tool, with arguments that give the right

@@ -1,4 +1,4 @@
-"""Fault soak (issue 28's target): two sessions talk, with barge-ins, while worker faults are injected.
+"""Fault soak: two sessions talk, with barge-ins, while worker faults are injected.
 
 For --minutes, one fault every --fault_every seconds; checks that no turn gets stuck, that every session is
 answered again within 60 s of each fault, and that the front's thread count and RSS stay flat.

@@ -1,6 +1,6 @@
 """A Qwen2-Audio-architecture model folder that can be built offline, for structural tests of omni mode.
 
-No audio LLM's weights are reachable here (issue 9), so this folder pairs the real Qwen2-Audio classes with
+No audio LLM's weights are reachable here, so this folder pairs the real Qwen2-Audio classes with
 parts that ship in installed packages: the real ``Qwen2AudioProcessor`` (its chat template is the one
 transformers ships), a real ``WhisperFeatureExtractor`` at Qwen2-Audio's 128 mel bins, and a byte-level BPE
 tokenizer (the bundled Whisper's ``tokenizer.json``) with Qwen2-Audio's special tokens added. The config is the

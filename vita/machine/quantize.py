@@ -2,9 +2,9 @@
 loads with no flag (oneDNN; AMX's own kernel where the CPU has it).
 
 Why int8: on two cores decoding is bound by reading the weights, and int8 weights are half of bf16's, so the
-1.5B model decodes 1.7x faster than in bf16 while answering far more questions right than the 0.5B model (README,
-"Answer quality"). Round-to-nearest per output channel (scale = max|w| / 127) of every attention and MLP
-projection and of the output matrix ``lm_head`` (a quarter of what each token reads; int8 there: ~0.1 s less to
+1.5B model decodes 1.7x faster than in bf16 while answering far more questions right than the 0.5B model
+(docs/models.md, "Which LLM serves"). Round-to-nearest per output channel (scale = max|w| / 127) of every attention
+and MLP projection and of the output matrix ``lm_head`` (a quarter of what each token reads; int8 there: ~0.1 s less to
 the first spoken words, the same answers but one of 102); embeddings, norms and biases stay bf16. Activations are
 quantized per token at run time.
 
