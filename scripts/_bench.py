@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 RATE = 16000  # what the microphones send
@@ -14,6 +16,24 @@ RATE = 16000  # what the microphones send
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_description() -> dict:
+    """Which CPU the numbers are from: its name, family/model (hosts name many kinds just "AMD EPYC"), and the
+    instructions that choose the LLM's kernels."""
+    text = Path("/proc/cpuinfo").read_text()
+
+    def field(name: str) -> str:
+        return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(name)), "?")
+
+    flags = set(field("flags").split())
+    if "avx512_bf16" in flags:
+        isa = "AVX512-BF16" + (" and AVX512-VNNI" if "avx512_vnni" in flags else "") + (
+            " and AMX" if "amx_tile" in flags else ", no AMX")
+    else:
+        isa = "AVX2 only" if "avx2" in flags else "no AVX2"
+    return {"model": field("model name"), "family": field("cpu family"), "model_number": field("model\t"),
+            "cores": os.cpu_count(), "isa": isa, "load_average": os.getloadavg()}
 
 
 def summary_ms(values: list[float]) -> str:

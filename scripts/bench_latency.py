@@ -12,8 +12,13 @@ The microphone stays open throughout (silence between questions), questions are 
 - interruptions (`--barge N`): a question spoken over a long reply, onset of speech sent → the reply's sound
   ducked or stopped at the client (the last full-volume audio played out, `duck` for our page, or `stop_tts`).
 
+Several users (`--users N`): N sessions, each its own connection and open microphone, ask the same question at the
+same moment, question after question (the first round is the first turns of a fresh server); the rows say which
+user, and the summary gives p50, p90 and max over all of them. Start the server with room for them
+(`-- --max_users N`: the default seats two).
+
 Usage: .venv/bin/python scripts/bench_latency.py [--url URL] [--transport vita|binary] [--voice hibari|piper]
-       [--rounds 1] [--barge 4] [--json out.json] [-- server flags]
+       [--users 1] [--rounds 1] [--questions 20] [--barge 4] [--json out.json] [-- server flags]
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
-from _bench import percentile
+from _bench import cpu_description, percentile
 from eval_answers import answered_turn, synthesize
 
 from vita.harness.client import RecordingClient
@@ -81,8 +87,10 @@ def playback(chunks: list[tuple[float, bytes]], stop_at: float | None = None) ->
     return gaps, played
 
 
-def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict | None:
-    said = mic.say(synthesize(voice, text))
+def ask(client: RecordingClient, mic: Microphone, voice: str, text: str, speech: np.ndarray | None = None
+        ) -> dict | None:
+    """Say `text` (in `voice`, or the `speech` given) and read the turn that answered it."""
+    said = mic.say(synthesize(voice, text) if speech is None else speech)
     said.done.wait(30)
     over = wait_turn_over(client, said.onset_sent)
     if over is None:
@@ -113,15 +121,17 @@ def ask(client: RecordingClient, mic: Microphone, voice: str, text: str) -> dict
             "chunks": len(audio)}
 
 
-def barge(client: RecordingClient, mic: Microphone, voice: str) -> dict | None:
+def barge(client: RecordingClient, mic: Microphone, voice: str, speech: dict[str, np.ndarray] | None = None
+          ) -> dict | None:
     """Ask for a long reply; ~1 s into its sound, speak over it: onset → the reply's sound quiet at the client."""
-    said = mic.say(synthesize(voice, BARGE_OVER))
+    speech = speech or {text: synthesize(voice, text) for text in (BARGE_OVER, BARGE_WITH)}
+    said = mic.say(speech[BARGE_OVER])
     said.done.wait(30)
     if not client.wait_for(lambda evs: any(n == "audio" and t > said.end_sent for t, n, _ in evs), 30):
         return None
     first_audio = next(t for t, n, _ in client.events if n == "audio" and t > said.end_sent)
     time.sleep(max(0.0, first_audio + 1.0 - time.monotonic()))
-    over = mic.say(synthesize(voice, BARGE_WITH))
+    over = mic.say(speech[BARGE_WITH])
     over.done.wait(30)
     client.wait_for(lambda evs: any(n == "stop_tts" and t > over.onset_sent for t, n, _ in evs), 5)
     wait_turn_over(client, over.onset_sent)
@@ -169,7 +179,26 @@ def stats(rows: list[dict], key: str) -> str:
     values = [r[key] for r in rows if r.get(key) is not None]
     if not values:
         return "-"
-    return f"p50 {statistics.median(values):.3f}, p90 {percentile(values, 0.9):.3f} (n={len(values)})"
+    return (f"p50 {statistics.median(values):.3f}, p90 {percentile(values, 0.9):.3f}, max {max(values):.3f} "
+            f"(n={len(values)})")
+
+
+def ask_together(clients: list[RecordingClient], mics: list[Microphone], voice: str, text: str,
+                 speech: np.ndarray) -> list[dict | None]:
+    """Every user says the same question at the same moment; each one's row (None: not answered)."""
+    rows: list[dict | None] = [None] * len(clients)
+
+    def one(user: int) -> None:
+        rows[user] = ask(clients[user], mics[user], voice, text, speech)
+        if rows[user] is not None:
+            rows[user]["user"] = user
+
+    threads = [threading.Thread(target=one, args=(user,), name=f"user-{user}") for user in range(len(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return rows
 
 
 def main() -> int:
@@ -177,7 +206,10 @@ def main() -> int:
     parser.add_argument("--url", help="a running server (default: start one with the default config)")
     parser.add_argument("--transport", choices=("vita", "binary"), default="vita")
     parser.add_argument("--voice", choices=("hibari", "piper"), default="hibari")
-    parser.add_argument("--rounds", type=int, default=1, help="times through the 20 questions, in one session")
+    parser.add_argument("--users", type=int, default=1, help="sessions asking each question at the same moment")
+    parser.add_argument("--rounds", type=int, default=1, help="times through the questions, in one session")
+    parser.add_argument("--questions", type=int, default=20,
+                        help="the first this many of the 20 questions (3: a fresh server's first turns)")
     parser.add_argument("--barge", type=int, default=4, help="interruption trials (after the questions)")
     parser.add_argument("--json", help="write every row here")
     parser.add_argument("--server_pid", type=int, help="with --url: the server's pid, for the CPU budget")
@@ -194,9 +226,11 @@ def main() -> int:
         url = server.url
     if args.client_nice:
         os.nice(args.client_nice)  # after the server started, so its processes keep their priority
-    client = RecordingClient(url).connect()
-    mic = Microphone(client, binary=args.transport == "binary")
-    questions = [q for pair in zip(SHORT, LONG + LONG, strict=False) for q in pair][:20]
+    clients = [RecordingClient(url).connect() for _ in range(args.users)]
+    mics = [Microphone(c, binary=args.transport == "binary", name=f"mic-{i}") for i, c in enumerate(clients)]
+    client, mic = clients[0], mics[0]
+    questions = [q for pair in zip(SHORT, LONG + LONG, strict=False) for q in pair][:min(args.questions, 20)]
+    speech = {q: synthesize(args.voice, q) for q in [*questions, BARGE_OVER, BARGE_WITH]}  # not while measuring
     rows, barges = [], []
     pid = server.process.pid if server is not None else args.server_pid
     cpu_before, wall_before = (thread_cpu(pid) if pid else {}), time.monotonic()
@@ -204,27 +238,32 @@ def main() -> int:
     try:
         for _ in range(args.rounds):
             for text in questions:
-                row = ask(client, mic, args.voice, text)
-                print(json.dumps(row), flush=True)
-                if row:
-                    rows.append(row)
+                for row in ask_together(clients, mics, args.voice, text, speech[text]):
+                    print(json.dumps(row), flush=True)
+                    if row:
+                        rows.append(row)
         cpu_after, wall = (thread_cpu(pid) if pid else {}), time.monotonic() - wall_before
         cpu_after["this client"] = cpu_before["this client"] = 0.0
         cpu_after["this client"] = sum(os.times()[:2]) - client_before
         for _ in range(args.barge):
-            row = barge(client, mic, args.voice)
+            row = barge(client, mic, args.voice, speech)
             print(json.dumps(row), flush=True)
             if row:
                 barges.append(row)
     finally:
-        mic.close()
-        client.close()
+        for each in mics:
+            each.close()
+        for each in clients:
+            each.close()
         if server is not None:
             from vita.harness.server import stop_server
 
             stop_server(server)
-    print(f"\n{args.transport} client, voice {args.voice}, {len(rows)} answered of "
-          f"{len(questions) * args.rounds}; seconds:")
+    machine = cpu_description()
+    print(f"\nCPU: {machine['model']} (family {machine['family']}, model {machine['model_number']}), "
+          f"{machine['isa']}, {machine['cores']} cores")
+    print(f"{args.transport} client, voice {args.voice}, {args.users} user(s) at once, {len(rows)} answered of "
+          f"{len(questions) * args.rounds * args.users}; seconds:")
     for key in ("client_v2v_s", "server_v2v_s", "speech_end_late_s", "end_of_speech_s", "asr_s", "first_token_s",
                 "first_piece_s", "tts_first_chunk_s", "prompt_tokens", "cached_tokens", "decode_tok_s", "max_gap_s"):
         print(f"  {key:18} {stats(rows, key)}")
@@ -239,7 +278,8 @@ def main() -> int:
         for name, seconds in budget[:16]:
             print(f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core")
     if args.json:
-        Path(args.json).write_text(json.dumps({"transport": args.transport, "voice": args.voice, "turns": rows,
+        Path(args.json).write_text(json.dumps({"transport": args.transport, "voice": args.voice, "users": args.users,
+                                               "cpu_model": machine, "turns": rows,
                                                "barge": barges, "cpu": dict(budget), "wall_s": wall}, indent=2))
     return 0
 

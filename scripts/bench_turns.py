@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -42,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _bench import percentile
+from _bench import cpu_description, percentile
 from bench import FRAME_MS, LONG_QUESTIONS, open_mic, send_speech
 from eval_answers import _digits, _norm, synthesize
 
@@ -637,18 +636,6 @@ def print_table(table: list[dict]) -> None:
           "docs/history.md).")
 
 
-def cpu() -> dict:
-    text = Path("/proc/cpuinfo").read_text()
-    flags = set(next((line for line in text.splitlines() if line.startswith("flags")), ":").split(":", 1)[1].split())
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    if "avx512_bf16" in flags:
-        isa = "AVX512-BF16" + (" and AVX512-VNNI" if "avx512_vnni" in flags else "") + (
-            " and AMX" if "amx_tile" in flags else ", no AMX")
-    else:
-        isa = "AVX2 only" if "avx2" in flags else "no AVX2"
-    return {"model": model, "cores": os.cpu_count(), "isa": isa, "load_average": os.getloadavg()}
-
-
 def plan(args: argparse.Namespace, voices: list[str]) -> dict[str, list[tuple[str, str, Callable]]]:
     """(group title, trial label, job) per kind; each job takes a client and returns its row."""
     n = max(1, args.trials)
@@ -726,7 +713,7 @@ def main() -> int:
         elif voice:
             voices.append(voice)
     started = time.monotonic()
-    machine = cpu()
+    machine = cpu_description()
     server = None
     url = args.url
     try:

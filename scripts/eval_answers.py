@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -233,6 +234,8 @@ def synthesize(voice: str, text: str) -> np.ndarray:
         return (soxr.resample(audio, engine.sample_rate, 16000) * 32767).clip(-32768, 32767).astype(np.int16)
     if voice.startswith("espeak"):
         variant = voice.partition(":")[2] or "en-us"
+        if shutil.which("espeak-ng") is None:
+            raise SystemExit("the espeak voice needs the espeak-ng program (Debian: apt-get install espeak-ng)")
         wav = subprocess.run(["espeak-ng", "-v", variant, "-s", "160", "--stdout", text], capture_output=True,
                              check=True).stdout
         import io
@@ -313,8 +316,11 @@ def main() -> int:
     parser.add_argument("--url", help="spoken: a running server (default: start one with the default config)")
     parser.add_argument("--voices", default="hibari,espeak:en-us", help="spoken: comma-separated voices")
     parser.add_argument("--json", help="write all results here")
-    parser.add_argument("server_args", nargs="*", help="spoken, after --: flags for the server it starts")
-    args = parser.parse_args()
+    # (split by hand: argparse does not give a positional list the words after "--" once `mode` is taken)
+    argv = sys.argv[1:]
+    server_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.server_args = server_args
     from vita.config import load_config
 
     questions = load_questions(args.set)

@@ -4,6 +4,7 @@ its question; and warming the engine up before the first."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from workers.generation import SamplingSettings
 from workers.local_engine import LocalVllmEngine
@@ -11,16 +12,38 @@ from workers.prompting import ConversationHistory
 from workers.tools.registry import ToolBox
 from workers.turn_run import WARM_DELAY_S
 
+# Questions of different lengths, as several users' first turns would bring (their answers are not kept).
+WARM_UP_QUESTIONS = ("What is the capital of France?", "How many legs does a spider have?",
+                     "Could you tell me what the weather is usually like in spring where you are?", "Why?")
+WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode
+
 
 class PrefixWarming:
     """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
 
     async def _warm_up(self) -> None:
-        # The persona (and the tools, where they go into it) then in the prefix cache before the first turn.
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!",
-                                                            tools=self._prefix_tools(self.toolbox)),
+        """Before /ready: the persona (and the tools, where they go into it) into the prefix cache, then what the
+        first turns will ask of the engine that one request does not: several sessions' questions prefilled and
+        decoded in one batch, their words read as they are prefilled (prompt log-probabilities). A CPU pays for a
+        shape the first time its kernels see it; paid here, not by the first users (who would wait seconds)."""
+        started = time.monotonic()
+        tools = self._prefix_tools(self.toolbox)
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
                                           self._sampling(), "warmup"):
             pass
+        if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
+            return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
+        sessions = max(2, min(self.config.server.max_users, len(WARM_UP_QUESTIONS)))
+
+        async def one(index: int) -> None:
+            prompt = self._text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools,
+                                       read_words=self.engine.reads_words)
+            async for _ in self.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=True),
+                                              f"warmup-{index}"):
+                pass
+
+        await asyncio.gather(*(one(i) for i in range(sessions)))
+        self.report.log.info("warmed up in %.1f s: one prompt, then %d at once", time.monotonic() - started, sessions)
 
     def _prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
         """The tools that are part of every prompt's prefix: none where they are offered beside the question
