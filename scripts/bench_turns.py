@@ -82,8 +82,8 @@ SESSION_TRIALS = 6
 STOP_WORDS = {"the", "and", "for", "you", "are", "was", "what", "how", "who", "why", "when", "where", "which", "this",
               "that", "with", "about", "please", "can", "could", "would", "should", "does", "did", "have", "has",
               "had", "its", "it's", "i'm", "what's", "tell", "like", "there", "some", "any", "him", "her", "she"}
-# Targets: the where it set one; the two marked * are references (see the table's footnotes).
-# The targets: end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
+# Targets: the design's where it set one; the two marked * are references (see the table's footnotes):
+# end of speech -> turn committed p50 <= 0.15 s, voice-to-voice p50 <= 0.5 s (on an AVX512-BF16
 # machine), requests with an inner pause cut early <= 5 %, noises and backchannels stopping a reply <= 1 in 20.
 # For interruptions: the first reaction (the duck) within
 # 150 ms and the reply stopped (stop_tts) within 0.8 s of the speech's onset, every one; judged here at p90.

@@ -246,11 +246,8 @@ class WhisperTranscriber:
         reuse, and once it has held buffers this large every later utterance's encode reuses them; warmed on a
         short window alone, each encode allocates afresh and stays slower (a two-second question: 0.91 s against
         0.63 s, on a 2-core AVX2 EPYC, whisper-base int8)."""
-        import ctranslate2
-
-        mels = self.model.feature_extractor.mel_filters.shape[0]  # 80, or 128 for large-v3
         frames = self.model.feature_extractor.nb_max_frames  # 3000: 30 s
-        self.model.model.encode(ctranslate2.StorageView.from_array(np.zeros((1, mels, frames), np.float32)))
+        self.model.encode(np.zeros((self.model.model.n_mels, frames), np.float32))
         window = window_seconds(1.0, self.short_window)
         if window is None or self._tokenizer is None:
             self.hear(bytes(2 * WHISPER_RATE))

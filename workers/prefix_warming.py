@@ -7,14 +7,17 @@ import asyncio
 import time
 
 from workers.generation import SamplingSettings
-from workers.local_engine import LocalVllmEngine
+from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.prompting import ConversationHistory
 from workers.tools.registry import ToolBox
 from workers.turn_run import WARM_DELAY_S
 
-# Questions of different lengths, as several users' first turns would bring (their answers are not kept).
-WARM_UP_QUESTIONS = ("What is the capital of France?", "How many legs does a spider have?",
-                     "Could you tell me what the weather is usually like in spring where you are?", "Why?")
+# Questions of different lengths, as several users' first turns would bring (their answers are not kept). Each
+# opens with a marker no user says: the prefix cache keeps blocks of 32 tokens, and a block that held the persona
+# and a real question's first words would be found by a user's first question, whose words would then go unread.
+WARM_UP_QUESTIONS = ("[warm-up] What is the capital of France?", "[warm-up] How many legs does a spider have?",
+                     "[warm-up] Could you tell me what the weather is usually like in spring where you are?",
+                     "[warm-up] Why?")
 WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode
 
 
@@ -34,15 +37,21 @@ class PrefixWarming:
         if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
             return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
         sessions = max(2, min(self.config.server.max_users, len(WARM_UP_QUESTIONS)))
+        reads = self.engine.reads_words and self.misheard_rule.reads
 
         async def one(index: int) -> None:
-            prompt = self._text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools,
-                                       read_words=self.engine.reads_words)
-            async for _ in self.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=True),
+            read = reads and index % 2 == 0  # (a turn's words are read only when Whisper was unsure of them)
+            prompt = self._text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools, read_words=read)
+            async for _ in self.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=read),
                                               f"warmup-{index}"):
                 pass
 
-        await asyncio.gather(*(one(i) for i in range(sessions)))
+        results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if any(isinstance(r, EngineFailed | asyncio.CancelledError) for r in failed):
+            raise failed[0]  # the engine itself stopped: the worker's failure, as on any turn
+        if failed:  # only an optimisation: the first turns then pay for these shapes themselves
+            self.report.log.warning("warm-up of several questions at once failed: %r", failed[0])
         self.report.log.info("warmed up in %.1f s: one prompt, then %d at once", time.monotonic() - started, sessions)
 
     def _prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:

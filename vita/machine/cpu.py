@@ -87,7 +87,7 @@ def apply_isa_cap() -> None:
 def choose_llm(cpu: CpuFeatures) -> tuple[str, str]:
     """llm.model 'auto': the bundled model this CPU answers best with at conversational speed, and the measured
     reason (2026-11-24, 2-core AMD EPYC Zen 4; the AVX2 branch with VITA_MAX_CPU_ISA=avx2; docs/models.md "Which LLM
-    serves" has the tables and commands)."""
+    serves" says why, with links to the tables and commands)."""
     if "amx_int8" in cpu.flags or "avx512_vnni" in cpu.flags:
         return ("qwen2.5-coder-1.5b-instruct-int8",
                 "the CPU has int8 instructions (AVX512-VNNI/AMX): the 1.5B model in int8 decodes 1.7x faster than "
