@@ -221,7 +221,8 @@ def main() -> int:
     if url is None:
         from vita.harness.server import start_server, wait_ready
 
-        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *args.server_args)
+        seats = () if "--max_users" in args.server_args else ("--max_users", str(max(2, args.users)))
+        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *seats, *args.server_args)
         wait_ready(server)
         url = server.url
     if args.client_nice:

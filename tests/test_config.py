@@ -17,8 +17,16 @@ def test_default_yaml_equals_builtin_defaults():
 def test_vita_defaults():
     config = config_from_args([])
     assert (config.server.ip, config.server.port, config.server.max_users, config.server.timeout) == \
-        ("127.0.0.1", 8081, 2, 600.0)
+        ("127.0.0.1", 8081, None, 600.0)  # max_users auto: sized from the measured speed
     assert config.server.tls is True
+
+
+def test_max_users_auto_from_the_flag_and_the_yaml(tmp_path):
+    (tmp_path / "five.yaml").write_text("server:\n  max_users: 5\n")
+    assert config_from_args(["--config", str(tmp_path / "five.yaml")]).server.max_users == 5
+    assert config_from_args(["--config", str(tmp_path / "five.yaml"), "--max_users", "auto"]).server.max_users is None
+    (tmp_path / "auto.yaml").write_text("server:\n  max_users: auto\n")
+    assert config_from_args(["--config", str(tmp_path / "auto.yaml")]).server.max_users is None
 
 
 def test_flags_override_yaml(tmp_path):

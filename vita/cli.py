@@ -26,6 +26,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"server.py: error: {message}\n")
 
 
+def _users(text: str) -> int | str:
+    """--max_users: a number, or "auto"."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of sessions or auto, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="server.py", description="Real-time multimodal voice-assistant server (VITA protocol).")
     p.add_argument("--config", help="YAML config (default: configs/default.yaml)")
@@ -34,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "Qwen2.5-Coder-1.5B-Instruct in int8)")
     p.add_argument("--ip", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8081)")
-    p.add_argument("--max_users", type=int, help="concurrent sessions (default 2)")
+    p.add_argument("--max_users", type=_users, help="concurrent sessions, or auto (the default): as many as this "
+                                                     "machine answers within ~2 s, measured as it starts")
     p.add_argument("--timeout", type=float, help="idle seconds before a session is closed (default 600)")
     p.add_argument("--certfile", help="TLS certificate (PEM); default: self-signed, generated on first start")
     p.add_argument("--keyfile", help="TLS private key (PEM) for --certfile")
@@ -76,7 +87,7 @@ def config_from_args(argv: list[str] | None = None) -> Config:
     ):
         value = getattr(args, flag)
         if value is not None:
-            setattr(target, attr, value)
+            setattr(target, attr, None if flag == "max_users" and value == "auto" else value)
     if args.no_tls:
         s.tls = False
     if args.turn_log is not None:

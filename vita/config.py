@@ -30,7 +30,7 @@ class ConfigError(ValueError):
 class ServerConfig:
     ip: str = "127.0.0.1"
     port: int = 8081
-    max_users: int = 2
+    max_users: int | None = None  # None ("auto"): sized from the speed the LLM worker measures
     timeout: float = 600.0
     tls: bool = True
     certfile: str | None = None
@@ -286,9 +286,14 @@ class Config:
 _SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools", "vision"}
 
 
+AUTO_OPTIONS = {"server.max_users"}  # options whose "auto" (or null) means: measured at start
+
+
 def _coerce(option: str, value: Any, default: Any, annotation: str) -> Any:
     """Coerce a YAML value to the field's type; YAML already gives ints/floats/bools."""
     optional = "None" in annotation
+    if option in AUTO_OPTIONS and value == "auto":
+        return None
     if value is None:
         if optional:
             return None

@@ -270,12 +270,23 @@ class SessionError:
 # --- workers -> front, on the status queue (never mixed with a session's outputs) ---------------------
 
 @dataclass(frozen=True)
+class MeasuredSpeed:
+    """What the LLM worker measured of this machine as it warmed up: the stages of one turn that sessions asking at
+    the same moment take one after another (what `--max_users auto` sizes the seats by)."""
+
+    asr_s: float  # Whisper on two seconds of audio
+    first_token_s: float  # a fresh prompt prefilled, to its first token
+    decode_tok_s: float  # one reply decoded, tokens a second
+
+
+@dataclass(frozen=True)
 class WorkerStatus:
     worker: str
     state: WorkerState
     detail: str = ""
     pid: int = 0
     at: float = field(default_factory=time.time)
+    measured: MeasuredSpeed | None = None  # (the LLM worker's, with READY)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from vita.messages import Shutdown, WorkerHeartbeat, WorkerState, WorkerStatus, read_messages
+from vita.messages import MeasuredSpeed, Shutdown, WorkerHeartbeat, WorkerState, WorkerStatus, read_messages
 
 log = logging.getLogger("vita.graph")
 
@@ -93,6 +93,8 @@ class ProcessGraph:
                  on_death: Callable[[str, str], None] = lambda name, detail: None):
         self.config = config
         self.on_death = on_death  # (worker name, what happened), called from the monitor thread
+        # (worker name, the speed it measured), called from the status thread when a worker reports it with READY
+        self.on_measured: Callable[[str, MeasuredSpeed], None] = lambda name, speed: None
         self._ctx = multiprocessing.get_context("spawn")
         self._specs = specs
         self._workers: dict[str, WorkerHandle] = {}
@@ -215,6 +217,11 @@ class ProcessGraph:
         if status.state is WorkerState.READY and process is not None:
             with contextlib.suppress(psutil.Error):
                 handle.descendants = psutil.Process(process.pid).children(recursive=True)
+        if status.measured is not None:
+            try:
+                self.on_measured(status.worker, status.measured)
+            except Exception:  # the seats stay as they were: never the status reader's end
+                log.exception("could not take the measured speed of the %s worker", status.worker)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask every worker to finish, then terminate whatever is left, descendants included."""

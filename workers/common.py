@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vita.messages import PUT_TIMEOUT_S, WorkerHeartbeat, WorkerState, WorkerStatus, put_or_drop
+from vita.messages import PUT_TIMEOUT_S, MeasuredSpeed, WorkerHeartbeat, WorkerState, WorkerStatus, put_or_drop
 
 _PR_SET_PDEATHSIG = 1
 PUBLISH_BOUND = 1024  # messages an event loop has published and its publisher thread has not yet put
@@ -52,9 +52,9 @@ class StatusReporter:
         self.outbox = outbox
         self.log = log
 
-    def __call__(self, state: WorkerState, detail: str = "") -> None:
+    def __call__(self, state: WorkerState, detail: str = "", measured: MeasuredSpeed | None = None) -> None:
         self.log.info("%s%s", state.value, f": {detail}" if detail else "")
-        put_or_drop(self.outbox, WorkerStatus(self.worker, state, detail, os.getpid()), self.log)
+        put_or_drop(self.outbox, WorkerStatus(self.worker, state, detail, os.getpid(), measured=measured), self.log)
 
     def heartbeat(self) -> None:
         """Call from the worker's main loop: the front restarts a worker whose heartbeats stop."""

@@ -24,6 +24,7 @@ from vita.messages import (
     EditHistory,
     EndSession,
     InterjectionCheck,
+    MeasuredSpeed,
     ResetHistory,
     SessionError,
     Shutdown,
@@ -86,6 +87,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.tts_put_timeout_s = TTS_PUT_TIMEOUT_S
         self.mode = InputMode(False)
         self.asr = None
+        self.asr_s = 0.0  # measured in setup
+        self.speed: MeasuredSpeed | None = None  # measured as the engine warms up (--max_users auto)
         self.second_asr = None  # asked when the first is unsure (asr.second_opinion)
         self.sight: VisionStage | None = None  # what a text-only model learns of the camera (None: nothing)
         self.vision_parts: tuple[str, ...] = ()  # the vision parts loaded (for /health)
@@ -121,6 +124,9 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
         self.asr.warm_up()
+        started = time.monotonic()  # what one short question's ASR takes here (--max_users auto)
+        self.asr.hear(bytes(2 * 2 * 16000))
+        self.asr_s = time.monotonic() - started
         self.second_asr = self._second_opinion()
         llm = cfg.llm
         if llm.url:
@@ -241,7 +247,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             await self._start_engine()
             self.report(WorkerState.LOADING, "warming up")
             await self._warm_up()
-            self.report(WorkerState.READY, self.describe())
+            self.report(WorkerState.READY, self.describe(), measured=self.speed)
             beating = asyncio.create_task(self._beat())
             serving = asyncio.create_task(self._serve_inbox())
             failing = asyncio.create_task(self.engine.wait_failed())

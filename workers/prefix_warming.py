@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from vita.messages import MeasuredSpeed
 from workers.generation import SamplingSettings
 from workers.local_engine import EngineFailed, LocalVllmEngine
 from workers.prompting import ConversationHistory
@@ -19,6 +20,7 @@ WARM_UP_QUESTIONS = ("[warm-up] What is the capital of France?", "[warm-up] How 
                      "[warm-up] Could you tell me what the weather is usually like in spring where you are?",
                      "[warm-up] Why?")
 WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode
+MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then stay as they are
 
 
 class PrefixWarming:
@@ -31,12 +33,20 @@ class PrefixWarming:
         shape the first time its kernels see it; paid here, not by the first users (who would wait seconds)."""
         started = time.monotonic()
         tools = self._prefix_tools(self.toolbox)
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
-                                          self._sampling(), "warmup"):
-            pass
+        first_at, first_tokens, tokens = None, 0, 0
+        async for delta in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
+                                              self._sampling(), "warmup"):
+            if first_at is None:
+                first_at, first_tokens = time.monotonic(), delta.tokens
+            tokens += delta.tokens
+        decoded_s = time.monotonic() - (first_at or started)
+        if first_at is not None and tokens - first_tokens >= MIN_MEASURED_TOKENS and decoded_s > 0:
+            self.speed = MeasuredSpeed(round(self.asr_s, 3), round(first_at - started, 3),
+                                       round((tokens - first_tokens) / decoded_s, 2))
         if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
             return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
-        sessions = max(2, min(self.config.server.max_users, len(WARM_UP_QUESTIONS)))
+        seats = self.config.server.max_users or len(WARM_UP_QUESTIONS)  # (auto: not sized yet)
+        sessions = max(2, min(seats, len(WARM_UP_QUESTIONS)))
         reads = self.engine.reads_words and self.misheard_rule.reads
 
         async def one(index: int) -> None:

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from tests.browser import chromium, open_page, write_wav
-from vita.harness.server import ROOT, running_server
+from vita.harness.server import ROOT, running_server, wait_health
 from vita.harness.speech import silence, spoken, voiced_span
+from vita.turns.sessions import MOST_AUTO_SEATS
 
 VITA_PAGE = ROOT / "tests" / "data" / "vita_page"
 QUESTION = "What is the capital of France?"
@@ -79,10 +80,18 @@ def test_vita_protocol_page_completes_a_spoken_turn(browser, server):
 
 @pytest.fixture(scope="module")
 def web_root_server(tmp_path_factory, vllm_api):
-    """Generating on the shared vLLM API server: the page's protocol, not the engine, is under test here."""
+    """Generating on the shared vLLM API server: the page's protocol, not the engine, is under test here. Its seats
+    are the default's, sized from the speed measured as it starts."""
     with running_server(tmp_path_factory.mktemp("web-root"), "--web_root", str(VITA_PAGE),
-                        "--turn_log", "off", "--llm_url", vllm_api.url) as running:
+                        "--turn_log", "off", "--llm_url", vllm_api.url, "--max_users", "auto") as running:
         yield running
+
+
+def test_auto_seats_are_sized_from_the_measured_speed_and_said(web_root_server):
+    health = wait_health(web_root_server, lambda h: not str(h.get("max_users_auto")).startswith("not measured"))
+    seats, why = health["max_users"], health["max_users_auto"]
+    assert 1 <= seats <= MOST_AUTO_SEATS and why.startswith(f"{seats} (measured here: ASR "), health
+    assert f"max_users auto: {why}" in web_root_server.log()
 
 
 def test_web_root_serves_the_operators_page_and_falls_back_to_ours(web_root_server):

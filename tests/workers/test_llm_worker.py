@@ -179,6 +179,13 @@ def pieces(llm: LlmHarness, session: str) -> list[tuple[float, TtsPiece]]:
     return [(t, p) for t, p in llm.of(session, TtsPiece) if p.text]
 
 
+def test_ready_says_how_fast_this_machine_is(llm):
+    """What --max_users auto sizes the seats by: measured as the worker warmed up, sent with READY."""
+    (ready,) = [m for _, m in llm.events if isinstance(m, WorkerStatus) and m.state == "ready"]
+    speed = ready.measured
+    assert speed is not None and 0 < speed.asr_s < 30 and 0 < speed.first_token_s < 60 and speed.decode_tok_s > 0
+
+
 def test_spoken_question_is_transcribed_and_answered_in_pieces(llm):
     transcript = llm.ask_spoken("spoken")
     assert "capital of france" in transcript.text.lower()

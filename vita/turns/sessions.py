@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vita.messages import ReplyText
+from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
@@ -72,11 +72,47 @@ class Session:
             return self._events.take(1.0, now)
 
 
+# --max_users auto: seats while the LLM worker has not measured this machine yet, and how they are sized after.
+SEATS_BEFORE_MEASURED = 2
+VOICE_TO_VOICE_BUDGET_S = 2.0  # the slowest of the users who ask at the same moment hears the answer by then
+FIRST_PIECE_TOKENS = 6  # decoded before the first words can be spoken
+MOST_AUTO_SEATS = 8
+
+
+def seats_for(speed: MeasuredSpeed) -> tuple[int, str]:
+    """How many sessions this machine serves within the budget, and why (for the log and /health).
+
+    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together share the
+    engine's decoding (batched) but wait for each other's ASR and prefill, which run one after another: each user
+    more adds those. So many users fit where both fit the budget; one always does."""
+    alone = speed.asr_s + speed.first_token_s + FIRST_PIECE_TOKENS / max(speed.decode_tok_s, 0.1)
+    each_more = max(speed.asr_s + speed.first_token_s, 0.01)
+    seats = 1 if alone >= VOICE_TO_VOICE_BUDGET_S else 1 + int((VOICE_TO_VOICE_BUDGET_S - alone) / each_more)
+    seats = min(seats, MOST_AUTO_SEATS)
+    return seats, (f"{seats} (measured here: ASR {speed.asr_s:.2f} s, first token {speed.first_token_s:.2f} s, "
+                   f"decoding {speed.decode_tok_s:.1f} tokens/s: one turn's first words ~{alone:.2f} s, "
+                   f"~{each_more:.2f} s more for each user asking at the same moment; budget "
+                   f"{VOICE_TO_VOICE_BUDGET_S:g} s)")
+
+
 class SessionRegistry:
-    def __init__(self, max_users: int):
-        self.max_users = max_users
+    def __init__(self, max_users: int | None):
+        """max_users None: auto, sized by `size` once the machine is measured."""
+        self.auto = max_users is None
+        self.max_users = SEATS_BEFORE_MEASURED if max_users is None else max_users
+        self.sized_by = ""  # auto: why this many
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+
+    def size(self, speed: MeasuredSpeed) -> str | None:
+        """Auto: seats from the measured speed (sessions already seated keep their seats); why, or None when the
+        operator set --max_users."""
+        if not self.auto:
+            return None
+        seats, why = seats_for(speed)
+        with self._lock:
+            self.max_users, self.sized_by = seats, why
+        return why
 
     def open(self, sid: str) -> Session | None:
         """Register a session, or None when the server is full."""

@@ -15,7 +15,7 @@ from flask_socketio import SocketIO
 
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
-from vita.messages import REPLY_MODES, ResetHistory, put_or_drop
+from vita.messages import REPLY_MODES, MeasuredSpeed, ResetHistory, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -105,6 +105,7 @@ class FrontApp:
         self.turns = TurnController(config, Ears.load(config), self.emit, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, rtc=self.rtc)
         graph.on_death = self.on_worker_death
+        graph.on_measured = self.on_measured
         install_routes(self)
         self._events()
 
@@ -181,6 +182,12 @@ class FrontApp:
         session = self._session(sid)
         if session is not None:
             self.turns.report(session, code, message)
+
+    def on_measured(self, worker: str, speed: MeasuredSpeed) -> None:
+        """The LLM worker measured this machine (as it became ready): --max_users auto takes its seats from that."""
+        why = self.sessions.size(speed)
+        if why is not None:
+            log.info("max_users auto: %s", why)
 
     def on_worker_death(self, worker: str, detail: str) -> None:
         """A worker died (the graph restarts it): end the turns it took with it and tell every session."""

@@ -71,7 +71,9 @@ def install_routes(front: FrontApp) -> None:
             "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
             **thread_counts(),
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-            "max_users": front.config.server.max_users,
+            "max_users": front.sessions.max_users,
+            "max_users_auto": front.sessions.sized_by or (f"not measured: {front.sessions.max_users} until it is"
+                                                          if front.sessions.auto else None),
             "uptime_s": round(time.time() - front.started_at, 1),
             "turn_log": {"path": str(front.turn_log.path) if front.turn_log.path else None,
                          "ok": front.turn_log.error is None, "error": front.turn_log.error,
