@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from vita.capacity import seats_for
 from vita.messages import MeasuredSpeed
 from workers.generation import SamplingSettings
 from workers.local_engine import EngineFailed, LocalVllmEngine
@@ -45,7 +46,9 @@ class PrefixWarming:
                                        round((tokens - first_tokens) / decoded_s, 2))
         if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
             return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
-        seats = self.config.server.max_users or len(WARM_UP_QUESTIONS)  # (auto: not sized yet)
+        seats = self.config.server.max_users  # auto: what the front will make of the speed just measured
+        if seats is None:
+            seats = seats_for(self.speed)[0] if self.speed is not None else len(WARM_UP_QUESTIONS)
         sessions = max(2, min(seats, len(WARM_UP_QUESTIONS)))
         reads = self.engine.reads_words and self.misheard_rule.reads
 

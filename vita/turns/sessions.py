@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vita.capacity import SEATS_BEFORE_MEASURED, seats_for
 from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
@@ -70,29 +71,6 @@ class Session:
             if self._events is None:
                 self._events = RateBudget(per_s, per_s, now)
             return self._events.take(1.0, now)
-
-
-# --max_users auto: seats while the LLM worker has not measured this machine yet, and how they are sized after.
-SEATS_BEFORE_MEASURED = 2
-VOICE_TO_VOICE_BUDGET_S = 2.0  # the slowest of the users who ask at the same moment hears the answer by then
-FIRST_PIECE_TOKENS = 6  # decoded before the first words can be spoken
-MOST_AUTO_SEATS = 8
-
-
-def seats_for(speed: MeasuredSpeed) -> tuple[int, str]:
-    """How many sessions this machine serves within the budget, and why (for the log and /health).
-
-    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together share the
-    engine's decoding (batched) but wait for each other's ASR and prefill, which run one after another: each user
-    more adds those. So many users fit where both fit the budget; one always does."""
-    alone = speed.asr_s + speed.first_token_s + FIRST_PIECE_TOKENS / max(speed.decode_tok_s, 0.1)
-    each_more = max(speed.asr_s + speed.first_token_s, 0.01)
-    seats = 1 if alone >= VOICE_TO_VOICE_BUDGET_S else 1 + int((VOICE_TO_VOICE_BUDGET_S - alone) / each_more)
-    seats = min(seats, MOST_AUTO_SEATS)
-    return seats, (f"{seats} (measured here: ASR {speed.asr_s:.2f} s, first token {speed.first_token_s:.2f} s, "
-                   f"decoding {speed.decode_tok_s:.1f} tokens/s: one turn's first words ~{alone:.2f} s, "
-                   f"~{each_more:.2f} s more for each user asking at the same moment; budget "
-                   f"{VOICE_TO_VOICE_BUDGET_S:g} s)")
 
 
 class SessionRegistry:
