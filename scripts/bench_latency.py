@@ -14,8 +14,8 @@ The microphone stays open throughout (silence between questions), questions are 
 
 Several users (`--users N`): N sessions, each its own connection and open microphone, ask the same question at the
 same moment, question after question (the first round is the first turns of a fresh server); the rows say which
-user, and the summary gives p50, p90 and max over all of them. Start the server with room for them
-(`-- --max_users N`: the default seats two).
+user, and the summary gives p50, p90 and max over all of them. The server it starts gets `--max_users` N (at
+least 2); a server of your own (`--url`) needs the seats.
 
 Usage: .venv/bin/python scripts/bench_latency.py [--url URL] [--transport vita|binary] [--voice hibari|piper]
        [--users 1] [--rounds 1] [--questions 20] [--barge 4] [--json out.json] [-- server flags]

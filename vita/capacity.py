@@ -10,16 +10,19 @@ SEATS_BEFORE_MEASURED = 2
 VOICE_TO_VOICE_BUDGET_S = 2.0  # the slowest of the users who ask at the same moment hears the answer by then
 FIRST_PIECE_TOKENS = 6  # decoded before the first words can be spoken
 MOST_AUTO_SEATS = 8
+DECODE_SHARE_LOST = 0.5  # what another stream in the batch adds to a reply's decoding, as a share of it alone
 
 
 def seats_for(speed: MeasuredSpeed) -> tuple[int, str]:
     """How many sessions this machine serves within the budget, and why (for the log and /health).
 
-    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together share the
-    engine's decoding (batched) but wait for each other's ASR and prefill, which run one after another: each user
-    more adds those. So many users fit where both fit the budget; one always does."""
-    alone = speed.asr_s + speed.first_token_s + FIRST_PIECE_TOKENS / max(speed.decode_tok_s, 0.1)
-    each_more = max(speed.asr_s + speed.first_token_s, 0.01)
+    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together wait for
+    each other's ASR and prefill, which run one after another, and share the engine's decoding (batched, each
+    stream slower): each user more adds ASR + first token + about half the first words' decoding (on a 2-core Zen 1
+    EPYC a second user added 2.0 s at p50; this says 1.9). So many users fit the budget; one always does."""
+    first_words = FIRST_PIECE_TOKENS / max(speed.decode_tok_s, 0.1)
+    alone = speed.asr_s + speed.first_token_s + first_words
+    each_more = max(speed.asr_s + speed.first_token_s + DECODE_SHARE_LOST * first_words, 0.01)
     seats = 1 if alone >= VOICE_TO_VOICE_BUDGET_S else 1 + int((VOICE_TO_VOICE_BUDGET_S - alone) / each_more)
     seats = min(seats, MOST_AUTO_SEATS)
     return seats, (f"{seats} (measured here: ASR {speed.asr_s:.2f} s, first token {speed.first_token_s:.2f} s, "

@@ -292,7 +292,7 @@ AUTO_OPTIONS = {"server.max_users"}  # options whose "auto" (or null) means: mea
 def _coerce(option: str, value: Any, default: Any, annotation: str) -> Any:
     """Coerce a YAML value to the field's type; YAML already gives ints/floats/bools."""
     optional = "None" in annotation
-    if option in AUTO_OPTIONS and value == "auto":
+    if option in AUTO_OPTIONS and str(value).strip().lower() == "auto":
         return None
     if value is None:
         if optional:

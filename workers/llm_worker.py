@@ -75,6 +75,7 @@ HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
+ASR_DECODE_FACTOR = 1.4  # a short question's ASR against its encoder's time alone (see _time_asr)
 
 
 class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
@@ -124,9 +125,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
         self.asr.warm_up()
-        started = time.monotonic()  # what one short question's ASR takes here (--max_users auto)
-        self.asr.hear(bytes(2 * 2 * 16000))
-        self.asr_s = time.monotonic() - started
+        self.asr_s = self._time_asr()
         self.second_asr = self._second_opinion()
         llm = cfg.llm
         if llm.url:
@@ -232,6 +231,17 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             self.arithmetic.close()
         if self.engine is not None:
             self.engine.close()
+
+    def _time_asr(self) -> float:
+        """What one short question's ASR takes here (--max_users auto): Whisper on two seconds of silence is its
+        encoder's time, the best of two (the TTS worker loads beside it); a question's dozen tokens of decoding
+        add ~40 % to that (0.41 -> 0.57 s, whisper-base on a 2-core EPYC)."""
+        runs = []
+        for _ in range(2):
+            started = time.monotonic()
+            self.asr.hear(bytes(2 * 2 * 16000))
+            runs.append(time.monotonic() - started)
+        return min(runs) * ASR_DECODE_FACTOR
 
     def inject_engine_fault(self) -> None:
         """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the in-process engine's thread raises as a failing step

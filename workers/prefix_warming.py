@@ -21,6 +21,9 @@ WARM_UP_QUESTIONS = ("[warm-up] What is the capital of France?", "[warm-up] How 
                      "[warm-up] Could you tell me what the weather is usually like in spring where you are?",
                      "[warm-up] Why?")
 WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode
+# The speed measured (--max_users auto): a question whose answer runs on, with its own marker (see above).
+MEASURED_QUESTION = "[warm-up] Tell me about the sea."
+MEASURED_TOKENS = 16
 MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then stay as they are
 
 
@@ -34,16 +37,13 @@ class PrefixWarming:
         shape the first time its kernels see it; paid here, not by the first users (who would wait seconds)."""
         started = time.monotonic()
         tools = self._prefix_tools(self.toolbox)
-        first_at, first_tokens, tokens = None, 0, 0
-        async for delta in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
-                                              self._sampling(), "warmup"):
-            if first_at is None:
-                first_at, first_tokens = time.monotonic(), delta.tokens
-            tokens += delta.tokens
-        decoded_s = time.monotonic() - (first_at or started)
-        if first_at is not None and tokens - first_tokens >= MIN_MEASURED_TOKENS and decoded_s > 0:
-            self.speed = MeasuredSpeed(round(self.asr_s, 3), round(first_at - started, 3),
-                                       round((tokens - first_tokens) / decoded_s, 2))
+        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
+                                          self._sampling(), "warmup"):
+            pass
+        self.speed = await self._measure_speed(tools)
+        if self.speed is None:
+            self.report.log.warning("the engine's speed could not be measured (it counted too few tokens): "
+                                    "--max_users auto keeps its seats as they are")
         if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
             return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
         seats = self.config.server.max_users  # auto: what the front will make of the speed just measured
@@ -65,7 +65,26 @@ class PrefixWarming:
             raise failed[0]  # the engine itself stopped: the worker's failure, as on any turn
         if failed:  # only an optimisation: the first turns then pay for these shapes themselves
             self.report.log.warning("warm-up of several questions at once failed: %r", failed[0])
-        self.report.log.info("warmed up in %.1f s: one prompt, then %d at once", time.monotonic() - started, sessions)
+        self.report.log.info("warmed up in %.1f s: two prompts, then %d at once", time.monotonic() - started, sessions)
+
+    async def _measure_speed(self, tools: ToolBox | None) -> MeasuredSpeed | None:
+        """A question as a turn brings it, on the engine now warm: its first token and its decoding speed, with the
+        ASR time measured in setup (--max_users auto sizes the seats by them)."""
+        started = time.monotonic()
+        first_at, first_tokens, tokens = None, 0, 0
+        async for delta in self.engine.stream(self._text_prompt(ConversationHistory(0), MEASURED_QUESTION,
+                                                                tools=tools),
+                                              SamplingSettings(MEASURED_TOKENS, 0.0), "warmup-measured"):
+            if first_at is None:
+                first_at, first_tokens = time.monotonic(), delta.tokens
+            tokens += delta.tokens
+        if first_at is None:
+            return None
+        decoded = tokens - max(first_tokens, 1)  # (a remote engine counts every token at the end, the first too)
+        decoded_s = time.monotonic() - first_at
+        if decoded < MIN_MEASURED_TOKENS or decoded_s <= 0:
+            return None
+        return MeasuredSpeed(round(self.asr_s, 3), round(first_at - started, 3), round(decoded / decoded_s, 2))
 
     def _prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
         """The tools that are part of every prompt's prefix: none where they are offered beside the question

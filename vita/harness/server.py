@@ -54,7 +54,8 @@ def start_server(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Ru
     port = free_port()
     state = tmp / "state"
     log_path = tmp / "server.log"
-    if "--max_users" not in args:  # (tests and benchmarks count on two seats, whatever this CPU's speed)
+    if not any(a == "--max_users" or a.startswith("--max_users=") for a in args):
+        # (tests and benchmarks count on two seats, whatever this CPU's speed)
         args = (*args, "--max_users", "2")
     if "--vision" not in args and os.environ.get("VITA_HARNESS_VISION") in ("on", "off"):
         args = (*args, "--vision", os.environ["VITA_HARNESS_VISION"])  # (the test suite's default: off)

@@ -13,6 +13,7 @@ from typing import Any
 from flask import Flask, request
 from flask_socketio import SocketIO
 
+from vita.capacity import seats_for
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
 from vita.messages import REPLY_MODES, MeasuredSpeed, ResetHistory, put_or_drop
@@ -186,8 +187,13 @@ class FrontApp:
     def on_measured(self, worker: str, speed: MeasuredSpeed) -> None:
         """The LLM worker measured this machine (as it became ready): --max_users auto takes its seats from that."""
         why = self.sessions.size(speed)
-        if why is not None:
-            log.info("max_users auto: %s", why)
+        if why is None:
+            log.info("measured this machine: --max_users auto would seat %s", seats_for(speed)[1])
+            return
+        log.info("max_users auto: %s", why)
+        if self.config.llm.url or self.config.server.message_queue:
+            log.warning("max_users auto measured this front's turns alone: fronts that share one engine or one "
+                        "machine should each be given --max_users")
 
     def on_worker_death(self, worker: str, detail: str) -> None:
         """A worker died (the graph restarts it): end the turns it took with it and tell every session."""
