@@ -32,6 +32,7 @@ from vita.messages import (
     read_messages,
 )
 from workers.common import StatusReporter, install_fault_signal, prepare_process, run_stage
+from workers.phrase_cache import PhraseCache
 from workers.tts_text import normalize_for_speech
 
 NAME = "tts"
@@ -83,6 +84,7 @@ class TurnAudio:
     first_chunk_s: float | None = None
     synth_s: float = 0.0
     audio_s: float = 0.0
+    said_before: int = 0  # pieces played from the phrase cache
 
 
 class TtsWorker:
@@ -100,6 +102,7 @@ class TtsWorker:
         self.turns: dict[tuple[str, int], TurnAudio] = {}
         self.stop = threading.Event()
         self.lose_next_end = False  # set by the test fault signal (install_fault_signal)
+        self.phrases = PhraseCache()  # short phrases said before, as spoken (only the synthesis loop uses it)
         self.out_rate = config.tts.output_sample_rate
         self.chunk_samples = self.out_rate * config.tts.chunk_ms // 1000
 
@@ -199,7 +202,7 @@ class TtsWorker:
         if text:
             engine = self._engine(piece.voice)
             started = time.monotonic()
-            for audio in engine.synthesize(text):
+            for audio in self._voiced(piece.voice, engine, text, turn):
                 turn.synth_s += time.monotonic() - started
                 turn.audio_s += audio.size / engine.sample_rate
                 if not self._send_whole_chunks(key, turn, turn.resampler.resample_chunk(audio)):
@@ -213,7 +216,7 @@ class TtsWorker:
                 return
             del self.turns[key]
             timings = {"synth_s": turn.synth_s, "audio_s": turn.audio_s,
-                       "rtf": turn.synth_s / turn.audio_s if turn.audio_s else 0.0}
+                       "rtf": turn.synth_s / turn.audio_s if turn.audio_s else 0.0, "said_before": turn.said_before}
             if turn.first_chunk_s is not None:
                 timings["first_chunk_s"] = turn.first_chunk_s
             # Timings go before the last chunk: the front forgets the turn when the last chunk arrives.
@@ -224,6 +227,21 @@ class TtsWorker:
                 self.report.log.warning("test fault: the end of turn %s:%s is not sent", *key)
                 return
             self._put_chunk(key, turn, b"", last=True)  # the turn's end: nothing more comes for it
+
+    def _voiced(self, voice: str | None, engine: PiperEngine, text: str, turn: TurnAudio) -> Iterator[np.ndarray]:
+        """The text's audio, sentence by sentence: from the phrase cache when this voice said it before, else
+        synthesized (and kept once whole)."""
+        name = voice if voice in self.engines else self.config.tts.voice
+        kept = self.phrases.get(name, text)
+        if kept is not None:
+            turn.said_before += 1
+            yield from kept
+            return
+        spoken = []
+        for audio in engine.synthesize(text):
+            spoken.append(audio)
+            yield audio
+        self.phrases.put(name, text, tuple(spoken))
 
     def _engine(self, voice: str | None) -> PiperEngine:
         return self.engines.get(voice or "", self.engines[self.config.tts.voice])

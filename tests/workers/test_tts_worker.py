@@ -65,6 +65,20 @@ def ended(session: str, turn: int):
     return lambda m: isinstance(m, TtsChunk) and m.last and (m.session_id, m.turn_id) == (session, turn)
 
 
+def test_a_phrase_said_again_is_played_from_the_cache(tts):
+    phrase = "Sorry, I can't work that out: division by zero."
+    heard = []
+    for turn in (7, 8):
+        tts.put(TtsPiece("cache", turn, 0, phrase))
+        tts.put(TtsPiece("cache", turn, 1, "", last=True))
+        out = tts.wait(ended("cache", turn), 30)
+        timings = next(m for m in out if isinstance(m, TurnTimings)).timings
+        heard.append((b"".join(m.pcm for m in out if isinstance(m, TtsChunk)), timings["said_before"]))
+    (first, cached_first), (again, cached_again) = heard
+    assert cached_first == 0 and cached_again == 1
+    assert again == first and len(first) > 24000  # the same speech, sample for sample
+
+
 def test_sentence_becomes_24khz_chunks_that_transcribe_back(tts):
     tts.put(TtsPiece("a", 1, 0, SENTENCE))
     tts.put(TtsPiece("a", 1, 1, "", last=True))

@@ -1,0 +1,41 @@
+"""A voice's recent short phrases, kept as spoken: said again, they cost no synthesis.
+
+The assistant says some things over and over, word for word: "Sorry, I didn't catch that. Could you say it again?",
+a tool's refusal, a greeting. Piper takes a core for ~0.1-0.3 s per phrase on two cores, time taken from the engine
+decoding another session's reply; a phrase said a second time is played from here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+MAX_PHRASE_CHARS = 160  # longer pieces are rarely said twice word for word
+MAX_BYTES = 16 * 2**20  # ~6 minutes of 22 kHz speech in all
+
+
+class PhraseCache:
+    """Least recently used phrases per (voice, text), bounded by bytes; one thread uses it (the synthesis loop)."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, max_chars: int = MAX_PHRASE_CHARS):
+        self.max_bytes, self.max_chars = max_bytes, max_chars
+        self.phrases: OrderedDict[tuple[str, str], tuple[np.ndarray, ...]] = OrderedDict()
+        self.bytes = 0
+
+    def get(self, voice: str, text: str) -> tuple[np.ndarray, ...] | None:
+        key = (voice, text)
+        audio = self.phrases.get(key)
+        if audio is not None:
+            self.phrases.move_to_end(key)
+        return audio
+
+    def put(self, voice: str, text: str, audio: tuple[np.ndarray, ...]) -> None:
+        size = sum(a.nbytes for a in audio)
+        if len(text) > self.max_chars or size > self.max_bytes or (voice, text) in self.phrases:
+            return
+        self.phrases[(voice, text)] = audio
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, dropped = self.phrases.popitem(last=False)
+            self.bytes -= sum(a.nbytes for a in dropped)
