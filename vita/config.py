@@ -206,7 +206,7 @@ class VisionConfig:
     people: bool = True  # faces counted, looking at the camera or not (MediaPipe; Haar cascades without it)
     hands: bool = True  # hands, raised fingers and a few gestures (MediaPipe)
     threads: int = 1  # per model: the vision thread runs beside the engine at a lower priority
-    wait_ms: int = 3000  # how long a turn waits for the picture's analysis before going on without it
+    wait_ms: int = 6000  # how long a turn waits for the picture's analysis before going on without it
 
 
 @dataclass

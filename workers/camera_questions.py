@@ -30,6 +30,8 @@ _ABOUT_CAMERA = re.compile(
     r"|\b(this|these)\W*$", re.I)
 
 # Words to the model beside a question about the camera (measured wordings: docs/vision.md).
+# A camera question whose picture is not analysed within vision.wait_ms, and nothing earlier of that camera is.
+STILL_LOOKING = "I'm still looking at the picture. Ask me again in a moment."
 CAMERA_SHOWS = "Vita's camera shows, right now: {seen}. Answer the user's question from this only."
 MAX_QUESTION_CHARS = 300  # what is looked at of a question (spaces collapsed): a camera question is short
 

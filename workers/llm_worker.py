@@ -36,7 +36,7 @@ from vita.messages import (
 )
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
-from workers.camera_questions import CAMERA_OFF, CAMERA_SHOWS, asks_about_camera
+from workers.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.fair_share import ServiceLedger
 from workers.generation import EnginePrompt, SamplingSettings, TextEngine
@@ -537,6 +537,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             seen = None
         run.timings["vision_wait_s"] = time.monotonic() - started
         if seen is None:
+            # Nothing of this camera is analysed yet: say so, rather than let the model answer blind (it invents).
+            run.direct = STILL_LOOKING if late else ""
             return
         run.cues = render(seen.scene, run.user_text)
         if run.cues:

@@ -214,14 +214,22 @@ def test_the_server_ducks_a_reply_for_clients_that_cannot(client):
     """From the onset of speech over the reply until it is known to be a backchannel, what is sent is at a fifth
     of its volume; then at full volume again."""
     speaking_a_long_reply(client)
-    stream(client.sio, np.concatenate([spoken("Okay."), silence(0.3)]), chunk_ms=32, binary=True)
-    assert client.wait_event("unduck", 5), client.events
-    duck_at = next(t for t, n, _ in client.events if n == "duck")
-    unduck_at = next(t for t, n, _ in client.events if n == "unduck")
-    before = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, 0.0, duck_at)]
-    # what was sent before the duck (at most the lead, 0.25 s, plus the socket's time) may still arrive loud
-    ducked = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, duck_at + 0.3, unduck_at)]
-    assert ducked, "no audio arrived while the reply was ducked"
+    # A backchannel over the reply, again if the reply had nothing to send while it was ducked (its next piece still
+    # being synthesized on a loaded machine): the duck is seen on audio sent in the window.
+    ducked: list[int] = []
+    for attempt in range(3):
+        stream(client.sio, np.concatenate([spoken("Okay."), silence(0.3)]), chunk_ms=32, binary=True)
+        assert client.wait_for(lambda evs, n=attempt + 1: sum(e == "unduck" for _, e, _ in evs) >= n, 5), \
+            client.story()
+        duck_at = [t for t, n, _ in client.events if n == "duck"][attempt]
+        unduck_at = [t for t, n, _ in client.events if n == "unduck"][attempt]
+        # what was sent before the duck (at most the lead, 0.25 s, plus the socket's time) may still arrive loud
+        ducked = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, duck_at + 0.3, unduck_at)]
+        if ducked:
+            break
+    first_duck = next(t for t, n, _ in client.events if n == "duck")
+    before = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, 0.0, first_duck)]
+    assert ducked, "no audio arrived while the reply was ducked, three times"
     assert max(ducked) <= 0.3 * max(before), (ducked, max(before))
     assert client.wait_for(lambda evs: any(n == "state" and d["state"] == "listening" for _, n, d in evs), 60)
     loud_again = [int(np.abs(pcm).max()) for _, pcm in audio_after(client, unduck_at + 0.3)]
