@@ -221,7 +221,8 @@ def main() -> int:
     if url is None:
         from vita.harness.server import start_server, wait_ready
 
-        seats = () if "--max_users" in args.server_args else ("--max_users", str(max(2, args.users)))
+        given = any(a == "--max_users" or a.startswith("--max_users=") for a in args.server_args)
+        seats = () if given else ("--max_users", str(max(2, args.users)))
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *seats, *args.server_args)
         wait_ready(server)
         url = server.url

@@ -36,11 +36,11 @@ def main() -> int:
     manager, queues, worker, _ = start_worker(run_tts_worker, "tts", config, daemon=True)
     rows = []
     turn = 0
-    for _ in range(args.runs):
+    for run in range(args.runs):
         for text in PIECES:
             turn += 1
-            sent = time.monotonic()
-            queues["tts"].put(TtsPiece("bench", turn, 0, text, last=True))
+            sent = time.monotonic()  # (a session per run: a phrase said again in one session is not synthesized)
+            queues["tts"].put(TtsPiece(f"bench-{run}", turn, 0, text, last=True))
             first = None
             while True:
                 message = queues["outputs"].get(timeout=60)

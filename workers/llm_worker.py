@@ -538,7 +538,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         run.timings["vision_wait_s"] = time.monotonic() - started
         if seen is None:
             # Nothing of this camera is analysed yet: say so, rather than let the model answer blind (it invents).
-            run.direct = STILL_LOOKING if late else ""
+            run.direct = STILL_LOOKING if late and self.config.vision.wait_ms > 0 else ""  # (0: go on without)
             return
         run.cues = render(seen.scene, run.user_text)
         if run.cues:

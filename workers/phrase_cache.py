@@ -1,8 +1,9 @@
-"""A voice's recent short phrases, kept as spoken: said again, they cost no synthesis.
+"""A session's recent short phrases, kept as spoken: said again in that session, they cost no synthesis.
 
 The assistant says some things over and over, word for word: "Sorry, I didn't catch that. Could you say it again?",
-a tool's refusal, a greeting. Piper takes a core for ~0.1-0.3 s per phrase on two cores, time taken from the engine
-decoding another session's reply; a phrase said a second time is played from here.
+a tool's refusal typed again and again, a greeting. Piper takes a core for ~0.1-0.3 s per phrase on two cores, time
+taken from the engine decoding another session's reply; a phrase said a second time is played from here. Kept per
+session, never shared: how fast a phrase came would tell one user what the assistant said to another.
 """
 
 from __future__ import annotations
@@ -16,26 +17,32 @@ MAX_BYTES = 16 * 2**20  # ~6 minutes of 22 kHz speech in all
 
 
 class PhraseCache:
-    """Least recently used phrases per (voice, text), bounded by bytes; one thread uses it (the synthesis loop)."""
+    """Least recently used phrases per (session, voice, text), bounded by bytes in all; one thread uses it (the
+    synthesis loop)."""
 
     def __init__(self, max_bytes: int = MAX_BYTES, max_chars: int = MAX_PHRASE_CHARS):
         self.max_bytes, self.max_chars = max_bytes, max_chars
-        self.phrases: OrderedDict[tuple[str, str], tuple[np.ndarray, ...]] = OrderedDict()
+        self.phrases: OrderedDict[tuple[str, str, str], tuple[np.ndarray, ...]] = OrderedDict()
         self.bytes = 0
 
-    def get(self, voice: str, text: str) -> tuple[np.ndarray, ...] | None:
-        key = (voice, text)
+    def get(self, session: str, voice: str, text: str) -> tuple[np.ndarray, ...] | None:
+        key = (session, voice, text)
         audio = self.phrases.get(key)
         if audio is not None:
             self.phrases.move_to_end(key)
         return audio
 
-    def put(self, voice: str, text: str, audio: tuple[np.ndarray, ...]) -> None:
+    def put(self, session: str, voice: str, text: str, audio: tuple[np.ndarray, ...]) -> None:
         size = sum(a.nbytes for a in audio)
-        if len(text) > self.max_chars or size > self.max_bytes or (voice, text) in self.phrases:
+        if len(text) > self.max_chars or size > self.max_bytes or (session, voice, text) in self.phrases:
             return
-        self.phrases[(voice, text)] = audio
+        self.phrases[(session, voice, text)] = audio
         self.bytes += size
         while self.bytes > self.max_bytes:
             _, dropped = self.phrases.popitem(last=False)
             self.bytes -= sum(a.nbytes for a in dropped)
+
+    def forget(self, session: str) -> None:
+        """A session that ended: its phrases go."""
+        for key in [k for k in self.phrases if k[0] == session]:
+            self.bytes -= sum(a.nbytes for a in self.phrases.pop(key))

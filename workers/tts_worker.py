@@ -183,6 +183,7 @@ class TtsWorker:
     def _drop_session(self, session_id: str) -> None:
         for key in [k for k in self.turns if k[0] == session_id]:
             del self.turns[key]
+        self.phrases.forget(session_id)
 
     def speak(self, piece: TtsPiece) -> None:
         key = (piece.session_id, piece.turn_id)
@@ -202,7 +203,7 @@ class TtsWorker:
         if text:
             engine = self._engine(piece.voice)
             started = time.monotonic()
-            for audio in self._voiced(piece.voice, engine, text, turn):
+            for audio in self._voiced(piece.session_id, piece.voice, engine, text, turn):
                 turn.synth_s += time.monotonic() - started
                 turn.audio_s += audio.size / engine.sample_rate
                 if not self._send_whole_chunks(key, turn, turn.resampler.resample_chunk(audio)):
@@ -228,11 +229,12 @@ class TtsWorker:
                 return
             self._put_chunk(key, turn, b"", last=True)  # the turn's end: nothing more comes for it
 
-    def _voiced(self, voice: str | None, engine: PiperEngine, text: str, turn: TurnAudio) -> Iterator[np.ndarray]:
-        """The text's audio, sentence by sentence: from the phrase cache when this voice said it before, else
-        synthesized (and kept once whole)."""
+    def _voiced(self, session: str, voice: str | None, engine: PiperEngine, text: str, turn: TurnAudio
+                ) -> Iterator[np.ndarray]:
+        """The text's audio, sentence by sentence: from the phrase cache when this session heard it in this voice
+        before, else synthesized (and kept once whole)."""
         name = voice if voice in self.engines else self.config.tts.voice
-        kept = self.phrases.get(name, text)
+        kept = self.phrases.get(session, name, text)
         if kept is not None:
             turn.said_before += 1
             yield from kept
@@ -241,7 +243,7 @@ class TtsWorker:
         for audio in engine.synthesize(text):
             spoken.append(audio)
             yield audio
-        self.phrases.put(name, text, tuple(spoken))
+        self.phrases.put(session, name, text, tuple(spoken))
 
     def _engine(self, voice: str | None) -> PiperEngine:
         return self.engines.get(voice or "", self.engines[self.config.tts.voice])

@@ -1,4 +1,4 @@
-"""The TTS worker's phrase cache: what it keeps, and what it lets go first."""
+"""The TTS worker's phrase cache: what it keeps, for whom, and what it lets go first."""
 
 from __future__ import annotations
 
@@ -14,25 +14,35 @@ def audio(samples: int) -> tuple[np.ndarray, ...]:
     return (np.zeros(samples, np.int16), np.ones(samples, np.int16))
 
 
-def test_a_phrase_said_before_comes_back_for_its_voice_only():
+def test_a_phrase_said_before_comes_back_for_its_session_and_voice_only():
     cache = PhraseCache()
-    cache.put("joe", "Sorry, I didn't catch that.", audio(100))
-    assert [a.size for a in cache.get("joe", "Sorry, I didn't catch that.")] == [100, 100]
-    assert cache.get("amy", "Sorry, I didn't catch that.") is None
-    assert cache.get("joe", "Sorry, I did not catch that.") is None
+    cache.put("a", "joe", "Sorry, I didn't catch that.", audio(100))
+    assert [a.size for a in cache.get("a", "joe", "Sorry, I didn't catch that.")] == [100, 100]
+    assert cache.get("a", "amy", "Sorry, I didn't catch that.") is None
+    assert cache.get("a", "joe", "Sorry, I did not catch that.") is None
+    assert cache.get("b", "joe", "Sorry, I didn't catch that.") is None  # never another session's
 
 
 def test_long_pieces_are_not_kept():
     cache = PhraseCache(max_chars=20)
-    cache.put("joe", "A sentence far longer than twenty characters.", audio(10))
-    assert cache.get("joe", "A sentence far longer than twenty characters.") is None and cache.bytes == 0
+    cache.put("a", "joe", "A sentence far longer than twenty characters.", audio(10))
+    assert cache.get("a", "joe", "A sentence far longer than twenty characters.") is None and cache.bytes == 0
 
 
 def test_the_least_recently_said_go_first_when_full():
     cache = PhraseCache(max_bytes=2 * 2 * 2 * 100)  # room for two phrases of two 100-sample parts
-    cache.put("joe", "one", audio(100))
-    cache.put("joe", "two", audio(100))
-    assert cache.get("joe", "one") is not None  # said again: now the most recent
-    cache.put("joe", "three", audio(100))
-    assert cache.get("joe", "two") is None and cache.get("joe", "one") is not None
-    assert cache.get("joe", "three") is not None and cache.bytes == 800
+    cache.put("a", "joe", "one", audio(100))
+    cache.put("a", "joe", "two", audio(100))
+    assert cache.get("a", "joe", "one") is not None  # said again: now the most recent
+    cache.put("a", "joe", "three", audio(100))
+    assert cache.get("a", "joe", "two") is None and cache.get("a", "joe", "one") is not None
+    assert cache.get("a", "joe", "three") is not None and cache.bytes == 800
+
+
+def test_a_session_that_ended_leaves_nothing():
+    cache = PhraseCache()
+    cache.put("a", "joe", "one", audio(100))
+    cache.put("b", "joe", "one", audio(100))
+    cache.forget("a")
+    assert cache.get("a", "joe", "one") is None and cache.get("b", "joe", "one") is not None
+    assert cache.bytes == 400

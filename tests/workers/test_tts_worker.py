@@ -77,6 +77,10 @@ def test_a_phrase_said_again_is_played_from_the_cache(tts):
     (first, cached_first), (again, cached_again) = heard
     assert cached_first == 0 and cached_again == 1
     assert again == first and len(first) > 24000  # the same speech, sample for sample
+    tts.put(TtsPiece("other", 1, 0, phrase))  # another session: never from the first one's cache
+    tts.put(TtsPiece("other", 1, 1, "", last=True))
+    out = tts.wait(ended("other", 1), 30)
+    assert next(m for m in out if isinstance(m, TurnTimings)).timings["said_before"] == 0
 
 
 def test_sentence_becomes_24khz_chunks_that_transcribe_back(tts):
