@@ -219,10 +219,9 @@ def main() -> int:
     args = parser.parse_args()
     server, url = None, args.url
     if url is None:
-        from vita.harness.server import start_server, wait_ready
+        from vita.harness.server import has_flag, start_server, wait_ready
 
-        given = any(a == "--max_users" or a.startswith("--max_users=") for a in args.server_args)
-        seats = () if given else ("--max_users", str(max(2, args.users)))
+        seats = () if has_flag(args.server_args, "--max_users") else ("--max_users", str(max(2, args.users)))
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *seats, *args.server_args)
         wait_ready(server)
         url = server.url

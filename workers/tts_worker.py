@@ -233,7 +233,7 @@ class TtsWorker:
                 ) -> Iterator[np.ndarray]:
         """The text's audio, sentence by sentence: from the phrase cache when this session heard it in this voice
         before, else synthesized (and kept once whole)."""
-        name = voice if voice in self.engines else self.config.tts.voice
+        name = self._voice_name(voice)
         kept = self.phrases.get(session, name, text)
         if kept is not None:
             turn.said_before += 1
@@ -245,8 +245,12 @@ class TtsWorker:
             yield audio
         self.phrases.put(session, name, text, tuple(spoken))
 
+    def _voice_name(self, voice: str | None) -> str:
+        """The voice a piece is spoken in: its own if this worker has it, else the configured one."""
+        return voice if voice in self.engines else self.config.tts.voice
+
     def _engine(self, voice: str | None) -> PiperEngine:
-        return self.engines.get(voice or "", self.engines[self.config.tts.voice])
+        return self.engines[self._voice_name(voice)]
 
     def _send_whole_chunks(self, key: tuple[str, int], turn: TurnAudio, audio: np.ndarray, final: bool = False) -> bool:
         """Send whole chunks (and the remainder if final); False if the turn was cancelled meanwhile."""

@@ -50,14 +50,19 @@ class RunningServer:
         return requests.get(self.url + path, verify=False, timeout=5, **kw)
 
 
+def has_flag(args: tuple[str, ...] | list[str], flag: str) -> bool:
+    """Is `flag` among the server arguments, as `--flag value` or `--flag=value`?"""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
 def start_server(tmp: Path, *args: str, env: dict[str, str] | None = None) -> RunningServer:
     port = free_port()
     state = tmp / "state"
     log_path = tmp / "server.log"
-    if not any(a == "--max_users" or a.startswith("--max_users=") for a in args):
+    if not has_flag(args, "--max_users"):
         # (tests and benchmarks count on two seats, whatever this CPU's speed)
         args = (*args, "--max_users", "2")
-    if "--vision" not in args and os.environ.get("VITA_HARNESS_VISION") in ("on", "off"):
+    if not has_flag(args, "--vision") and os.environ.get("VITA_HARNESS_VISION") in ("on", "off"):
         args = (*args, "--vision", os.environ["VITA_HARNESS_VISION"])  # (the test suite's default: off)
     cmd = [sys.executable, str(ROOT / "server.py"), "--port", str(port), "--state_dir", str(state), *args]
     process = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,

@@ -358,15 +358,15 @@ def assemble(models_dir: Path, verify: bool = False, names: tuple[str, ...] | No
     names built. Each new model is load-checked."""
     models_dir.mkdir(parents=True, exist_ok=True)
     selected = _selected(names, extra)
-    todo = set(missing_models(models_dir, tuple(m.name for m in selected)))
-    if not todo:
+    to_build = set(missing_models(models_dir, tuple(m.name for m in selected)))
+    if not to_build:
         _say(f"all {len(selected)} models present in {models_dir}: nothing to do")
     built = []
     manifest = _read_manifest(models_dir)
     for index, model in enumerate(selected, 1):
         folder = models_dir / model.name
         step = f"({index}/{len(selected)}) {model.name}"
-        if model.name not in todo:
+        if model.name not in to_build:
             if verify:
                 model.check(folder)
                 _say(f"{step}: present, load check ok")
