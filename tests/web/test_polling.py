@@ -4,22 +4,17 @@ and a flood of handshakes that never join costs neither threads nor other users'
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 import requests
 import socketio
 import websocket
 
-from vita.config import LimitsConfig
+from tests.web.small_front import small_front
 from vita.harness.client import wait_until
-from vita.web.access import COOKIE, AccessGuard
-from vita.web.http_server import FrontServer
-from vita.web.socket_guard import SocketGuard
+from vita.web.access import COOKIE
 
 pytestmark = pytest.mark.fast  # no model: the front's HTTP server and Socket.IO stack around a one-event app
 
@@ -28,58 +23,10 @@ JOIN_S = 1.0  # the join deadline here (the front's is 10 s)
 PER_ADDRESS = 4
 
 
-@dataclass
-class SmallFront:
-    url: str
-    server: FrontServer
-    guard: SocketGuard
-    eio: object
-
-    def handshake(self, **kwargs) -> requests.Response:
-        return requests.get(f"{self.url}/socket.io/?EIO=4&transport=polling", timeout=5, **kwargs)
-
-    def open_session(self) -> str:
-        opened = self.handshake(cookies={COOKIE: TOKEN})
-        assert opened.status_code == 200, opened.text
-        return json.loads(opened.text[1:])["sid"]
-
-    def joined_session(self) -> str:
-        """A polling session in the namespace "/": its polling URL."""
-        url = f"{self.url}/socket.io/?EIO=4&transport=polling&sid={self.open_session()}"
-        assert requests.post(url, data="40", timeout=5).status_code == 200
-        assert requests.get(url, timeout=5).text.startswith('40{"sid"')  # the CONNECT's answer
-        return url
-
-
 @pytest.fixture
 def front():
-    # Imported here, not at collection: vLLM's engine start scans every module's names and trips over Flask's
-    # unbound request/app proxies, so the suite runs these tests after the in-process engines (conftest).
-    from flask import Flask, request
-    from flask_socketio import SocketIO
-
-    flask = Flask(__name__)
-    sio = SocketIO(flask, async_mode="threading", always_connect=True, async_handlers=False, ping_interval=10,
-                   ping_timeout=10)
-    guard = SocketGuard(sio.server, lambda *_: None, max_attachments=2, join_timeout_s=JOIN_S)
-    guard.install()
-    sio.on_event("echo", lambda data: sio.emit("echo", data, to=request.sid))
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    limits = LimitsConfig(max_connections=16, max_connections_per_ip=PER_ADDRESS, handshake_timeout_s=60.0)
-    server = FrontServer("127.0.0.1", port, flask, None, fd=listener.fileno(), limits=limits)
-    guard.bind(server.connections, AccessGuard(TOKEN))
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # shut down in 50 ms
-    thread.start()
-    try:
-        yield SmallFront(f"http://127.0.0.1:{port}", server, guard, sio.server.eio)
-    finally:
-        for eio_sid in list(sio.server.eio.sockets):
-            guard.close(eio_sid)
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        guard.stop()
+    with small_front(TOKEN, join_s=JOIN_S, per_address=PER_ADDRESS) as running:
+        yield running
 
 
 def test_a_polling_handshake_needs_the_access_token(front):

@@ -11,7 +11,8 @@ handled. Installed once on the front's Socket.IO server (their hooks, not a fork
   connect handler);
 - an event with more than one argument: rejected with ``bad_event`` (our handlers take one), counted by the
   session's rate limit;
-- a WebSocket's inbound bytes: paced to ``read_bytes_per_s`` after a burst (``MeteredSocket``);
+- a WebSocket's inbound bytes: paced to ``read_bytes_per_s`` after a burst (``MeteredSocket``), and any message
+  a client sends answers an outstanding ping (its pong may be queued behind that paced data);
 - a client that opens an engine.io connection but never joins a namespace is closed after ``join_timeout_s``
   (one thread keeps every such deadline), and engine.io pings nobody before it joins: an unjoined connection
   costs no thread of its own;
@@ -297,6 +298,7 @@ class SocketGuard:
 
     # --- Socket.IO packets -------------------------------------------------------------------------------
     def on_message(self, eio_sid: str, data: Any) -> None:
+        self._heard_from(eio_sid)
         if isinstance(data, str) and eio_sid not in self.server._binary_packet:
             if data[:1] == "0" and self._sid(eio_sid):
                 self._reject(eio_sid, "bad_event", "already connected: a second connect is ignored")
@@ -330,6 +332,15 @@ class SocketGuard:
             log.exception("the %r handler failed", name)
 
     # --- helpers -----------------------------------------------------------------------------------------
+    def _heard_from(self, eio_sid: str) -> None:
+        """Whatever a client sends shows it is there, so it answers an outstanding ping as its pong would.
+        engine.io waited for the pong alone: a client sending faster than it is read (``read_bytes_per_s``, or
+        handlers slowed by load) has its pong queued behind its own data, and a live session was closed for a
+        ping timeout while its messages were still being read."""
+        eio_socket = self.eio.sockets.get(eio_sid)
+        if eio_socket is not None and eio_socket.last_ping:
+            eio_socket.last_ping = time.time()
+
     def _sid(self, eio_sid: str) -> str | None:
         return self.server.manager.sid_from_eio_sid(eio_sid, "/")
 
