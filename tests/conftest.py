@@ -20,7 +20,7 @@ import requests
 # run there): each stage is ~0.3 GB and seconds of start, and the two lanes' engines fill the machine's memory.
 os.environ.setdefault("VITA_HARNESS_VISION", "off")
 
-from vita.harness.server import (
+from tests.harness.server import (
     BASE_ENV,
     READY_TIMEOUT_S,
     ROOT,
@@ -70,7 +70,7 @@ def server(request, tmp_path_factory) -> RunningServer:
 @pytest.fixture
 def client(server):
     """A recording Socket.IO client of its own on the shared server."""
-    from vita.harness.client import RecordingClient
+    from tests.harness.client import RecordingClient
 
     wait_no_sessions(server)
     c = RecordingClient(server.url).connect()

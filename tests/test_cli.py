@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from tests.harness.server import ROOT
 from vita.config import Config
-from vita.harness.server import ROOT
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

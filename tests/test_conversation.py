@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import soxr
 
+from tests.harness.client import RecordingClient
+from tests.harness.speech import RATE, silence, spoken, stream
 from tests.workers.test_llm_worker import LONG_REPLY
 from vita.config import Config
-from vita.harness.client import RecordingClient
-from vita.harness.speech import RATE, silence, spoken, stream
 
 REPLY_RATE = 24000
 

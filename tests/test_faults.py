@@ -19,11 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from tests.harness.client import RecordingClient
+from tests.harness.server import RunningServer, wait_health, wait_ready
+from tests.harness.speech import silence, spoken, stream
 from tests.workers.test_llm_worker import LONG_REPLY
 from vita.config import Config
-from vita.harness.client import RecordingClient
-from vita.harness.server import RunningServer, wait_health, wait_ready
-from vita.harness.speech import silence, spoken, stream
 
 STALL_S = Config().limits.turn_stall_s  # the shared server runs the default configuration
 RESTART_S = 240  # a restarted LLM worker loads its engine again

@@ -14,9 +14,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from vita.harness.client import RecordingClient
-from vita.harness.server import wait_health, wait_no_sessions
-from vita.harness.speech import silence, spoken, stream
+from tests.harness.client import RecordingClient
+from tests.harness.server import wait_health, wait_no_sessions
+from tests.harness.speech import silence, spoken, stream
 
 FUZZ_EVENTS = int(os.environ.get("VITA_FUZZ_EVENTS", "5000"))
 CHURN_CYCLES = int(os.environ.get("VITA_CHURN_CYCLES", "100"))

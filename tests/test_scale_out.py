@@ -14,9 +14,9 @@ import time
 import pytest
 import redis
 
+from tests.harness.client import RecordingClient, wait_until
+from tests.harness.server import ROOT, free_port, start_server, stop_server, wait_ready
 from tests.test_conversation import ask_aloud, turn_done
-from vita.harness.client import RecordingClient, wait_until
-from vita.harness.server import ROOT, free_port, start_server, stop_server, wait_ready
 from vita.web.message_queue import CHANNEL
 
 

@@ -18,11 +18,11 @@ from websockets.exceptions import InvalidStatus
 
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS
+from tests.harness.client import RawSocketIO, RecordingClient
+from tests.harness.realtime_client import RealtimeClient
+from tests.harness.server import start_server, stop_server, wait_health, wait_ready
+from tests.harness.speech import noise, silence, spoken, stream
 from tests.workers.test_llm_worker import LONG_REPLY
-from vita.harness.client import RawSocketIO, RecordingClient
-from vita.harness.realtime_client import RealtimeClient
-from vita.harness.server import start_server, stop_server, wait_health, wait_ready
-from vita.harness.speech import noise, silence, spoken, stream
 from vita.ops.turn_log import read_turns
 
 TIMEOUT_S = 3

@@ -8,8 +8,8 @@ import ssl
 import psutil
 import requests
 
+from tests.harness.client import RecordingClient
 from vita.config import Config
-from vita.harness.client import RecordingClient
 
 WORKERS = {"llm", "tts"}
 

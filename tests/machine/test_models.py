@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from tests.harness.server import ROOT
 from vita.config import Config
-from vita.harness.server import ROOT
 from vita.machine.models import DEFAULT_LLM, EMBEDDED_MODELS, MANIFEST, SplitGguf, assemble, missing_models
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from vita.harness.server import ROOT
+from tests.harness.server import ROOT
 from vita.ops.turn_log import TurnLogger, open_db, prune, read_turns
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast

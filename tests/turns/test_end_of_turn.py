@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.harness.speech import silence, voiced_span
 from vita.config import Config
-from vita.harness.speech import silence, voiced_span
 from vita.turns.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.harness.speech import silence, spoken
 from vita.config import Config
-from vita.harness.speech import silence, spoken
 from vita.turns.listener import SpeechListener
 from vita.turns.turn_events import SpeechDropped, SpeechPaused, SpeechStarted, UtteranceEnded
 from vita.turns.vad import VadSegmenter

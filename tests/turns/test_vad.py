@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.harness.speech import noise, silence, spoken, voiced_span
 from vita.config import Config
-from vita.harness.speech import noise, silence, spoken, voiced_span
 from vita.turns.vad import (
     CHUNK,
     MIN_LEVEL_CHUNKS,

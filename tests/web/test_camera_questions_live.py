@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
+from tests.harness.client import RecordingClient
+from tests.harness.speech import silence, spoken, stream
 from tests.workers.vision.pictures import jpeg, photo, resized, sign
-from vita.harness.client import RecordingClient
-from vita.harness.speech import silence, spoken, stream
 
 
 class Camera:
@@ -72,7 +72,7 @@ def test_a_camera_that_is_on_changes_no_other_answer(client):
 def test_a_webrtc_video_track_is_the_camera(client):
     """A WebRTC client's camera (a video track beside the microphone's) is sampled as VITA's page's frames are: its
     pictures join the turn (what the vision stage makes of them is the Socket.IO camera's test above)."""
-    from vita.harness.rtc import RtcAudio
+    from tests.harness.rtc import RtcAudio
 
     peer = RtcAudio(client, camera=sign(["EXIT 4"])).connect()
     try:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import requests
 
+from tests.harness.client import RecordingClient
+from tests.harness.server import wait_no_sessions
+from tests.harness.speech import RATE, noise, silence, spoken, stream, voiced_span
 from tests.test_conversation import metric
-from vita.harness.client import RecordingClient
-from vita.harness.server import wait_no_sessions
-from vita.harness.speech import RATE, noise, silence, spoken, stream, voiced_span
 
 QUESTION = "What is the capital of France?"
 LEAD_S = 1.0  # silence before the speech in every stream

@@ -15,10 +15,10 @@ import numpy as np
 import requests
 import websocket
 
+from tests.harness.client import RawSocketIO, RecordingClient
+from tests.harness.server import wait_health, wait_no_sessions
+from tests.harness.speech import silence, spoken, stream
 from tests.turns.test_camera import image_bomb
-from vita.harness.client import RawSocketIO, RecordingClient
-from vita.harness.server import wait_health, wait_no_sessions
-from vita.harness.speech import silence, spoken, stream
 
 PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")  # the first bytes of a TLS ClientHello, then nothing
 
@@ -170,7 +170,7 @@ def test_idle_and_slow_tls_sockets_do_not_stop_a_spoken_turn(server):
     """The soak: 200 idle TCP sockets and 50 clients stuck mid TLS handshake, held open while a real question
     is asked and answered; /health answers throughout and memory stays put. A handshake done in the accept loop
     would hold every poll for limits.handshake_timeout_s (10 s); how fast a healthy answer is depends on the CPU and
-    what else runs (benchmark: scripts/soak_tls.py), so the bound is far under the stall, not a latency target."""
+    what else runs (benchmark: scripts/bench/soak_tls.py), so the bound is far under the stall, not a latency target."""
     before = quiet(server)
     address = urlparse(server.url)
     held: list[socket.socket] = []

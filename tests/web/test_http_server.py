@@ -12,9 +12,9 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.harness.client import RecordingClient, wait_until
+from tests.harness.server import wait_no_sessions
 from vita.config import LimitsConfig
-from vita.harness.client import RecordingClient, wait_until
-from vita.harness.server import wait_no_sessions
 from vita.web.http_server import FrontServer
 from vita.web.tls import ensure_self_signed, server_context
 

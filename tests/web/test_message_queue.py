@@ -13,8 +13,8 @@ import time
 import pytest
 import redis
 
-from vita.harness.client import wait_until
-from vita.harness.server import free_port
+from tests.harness.client import wait_until
+from tests.harness.server import free_port
 from vita.web.message_queue import CHANNEL, WARN_EVERY_S, DropLog, JsonRedisManager, decode, encode, socketio_options
 
 pytestmark = pytest.mark.fast  # no model: Redis and the queue's codec

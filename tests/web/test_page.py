@@ -10,8 +10,8 @@ import pytest
 
 from tests.browser import chromium, open_page, write_wav
 from tests.conftest import ARTIFACTS
-from vita.harness.server import wait_health
-from vita.harness.speech import silence, spoken
+from tests.harness.server import wait_health
+from tests.harness.speech import silence, spoken
 
 
 @pytest.fixture(scope="module")

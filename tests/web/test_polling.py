@@ -12,8 +12,8 @@ import requests
 import socketio
 import websocket
 
+from tests.harness.client import wait_until
 from tests.web.small_front import small_front
-from vita.harness.client import wait_until
 from vita.web.access import COOKIE
 
 pytestmark = pytest.mark.fast  # no model: the front's HTTP server and Socket.IO stack around a one-event app

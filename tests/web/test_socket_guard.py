@@ -8,8 +8,8 @@ import time
 import pytest
 import websocket
 
+from tests.harness.client import wait_until
 from tests.web.small_front import small_front
-from vita.harness.client import wait_until
 from vita.web.bounded_websocket import BoundedWebSocket, MeteredSocket
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast

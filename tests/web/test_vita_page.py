@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.browser import chromium, open_page, write_wav
+from tests.harness.server import ROOT, running_server, wait_health
+from tests.harness.speech import silence, spoken, voiced_span
 from vita.capacity import MOST_AUTO_SEATS
-from vita.harness.server import ROOT, running_server, wait_health
-from vita.harness.speech import silence, spoken, voiced_span
 
 VITA_PAGE = ROOT / "tests" / "data" / "vita_page"
 QUESTION = "What is the capital of France?"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vita.harness.client import RecordingClient
-from vita.harness.rtc import RtcAudio
-from vita.harness.server import wait_health
-from vita.harness.speech import silence, spoken
+from tests.harness.client import RecordingClient
+from tests.harness.rtc import RtcAudio
+from tests.harness.server import wait_health
+from tests.harness.speech import silence, spoken
 
 
 @pytest.fixture

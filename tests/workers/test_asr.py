@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.harness.speech import noise, silence, spoken
 from vita.config import Config
-from vita.harness.speech import noise, silence, spoken
 from workers.asr import MisheardRule, Transcription, WhisperTranscriber, window_seconds, word_error_rate, words
 
 

@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
+from tests.harness.client import wait_until
+from tests.harness.speech import RATE, noise, silence, spoken
 from vita.config import Config
-from vita.harness.client import wait_until
-from vita.harness.speech import RATE, noise, silence, spoken
 from vita.messages import (
     CancelTurn,
     EndSession,

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from tests.harness.client import wait_until
 from vita.config import Config
-from vita.harness.client import wait_until
 from vita.messages import (
     CancelTurn,
     ClientTool,

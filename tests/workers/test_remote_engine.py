@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from tests.harness.server import ROOT
 from tests.workers.test_llm_worker import LONG_REPLY, LlmHarness, pieces
 from vita.config import Config
-from vita.harness.server import ROOT
 from vita.messages import CancelTurn, ReplyText, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
 from workers.generation import EnginePrompt, SamplingSettings
 from workers.remote_engine import RemoteEngine, RemoteEngineError, openai_messages

@@ -126,7 +126,7 @@ def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
 
 def name_os_thread(name: str) -> None:
     """Give the calling thread its name where the OS shows it (/proc/PID/task/TID/comm, top -H), so the CPU
-    budget can say which stage holds each core (scripts/bench_latency.py); threads it starts later (vLLM's OpenMP
+    budget can say which stage holds each core (scripts/bench/latency.py); threads it starts later (vLLM's OpenMP
     threads, CTranslate2's) inherit it. Linux only; elsewhere nothing happens."""
     with contextlib.suppress(Exception):  # only a label: never worth failing the thread it names
         ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME

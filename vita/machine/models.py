@@ -163,7 +163,7 @@ def _int8_builder(split: SplitGguf) -> Callable[[Path], None]:
         if split.int8_sha256 and digest != split.int8_sha256:
             raise RuntimeError(f"int8 weights sha256 {digest} is not the reference {split.int8_sha256} (a different "
                                "gguf or torch release rounds differently; delete this check's constant only after "
-                               "scripts/eval_answers.py shows the answers are as good)")
+                               "scripts/eval/answers.py shows the answers are as good)")
     return build
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from vita.harness.server import ROOT
+from tests.harness.server import ROOT
 from workers.tools.mcp_tools import McpServers
 from workers.tools.registry import ToolBox, ToolCall
 

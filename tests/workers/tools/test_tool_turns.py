@@ -8,9 +8,9 @@ import sys
 import pytest
 import yaml
 
+from tests.harness.client import RecordingClient
+from tests.harness.server import ROOT, running_server
 from tests.test_conversation import of_turn, turn_done
-from vita.harness.client import RecordingClient
-from vita.harness.server import ROOT, running_server
 
 INVENTORY = str(ROOT / "tests" / "data" / "inventory_mcp_server.py")
 

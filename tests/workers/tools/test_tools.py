@@ -63,7 +63,7 @@ def test_tool_calls_are_read_from_the_models_text():
 
 def test_a_call_written_in_the_tags_of_a_tools_result_is_a_call():
     """The 1.5B model, with an earlier call's result in its history, once wrote its call in <tool_response> tags,
-    and the JSON was spoken (scripts/eval_tools.py)."""
+    and the JSON was spoken (scripts/eval/tools.py)."""
     streamed = ["<", "tool", "_response", ">\n", '{"', "name", '":', ' "opening_hours", "arguments": {"day": ',
                 '"Sunday"}}\n', "</", "tool", "_response", ">"]
     detector = CallDetector(enabled=True)

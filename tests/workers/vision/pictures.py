@@ -1,4 +1,4 @@
-"""Real pictures for the vision tests (and for scripts/eval_vision.py).
+"""Real pictures for the vision tests (and for scripts/eval/vision.py).
 
 The photos are the ones scikit-image's wheel carries in skimage/data/ (a coffee cup, a motorcycle, a cat, a rocket
 on its pad, the astronaut Eileen Collins, a cameraman, a printed page), read straight from the installed package.

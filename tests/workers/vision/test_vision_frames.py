@@ -95,7 +95,7 @@ def test_the_reference_moves_only_on_a_change_so_a_slow_drift_adds_up():
 
 
 def test_the_check_keeps_a_thumbnail_not_the_frame():
-    """What makes the check cheap on every frame (about 1 ms for 1280x768, scripts/eval_vision.py): a 32x24 grey
+    """What makes the check cheap on every frame (about 1 ms for 1280x768, scripts/eval/vision.py): a 32x24 grey
     thumbnail is compared and kept, never the picture itself."""
     frame = resized(photo("coffee.png"), (1280, 768))
     detector = ChangeDetector()

@@ -4,7 +4,7 @@ microphone audio at once (read from the server's own /metrics: handler time, VAD
 
 Starts its own server (real workers, bundled models) unless --url is given, speaks Piper-made questions at
 real-time pace like a microphone, and prints a table; --json writes everything.
-Usage: .venv/bin/python scripts/bench.py [--runs 2] [--sessions 10,25,50] [--streams 25,50,75,100]
+Usage: .venv/bin/python -m scripts.bench.end_to_end [--runs 2] [--sessions 10,25,50] [--streams 25,50,75,100]
        [--stream_s 20] [--json out.json] [--url URL]
 """
 
@@ -12,69 +12,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-from _bench import delta, histogram_quantile, percentile, scrape
-
-from vita.harness.client import RecordingClient
-from vita.harness.server import start_server, stop_server, wait_ready
-from vita.harness.speech import RATE, RealTime, noise, silence, spoken, stream, vita_message, voiced_span
-
-QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
-             "Can you tell me what the weather is like in spring?"]
-# The bundled model answers the questions above in one short sentence, where streaming has nothing to overlap;
-# these it answers in several clauses (see tests/workers/test_llm_worker.py), which is where streaming pays.
-LONG_QUESTIONS = ["Can you tell me, in detail, what the weather is like in spring, summer, autumn and winter?",
-                  "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
-FRAME_MS = 32  # our page's binary frames
-
-
-def send_speech(client: RecordingClient, speech: np.ndarray, lead_s: float = 0.5, tail_s: float = 1.5) -> float:
-    """Stream lead silence + speech + tail silence at real time; returns when the last voiced sample was sent."""
-    audio = np.concatenate([silence(lead_s), speech, silence(tail_s)])
-    last_voiced = int((lead_s + voiced_span(speech)[1]) * RATE)
-    step = RATE * FRAME_MS // 1000
-    clock = RealTime()
-    sent_last_voiced = 0.0
-    for i in range(0, len(audio), step):
-        client.sio.emit("audio", audio[i:i + step].astype("<i2").tobytes())
-        if i <= last_voiced < i + step:
-            sent_last_voiced = time.monotonic()
-        clock.wait(i + step)
-    return sent_last_voiced
-
-
-@contextlib.contextmanager
-def open_mic(client: RecordingClient, seconds: float = 120.0) -> Iterator[None]:
-    """Meanwhile the microphone stays open (32 ms frames of silence at real-time pace), as a page's does: the
-    server's VAD hears the silence that ends an utterance (the end-of-turn model may ask for 1.2 s of it)."""
-    stop = threading.Event()
-    mic = threading.Thread(target=stream, args=(client.sio, silence(seconds)), daemon=True,
-                           kwargs={"chunk_ms": FRAME_MS, "binary": True, "stop": stop})
-    mic.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        mic.join(2)
-
-
-def first_after(client: RecordingClient, name: str, after: float, timeout: float = 60) -> tuple[float, object]:
-    def found(events):
-        return any(n == name and t >= after for t, n, _ in events)
-
-    if not client.wait_for(found, timeout):
-        raise TimeoutError(f"no {name} within {timeout} s")
-    return next((t, d) for t, n, d in client.events if n == name and t >= after)
+from scripts.bench.common import cpu_seconds, delta, histogram_quantile, percentile, scrape
+from scripts.bench.measure import FRAME_MS, first_after, send_speech
+from scripts.eval.questions import E2E_LONG_QUESTIONS, E2E_QUESTIONS, E2E_TYPED_LONG
+from tests.harness.client import RecordingClient
+from tests.harness.server import start_server, stop_server, wait_ready
+from tests.harness.speech import RATE, noise, spoken, vita_message, voiced_span
 
 
 def connect_in_mode(url: str, mode: str) -> RecordingClient:
@@ -103,7 +54,7 @@ def voice_to_voice(url: str, runs: int, questions: list[str], modes: tuple[str, 
                 stages = {d["stage"]: d for d in client.named("timings")}
                 llm, tts = stages.get("llm", {}), stages.get("tts", {})
                 total = audio_at - voiced_at
-                row = {"question": question, "run": run, "mode": mode, "set": "long" if question in LONG_QUESTIONS
+                row = {"question": question, "run": run, "mode": mode, "set": "long" if question in E2E_LONG_QUESTIONS
                        else "short", "voice_to_voice_s": total,
                        "end_of_speech_s": turn_at - voiced_at, "asr_s": llm.get("asr_s", 0.0),
                        "first_token_s": llm.get("first_token_s", 0.0), "first_piece_s": llm.get("first_piece_s", 0.0),
@@ -146,15 +97,11 @@ def voice_to_voice_pairs(url: str, runs: int, questions: list[str]) -> list[floa
     return times
 
 
-TYPED_LONG = ["Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, autumn "
-              "and winter?", "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
-
-
 def typed_first_audio(url: str, runs: int) -> list[dict]:
     """Typed questions the bundled model answers in several clauses: text sent → first reply audio, per mode."""
     rows = []
     for run in range(runs):
-        for text, mode in [(t, m) for t in TYPED_LONG for m in ("stream", "full")]:
+        for text, mode in [(t, m) for t in E2E_TYPED_LONG for m in ("stream", "full")]:
             client = connect_in_mode(url, mode)
             try:
                 sent = time.monotonic()
@@ -293,13 +240,6 @@ def drained(url: str, timeout: float = 120.0) -> float:
     return time.monotonic() - started
 
 
-def _cpu_s(pid: int | None) -> float:
-    import psutil
-
-    if pid is None:
-        return 0.0
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
 
 
 def streaming_load(url: str, counts: list[int], seconds: float, front_pid: int | None = None) -> list[dict]:
@@ -308,9 +248,9 @@ def streaming_load(url: str, counts: list[int], seconds: float, front_pid: int |
     results = []
     for n in counts:
         before = scrape(url)
-        front_cpu, own_cpu, wall = _cpu_s(front_pid), time.process_time(), time.monotonic()
+        front_cpu, own_cpu, wall = cpu_seconds(front_pid), time.process_time(), time.monotonic()
         connected, lost, late = asyncio.run(_stream_mics(url, n, seconds))
-        front_cpu, own_cpu = _cpu_s(front_pid) - front_cpu, time.process_time() - own_cpu
+        front_cpu, own_cpu = cpu_seconds(front_pid) - front_cpu, time.process_time() - own_cpu
         wall = time.monotonic() - wall
         drain_s = drained(url)
         after = scrape(url)
@@ -383,9 +323,9 @@ def main() -> int:
             mics = streaming_load(url, streams, args.stream_s, server.process.pid if server else None)
         if "v2v" in parts:
             modes = ("stream",) if args.stream_only else ("stream", "full")
-            v2v = voice_to_voice(url, args.runs, QUESTIONS + LONG_QUESTIONS, modes)
+            v2v = voice_to_voice(url, args.runs, E2E_QUESTIONS + E2E_LONG_QUESTIONS, modes)
         if "pairs" in parts:
-            pairs = voice_to_voice_pairs(url, args.runs, QUESTIONS)
+            pairs = voice_to_voice_pairs(url, args.runs, E2E_QUESTIONS)
         if "typed" in parts:
             typed = typed_first_audio(url, args.runs)
         if "barge" in parts:

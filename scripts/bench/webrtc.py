@@ -16,7 +16,7 @@ Parts (--parts, comma-separated):
 
 Starts its own server (bundled models) unless --url is given (then --front_pid for CPU figures, or it is looked
 up by the URL's port).
-Usage: .venv/bin/python scripts/bench_webrtc.py [--parts talk,barge,load,churn] [--runs N] [--cycles 200]
+Usage: .venv/bin/python -m scripts.bench.webrtc [--parts talk,barge,load,churn] [--runs N] [--cycles 200]
        [--json out.json] [--url URL]
 """
 
@@ -34,13 +34,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-from _bench import delta, histogram_quantile, percentile, scrape
-from bench import LONG_QUESTIONS, _cpu_s
 
-from vita.harness.client import RecordingClient
-from vita.harness.rtc import LOUD_RMS, RtcAudio
-from vita.harness.server import start_server, stop_server, wait_ready
-from vita.harness.speech import RATE, Microphone, silence, spoken, voiced_span
+from scripts.bench.common import cpu_seconds, delta, histogram_quantile, percentile, scrape
+from scripts.eval.questions import E2E_LONG_QUESTIONS
+from tests.harness.client import RecordingClient
+from tests.harness.rtc import LOUD_RMS, RtcAudio
+from tests.harness.server import start_server, stop_server, wait_ready
+from tests.harness.speech import RATE, Microphone, silence, spoken, voiced_span
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What color is the sky?",
              "What is two plus two?"]
@@ -137,7 +137,7 @@ def barge(url: str, runs: int) -> list[dict]:
         rtc = RtcAudio(client).connect()
         try:
             mark = time.monotonic()
-            client.sio.emit("text_input", {"text": LONG_QUESTIONS[i % len(LONG_QUESTIONS)]})
+            client.sio.emit("text_input", {"text": E2E_LONG_QUESTIONS[i % len(E2E_LONG_QUESTIONS)]})
             if not until(client, lambda evs, m=mark: any(n == "state" and d.get("state") == "speaking" and t > m
                                                          for t, n, d in evs), 60):
                 rows.append({"error": "no reply"})
@@ -178,7 +178,7 @@ def load(url: str, pid: int | None, speeches: list[np.ndarray]) -> list[dict]:
     """2 sessions at once, each asking every question, over WebRTC then over binary PCM."""
     rows = []
     for transport in ("webrtc", "binary"):
-        before, cpu, wall = scrape(url), _cpu_s(pid), time.monotonic()
+        before, cpu, wall = scrape(url), cpu_seconds(pid), time.monotonic()
         results: list[dict] = [{}, {}]
         threads = [threading.Thread(target=one_of_pair, args=(results, k, url, transport, speeches))
                    for k in range(2)]
@@ -186,7 +186,7 @@ def load(url: str, pid: int | None, speeches: list[np.ndarray]) -> list[dict]:
             t.start()
         for t in threads:
             t.join()
-        wall, cpu = time.monotonic() - wall, _cpu_s(pid) - cpu
+        wall, cpu = time.monotonic() - wall, cpu_seconds(pid) - cpu
         after = scrape(url)
         rows.append({"transport": transport, "sessions": results, "seconds": round(wall, 1),
                      "front_cores_per_session": round(cpu / wall / 2, 4) if pid else None,

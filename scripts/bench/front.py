@@ -3,7 +3,7 @@ Piper-spoken sentences, and the `audio` event handler's own work (decode + hand 
 JSON messages and our binary frames.
 
 Uses the real Silero model and the code the socket handler runs; no server needed.
-Usage: .venv/bin/python scripts/bench_front.py [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.front [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _bench import summary_ms
 
+from scripts.bench.common import summary_ms
+from tests.harness.speech import RATE, silence, spoken, vita_message, voiced_span
 from vita.config import Config
-from vita.harness.speech import RATE, silence, spoken, vita_message, voiced_span
 from vita.turns.listener import SpeechListener
 from vita.turns.session_actor import AudioIn, SessionActor
 from vita.turns.vad import CHUNK, Heard, SileroVad, VadSegmenter

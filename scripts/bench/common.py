@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts: percentiles, a worker started as the server starts it, /metrics.
-(The microphone, the server and the client are in vita/harness.)"""
+(The microphone, the server and the client are in tests/harness.)"""
 
 from __future__ import annotations
 
@@ -97,3 +97,13 @@ def histogram_quantile(before: dict, after: dict, name: str, q: float) -> float 
             return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
         lower, below = bound, cumulative
     return lower
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU time a process has used so far (user + system); 0 without one."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system

@@ -1,7 +1,7 @@
 """Benchmark the TTS stage: time from a piece arriving to its first 24 kHz chunk, and the real-time factor.
 
 Runs the real TTS worker process with the bundled Piper voice through real Manager queues.
-Usage: .venv/bin/python scripts/bench_tts.py [--runs 3] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.tts [--runs 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from _bench import percentile, start_worker
-
+from scripts.bench.common import percentile, start_worker
 from vita.config import Config
 from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings
 from workers.tts_worker import run_tts_worker

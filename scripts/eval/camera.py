@@ -6,9 +6,9 @@ pictures.py). Each item runs in a fresh session: the camera streams for a second
 it goes on streaming. Also asked: questions about the camera with the camera off (the reply must say it cannot
 see, not invent), and the same spoken question with the camera off and on, for the latency the picture costs.
 
-    .venv/bin/python scripts/eval_camera.py                     # starts its own server; typed and spoken
-    .venv/bin/python scripts/eval_camera.py --modes typed --json out.json
-    .venv/bin/python scripts/eval_camera.py --url https://127.0.0.1:8081
+    .venv/bin/python -m scripts.eval.camera                     # starts its own server; typed and spoken
+    .venv/bin/python -m scripts.eval.camera --modes typed --json out.json
+    .venv/bin/python -m scripts.eval.camera --url https://127.0.0.1:8081
 
 With its own server it first measures the server's CPU (every process) while a user is silent for --idle_s
 seconds, the camera off and then on.
@@ -28,14 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench_latency import ask  # noqa: E402
-
-from tests.workers.vision.pictures import jpeg, photo, resized, sign  # noqa: E402
-from vita.harness.client import RecordingClient  # noqa: E402
-from vita.harness.speech import Microphone  # noqa: E402
+from scripts.bench.measure import ask
+from tests.harness.client import RecordingClient
+from tests.harness.speech import Microphone
+from tests.workers.vision.pictures import jpeg, photo, resized, sign
 
 CANNOT_SEE = r"can'?t see|cannot see|can not see|camera is off|don'?t see|not able to see|unable to see|no camera|" \
              r"camera (isn'?t|is not) on|nothing (can be )?seen|turn on|switch on"
@@ -167,7 +163,7 @@ def server_cpu_s(pid: int) -> float:
 def idle_cost(url: str, pid: int, seconds: float) -> dict:
     """The server's CPU while a user is silent (the microphone streams silence as VITA's page does), with the
     camera off and then on at 2 fps showing a sign: in cores."""
-    from vita.harness.speech import silence, stream
+    from tests.harness.speech import silence, stream
 
     costs = {}
     for camera in (False, True):
@@ -197,7 +193,7 @@ def main() -> int:
     args = parser.parse_args()
     server, url = None, args.url
     if url is None:
-        from vita.harness.server import start_server, wait_ready
+        from tests.harness.server import start_server, wait_ready
 
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "2")
         wait_ready(server)
@@ -224,7 +220,7 @@ def main() -> int:
                     pairs.append({"camera": frame is not None, **row})
     finally:
         if server is not None:
-            from vita.harness.server import stop_server
+            from tests.harness.server import stop_server
 
             stop_server(server)
     for mode in args.modes.split(","):

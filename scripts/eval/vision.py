@@ -5,9 +5,9 @@ the page's camera), a question, and what the describer's answer must contain (an
 answer, right/wrong, accuracy per part, then each part's set-up time and its latency on 640×480 and 1280×768
 frames (median of --repeat runs), on this CPU.
 
-    .venv/bin/python scripts/eval_vision.py                 # everything enabled
-    .venv/bin/python scripts/eval_vision.py --parts text,objects --repeat 3
-    .venv/bin/python scripts/eval_vision.py --json results.json
+    .venv/bin/python -m scripts.eval.vision                 # everything enabled
+    .venv/bin/python -m scripts.eval.vision --parts text,objects --repeat 3
+    .venv/bin/python -m scripts.eval.vision --json results.json
 
 Needs the vision packages (docs/vision.md) and scikit-image (its wheel carries the photos).
 """
@@ -26,12 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.workers.vision.pictures import jpeg, photo, resized, sign  # noqa: E402
-from workers.vision.frames import to_bgr  # noqa: E402
-from workers.vision.scene import SceneDescriber, VisionConfig  # noqa: E402
+from tests.workers.vision.pictures import jpeg, photo, resized, sign
+from workers.vision.frames import to_bgr
+from workers.vision.scene import SceneDescriber, VisionConfig
 
 
 @dataclass

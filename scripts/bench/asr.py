@@ -1,7 +1,7 @@
 """Benchmark ASR: Whisper base and tiny.en — speed (30 s window against the short window) and accuracy.
 
 speed: six Piper-spoken questions, per-model medians and what each heard.
-accuracy: the spoken questions of scripts/eval_questions.json in evaluation voices (hibari natural, piper and
+accuracy: the spoken questions of scripts/eval/questions.json in evaluation voices (hibari natural, piper and
 espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
 transcripts (WER > 0.5, numbers compared as digits), and the server's "say it again" rule (Whisper's confidence
 and, when it is unsure, the second model's opinion): what it catches among the garbled, and what it costs among
@@ -13,7 +13,7 @@ reading: those transcripts read by the LLM as the server reads them (asr.reading
 log-probability of the words in the first turn's prompt, workers/local_engine.words_logprob) and judged by the
 server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the rest.
 
-Usage: .venv/bin/python scripts/bench_asr.py [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
+Usage: .venv/bin/python -m scripts.bench.asr [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
        [--models ...] [--json transcripts.json] [--out judged.json]
 """
 
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from eval_answers import QUESTIONS as QUESTIONS_FILE
-from eval_answers import synthesize
 
+from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
+from scripts.eval.voices import synthesize
+from tests.harness.speech import silence, spoken
 from vita.config import Config
-from vita.harness.speech import silence, spoken
 from workers.asr import MisheardRule, Transcription, WhisperTranscriber, word_error_rate
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
@@ -187,7 +187,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", choices=("speed", "accuracy", "sense", "reading"), default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
-                        help="accuracy: evaluation voices (eval_answers.synthesize), '+noise' for 10 dB SNR")
+                        help="accuracy: evaluation voices (scripts/eval/voices.py), '+noise' for 10 dB SNR")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
     parser.add_argument("--json", help="accuracy: every transcript here; sense, reading: the transcripts to check")
     parser.add_argument("--out", help="sense, reading: the transcripts with the model's judgement here")

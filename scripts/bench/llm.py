@@ -2,7 +2,7 @@
 
 Runs the real LLM worker process (faster-whisper + vLLM with the bundled models) through real Manager queues,
 as the server does. The first turn after start-up is reported too but left out of the medians.
-Usage: .venv/bin/python scripts/bench_llm.py [--runs 2] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.llm [--runs 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from _bench import start_worker
-
+from scripts.bench.common import start_worker
+from tests.harness.speech import RATE, silence, spoken
 from vita.config import Config
-from vita.harness.speech import RATE, silence, spoken
 from vita.messages import (
     Shutdown,
     Transcript,

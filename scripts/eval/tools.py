@@ -9,7 +9,7 @@ against the others (the latency a call adds). One session per set, as a user wou
 Spoken (--voice hibari): the same questions said as a page's microphone sends them; what Whisper heard is shown,
 and first audio is voice-to-voice (from the end of the user's speech).
 
-Usage: .venv/bin/python scripts/eval_tools.py [--url URL] [--voice hibari] [--json out.json]
+Usage: .venv/bin/python -m scripts.eval.tools [--url URL] [--voice hibari] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import yaml
-from eval_answers import is_right, load_questions
 
-from vita.harness.client import RecordingClient
-from vita.harness.server import ROOT, start_server, stop_server, wait_ready
+from scripts.bench.measure import answered_turn, open_mic, send_speech
+from scripts.eval.questions import load_questions
+from scripts.eval.scoring import is_right
+from scripts.eval.voices import synthesize
+from tests.harness.client import RecordingClient
+from tests.harness.server import ROOT, start_server, stop_server, wait_ready
 
 ZONE = "Europe/Paris"
 
@@ -68,10 +71,8 @@ def ask(client: RecordingClient, turn: int, question: str) -> dict:
 
 
 def ask_aloud(client: RecordingClient, voice: str, question: str) -> dict:
-    """The question spoken (eval_answers' voices) as a page's microphone sends it; its first audio is the
+    """The question spoken (the evaluation voices) as a page's microphone sends it; its first audio is the
     voice-to-voice time, from the end of the user's speech."""
-    from bench import open_mic, send_speech
-    from eval_answers import answered_turn, synthesize
 
     sent = time.monotonic()
     voiced_at = send_speech(client, synthesize(voice, question), lead_s=0.3, tail_s=0.2)
@@ -149,7 +150,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server configured with the inventory MCP server")
     parser.add_argument("--json", help="write every row and the summary here")
-    parser.add_argument("--voice", help="speak the questions in this voice (eval_answers.synthesize: hibari, piper, "
+    parser.add_argument("--voice", help="speak the questions in this voice (scripts/eval/voices.py: hibari, piper, "
                                         "espeak:en-us) instead of typing them; first audio is then voice-to-voice")
     args = parser.parse_args()
     server, url = None, args.url

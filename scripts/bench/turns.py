@@ -23,7 +23,7 @@ then `recording-started`: the turn is cancelled and the VAD starts afresh), then
 a session serves at most SESSION_TRIALS trials, one (kind, voice) group, and a trial that failed closes it.
 
 Starts its own server (bundled models) unless --url is given; flags after `--` go to that server.
-Usage: .venv/bin/python scripts/bench_turns.py [--quick] [--trials N] [--voices hibari,piper,espeak]
+Usage: .venv/bin/python -m scripts.bench.turns [--quick] [--trials N] [--voices hibari,piper,espeak]
        [--kinds 1,2,3,4] [--json out.json] [--url URL] [-- --config FILE ...]
 """
 
@@ -41,13 +41,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from _bench import cpu_description, percentile
-from bench import FRAME_MS, LONG_QUESTIONS, open_mic, send_speech
-from eval_answers import _digits, _norm, synthesize
 
-from vita.harness.client import RecordingClient
-from vita.harness.server import start_server, stop_server, wait_ready
-from vita.harness.speech import RATE, silence, stream, voiced_span
+from scripts.bench.common import cpu_description, percentile
+from scripts.bench.measure import FRAME_MS, open_mic, send_speech
+from scripts.eval.questions import E2E_LONG_QUESTIONS
+from scripts.eval.scoring import digits, norm
+from scripts.eval.voices import synthesize
+from tests.harness.client import RecordingClient
+from tests.harness.server import start_server, stop_server, wait_ready
+from tests.harness.speech import RATE, silence, stream, voiced_span
 
 # General questions, not chosen for (or tuned on) anything.
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
@@ -183,7 +185,7 @@ def wait_open_mic(client: RecordingClient, predicate: Callable[[Events], bool], 
 
 
 def play(client: RecordingClient, audio: np.ndarray, marks: dict[str, int]) -> dict[str, float]:
-    """Stream `audio` like send_speech (vita.harness.speech.stream, 32 ms binary frames, real time); returns when the
+    """Stream `audio` like send_speech (tests.harness.speech.stream, 32 ms binary frames, real time); returns when the
     frame holding each marked sample index was sent."""
     step = RATE * FRAME_MS // 1000
     sent: dict[str, float] = {}
@@ -244,12 +246,12 @@ def transcript(events: Events, turn_id: int) -> str | None:
 
 
 def content_words(text: str, leave_out: str = "") -> list[str]:
-    left = set(_digits(_norm(leave_out)).split())
-    return [w for w in _digits(_norm(text)).split() if len(w) >= 3 and w not in STOP_WORDS and w not in left]
+    left = set(digits(norm(leave_out)).split())
+    return [w for w in digits(norm(text)).split() if len(w) >= 3 and w not in STOP_WORDS and w not in left]
 
 
 def mentions(text: str, words: list[str]) -> bool:
-    heard = _digits(_norm(text))
+    heard = digits(norm(text))
     return any(f" {w.rstrip('s')}" in heard for w in words)
 
 
@@ -670,14 +672,14 @@ def plan(args: argparse.Namespace, voices: list[str]) -> dict[str, list[tuple[st
             for name in NOISES:
                 jobs["sounds"].append(("sounds over a reply, noises", f"{name} #{seed + 1}", partial(
                     sound_over_reply, category=name, label=f"{name} seed {seed}", sound=SOUNDS[name](seed),
-                    question=LONG_QUESTIONS[asked % len(LONG_QUESTIONS)])))
+                    question=E2E_LONG_QUESTIONS[asked % len(E2E_LONG_QUESTIONS)])))
                 asked += 1
         for voice in voices:
             for rep in range(n):
                 for text in backchannels:
                     jobs["sounds"].append((f"sounds over a reply, backchannels, {voice}", f"{text} #{rep + 1}", partial(
                         sound_over_reply, category=f"backchannel {voice}", label=text, sound=say(voice, text),
-                        question=LONG_QUESTIONS[asked % len(LONG_QUESTIONS)])))
+                        question=E2E_LONG_QUESTIONS[asked % len(E2E_LONG_QUESTIONS)])))
                     asked += 1
     return jobs
 

@@ -16,7 +16,7 @@ responses with 16,000 characters of instructions every second.
 Targets: under each abuse the front's RSS grows <= 50 MB and its threads <= +10; the victim's
 voice-to-voice p50 within 20 % of its value alone; after the abuser leaves, RSS within 10 MB of the baseline.
 
-Usage: .venv/bin/python scripts/bench_abuse.py [--seconds 60] [--only NAME,...] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.abuse [--seconds 60] [--only NAME,...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 import requests
-from bench_latency import ask
-from eval_answers import synthesize
 
-from vita.harness.client import RecordingClient
-from vita.harness.speech import Microphone
+from scripts.bench.measure import ask
+from scripts.eval.voices import synthesize
+from tests.harness.client import RecordingClient
+from tests.harness.speech import Microphone
 from vita.web.audio_input import JSON_MAX_BYTES
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What do bees make?",
@@ -98,7 +98,7 @@ def many_sections(stop: threading.Event, client: RecordingClient) -> None:
 
 
 def candidates(stop: threading.Event, client: RecordingClient) -> None:
-    from vita.harness.rtc import RtcAudio
+    from tests.harness.rtc import RtcAudio
 
     peer = RtcAudio(client).connect()
     addresses = ["127.0.0.1", "10.1.2.3", "169.254.1.1", "abcd.local", "192.168.0.1", "93.184.216.34"]
@@ -125,7 +125,7 @@ def calculator(stop: threading.Event, client: RecordingClient) -> None:
 
 
 def _realtime(client: RecordingClient):
-    from vita.harness.realtime_client import RealtimeClient
+    from tests.harness.realtime_client import RealtimeClient
 
     return RealtimeClient(client.url)
 
@@ -266,7 +266,7 @@ def main() -> int:
     args = parser.parse_args()
     server, url, pid = None, args.url, args.server_pid
     if url is None:
-        from vita.harness.server import start_server, wait_ready
+        from tests.harness.server import start_server, wait_ready
 
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "3")
         wait_ready(server)
@@ -301,7 +301,7 @@ def main() -> int:
         mic.close()
         victim.close()
         if server is not None:
-            from vita.harness.server import stop_server
+            from tests.harness.server import stop_server
 
             stop_server(server)
     if args.json:

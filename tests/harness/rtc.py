@@ -17,7 +17,7 @@ from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
-from vita.harness.client import RecordingClient
+from tests.harness.client import RecordingClient
 from vita.web.opus_track import OpusTrack
 from vita.web.webrtc import set_jitter_buffer
 

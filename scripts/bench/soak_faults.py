@@ -32,10 +32,11 @@ within 60 s of it; front threads at the end <= at the start (both taken with the
 turns each) and RSS at most 20 MB above the start. No fault is injected in the last 60 s. Exit code 0 when every
 target holds.
 
-Usage: .venv/bin/python scripts/soak_faults.py [--minutes 20] [--fault_every 60] [--freeze_s 20]
+Usage: .venv/bin/python -m scripts.bench.soak_faults [--minutes 20] [--fault_every 60] [--freeze_s 20]
        [--faults kill_llm,freeze_llm,engine_raise,freeze_tts,lose_end|none] [--url URL] [--json FILE] [--seed 1]
        [--verbose]
-e.g.   .venv/bin/python scripts/soak_faults.py --minutes 4 --fault_every 45 --faults kill_llm,freeze_llm,freeze_tts
+e.g.   .venv/bin/python -m scripts.bench.soak_faults --minutes 4 --fault_every 45 \
+           --faults kill_llm,freeze_llm,freeze_tts
 """
 
 from __future__ import annotations
@@ -59,13 +60,14 @@ from pathlib import Path
 
 import psutil
 import requests
-from _bench import percentile
-from bench import LONG_QUESTIONS, QUESTIONS
 
-import vita.harness.server as harness
+import tests.harness.server as harness
+from scripts.bench.common import percentile
+from scripts.eval.questions import E2E_LONG_QUESTIONS as LONG_QUESTIONS
+from scripts.eval.questions import E2E_QUESTIONS as QUESTIONS
+from tests.harness.client import RecordingClient
+from tests.harness.speech import Microphone, noise, spoken
 from vita.config import load_config
-from vita.harness.client import RecordingClient
-from vita.harness.speech import Microphone, noise, spoken
 
 FAULTS = ("kill_llm", "freeze_llm", "engine_raise", "freeze_tts", "lose_end")
 WORKER_OF = {"kill_llm": "llm", "freeze_llm": "llm", "engine_raise": "llm", "freeze_tts": "tts", "lose_end": "tts"}
@@ -694,7 +696,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--faults: unknown {unknown}; choose from {', '.join(FAULTS)} (or none)")
     stall_s = args.stall_s or load_config().limits.turn_stall_s
-    command = " ".join([".venv/bin/python", "scripts/soak_faults.py", *map(shlex.quote, sys.argv[1:])])
+    command = " ".join([".venv/bin/python", "-m", "scripts.bench.soak_faults", *map(shlex.quote, sys.argv[1:])])
 
     print("speaking the questions ...", flush=True)
     for question in set(QUESTIONS + EXTRA_QUESTIONS + LONG_QUESTIONS):
@@ -704,7 +706,7 @@ def main() -> int:
         url = args.url.rstrip("/")
     else:
         tmp = Path(tempfile.mkdtemp(prefix="vita-soak-"))
-        # start_server passes vita.harness.server.BASE_ENV, the environment as it was when that module was imported:
+        # start_server passes tests.harness.server.BASE_ENV, the environment as it was when that module was imported:
         # setting os.environ now would be too late.
         harness.BASE_ENV["VITA_FAULT_SIGNALS"] = "1"
         server = harness.start_server(tmp, "--max_users", "4")

@@ -12,7 +12,7 @@
 - Fuzz: `--fuzz` malformed or out-of-order client events on one session; then the session must still answer, and
   the server's log must hold no failure of its own.
 
-Usage: .venv/bin/python scripts/bench_realtime.py [--url URL --server_log FILE] [--questions 8] [--barge 3]
+Usage: .venv/bin/python -m scripts.bench.realtime [--url URL --server_log FILE] [--questions 8] [--barge 3]
        [--cycles 200] [--fuzz 3000] [--json out.json]
 """
 
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import requests
-from _bench import percentile
-from bench_latency import BARGE_OVER, BARGE_WITH, SHORT
-from eval_answers import synthesize
 
-from vita.harness.client import RecordingClient
-from vita.harness.realtime_client import RealtimeClient, pcm24
-from vita.harness.speech import RealTime, silence, voiced_span
+from scripts.bench.common import percentile
+from scripts.eval.questions import BARGE_OVER, BARGE_WITH, SHORT
+from scripts.eval.voices import synthesize
+from tests.harness.client import RecordingClient
+from tests.harness.realtime_client import RealtimeClient, pcm24
+from tests.harness.speech import RealTime, silence, voiced_span
 
 REPLY_S = 60
 
@@ -226,7 +226,7 @@ def main() -> int:
     args = parser.parse_args()
     server, url, log_path = None, args.url, args.server_log
     if url is None:
-        from vita.harness.server import start_server, wait_ready
+        from tests.harness.server import start_server, wait_ready
 
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "4")
         wait_ready(server)
@@ -272,7 +272,7 @@ def main() -> int:
             print("fuzz:", json.dumps(report["fuzz"]))
     finally:
         if server is not None:
-            from vita.harness.server import stop_server
+            from tests.harness.server import stop_server
 
             stop_server(server)
     if args.json:

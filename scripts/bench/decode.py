@@ -1,6 +1,6 @@
 """Benchmark the LLM engine alone: first token and decode tokens/s with this config (dtype, compilation...).
 
-Usage: .venv/bin/python scripts/bench_decode.py [--config FILE] [--model NAME|DIR] [--dtype DTYPE]
+Usage: .venv/bin/python -m scripts.bench.decode [--config FILE] [--model NAME|DIR] [--dtype DTYPE]
 (a config file e.g. with `llm: {enforce_eager: false}`)
 """
 
