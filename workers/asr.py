@@ -143,7 +143,7 @@ class MisheardRule:
     held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely to the model where
     Whisper is only a little unsure. Where the engine cannot read (a remote server), under `sense_check_below`
     the model is asked whether the words make sense (workers/turn_run.SENSE_CHECK). Shared by the LLM worker
-    (workers/hearing.py) and scripts/bench_asr.py."""
+    (workers/hearing.py) and scripts/bench/asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6

@@ -77,7 +77,7 @@ class Hearing:
         return MisheardRule.from_config(self.config.asr)
 
     async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
-        """Whisper was unsure: does a second model hear the same words? (scripts/bench_asr.py accuracy: with it,
+        """Whisper was unsure: does a second model hear the same words? (scripts/bench/asr.py accuracy: with it,
         "say it again" catches 7 of 9 garbled robotic questions instead of 5, 34 of 46 noisy ones instead of 28.)"""
         if self.second_asr is None:
             return False

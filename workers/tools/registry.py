@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 
 # A call in Qwen2.5's tags; a small model sometimes writes it in the tags of the results it was shown in its history
-# (<tool_response>{"name": "opening_hours", ...}</tool_response>, scripts/eval_tools.py): a call all the same.
+# (<tool_response>{"name": "opening_hours", ...}</tool_response>, scripts/eval/tools.py): a call all the same.
 TOOL_CALL = re.compile(r"<(tool_call|tool_response)>\s*(.*?)\s*(?:</\1>|$)", re.S)
 OPENING = "<tool_call>"
 OPENINGS = (OPENING, "<tool_response>")

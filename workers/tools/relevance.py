@@ -5,7 +5,7 @@ The model is shown only those, in a system message just before the question (wor
 question then gets the very prompt it would get with no tools configured (no tool section to prefill, and the
 bundled 1.5B model's plain answers unchanged: with the tools in every system prompt they lost 2-3 of 42), and a
 question about the shop gets the tools beside it, where a small model in a long session sees them (in the system
-prompt it called none of the 5 shop questions of scripts/eval_tools.py; beside the question, 4 of 5). A word
+prompt it called none of the 5 shop questions of scripts/eval/tools.py; beside the question, 4 of 5). A word
 match is generous on purpose: an offered tool is only offered, the model still decides. English words: for another
 language the LLM worker offers every tool, as before (see ToolTurns._offered).
 """

@@ -86,7 +86,7 @@ class ToolTurns:
     def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
         """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
         1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
-        the tool again (scripts/eval_tools.py)."""
+        the tool again (scripts/eval/tools.py)."""
         return self._say_as_is(sid, tid, [spoken_answer(call, o.result)
                                           for call, o in zip(calls, outcomes, strict=False)])
 
