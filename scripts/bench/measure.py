@@ -64,8 +64,6 @@ def first_after(client: RecordingClient, name: str, after: float, timeout: float
 def answered_turn(client: RecordingClient, after: float) -> int:
     """The turn that answered the question asked after `after`, once it is over: a turn withdrawn because the
     question went on ("...Canada? Keep it short.": `extended`) is followed by the one that carries it."""
-    from scripts.bench.end_to_end import first_after
-
     while True:
         turn_at, turn = first_after(client, "turn", after, timeout=30)
         tid = turn["turn_id"]

@@ -13,7 +13,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 import simple_websocket
@@ -22,10 +22,18 @@ from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 from vita.rate_budget import RateBudget
 from vita.web.shared_tls import SharedTlsSocket
 
-if TYPE_CHECKING:
-    from vita.web.socket_guard import SocketGuard
-
 log = logging.getLogger("vita.socket")
+
+
+class WebSocketLimits(Protocol):
+    """What a WebSocket is read under, and the ledger of polling sessions moving onto one (``SocketGuard``)."""
+
+    read_bytes_per_s: float
+    read_messages_per_s: float
+
+    def moving_to_websocket(self, eio_sid: str) -> tuple[int, str] | None: ...
+
+    def websocket_ended(self, eio_sid: str, seat: tuple[int, str]) -> None: ...
 
 
 class MeteredSocket:
@@ -77,7 +85,7 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
     HARD_LIMIT_FACTOR = 4
     CLOSE_REPLY_S = 1.0
 
-    def __init__(self, handler: Callable, server: Any, guard: SocketGuard | None = None, **kwargs: Any):
+    def __init__(self, handler: Callable, server: Any, guard: WebSocketLimits | None = None, **kwargs: Any):
         self.limit = server.max_http_buffer_size
         self.guard = guard
         self.metered: MeteredSocket | None = None

@@ -13,7 +13,7 @@ from vita.ops.metrics import CONTENT_TYPE
 from vita.web.access import COOKIE, OPEN_PATHS
 
 if TYPE_CHECKING:
-    from vita.web.app import FrontApp
+    from vita.web.front_host import FrontHost
 
 
 def thread_counts() -> dict[str, int]:
@@ -23,7 +23,7 @@ def thread_counts() -> dict[str, int]:
     return {"threads": threading.active_count() - timers, "ping_timers": timers}
 
 
-def install_routes(front: FrontApp) -> None:
+def install_routes(front: FrontHost) -> None:
     """The page, its static files, /health (the detail behind the token), /metrics, /voices and /ready."""
     app = front.flask
 

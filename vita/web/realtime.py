@@ -45,7 +45,7 @@ from vita.web.realtime_protocol import (
 )
 
 if TYPE_CHECKING:
-    from vita.web.app import FrontApp
+    from vita.web.front_host import SessionHost
 
 log = logging.getLogger("vita.web.realtime")
 MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
@@ -59,7 +59,7 @@ class RealtimeSession:
     """One Realtime connection: its settings, its push-to-talk buffer, the items its next response answers, and
     its client events (read in order on the connection's thread)."""
 
-    def __init__(self, front: FrontApp, ws: Any, model: str, environ: dict):
+    def __init__(self, front: SessionHost, ws: Any, model: str, environ: dict):
         self.front, self.ws, self.requested_model = front, ws, model
         config = front.config
         self.settings = Settings(voice=front.config.tts.voice, turn_detection=TurnDetection(
@@ -127,7 +127,7 @@ class RealtimeSession:
                 front.turns.detach(session)
             log.info("Realtime session closed", extra=turn_ids(self.sid))
 
-    # --- what the front sends this session (FrontApp.emit) ---------------------------------------------------
+    # --- what the front sends this session (the front's emit) ---------------------------------------------------
     def emit(self, event: str, payload: Any = None) -> None:
         self.conversation.emit(event, payload)
         if event == "turn":

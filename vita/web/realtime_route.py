@@ -20,7 +20,7 @@ from vita.web.realtime import RealtimeSession
 from vita.web.realtime_protocol import error_event
 
 if TYPE_CHECKING:
-    from vita.web.app import FrontApp
+    from vita.web.front_host import FrontHost
 
 PATH = "/v1/realtime"
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
@@ -44,7 +44,7 @@ class RealtimeSocket(BoundedWebSocket):
 class RealtimeRoute:
     """WSGI middleware: ``/v1/realtime`` here, everything else to the Flask app."""
 
-    def __init__(self, app: Callable, front: FrontApp):
+    def __init__(self, app: Callable, front: FrontHost):
         self.app, self.front = app, front
         self.max_message_bytes = max(front.config.limits.max_frame_bytes, 1 << 20)
 

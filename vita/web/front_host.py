@@ -1,0 +1,61 @@
+"""What a door may use of the front, as two contracts: a door takes one of these, never the app itself, so that
+doors and the app do not import each other and a new door (a phone line, a native SDK) is a module of its own.
+
+``SessionHost`` is the transport-neutral part (sessions and their turns, the budgets, the metrics, the workers'
+request queue): the Realtime door needs no more. ``FrontHost`` adds the HTTP side (the Flask app, the access
+token, the socket guard, what /health reports) for the routes and the WebSocket route. ``FrontApp`` is both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from vita.config import Config
+    from vita.ops.metrics import FrontMetrics
+    from vita.ops.turn_log import TurnLogger
+    from vita.turns.sessions import Session, SessionRegistry
+    from vita.turns.turn_control import TurnController
+    from vita.web.access import AccessGuard
+    from vita.web.connections import ConnectionTable
+    from vita.web.message_queue import QueueProbe
+    from vita.web.socket_guard import SocketGuard
+    from vita.web.web_root import WebRoot
+
+
+class SessionHost(Protocol):
+    config: Config
+    sessions: SessionRegistry
+    turns: TurnController
+    metrics: FrontMetrics
+    voices: list[str]
+    llm_choice: dict[str, str | None]
+
+    def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
+        """Microphone audio to the session's VAD, within its real-time budget; False when refused."""
+        ...
+
+    def put_request(self, message: Any) -> bool:
+        """A message to the LLM worker's queue (history edits, tool outputs); False when it was full."""
+        ...
+
+    def session_allows_event(self, session: Session) -> bool:
+        """The session's event rate: False for an event over it (drop the event)."""
+        ...
+
+
+class FrontHost(SessionHost, Protocol):
+    flask: Flask
+    web: WebRoot
+    guard: AccessGuard
+    socket_guard: SocketGuard
+    security_headers: dict[str, str]
+    connections: ConnectionTable | None
+    queue_probe: QueueProbe | None
+    turn_log: TurnLogger
+    graph: Any
+    rtc: Any
+    front_id: str
+    started_at: float
