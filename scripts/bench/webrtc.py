@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from scripts.bench.common import cpu_seconds, delta, histogram_quantile, percentile, scrape
+from scripts.bench.common import cpu_description, cpu_seconds, delta, histogram_quantile, percentile, scrape
 from scripts.eval.questions import E2E_LONG_QUESTIONS
 from tests.harness.client import RecordingClient
 from tests.harness.rtc import LOUD_RMS, RtcAudio
@@ -340,9 +340,7 @@ def main() -> int:
         print(f"starting a server ({tmp / 'server.log'}) ...", flush=True)
         wait_ready(server)
         url, pid = server.url, server.process.pid
-    from bench_turns import cpu
-
-    results: dict = {"cpu": cpu(), "url": url}
+    results: dict = {"cpu": cpu_description(), "url": url}
     speeches = [spoken(q) for q in QUESTIONS]
     try:
         if "talk" in parts:
