@@ -90,26 +90,34 @@ def test_messages_over_the_connections_rate_hold_its_reader_back():
     assert socket.metered.hold_until - time.monotonic() == pytest.approx(0.5, abs=0.1)
 
 
-def test_a_client_that_keeps_sending_is_alive_though_its_pong_is_late():
+PING_S = 1.0  # engine.io's ping interval and timeout on the small front below (the front's are 10 s)
+
+
+@pytest.fixture
+def front():
+    """Named `front` so that the suite runs it after the in-process engines (conftest: Flask in this process)."""
+    with small_front("guard-token-123", ping_s=PING_S) as running:
+        yield running
+
+
+def test_a_client_that_keeps_sending_is_alive_though_its_pong_is_late(front):
     """A client sending faster than it is read has its pong queued behind its own data: what it sends answers
     the ping (engine.io alone closed such a session for a ping timeout, its events still being read). A client
     that stops sending and never answers is still closed."""
-    ping_s = 1.0
-    with small_front("guard-token-123", ping_s=ping_s) as front:
-        ws = websocket.create_connection(front.url.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
-                                         timeout=5)
-        try:
-            assert ws.recv().startswith("0{")  # engine.io's OPEN
-            ws.send("40")
-            assert ws.recv().startswith("40{")  # joined "/": engine.io's pings start, and none is answered here
-            (eio_sid,) = front.eio.sockets
-            sending_until = time.monotonic() + 4 * ping_s
-            while time.monotonic() < sending_until:
-                ws.send('42["echo","still here"]')
-                time.sleep(0.1)
-                assert eio_sid in front.eio.sockets and not front.eio.sockets[eio_sid].closed
-            assert front.eio.sockets[eio_sid].last_ping  # a ping went unanswered all along
-            assert wait_until(lambda: eio_sid not in front.eio.sockets or front.eio.sockets[eio_sid].closed,
-                              timeout=4 * ping_s + 5)
-        finally:
-            ws.close()
+    ws = websocket.create_connection(front.url.replace("http", "ws") + "/socket.io/?EIO=4&transport=websocket",
+                                     timeout=5)
+    try:
+        assert ws.recv().startswith("0{")  # engine.io's OPEN
+        ws.send("40")
+        assert ws.recv().startswith("40{")  # joined "/": engine.io's pings start, and none is answered here
+        (eio_sid,) = front.eio.sockets
+        sending_until = time.monotonic() + 4 * PING_S
+        while time.monotonic() < sending_until:
+            ws.send('42["echo","still here"]')
+            time.sleep(0.1)
+            assert eio_sid in front.eio.sockets and not front.eio.sockets[eio_sid].closed
+        assert front.eio.sockets[eio_sid].last_ping  # a ping went unanswered all along
+        assert wait_until(lambda: eio_sid not in front.eio.sockets or front.eio.sockets[eio_sid].closed,
+                          timeout=4 * PING_S + 5)
+    finally:
+        ws.close()
