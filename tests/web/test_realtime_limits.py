@@ -32,7 +32,7 @@ class Counter:
 
 
 class Front:
-    """What a RealtimeSession uses of FrontApp; the session's thread is not run (its calls are only kept)."""
+    """What a RealtimeSession uses of its SessionHost; the session's thread is not run (its calls are only kept)."""
 
     def __init__(self):
         self.config = Config()

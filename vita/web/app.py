@@ -39,6 +39,9 @@ log = logging.getLogger("vita.web.app")
 WEB_DIR = PROJECT_ROOT / "web"
 REFUSE_DELAY_S = 0.2
 PING_INTERVAL_S = 10
+# Told to clients on top of the interval: a browser counts interval + timeout from the last PING it received, and
+# the next PING follows a late pong (one queued behind the client's own paced data) by the interval.
+PING_GRACE_S = 5
 RTC_OFFER_INTERVAL_S = 1.0  # a session's WebRTC offers come at most this often
 SHUTDOWN_NOTICE_S = 1.0  # SIGTERM waits this long per session for its turn to be cancelled before the notice
 
@@ -83,7 +86,7 @@ class FrontApp:
         # (a laptop lid, a dropped network) within 20 s, which matters with a small --max_users.
         queue_url = config.server.message_queue
         self.socketio = SocketIO(self.flask, async_mode="threading", always_connect=True, async_handlers=False,
-                                 ping_interval=PING_INTERVAL_S, ping_timeout=10,
+                                 ping_interval=(PING_INTERVAL_S, PING_GRACE_S), ping_timeout=10,
                                  max_http_buffer_size=max(config.limits.max_frame_bytes, 1 << 20),
                                  # Loggers of ours: the libraries' defaults add a second handler (every line twice).
                                  logger=logging.getLogger("socketio.server"),

@@ -338,7 +338,9 @@ class SocketGuard:
         handlers slowed by load) has its pong queued behind its own data, and a live session was closed for a
         ping timeout while its messages were still being read."""
         eio_socket = self.eio.sockets.get(eio_sid)
-        if eio_socket is not None and eio_socket.last_ping:
+        # A WebSocket only: its one reader reads pongs and messages in order (two polling POSTs at once could set
+        # the ping again just after a pong cleared it), and reads are paced there alone.
+        if eio_socket is not None and eio_socket.upgraded and eio_socket.last_ping:
             eio_socket.last_ping = time.time()
 
     def _sid(self, eio_sid: str) -> str | None:
