@@ -7,8 +7,8 @@ import sys
 
 from vita.cli import main
 from vita.process_graph import WorkerSpec
-from workers.llm_worker import run_llm_worker
-from workers.tts_worker import run_tts_worker
+from workers.llm.worker import run_llm_worker
+from workers.tts.worker import run_tts_worker
 
 # liveness_s: a ready worker that sends no heartbeat for this long is stuck, and is killed and restarted.
 WORKERS = (WorkerSpec("llm", run_llm_worker, "requests", liveness_s=30.0),

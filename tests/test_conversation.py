@@ -14,7 +14,7 @@ import soxr
 
 from tests.harness.client import RecordingClient
 from tests.harness.speech import RATE, silence, spoken, stream
-from tests.workers.test_llm_worker import LONG_REPLY
+from tests.workers.llm.test_llm_worker import LONG_REPLY
 from vita.config import Config
 
 REPLY_RATE = 24000

@@ -22,7 +22,7 @@ import pytest
 from tests.harness.client import RecordingClient
 from tests.harness.server import RunningServer, wait_health, wait_ready
 from tests.harness.speech import silence, spoken, stream
-from tests.workers.test_llm_worker import LONG_REPLY
+from tests.workers.llm.test_llm_worker import LONG_REPLY
 from vita.config import Config
 
 STALL_S = Config().limits.turn_stall_s  # the shared server runs the default configuration

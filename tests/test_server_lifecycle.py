@@ -22,7 +22,7 @@ from tests.harness.client import RawSocketIO, RecordingClient
 from tests.harness.realtime_client import RealtimeClient
 from tests.harness.server import start_server, stop_server, wait_health, wait_ready
 from tests.harness.speech import noise, silence, spoken, stream
-from tests.workers.test_llm_worker import LONG_REPLY
+from tests.workers.llm.test_llm_worker import LONG_REPLY
 from vita.ops.turn_log import read_turns
 
 TIMEOUT_S = 3

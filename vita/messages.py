@@ -112,7 +112,7 @@ class InterjectionCheck:
 @dataclass(frozen=True)
 class CameraFrame:
     """The session's newest camera picture while its user speaks: analysed before the question is asked about it
-    (a text-only model's vision stage, workers/vision_stage.py)."""
+    (a text-only model's vision stage, workers/vision/stage.py)."""
 
     session_id: str
     image: bytes  # JPEG, PNG or WebP, as the client sent it (already checked to decode)

@@ -10,7 +10,7 @@ the rest.
 sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of
 (what a remote engine does).
 reading: those transcripts read by the LLM as the server reads them (asr.reading_below: the model's mean
-log-probability of the words in the first turn's prompt, workers/local_engine.words_logprob) and judged by the
+log-probability of the words in the first turn's prompt, workers/llm/local_engine.words_logprob) and judged by the
 server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the rest.
 
 Usage: .venv/bin/python -m scripts.bench.asr [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
@@ -32,7 +32,7 @@ from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
 from scripts.eval.voices import synthesize
 from tests.harness.speech import silence, spoken
 from vita.config import Config
-from workers.asr import MisheardRule, Transcription, WhisperTranscriber, word_error_rate
+from workers.llm.asr import MisheardRule, Transcription, WhisperTranscriber, word_error_rate
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
@@ -70,7 +70,7 @@ def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def accuracy(models: Path, names: list[str], voices: list[str], out: str | None) -> None:
-    """Each model as the server's first ASR, with the server's rule for "say it again" (workers/asr.MisheardRule:
+    """Each model as the server's first ASR, with the server's rule for "say it again" (workers/llm/asr.MisheardRule:
     its confidence, then, when unsure, the configured second model's opinion)."""
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
     cfg = Config().asr
@@ -111,13 +111,13 @@ def accuracy(models: Path, names: list[str], voices: list[str], out: str | None)
 
 def sense(transcripts: str, below: float | None, write_to: str | None = None) -> None:
     """The transcripts of an `accuracy --json` run through the default LLM with the server's note beside the
-    question (workers/turn_run.SENSE_CHECK; no history), where Whisper's confidence is under `below` (None: every
+    question (workers/llm/turn_run.SENSE_CHECK; no history), where Whisper's confidence is under `below` (None: every
     one): what the model asks again on top of the rules above, garbled and not."""
     import os
 
-    from workers.local_engine import device_env, engine_kwargs
-    from workers.prompting import ConversationHistory, PromptBuilder
-    from workers.turn_run import SENSE_CHECK, asks_again
+    from workers.llm.local_engine import device_env, engine_kwargs
+    from workers.llm.prompting import ConversationHistory, PromptBuilder
+    from workers.llm.turn_run import SENSE_CHECK, asks_again
 
     config = Config()
     os.environ.update(device_env(config))
@@ -148,8 +148,8 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     as a first question, the harder case for a follow-up such as "And in Fahrenheit?")."""
     import os
 
-    from workers.local_engine import device_env, engine_kwargs, words_logprob
-    from workers.prompting import ConversationHistory, PromptBuilder
+    from workers.llm.local_engine import device_env, engine_kwargs, words_logprob
+    from workers.llm.prompting import ConversationHistory, PromptBuilder
 
     config = Config()
     rule = MisheardRule.from_config(config.asr)

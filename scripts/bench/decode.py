@@ -20,9 +20,9 @@ PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer da
 async def measure(config) -> None:
     from transformers import AutoTokenizer
 
-    from workers.generation import EnginePrompt, SamplingSettings
-    from workers.local_engine import LocalVllmEngine
-    from workers.prompting import ConversationHistory, PromptBuilder
+    from workers.llm.generation import EnginePrompt, SamplingSettings
+    from workers.llm.local_engine import LocalVllmEngine
+    from workers.llm.prompting import ConversationHistory, PromptBuilder
 
     started = time.monotonic()
     engine = LocalVllmEngine(config)
@@ -52,7 +52,7 @@ def main() -> int:
     parser.add_argument("--dtype", help="override llm.dtype (auto, bfloat16, float32)")
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.local_engine import device_env
+    from workers.llm.local_engine import device_env
 
     config = load_config(args.config)
     if args.model:

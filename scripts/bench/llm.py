@@ -23,7 +23,7 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
-from workers.llm_worker import run_llm_worker
+from workers.llm.worker import run_llm_worker
 
 QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
              "Good morning! Can you tell me what the weather is like in spring and in summer?"]

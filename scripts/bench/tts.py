@@ -16,7 +16,7 @@ from pathlib import Path
 from scripts.bench.common import percentile, start_worker
 from vita.config import Config
 from vita.messages import Shutdown, TtsChunk, TtsPiece, TurnTimings
-from workers.tts_worker import run_tts_worker
+from workers.tts.worker import run_tts_worker
 
 PIECES = [
     "Sure,",

@@ -34,10 +34,10 @@ from scripts.eval.voices import synthesize
 async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     from transformers import AutoTokenizer
 
-    from workers.generation import EnginePrompt, SamplingSettings
-    from workers.local_engine import LocalVllmEngine
-    from workers.prompting import ConversationHistory, Exchange, PromptBuilder
-    from workers.speech_pieces import ReplyShaper
+    from workers.llm.generation import EnginePrompt, SamplingSettings
+    from workers.llm.local_engine import LocalVllmEngine
+    from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
+    from workers.llm.speech_pieces import ReplyShaper
 
     llm = config.llm
     engine = LocalVllmEngine(config)
@@ -139,7 +139,7 @@ def main() -> int:
         config = load_config(args.config)
         if args.model:
             config.llm.model_path = args.model
-        from workers.local_engine import device_env
+        from workers.llm.local_engine import device_env
 
         os.environ.update(device_env(config))
         runs = asyncio.run(typed_run(config, questions))

@@ -47,7 +47,7 @@ BARGE_WITH = "Wait, stop. What is the capital of Spain?"
 E2E_QUESTIONS = ["What is the capital of France?", "Hello, how are you today?", "Please tell me a joke about cats.",
                  "Can you tell me what the weather is like in spring?"]
 # The bundled model answers the questions above in one short sentence, where streaming has nothing to overlap;
-# these it answers in several clauses (see tests/workers/test_llm_worker.py), which is where streaming pays.
+# these it answers in several clauses (see tests/workers/llm/test_llm_worker.py), which is where streaming pays.
 E2E_LONG_QUESTIONS = ["Can you tell me, in detail, what the weather is like in spring, summer, autumn and winter?",
                       "Give me three tips for sleeping better, please.", "Tell me about dogs, cats and birds."]
 E2E_TYPED_LONG = ["Good morning, Vita! Can you tell me, in detail, what the weather is like in spring, summer, "

@@ -21,7 +21,7 @@ RATE = 16000
 
 @functools.cache
 def _engine():
-    from workers.tts_worker import PiperEngine
+    from workers.tts.worker import PiperEngine
 
     return PiperEngine(Config().models_path() / "piper" / "joe-us")
 

@@ -1,7 +1,7 @@
 """Which of the operator's tools a question may need: the ones that share a word with it, and those the
 conversation has just used (a follow-up, "And on Saturday?", shares no word with the tool it needs).
 
-The model is shown only those, in a system message just before the question (workers/prompting.py): a plain
+The model is shown only those, in a system message just before the question (workers/llm/prompting.py): a plain
 question then gets the very prompt it would get with no tools configured (no tool section to prefill, and the
 bundled 1.5B model's plain answers unchanged: with the tools in every system prompt they lost 2-3 of 42), and a
 question about the shop gets the tools beside it, where a small model in a long session sees them (in the system

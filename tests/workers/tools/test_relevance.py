@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from workers.llm.tool_turns import ToolTurns
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.registry import Tool, ToolBox
 from workers.tools.relevance import MAX_OFFERED, content_words, relevant, stem, tool_words
-from workers.tools.turn_calls import ToolTurns
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -80,7 +80,7 @@ def test_a_long_run_of_spaces_is_read_at_once():
     loop: every session's reply stopped."""
     import time
 
-    from workers.camera_questions import asks_about_camera
+    from workers.llm.camera_questions import asks_about_camera
 
     question = "a" + " " * 1990 + "b this?"
     started = time.process_time()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.speech_pieces import (
+from workers.llm.speech_pieces import (
     PieceSplitter,
     ReplyShaper,
     SpeechClock,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vita.config import Config
-from workers.prompting import ConversationHistory, Exchange, PromptBuilder, tool_section
+from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder, tool_section
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

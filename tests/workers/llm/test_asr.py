@@ -7,7 +7,7 @@ import pytest
 
 from tests.harness.speech import noise, silence, spoken
 from vita.config import Config
-from workers.asr import MisheardRule, Transcription, WhisperTranscriber, window_seconds, word_error_rate, words
+from workers.llm.asr import MisheardRule, Transcription, WhisperTranscriber, window_seconds, word_error_rate, words
 
 
 @pytest.mark.fast

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.tts_text import normalize_for_speech, number_to_words
+from workers.tts.text import normalize_for_speech, number_to_words
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

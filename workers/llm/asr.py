@@ -142,8 +142,8 @@ class MisheardRule:
     confidence plus `reading_weight` times the model's (the mean log-probability of the words in the prompt) is
     held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely to the model where
     Whisper is only a little unsure. Where the engine cannot read (a remote server), under `sense_check_below`
-    the model is asked whether the words make sense (workers/turn_run.SENSE_CHECK). Shared by the LLM worker
-    (workers/hearing.py) and scripts/bench/asr.py."""
+    the model is asked whether the words make sense (workers/llm/turn_run.SENSE_CHECK). Shared by the LLM worker
+    (workers/llm/hearing.py) and scripts/bench/asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6

@@ -15,14 +15,14 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
-from workers.asr import Transcription
-from workers.generation import EnginePrompt
-from workers.prompting import ConversationHistory
-from workers.speech_pieces import ReplyShaper, SpeechClock
+from workers.llm.asr import Transcription
+from workers.llm.generation import EnginePrompt
+from workers.llm.prompting import ConversationHistory
+from workers.llm.speech_pieces import ReplyShaper, SpeechClock
+from workers.llm.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 from workers.tools.in_turn import APOLOGY, CallDetector
 from workers.tools.intents import planned_calls
 from workers.tools.registry import ToolCall, parse_calls
-from workers.turn_run import NAME, ImplausibleWords, TtsBusy, TurnRun
 
 
 def refusal(result: str) -> str:
@@ -40,7 +40,7 @@ def called_in(history: ConversationHistory | None) -> set[str]:
 
 
 class ReplyGeneration:
-    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
 
     async def _generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt,
                         history: ConversationHistory | None = None) -> bool:

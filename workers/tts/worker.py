@@ -32,8 +32,8 @@ from vita.messages import (
     read_messages,
 )
 from workers.common import StatusReporter, install_fault_signal, prepare_process, run_stage
-from workers.phrase_cache import PhraseCache
-from workers.tts_text import normalize_for_speech
+from workers.tts.phrase_cache import PhraseCache
+from workers.tts.text import normalize_for_speech
 
 NAME = "tts"
 CANCELLED_KEPT = 4096  # sessions whose cancelled turn ids the worker remembers

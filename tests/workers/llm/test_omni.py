@@ -17,11 +17,11 @@ import pytest
 
 from tests.harness.speech import RATE, silence, spoken
 from tests.tiny_models import build_tiny_qwen2_audio, qwen2_audio_processor
-from tests.workers.test_llm_worker import LlmHarness
+from tests.workers.llm.test_llm_worker import LlmHarness
 from vita.config import Config
 from vita.messages import ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
-from workers.omni import detect_input_mode, frames_to_images
-from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder
+from workers.llm.omni import detect_input_mode, frames_to_images
+from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder
 
 PERSONA = "Vita is a helpful voice assistant."
 

@@ -25,8 +25,8 @@ from vita.machine.cpu import (
     set_nice,
 )
 from vita.messages import WorkerState
-from workers.generation import Delta, EnginePrompt, SamplingSettings
-from workers.omni import read_model_config
+from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm.omni import read_model_config
 
 
 def device_env(config: Any) -> dict[str, str]:

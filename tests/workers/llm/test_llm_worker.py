@@ -57,8 +57,8 @@ class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
     def __init__(self, config: Config | None = None, vision: bool = False):
-        from workers.llm_worker import LlmWorker
-        from workers.local_engine import device_env
+        from workers.llm.local_engine import device_env
+        from workers.llm.worker import LlmWorker
 
         config = config or Config()
         if not vision:  # the engine's and the turn's tests: no vision stage (its own tests load it)
@@ -223,7 +223,7 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     """Under asr.ask_again_below (here set above any real confidence, so that this clear question counts as
     misheard) the reply is a short request to say it again: spoken, with the words heard on the page, the turn
     marked in its timings, and nothing of it in the history."""
-    from workers.turn_run import ASK_AGAIN
+    from workers.llm.turn_run import ASK_AGAIN
 
     ended = ask_with_asr(llm, "unsure", "Which animal has a long trunk?", ask_again_below=0.0)
     assert ended.reason == "done" and ended.spoken == ASK_AGAIN
@@ -240,7 +240,7 @@ def test_the_engine_reads_the_words_and_asks_again_when_they_are_unlikely(llm):
     """Under asr.reading_below (here above any real confidence) vLLM reads the question beside the reply's
     prefill: a likely question is answered, with the model's reading in the timings; the same question held to a
     reading weight no question passes is asked again before a word of the reply reaches the page."""
-    from workers.turn_run import ASK_AGAIN
+    from workers.llm.turn_run import ASK_AGAIN
 
     ended = ask_with_asr(llm, "read-likely", "How many legs does a spider have?", reading_below=0.0)
     (_, timings), = llm.of("read-likely", TurnTimings)
@@ -364,7 +364,7 @@ def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_someth
 def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     """After each reply the next prompt's prefix is prefilled: even once the history is trimmed (so the new prompt
     differs from the last right after the persona), the next turn finds all but its question in the prefix cache."""
-    from workers.prompting import ConversationHistory
+    from workers.llm.prompting import ConversationHistory
 
     session = "warmed"
     llm.worker.histories[session] = ConversationHistory(2)  # trimmed when the third exchange is added
@@ -387,7 +387,7 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(llm):
     readable error at once and serve() ends with the error (run_stage then reports FAILED and exits, and the
     supervisor restarts it: tests/test_server_lifecycle.py). A fault injected between the engine's steps (the same
     path as a step that raises). It breaks the module's worker: last in this file."""
-    from workers.local_engine import EngineFailed
+    from workers.llm.local_engine import EngineFailed
 
     sessions = ("failing-a", "failing-b")
     for session in sessions:

@@ -12,8 +12,8 @@ import pytest
 from vita.config import Config
 from vita.messages import CancelTurn, Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus
 from vita.process_graph import QUEUES
-from workers.asr import word_error_rate
-from workers.tts_worker import run_tts_worker
+from workers.llm.asr import word_error_rate
+from workers.tts.worker import run_tts_worker
 
 SENTENCE = "The capital of France is Paris, and it is a beautiful city to visit in the spring."
 
@@ -141,7 +141,7 @@ def test_cancelled_turns_are_remembered_for_a_bounded_number_of_sessions():
     import logging
 
     from workers.common import StatusReporter
-    from workers.tts_worker import CANCELLED_KEPT, TtsWorker
+    from workers.tts.worker import CANCELLED_KEPT, TtsWorker
 
     worker = TtsWorker(Config(), queue.Queue(), queue.Queue(), StatusReporter("tts", queue.Queue(),
                                                                                  logging.getLogger("test.tts")))
@@ -162,7 +162,7 @@ def test_a_turn_cancelled_between_its_pieces_leaves_no_state_behind():
     import logging
 
     from workers.common import StatusReporter
-    from workers.tts_worker import TtsWorker, TurnAudio
+    from workers.tts.worker import TtsWorker, TurnAudio
 
     worker = TtsWorker(Config(), queue.Queue(), queue.Queue(), StatusReporter("tts", queue.Queue(),
                                                                                  logging.getLogger("test.tts")))

@@ -1,4 +1,5 @@
-"""How the in-process vLLM engine is configured (no engine starts here; tests/workers/test_llm_worker.py runs it)."""
+"""How the in-process vLLM engine is configured (no engine starts here; tests/workers/llm/test_llm_worker.py
+runs it)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from vita.config import Config
 from vita.machine.cpu import CpuFeatures
-from workers.local_engine import TextAssembler, device_env, engine_kwargs, words_logprob
+from workers.llm.local_engine import TextAssembler, device_env, engine_kwargs, words_logprob
 
 pytestmark = pytest.mark.fast
 

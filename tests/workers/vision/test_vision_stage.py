@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from workers.vision_stage import VisionStage, same_picture, signature
+from workers.vision.stage import VisionStage, same_picture, signature
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

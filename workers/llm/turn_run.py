@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.asr import Transcription
+from workers.llm.asr import Transcription
 from workers.tools.registry import ToolBox
 
 NAME = "llm"

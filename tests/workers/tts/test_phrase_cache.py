@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.phrase_cache import PhraseCache
+from workers.tts.phrase_cache import PhraseCache
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

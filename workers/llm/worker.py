@@ -36,13 +36,13 @@ from vita.messages import (
 )
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
-from workers.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
-from workers.fair_share import ServiceLedger
-from workers.generation import EnginePrompt, SamplingSettings, TextEngine
-from workers.hearing import Hearing
-from workers.local_engine import EngineFailed, LocalVllmEngine, device_env
-from workers.omni import (
+from workers.llm.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
+from workers.llm.fair_share import ServiceLedger
+from workers.llm.generation import EnginePrompt, SamplingSettings, TextEngine
+from workers.llm.hearing import Hearing
+from workers.llm.local_engine import EngineFailed, LocalVllmEngine, device_env
+from workers.llm.omni import (
     InputMode,
     detect_input_mode,
     frames_to_images,
@@ -50,17 +50,12 @@ from workers.omni import (
     read_model_config,
     utterance_audio,
 )
-from workers.prefix_warming import PrefixWarming
-from workers.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from workers.remote_engine import RemoteEngine, RemoteEngineError
-from workers.reply_generation import ReplyGeneration
-from workers.tools.builtin import builtin_tools, isolated_arithmetic
-from workers.tools.client_tools import AwaitedCalls
-from workers.tools.isolated import IsolatedCalls
-from workers.tools.mcp_tools import McpServers
-from workers.tools.registry import ToolBox
-from workers.tools.turn_calls import ToolTurns
-from workers.turn_run import (
+from workers.llm.prefix_warming import PrefixWarming
+from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
+from workers.llm.remote_engine import RemoteEngine, RemoteEngineError
+from workers.llm.reply_generation import ReplyGeneration
+from workers.llm.tool_turns import ToolTurns
+from workers.llm.turn_run import (
     NAME,
     SENSE_CHECK,
     TTS_PUT_TIMEOUT_S,
@@ -69,7 +64,12 @@ from workers.turn_run import (
     TurnRun,
     asks_again,
 )
-from workers.vision_stage import VisionStage, scene_seen, seeing
+from workers.tools.builtin import builtin_tools, isolated_arithmetic
+from workers.tools.client_tools import AwaitedCalls
+from workers.tools.isolated import IsolatedCalls
+from workers.tools.mcp_tools import McpServers
+from workers.tools.registry import ToolBox
+from workers.vision.stage import VisionStage, scene_seen, seeing
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -116,7 +116,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         """Models this process runs itself; the engine starts in serve(), inside the event loop."""
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
-        from workers.asr import WhisperTranscriber
+        from workers.llm.asr import WhisperTranscriber
 
         self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
                                       cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,

@@ -8,11 +8,11 @@ import time
 
 from vita.capacity import seats_for
 from vita.messages import MeasuredSpeed
-from workers.generation import SamplingSettings
-from workers.local_engine import EngineFailed, LocalVllmEngine
-from workers.prompting import ConversationHistory
+from workers.llm.generation import SamplingSettings
+from workers.llm.local_engine import EngineFailed, LocalVllmEngine
+from workers.llm.prompting import ConversationHistory
+from workers.llm.turn_run import WARM_DELAY_S
 from workers.tools.registry import ToolBox
-from workers.turn_run import WARM_DELAY_S
 
 # Questions of different lengths, as several users' first turns would bring (their answers are not kept). Each
 # opens with a marker no user says: the prefix cache keeps blocks of 32 tokens, and a block that held the persona
@@ -28,7 +28,7 @@ MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then 
 
 
 class PrefixWarming:
-    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
 
     async def _warm_up(self) -> None:
         """Before /ready: the persona (and the tools, where they go into it) into the prefix cache, then what the

@@ -14,7 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from workers.asr import WHISPER_RATE, pcm16_to_float
+from workers.llm.asr import WHISPER_RATE, pcm16_to_float
 
 # Model types vLLM serves with audio input whose configs may not carry an `audio_config` key.
 AUDIO_MODEL_TYPES = frozenset({

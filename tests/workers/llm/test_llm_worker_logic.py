@@ -1,5 +1,5 @@
 """The LLM worker's own logic against a scripted TextEngine: reply budget, piece cutting, cancel, discarded
-speculative turns, history, timings. No model is loaded; the real engine is in tests/workers/test_llm_worker.py.
+speculative turns, history, timings. No model is loaded; the real engine is in tests/workers/llm/test_llm_worker.py.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
-from workers.asr import Transcription
 from workers.common import StatusReporter
-from workers.generation import Delta, EnginePrompt, SamplingSettings
-from workers.llm_worker import MAILBOX_BOUND, LlmWorker
-from workers.prompting import PromptBuilder
+from workers.llm.asr import Transcription
+from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm.prompting import PromptBuilder
+from workers.llm.turn_run import ASK_AGAIN, SENSE_CHECK, asks_again
+from workers.llm.worker import MAILBOX_BOUND, LlmWorker
 from workers.tools.builtin import builtin_tools
 from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
-from workers.turn_run import ASK_AGAIN, SENSE_CHECK, asks_again
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -541,7 +541,7 @@ def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob,
 
     worker._text_prompt = noting
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
-    assert notes == [SENSE_CHECK if noted else ""]  # where the note goes: tests/workers/test_prompting.py
+    assert notes == [SENSE_CHECK if noted else ""]  # where the note goes: tests/workers/llm/test_prompting.py
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert ("asked_again" in timings.timings) is asked
     assert len(worker.histories["s"]) == (0 if asked else 1)  # nonsense stays out of the history

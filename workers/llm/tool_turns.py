@@ -13,19 +13,19 @@ from vita.messages import (
     ToolUsed,
     TurnRequest,
 )
-from workers.prompting import ConversationHistory
-from workers.speech_pieces import ReplyShaper, SpeechClock
+from workers.llm.prompting import ConversationHistory
+from workers.llm.speech_pieces import ReplyShaper, SpeechClock
+from workers.llm.turn_run import TurnRun
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
 from workers.tools.in_turn import FILLER
 from workers.tools.intents import spoken_answer
 from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant
-from workers.turn_run import TurnRun
 
 
 class ToolTurns:
-    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
 
     @staticmethod
     def _offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from workers.speech_pieces import ABBREVIATIONS
+from workers.llm.speech_pieces import ABBREVIATIONS
 
 _ONES = [
     "zero",

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tests.harness.server import ROOT
-from tests.workers.test_llm_worker import LONG_REPLY, LlmHarness, pieces
+from tests.workers.llm.test_llm_worker import LONG_REPLY, LlmHarness, pieces
 from vita.config import Config
 from vita.messages import CancelTurn, ReplyText, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
-from workers.generation import EnginePrompt, SamplingSettings
-from workers.remote_engine import RemoteEngine, RemoteEngineError, openai_messages
+from workers.llm.generation import EnginePrompt, SamplingSettings
+from workers.llm.remote_engine import RemoteEngine, RemoteEngineError, openai_messages
 
 log = logging.getLogger("test.remote")
 
@@ -50,7 +50,7 @@ def test_worker_answers_a_spoken_question_through_the_remote_server(remote_llm, 
     # what the server says it generated.
     from transformers import AutoTokenizer
 
-    from workers.prompting import ConversationHistory
+    from workers.llm.prompting import ConversationHistory
 
     rendered = remote_llm.worker.prompts.build(ConversationHistory(0), transcript.text)
     expected = len(AutoTokenizer.from_pretrained(str(Config().llm_model_path()))(rendered)["input_ids"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.camera_questions import asks_about_camera
+from workers.llm.camera_questions import asks_about_camera
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -13,12 +13,12 @@ from vita.messages import (
     TtsPiece,
     TurnRequest,
 )
-from workers.asr import MisheardRule, Transcription
-from workers.turn_run import ASK_AGAIN, TurnRun
+from workers.llm.asr import MisheardRule, Transcription
+from workers.llm.turn_run import ASK_AGAIN, TurnRun
 
 
 class Hearing:
-    """A part of LlmWorker (workers/llm_worker.py): its methods run on the worker itself."""
+    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
 
     def _second_opinion(self) -> Any:
         """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
@@ -27,7 +27,7 @@ class Hearing:
         if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
                 cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
             return None
-        from workers.asr import WhisperTranscriber
+        from workers.llm.asr import WhisperTranscriber
 
         second = WhisperTranscriber(self.config.models_path() / cfg.second_opinion, cfg.compute_type,
                                     cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
@@ -67,7 +67,7 @@ class Hearing:
                                                           and await self._disagree(req, run, heard))
                     reads = self.engine.reads_words and rule.reads
                     if not run.misheard and reads and rule.worth_a_reading(heard):
-                        run.reading = heard  # read as the reply's prompt is prefilled (workers/reply_generation.py)
+                        run.reading = heard  # read as the reply's prompt is prefilled (workers/llm/reply_generation.py)
                     run.sense_check = not run.misheard and not reads and rule.worth_a_sense_check(heard)
             self._publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
