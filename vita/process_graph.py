@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from vita.config import Config
 from vita.messages import MeasuredSpeed, Shutdown, WorkerHeartbeat, WorkerState, WorkerStatus, read_messages
 
 log = logging.getLogger("vita.graph")
@@ -89,7 +90,7 @@ class WorkerHandle:
 class ProcessGraph:
     """Owns the Manager queues and the worker processes; thread-safe to query from request handlers."""
 
-    def __init__(self, config: Any, specs: list[WorkerSpec],
+    def __init__(self, config: Config, specs: list[WorkerSpec],
                  on_death: Callable[[str, str], None] = lambda name, detail: None):
         self.config = config
         self.on_death = on_death  # (worker name, what happened), called from the monitor thread

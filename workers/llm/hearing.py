@@ -3,8 +3,9 @@ a reply heard for a stop command, and the short "say it again" when what was hea
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vita.messages import (
     InterjectionCheck,
@@ -13,92 +14,99 @@ from vita.messages import (
     TtsPiece,
     TurnRequest,
 )
-from workers.llm.asr import MisheardRule, Transcription
+from workers.llm.asr import Transcription
+from workers.llm.kit import LlmKit
+from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import ASK_AGAIN, TurnRun
+
+if TYPE_CHECKING:
+    from vita.config import Config
+
+
+def second_opinion(config: Config) -> Any:
+    """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
+    model's confidence alone cannot see fluent nonsense); English-only models only serve English. None: none."""
+    cfg = config.asr
+    if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
+            cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
+        return None
+    from workers.llm.asr import WhisperTranscriber
+
+    second = WhisperTranscriber(config.models_path() / cfg.second_opinion, cfg.compute_type,
+                                cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
+    second.warm_up()  # off the first turn too
+    return second
 
 
 class Hearing:
-    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
+    """latest_check: session -> (turn, pause) of its newest interjection check (the worker's, kept as it reads
+    its inbox)."""
 
-    def _second_opinion(self) -> Any:
-        """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
-        model's confidence alone cannot see fluent nonsense); English-only models only serve English."""
-        cfg = self.config.asr
-        if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
-                cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
-            return None
-        from workers.llm.asr import WhisperTranscriber
+    def __init__(self, kit: LlmKit, out: TurnOutput, log: logging.Logger, latest_check: dict[str, tuple[int, int]]):
+        self.kit, self.out, self.log, self.latest_check = kit, out, log, latest_check
 
-        second = WhisperTranscriber(self.config.models_path() / cfg.second_opinion, cfg.compute_type,
-                                    cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
-        second.warm_up()  # off the first turn too
-        return second
-
-    async def _hear_interjection(self, check: InterjectionCheck) -> None:
+    async def hear_interjection(self, check: InterjectionCheck) -> None:
         """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
         It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
         def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
             if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
                 return None
-            return self.asr.transcribe(check.audio, check.sample_rate, redecode=False)  # a stop must not wait
+            return self.kit.asr.transcribe(check.audio, check.sample_rate, redecode=False)  # a stop must not wait
 
         try:
-            text = await self._in_thread(transcribe_if_newest)
+            text = await self.kit.in_thread(transcribe_if_newest)
         except Exception:  # the front then leaves the reply playing: short speech over it is not a turn
-            self.report.log.exception("interjection ASR failed")
+            self.log.exception("interjection ASR failed")
             text = ""
         if text is not None:
-            self._publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
+            self.out.publish(InterjectionText(check.session_id, check.turn_id, check.pause, text))
 
-    async def _cascade_text(self, req: TurnRequest, run: TurnRun) -> str:
+    async def cascade_text(self, req: TurnRequest, run: TurnRun) -> str:
         """Cascade: the utterance through ASR, joined with any typed text."""
         transcript = ""
         if req.audio:
-            heard = await self._in_thread(self.asr.hear, req.audio, req.sample_rate)
+            heard = await self.kit.in_thread(self.kit.asr.hear, req.audio, req.sample_rate)
             transcript = heard.text
             run.timings["asr_s"] = time.monotonic() - run.started
             if transcript:
                 run.timings["asr_logprob"] = heard.avg_logprob
                 if heard.beam:
                     run.timings["asr_beam"] = 1.0
-                rule = self.misheard_rule
+                rule = self.kit.misheard_rule
                 if not req.text.strip():  # typed words say what was meant
                     run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
-                                                          and await self._disagree(req, run, heard))
-                    reads = self.engine.reads_words and rule.reads
+                                                          and await self.disagree(req, run, heard))
+                    reads = self.kit.engine.reads_words and rule.reads
                     if not run.misheard and reads and rule.worth_a_reading(heard):
                         run.reading = heard  # read as the reply's prompt is prefilled (workers/llm/reply_generation.py)
                     run.sense_check = not run.misheard and not reads and rule.worth_a_sense_check(heard)
-            self._publish(Transcript(req.session_id, req.turn_id, transcript))
+            self.out.publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
-    @property
-    def misheard_rule(self) -> MisheardRule:
-        return MisheardRule.from_config(self.config.asr)
-
-    async def _disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
+    async def disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench/asr.py accuracy: with it,
         "say it again" catches 7 of 9 garbled robotic questions instead of 5, 34 of 46 noisy ones instead of 28.)"""
-        if self.second_asr is None:
+        if self.kit.second_asr is None:
             return False
         started = time.monotonic()
-        other = await self._in_thread(self.second_asr.hear, req.audio, req.sample_rate)
+        other = await self.kit.in_thread(self.kit.second_asr.hear, req.audio, req.sample_rate)
+        rule = self.kit.misheard_rule
         run.timings["second_asr_s"] = time.monotonic() - started
-        run.timings["asr_disagreement"] = round(self.misheard_rule.disagreement(heard, other), 3)
-        return self.misheard_rule.disagree(heard, other)
+        run.timings["asr_disagreement"] = round(rule.disagreement(heard, other), 3)
+        return rule.disagree(heard, other)
 
-    async def _ask_again(self, req: TurnRequest, run: TurnRun) -> None:
+    async def ask_again(self, req: TurnRequest, run: TurnRun) -> None:
         """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
         rather than answer it. The exchange stays out of the history (its words are noise)."""
         sid, tid = req.session_id, req.turn_id
         run.timings["asked_again"] = 1.0
         run.user_text = ""  # nor does a cancel put its words there
         started = time.monotonic()
-        await self._send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
-        await self._to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
-        self._publish_answered(sid, tid, run)
+        await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
+        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        self.out.publish_answered(sid, tid, run)
 
-    async def _omni_transcript(self, req: TurnRequest) -> str:
-        transcript = await self._in_thread(self.asr.transcribe, req.audio, req.sample_rate)
-        self._publish(Transcript(req.session_id, req.turn_id, transcript))
+    async def omni_transcript(self, req: TurnRequest) -> str:
+        transcript = await self.kit.in_thread(self.kit.asr.transcribe, req.audio, req.sample_rate)
+        self.out.publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)

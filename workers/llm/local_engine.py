@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vita.config import Config
 from vita.machine.cpu import (
     CpuFeatures,
     apply_isa_cap,
@@ -29,7 +30,7 @@ from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.omni import read_model_config
 
 
-def device_env(config: Any) -> dict[str, str]:
+def device_env(config: Config) -> dict[str, str]:
     """The LLM process's environment for its engine (threads, KV cache space, ISA cap, offline hubs): set before
     vLLM, torch or CTranslate2 are imported."""
     llm = config.llm
@@ -52,7 +53,7 @@ def device_env(config: Any) -> dict[str, str]:
     return env
 
 
-def engine_kwargs(config: Any, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
+def engine_kwargs(config: Config, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
     """AsyncEngineArgs for this config; omni models also get their per-prompt media limits.
 
     On a CPU, dtype 'auto' follows the CPU (bf16 only where measured faster: AMX). A 32-token KV block lets
@@ -193,7 +194,7 @@ class LocalVllmEngine:
 
     reads_words = True  # Delta.words_logprob, from the prompt's log-probabilities
 
-    def __init__(self, config: Any, omni: bool = False):
+    def __init__(self, config: Config, omni: bool = False):
         self.config = config
         self.omni = omni
         self.cpu = read_cpu()

@@ -4,13 +4,16 @@ its question; and warming the engine up before the first."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from vita.capacity import seats_for
 from vita.messages import MeasuredSpeed
 from workers.llm.generation import SamplingSettings
+from workers.llm.kit import LlmKit
 from workers.llm.local_engine import EngineFailed, LocalVllmEngine
 from workers.llm.prompting import ConversationHistory
+from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_run import WARM_DELAY_S
 from workers.tools.registry import ToolBox
 
@@ -28,35 +31,41 @@ MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then 
 
 
 class PrefixWarming:
-    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
+    """running: session -> its turn in flight (the worker's): a warm-up waits while any session's turn runs."""
 
-    async def _warm_up(self) -> None:
+    def __init__(self, kit: LlmKit, tools: ToolTurns, log: logging.Logger, running: dict):
+        self.kit, self.tools, self.log, self.running = kit, tools, log, running
+        self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
+
+    async def warm_up(self) -> MeasuredSpeed | None:
         """Before /ready: the persona (and the tools, where they go into it) into the prefix cache, then what the
         first turns will ask of the engine that one request does not: several sessions' questions prefilled and
         decoded in one batch, their words read as they are prefilled (prompt log-probabilities). A CPU pays for a
-        shape the first time its kernels see it; paid here, not by the first users (who would wait seconds)."""
+        shape the first time its kernels see it; paid here, not by the first users (who would wait seconds).
+        Returns the engine's speed, measured on the way (None: it could not be)."""
+        kit = self.kit
         started = time.monotonic()
-        tools = self._prefix_tools(self.toolbox)
-        async for _ in self.engine.stream(self._text_prompt(ConversationHistory(0), "Hello!", tools=tools),
-                                          self._sampling(), "warmup"):
+        tools = self.tools.prefix_tools(kit.toolbox)
+        async for _ in kit.engine.stream(kit.text_prompt(ConversationHistory(0), "Hello!", tools=tools),
+                                         kit.sampling(), "warmup"):
             pass
-        self.speed = await self._measure_speed(tools)
-        if self.speed is None:
-            self.report.log.warning("the engine's speed could not be measured (it counted too few tokens): "
-                                    "--max_users auto keeps its seats as they are")
-        if not isinstance(self.engine, LocalVllmEngine) or self.mode.omni:
-            return  # (a remote server warms itself; an omni prompt carries media this cannot make up)
-        seats = self.config.server.max_users  # auto: what the front will make of the speed just measured
+        speed = await self.measure_speed(tools)
+        if speed is None:
+            self.log.warning("the engine's speed could not be measured (it counted too few tokens): "
+                             "--max_users auto keeps its seats as they are")
+        if not isinstance(kit.engine, LocalVllmEngine) or kit.mode.omni:
+            return speed  # (a remote server warms itself; an omni prompt carries media this cannot make up)
+        seats = kit.config.server.max_users  # auto: what the front will make of the speed just measured
         if seats is None:
-            seats = seats_for(self.speed)[0] if self.speed is not None else len(WARM_UP_QUESTIONS)
+            seats = seats_for(speed)[0] if speed is not None else len(WARM_UP_QUESTIONS)
         sessions = max(2, min(seats, len(WARM_UP_QUESTIONS)))
-        reads = self.engine.reads_words and self.misheard_rule.reads
+        reads = kit.engine.reads_words and kit.misheard_rule.reads
 
         async def one(index: int) -> None:
             read = reads and index % 2 == 0  # (a turn's words are read only when Whisper was unsure of them)
-            prompt = self._text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools, read_words=read)
-            async for _ in self.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=read),
-                                              f"warmup-{index}"):
+            prompt = kit.text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools, read_words=read)
+            async for _ in kit.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=read),
+                                             f"warmup-{index}"):
                 pass
 
         results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
@@ -64,17 +73,18 @@ class PrefixWarming:
         if any(isinstance(r, EngineFailed | asyncio.CancelledError) for r in failed):
             raise failed[0]  # the engine itself stopped: the worker's failure, as on any turn
         if failed:  # only an optimisation: the first turns then pay for these shapes themselves
-            self.report.log.warning("warm-up of several questions at once failed: %r", failed[0])
-        self.report.log.info("warmed up in %.1f s: two prompts, then %d at once", time.monotonic() - started, sessions)
+            self.log.warning("warm-up of several questions at once failed: %r", failed[0])
+        self.log.info("warmed up in %.1f s: two prompts, then %d at once", time.monotonic() - started, sessions)
+        return speed
 
-    async def _measure_speed(self, tools: ToolBox | None) -> MeasuredSpeed | None:
+    async def measure_speed(self, tools: ToolBox | None) -> MeasuredSpeed | None:
         """A question as a turn brings it, on the engine now warm: its first token and its decoding speed, with the
         ASR time measured in setup (--max_users auto sizes the seats by them)."""
         started = time.monotonic()
         first_at, first_tokens, tokens = None, 0, 0
-        async for delta in self.engine.stream(self._text_prompt(ConversationHistory(0), MEASURED_QUESTION,
-                                                                tools=tools),
-                                              SamplingSettings(MEASURED_TOKENS, 0.0), "warmup-measured"):
+        kit = self.kit
+        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), MEASURED_QUESTION, tools=tools),
+                                             SamplingSettings(MEASURED_TOKENS, 0.0), "warmup-measured"):
             if first_at is None:
                 first_at, first_tokens = time.monotonic(), delta.tokens
             tokens += delta.tokens
@@ -84,28 +94,24 @@ class PrefixWarming:
         decoded_s = time.monotonic() - first_at
         if decoded < MIN_MEASURED_TOKENS or decoded_s <= 0:
             return None
-        return MeasuredSpeed(round(self.asr_s, 3), round(first_at - started, 3), round(decoded / decoded_s, 2))
+        return MeasuredSpeed(round(kit.asr_s, 3), round(first_at - started, 3), round(decoded / decoded_s, 2))
 
-    def _prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
-        """The tools that are part of every prompt's prefix: none where they are offered beside the question
-        (workers/tools/relevance.py), else all of the operator's."""
-        return None if self._tools_beside() else self._offered(tools, None)
-
-    def _warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
-              persona: str | None = None) -> None:
+    def warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
+             persona: str | None = None) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
-        llm = self.config.llm
-        if not (llm.warm_prefix and llm.prefix_caching and isinstance(self.engine, LocalVllmEngine)) or self.mode.omni:
+        kit = self.kit
+        llm = kit.config.llm
+        if not (llm.warm_prefix and llm.prefix_caching and isinstance(kit.engine, LocalVllmEngine)) or kit.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = self._text_prompt(history, "", tools=self._prefix_tools(tools), persona=persona)
+        prompt = kit.text_prompt(history, "", tools=self.tools.prefix_tools(tools), persona=persona)
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
             if self.running:  # another session's turn is generating: it goes first
                 return
-            async for _ in self.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
+            async for _ in kit.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
                 pass
 
         task = asyncio.create_task(warm())
@@ -116,9 +122,9 @@ class PrefixWarming:
         if self.warming.get(session_id) is task:
             del self.warming[session_id]
         if not task.cancelled() and task.exception() is not None:  # only an optimisation: never a turn's error
-            self.report.log.warning("prefix warm-up failed: %s", task.exception())
+            self.log.warning("prefix warm-up failed: %s", task.exception())
 
-    def _stop_warming(self, session_id: str | None = None) -> None:
+    def stop(self, session_id: str | None = None) -> None:
         """Cancel the warm-up of one session, or of all (its engine request is aborted)."""
         for sid in [session_id] if session_id is not None else list(self.warming):
             task = self.warming.pop(sid, None)

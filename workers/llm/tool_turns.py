@@ -8,13 +8,14 @@ import json
 import time
 
 from vita.messages import (
-    ReplyText,
     ToolCallRequested,
     ToolUsed,
     TurnRequest,
 )
+from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
-from workers.llm.speech_pieces import ReplyShaper, SpeechClock
+from workers.llm.speech_pieces import SpeechClock
+from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
@@ -25,10 +26,13 @@ from workers.tools.relevance import relevant
 
 
 class ToolTurns:
-    """A part of LlmWorker (workers/llm/worker.py): its methods run on the worker itself."""
+    """awaited: session -> the turn waiting for its client's tool results (the worker's: it forgets a session's)."""
+
+    def __init__(self, kit: LlmKit, out: TurnOutput, awaited: dict[str, AwaitedCalls]):
+        self.kit, self.out, self.awaited = kit, out, awaited
 
     @staticmethod
-    def _offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
+    def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
         """The tools the model itself is shown for this question: a client's own, and the operator's (MCP) that
         share a word with it or were just used (relevance.py); all of the operator's when `question` is None
         (a template that cannot offer them beside the question, or a language the word match does not know).
@@ -44,32 +48,30 @@ class ToolTurns:
         offered = ToolBox([*theirs, *operators.tools.values()])
         return offered or None
 
-    def _offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
-        """`_offered` for a turn of this worker: by relevance where the prompt can put them beside the question."""
-        if not self._tools_beside():
-            return self._offered(tools, None)
+    def offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
+        """`offered` for a turn of this worker: by relevance where the prompt can put them beside the question."""
+        if not self.kit.tools_beside():
+            return self.offered(tools, None)
         recent = tuple(call["function"]["name"] for ex in list(history)[-2:] for m in ex.tool_messages
                        for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict))
-        return self._offered(tools, question, recent)
+        return self.offered(tools, question, recent)
 
-    def _tools_beside(self) -> bool:
-        """Offered beside the question (each turn only the tools it may need), or in the prompt's usual place
-        (all of them, every turn, so that the cached prefix stays the same)."""
-        language = self.config.asr.language
-        return (self.prompts is not None and self.prompts.tools_beside
-                and (language is None or language.startswith("en")))
+    def prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
+        """The tools that are part of every prompt's prefix: none where they are offered beside the question
+        (workers/tools/relevance.py), else all of the operator's."""
+        return None if self.kit.tools_beside() else self.offered(tools, None)
 
-    def _session_tools(self, req: TurnRequest) -> ToolBox | None:
+    def session_tools(self, req: TurnRequest) -> ToolBox | None:
         """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)
         only those that change nothing; none when tools.max_calls is 0."""
-        if not self.config.tools.max_calls:
+        if not self.kit.config.tools.max_calls:
             return None
-        box = self.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
-        if req.client_tools and self.prompts.style == "chat":  # run by the client: safe in a speculative turn too
+        box = self.kit.toolbox.only(list(req.tools) if req.tools is not None else None, read_only=req.speculative)
+        if req.client_tools and self.kit.prompts.style == "chat":  # run by the client: safe in a speculative turn too
             box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
         return box or None
 
-    def _for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
+    def for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
         """Calls of the client's own tools go to the client (the others in the same reply are left out: the
         client answers first); the turn then waits for its results, as a turn of its own."""
         theirs = [c for c in calls if not c.error and (tool := run.tools.tools.get(c.name)) is not None
@@ -79,30 +81,19 @@ class ToolTurns:
         named = [(new_call_id(), c) for c in theirs]
         self.awaited[req.session_id] = AwaitedCalls.of(run.user_text, run.tool_messages, named)
         for call_id, call in named:
-            self._publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
-                                            json.dumps(call.arguments, ensure_ascii=False)))
+            self.out.publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
+                                               json.dumps(call.arguments, ensure_ascii=False)))
         return True
 
-    def _say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
+    def say_results(self, sid: str, tid: int, calls: list[ToolCall], outcomes: list[ToolOutcome]) -> list[str]:
         """The tools' results, said as they are, shown as the reply's text. Asked to put them in words, the bundled
         1.5B model said "The current date, day of the week and time is 2..." for 125 x 48, or nothing, or called
         the tool again (scripts/eval/tools.py)."""
-        return self._say_as_is(sid, tid, [spoken_answer(call, o.result)
-                                          for call, o in zip(calls, outcomes, strict=False)])
+        return self.out.say_as_is(sid, tid, [spoken_answer(call, o.result)
+                                             for call, o in zip(calls, outcomes, strict=False)])
 
-    def _say_as_is(self, sid: str, tid: int, answers: list[str]) -> list[str]:
-        """Answers said as they are, shown as the reply's text: the pieces to speak."""
-        # Said within the reply's word limit and in speakable pieces, as a generated reply is: an operator's tool
-        # may answer at length.
-        shaper = ReplyShaper(self.config.llm.max_reply_words)
-        pieces = [piece for answer in answers for piece in shaper.feed(answer + " ")]
-        pieces += shaper.finish(cut_by_token_limit=False)
-        for piece in pieces:
-            self._publish(ReplyText(sid, tid, piece + " "))
-        return pieces
-
-    async def _run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
-                         clock: SpeechClock, gen_started: float, box: ToolBox | None = None) -> list[ToolOutcome]:
+    async def run_calls(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], text: str,
+                        clock: SpeechClock, gen_started: float, box: ToolBox | None = None) -> list[ToolOutcome]:
         """Run tool calls (the model's, written as `text`, or planned for it) from `box` (default: the turn's
         tools), each result shown on the page and added to the turn's context; a call still running after
         tools.filler_after_ms gets "Let me check." said first. Returns their outcomes, in order."""
@@ -112,7 +103,7 @@ class ToolTurns:
                                   "tool_calls": [{"type": "function", "function": {"name": c.name,
                                                                                    "arguments": c.arguments}}
                                                  for c in readable]})
-        filler_s = self.config.tools.filler_after_ms / 1000
+        filler_s = self.kit.config.tools.filler_after_ms / 1000
         outcomes = []
         for call in calls:
             task = asyncio.create_task(box.call(call, {"timezone": req.timezone}))
@@ -120,7 +111,7 @@ class ToolTurns:
                 if filler_s and not run.spoken:
                     done, _ = await asyncio.wait({task}, timeout=filler_s)
                     if not done:  # the line must not go dead while the tool works
-                        await self._send_piece(req, run.spoken, FILLER, run.timings, gen_started)
+                        await self.out.send_piece(req, run.spoken, FILLER, run.timings, gen_started)
                         clock.handed(FILLER, time.monotonic())
                 outcome = await task
             finally:
@@ -132,8 +123,8 @@ class ToolTurns:
             timings["tool_result_chars"] = timings.get("tool_result_chars", 0.0) + len(outcome.result)
             if not outcome.ok:
                 timings["tool_errors"] = timings.get("tool_errors", 0.0) + 1
-            self._publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
-                                   json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
-                                   outcome.outcome, outcome.duration_s))
+            self.out.publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
+                                      json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
+                                      outcome.outcome, outcome.duration_s))
             outcomes.append(outcome)
         return outcomes

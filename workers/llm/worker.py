@@ -16,6 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+from vita.config import Config
 from vita.machine.cpu import name_os_thread
 from vita.messages import (
     ALL_TURNS,
@@ -39,11 +40,11 @@ from vita.words import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
 from workers.llm.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
 from workers.llm.fair_share import ServiceLedger
-from workers.llm.generation import EnginePrompt, SamplingSettings, TextEngine
-from workers.llm.hearing import Hearing
+from workers.llm.generation import EnginePrompt
+from workers.llm.hearing import Hearing, second_opinion
+from workers.llm.kit import LlmKit
 from workers.llm.local_engine import EngineFailed, LocalVllmEngine, device_env
 from workers.llm.omni import (
-    InputMode,
     detect_input_mode,
     frames_to_images,
     load_processor,
@@ -55,10 +56,10 @@ from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuild
 from workers.llm.remote_engine import RemoteEngine, RemoteEngineError
 from workers.llm.reply_generation import ReplyGeneration
 from workers.llm.tool_turns import ToolTurns
+from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import (
     NAME,
     SENSE_CHECK,
-    TTS_PUT_TIMEOUT_S,
     ImplausibleWords,
     TtsBusy,
     TurnRun,
@@ -78,37 +79,37 @@ FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for th
 ASR_DECODE_FACTOR = 1.4  # a short question's ASR against its encoder's time alone (see _time_asr)
 
 
-class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
-    def __init__(self, config: Any, inbox: Any, tts: Any, outbox: Any, report: StatusReporter):
+class LlmWorker:
+    """One process's turns, from every session, on one engine: the inbox read, each turn run as a task, the
+    history kept. Its parts each hold the kit (config, engine, prompts, tools, ears) and what they call: hearing
+    (ASR), the reply's generation, the tool calls of a turn, the prefix warming; all report through one output."""
+
+    def __init__(self, config: Config, inbox: Any, tts: Any, outbox: Any, report: StatusReporter):
         self.config = config
-        self.inbox, self.tts, self.outbox = inbox, tts, outbox
+        self.inbox, self.outbox = inbox, outbox
         self.report = report
         self.publisher = Publisher(outbox, report.log, "llm-publish")
-        self.engine: TextEngine | None = None
-        self.tts_put_timeout_s = TTS_PUT_TIMEOUT_S
-        self.mode = InputMode(False)
-        self.asr = None
-        self.asr_s = 0.0  # measured in setup
+        self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
+                                           initargs=("asr",))
+        self.kit = LlmKit(config, self.blocking)
+        self.out = TurnOutput(tts, self.publisher, config.llm.max_reply_words)
         self.speed: MeasuredSpeed | None = None  # measured as the engine warms up (--max_users auto)
-        self.second_asr = None  # asked when the first is unsure (asr.second_opinion)
         self.sight: VisionStage | None = None  # what a text-only model learns of the camera (None: nothing)
         self.vision_parts: tuple[str, ...] = ()  # the vision parts loaded (for /health)
-        self.prompts: PromptBuilder | None = None
-        self.omni_prompts: OmniPromptBuilder | None = None
         self.histories: dict[str, ConversationHistory] = {}
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
         self.side_tasks: set[asyncio.Task] = set()  # interjection checks in flight (kept: asyncio holds weak refs)
-        self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
         self.latest_check: dict[str, tuple[int, int]] = {}  # session -> (turn, pause) of its newest check
         self.awaited: dict[str, AwaitedCalls] = {}  # session -> the turn waiting for its client's tool results
-        self.toolbox = ToolBox([])  # every tool this worker offers (sessions may narrow it)
         self.mcp: McpServers | None = None
         self.arithmetic: IsolatedCalls | None = None  # the process `calculate` runs in
         self.ledger = ServiceLedger()  # who asked for many turns lately: that session yields under contention
         self.yielding: set[str] = set()  # sessions whose turn waits for the others' (never waited on in turn)
-        self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
-                                           initargs=("asr",))
+        self.hearing = Hearing(self.kit, self.out, report.log, self.latest_check)
+        self.tool_turns = ToolTurns(self.kit, self.out, self.awaited)
+        self.replies = ReplyGeneration(self.kit, self.out, self.tool_turns)
+        self.warmer = PrefixWarming(self.kit, self.tool_turns, report.log, self.running)
         self.stop = threading.Event()
 
     # --- setup -------------------------------------------------------------------------------------------
@@ -118,22 +119,22 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
         from workers.llm.asr import WhisperTranscriber
 
-        self.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
-                                      cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
-                                      short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
-                                      redecode_beam_size=cfg.asr.redecode_beam_size)
+        self.kit.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
+                                          cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
+                                          short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
+                                          redecode_beam_size=cfg.asr.redecode_beam_size)
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
-        self.asr.warm_up()
-        self.asr_s = self._time_asr()
-        self.second_asr = self._second_opinion()
+        self.kit.asr.warm_up()
+        self.kit.asr_s = self._time_asr()
+        self.kit.second_asr = second_opinion(cfg)
         llm = cfg.llm
         if llm.url:
-            self.engine = RemoteEngine(llm.url, llm.remote_model, llm.api_key, llm.ready_timeout_s)
+            self.kit.engine = RemoteEngine(llm.url, llm.remote_model, llm.api_key, llm.ready_timeout_s)
         else:
-            self.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
-            self.engine = LocalVllmEngine(cfg, omni=self.mode.omni)
-        if not self.mode.omni:  # an omni model sees the frames themselves
+            self.kit.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
+            self.kit.engine = LocalVllmEngine(cfg, omni=self.kit.mode.omni)
+        if not self.kit.mode.omni:  # an omni model sees the frames themselves
             self.sight = self._vision_stage()
 
     def _vision_stage(self) -> VisionStage | None:
@@ -156,23 +157,23 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         return stage
 
     async def _start_engine(self) -> None:
-        await self.engine.start(self.report)
+        await self.kit.engine.start(self.report)
         llm = self.config.llm
         model_dir = self.config.llm_model_path() if not llm.url else (
-            Path(llm.model_path).expanduser() if llm.model_path else getattr(self.engine, "model_root", None))
+            Path(llm.model_path).expanduser() if llm.model_path else getattr(self.kit.engine, "model_root", None))
         if llm.url:
-            self.mode = detect_input_mode(read_model_config(model_dir) if model_dir else {}, llm.input_mode)
-        if self.mode.omni:
-            self.omni_prompts = OmniPromptBuilder(load_processor(model_dir) if model_dir else None, llm.persona)
+            self.kit.mode = detect_input_mode(read_model_config(model_dir) if model_dir else {}, llm.input_mode)
+        if self.kit.mode.omni:
+            self.kit.omni_prompts = OmniPromptBuilder(load_processor(model_dir) if model_dir else None, llm.persona)
         tokenizer = self._tokenizer(model_dir) if model_dir else None
-        self.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona, llm.history_tokens)
+        self.kit.prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona, llm.history_tokens)
         await self._start_tools()
 
     async def _start_tools(self) -> None:
         """The built-ins and the operator's MCP servers' tools, for a model that renders its own chat template
         (a remote server or a transcript-style model gets none: noted in /health)."""
         cfg = self.config.tools
-        if self.mode.omni or self.prompts.style != "chat" or self.prompts.tokenizer is None:
+        if self.kit.mode.omni or self.kit.prompts.style != "chat" or self.kit.prompts.tokenizer is None:
             return
         if cfg.builtin:
             self.arithmetic = isolated_arithmetic()
@@ -190,7 +191,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                     continue
                 tools.append(tool)
                 names.add(tool.name)
-        self.toolbox = ToolBox(tools)
+        self.kit.toolbox = ToolBox(tools)
 
     @staticmethod
     def _tokenizer(model_dir: Path) -> Any:
@@ -198,28 +199,14 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
 
         return AutoTokenizer.from_pretrained(str(model_dir))
 
-    def _sampling(self, judge_words: bool = False) -> SamplingSettings:
-        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature, judge_words)
-
-    def _text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
-                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
-                     read_words: bool = False) -> EnginePrompt:
-        """read_words: where the user's words are goes with it, for the engine to read them (run.reading; not a
-        transcript prompt: its stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream)."""
-        p = self.prompts if persona is None else self.prompts.with_persona(persona)
-        schemas = tools.schemas() if tools else None
-        text = p.build(history, user_text, cues, schemas, after, note)
-        words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
-        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words)
-
     def describe(self) -> str:
-        style = "omni" if self.mode.omni else self.prompts.style
-        tools = f"tools {', '.join(self.toolbox.tools)}" if self.toolbox else "no tools"
+        style = "omni" if self.kit.mode.omni else self.kit.prompts.style
+        tools = f"tools {', '.join(self.kit.toolbox.tools)}" if self.kit.toolbox else "no tools"
         failed = "".join(f"; MCP server {name} failed: {error}" for name, error in
                          (self.mcp.failed() if self.mcp else {}).items())
         vision = f"; vision {', '.join(self.vision_parts)}" if self.sight is not None else "; no vision"
-        return (f"{self.engine.description}; input {self.mode.describe()}; prompt style {style}; {tools}{failed}"
-                f"{vision}")
+        return (f"{self.kit.engine.description}; input {self.kit.mode.describe()}; prompt style {style}; {tools}"
+                f"{failed}{vision}")
 
     def close(self) -> None:
         self.stop.set()
@@ -229,8 +216,8 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             self.sight.close()
         if self.arithmetic is not None:
             self.arithmetic.close()
-        if self.engine is not None:
-            self.engine.close()
+        if self.kit.engine is not None:
+            self.kit.engine.close()
 
     def _time_asr(self) -> float:
         """What one short question's ASR takes here (--max_users auto): Whisper on two seconds of silence is its
@@ -239,15 +226,15 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         runs = []
         for _ in range(2):
             started = time.monotonic()
-            self.asr.hear(bytes(2 * 2 * 16000))
+            self.kit.asr.hear(bytes(2 * 2 * 16000))
             runs.append(time.monotonic() - started)
         return min(runs) * ASR_DECODE_FACTOR
 
     def inject_engine_fault(self) -> None:
         """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the in-process engine's thread raises as a failing step
         would; a remote engine has no thread here to fail."""
-        if isinstance(self.engine, LocalVllmEngine):
-            self.engine.inject_fault(RuntimeError("injected engine fault (SIGUSR1)"))
+        if isinstance(self.kit.engine, LocalVllmEngine):
+            self.kit.engine.inject_fault(RuntimeError("injected engine fault (SIGUSR1)"))
         else:
             self.report.log.warning("no in-process engine to fail")
 
@@ -256,11 +243,11 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         try:
             await self._start_engine()
             self.report(WorkerState.LOADING, "warming up")
-            await self._warm_up()
+            self.speed = await self.warmer.warm_up()
             self.report(WorkerState.READY, self.describe(), measured=self.speed)
             beating = asyncio.create_task(self._beat())
             serving = asyncio.create_task(self._serve_inbox())
-            failing = asyncio.create_task(self.engine.wait_failed())
+            failing = asyncio.create_task(self.kit.engine.wait_failed())
             await asyncio.wait((serving, failing), return_when=asyncio.FIRST_COMPLETED)
             beating.cancel()
             if failing.done():
@@ -270,7 +257,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         finally:
             if self.mcp is not None:
                 await self.mcp.aclose()
-            await self.engine.aclose()
+            await self.kit.engine.aclose()
 
     async def _end_after_engine_failure(self, serving: asyncio.Task, error: BaseException) -> None:
         """Engine failure is worker failure: the turns in flight have their error (the engine handed it to each);
@@ -290,7 +277,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         """Heartbeats from the event loop every turn runs on, while the engine is stepping: they stop if either
         is stuck, and the supervisor restarts the worker."""
         while True:
-            if self.engine.healthy():
+            if self.kit.engine.healthy():
                 await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
             await asyncio.sleep(HEARTBEAT_S)
 
@@ -328,9 +315,9 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
 
     def _handle(self, message: Any) -> None:
         if isinstance(message, TurnRequest):
-            self._stop_warming()  # a turn prefills for itself, and no warm-up may slow another session's turn
+            self.warmer.stop()  # a turn prefills for itself, and no warm-up may slow another session's turn
         elif isinstance(message, ResetHistory | EndSession) or (isinstance(message, CancelTurn) and message.forget):
-            self._stop_warming(message.session_id)  # its history changed: that prefix is not the next one
+            self.warmer.stop(message.session_id)  # its history changed: that prefix is not the next one
         if isinstance(message, TurnRequest):
             self._cancel(message.session_id, message.turn_id - 1)  # a newer turn supersedes the running one
             task = asyncio.create_task(self._run_turn(message))
@@ -341,7 +328,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 self.sight.seen(message.session_id, message.image)
         elif isinstance(message, InterjectionCheck):
             self.latest_check[message.session_id] = (message.turn_id, message.pause)
-            task = asyncio.create_task(self._hear_interjection(message))
+            task = asyncio.create_task(self.hearing.hear_interjection(message))
             self.side_tasks.add(task)
             task.add_done_callback(self.side_tasks.discard)
         elif isinstance(message, CancelTurn):
@@ -389,9 +376,6 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         if current and current[0] == turn_id:
             del self.running[session_id]
 
-    def _publish(self, message: Any) -> None:
-        self.publisher.publish(message)  # never blocks the event loop
-
     async def _run_turn(self, req: TurnRequest) -> None:
         """One turn's life in this worker: its text, the prompt, generation, then the history; a cancel (barge-in)
         or a failure ends it with a TurnEnded that says so."""
@@ -402,27 +386,27 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             await self._take_fair_share(sid, run)
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
             prepared = await self._prepare(req, run, history)
-            if req.unless_command and not self.mode.omni and is_stop_command(run.user_text, req.unless_command):
-                self._publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
+            if req.unless_command and not self.kit.mode.omni and is_stop_command(run.user_text, req.unless_command):
+                self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
                 return
             if run.misheard:
-                await self._ask_again(req, run)
+                await self.hearing.ask_again(req, run)
                 return
             if prepared is None:
-                self._publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
+                self.out.publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
                 return
             prompt, transcribing = prepared
             try:
-                generated = await self._generate(req, run, prompt, history)
+                generated = await self.replies.generate(req, run, prompt, history)
             except ImplausibleWords:  # nothing of the reply went out: as if Whisper alone had doubted the words
                 run.generating = False
                 with contextlib.suppress(Exception):
-                    await self.engine.abort(run.request_id)
-                await self._ask_again(req, run)
+                    await self.kit.engine.abort(run.request_id)
+                await self.hearing.ask_again(req, run)
                 return
             if not generated:  # it called the client's tools: theirs to run
-                self._publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
-                self._publish(TurnEnded(sid, tid, NAME, "tool_call"))
+                self.out.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
+                self.out.publish(TurnEnded(sid, tid, NAME, "tool_call"))
                 return
             if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
                 run.user_text = await transcribing or run.user_text
@@ -430,31 +414,31 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
                 run.timings["asked_again"] = 1.0
             else:
                 history.add(Exchange(run.asked(), run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
-            self._publish_answered(sid, tid, run)
+            self.out.publish_answered(sid, tid, run)
             try:
-                self._warm(sid, tid, history, run.tools, req.instructions)
+                self.warmer.warm(sid, tid, history, run.tools, req.instructions)
             except Exception:  # only an optimisation: the turn is answered either way
                 self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
             if run.generating:
                 with contextlib.suppress(Exception):
-                    await self.engine.abort(run.request_id)
+                    await self.kit.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
                 self.histories[sid].add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
                                                  tool_messages=run.kept_tool_messages))
-            self._publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
+            self.out.publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
         except TtsBusy as exc:
             self.report.log.error("turn dropped: %s", exc, extra=turn_ids(sid, tid))
-            self._publish(SessionError(sid, tid, "tts_busy", f"The assistant could not speak: {exc}."))
-            self._publish(TurnEnded(sid, tid, NAME, "tts_busy", spoken=run.said))
+            self.out.publish(SessionError(sid, tid, "tts_busy", f"The assistant could not speak: {exc}."))
+            self.out.publish(TurnEnded(sid, tid, NAME, "tts_busy", spoken=run.said))
         except Exception as exc:  # one bad turn must not take the worker (and every session) down
             self.report.log.exception("turn failed", extra=turn_ids(sid, tid))
             reason = str(exc) if isinstance(exc, RemoteEngineError) else f"{exc.__class__.__name__}: {exc}"
             if isinstance(exc, EngineFailed):
                 reason = "its language model stopped and is being restarted; please ask again in a moment"
-            self._publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
-            self._publish(TurnEnded(sid, tid, NAME, "error"))
+            self.out.publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
+            self.out.publish(TurnEnded(sid, tid, NAME, "error"))
 
     async def _take_fair_share(self, sid: str, run: TurnRun) -> None:
         """A session over its share of the worker lets the turns other sessions have in flight now finish first
@@ -479,7 +463,7 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         """The prompt, and (omni) the task transcribing the audio; None when the user said nothing (or ASR
         misheard them: run.misheard)."""
         transcribing = None
-        if self.mode.omni:
+        if self.kit.mode.omni:
             prompt, transcribing = self._omni_prompt(req, history)
             run.user_text = req.text.strip() or "(spoken)"
         else:
@@ -492,22 +476,22 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
             if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
                 del self.awaited[req.session_id]  # the client's results: the same question goes on
                 run.user_text = awaited.user_text
-                said = await self._cascade_text(req, run) if req.audio or req.text.strip() else ""
+                said = await self.hearing.cascade_text(req, run) if req.audio or req.text.strip() else ""
                 run.tool_messages = awaited.answered(req.tool_outputs, said)
                 run.reading = None  # the prompt's words are the question's, not these
             else:
-                run.user_text = await self._cascade_text(req, run)  # meanwhile, the frames
+                run.user_text = await self.hearing.cascade_text(req, run)  # meanwhile, the frames
             if not run.user_text:
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
             await self._look(req, run, scene)
-            run.tools = self._session_tools(req)
-            run.offered = self._offered_for(run.tools, run.user_text, history)
-            cues, camera_note = self._camera_words(run)
+            run.tools = self.tool_turns.session_tools(req)
+            run.offered = self.tool_turns.offered_for(run.tools, run.user_text, history)
+            cues, camera_note = self.kit.camera_words(run)
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
-            prompt = self._text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
-                                       req.instructions, notes, read_words=run.reading is not None)
+            prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
+                                          req.instructions, notes, read_words=run.reading is not None)
             # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))
@@ -543,37 +527,27 @@ class LlmWorker(Hearing, ReplyGeneration, ToolTurns, PrefixWarming):
         run.cues = render(seen.scene, run.user_text)
         if run.cues:
             run.camera_note = CAMERA_SHOWS.format(seen=run.cues.removeprefix("camera: "))
-            self._publish(scene_seen(req.session_id, req.turn_id, run.cues, seen.scene, seen.thumbnail))
+            self.out.publish(scene_seen(req.session_id, req.turn_id, run.cues, seen.scene, seen.thumbnail))
         if not late:  # an earlier picture's analysis is a hint for the model, not an answer to say as fact
             run.direct = direct_answer(run.user_text, seen.scene, camera_on=True) or ""
-
-    def _camera_words(self, run: TurnRun) -> tuple[str, str]:
-        """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt
-        can carry one (a chat template rendered here), else in brackets after the question."""
-        if self.prompts.style == "chat" and self.prompts.tokenizer is not None:
-            return "", run.camera_note
-        return run.cues or ("camera off: nothing can be seen" if run.camera_note else ""), ""
-
-    async def _in_thread(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
 
     def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
                      ) -> tuple[EnginePrompt, asyncio.Future | None]:
         """Audio and frames go to the model as they are; ASR runs beside it only for the page and history."""
         llm = self.config.llm
         audio = (utterance_audio(req.audio, req.sample_rate),) if req.audio else ()
-        images = frames_to_images(req.frames, llm.limit_images_per_prompt) if self.mode.images else ()
-        messages = self.omni_prompts.messages(history, req.text, len(images), bool(audio))
-        prompt = EnginePrompt(self.omni_prompts.build(messages), messages, (), audio, images)
+        images = frames_to_images(req.frames, llm.limit_images_per_prompt) if self.kit.mode.images else ()
+        messages = self.kit.omni_prompts.messages(history, req.text, len(images), bool(audio))
+        prompt = EnginePrompt(self.kit.omni_prompts.build(messages), messages, (), audio, images)
         transcribing = None
         if req.audio:
-            transcribing = asyncio.ensure_future(self._omni_transcript(req))
+            transcribing = asyncio.ensure_future(self.hearing.omni_transcript(req))
         return prompt, transcribing
 
 
 
 
-def run_llm_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
+def run_llm_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
     log = prepare_process(NAME, device_env(config), config.server)
     report = StatusReporter(NAME, queues["status"], log)

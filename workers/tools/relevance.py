@@ -7,7 +7,7 @@ bundled 1.5B model's plain answers unchanged: with the tools in every system pro
 question about the shop gets the tools beside it, where a small model in a long session sees them (in the system
 prompt it called none of the 5 shop questions of scripts/eval/tools.py; beside the question, 4 of 5). A word
 match is generous on purpose: an offered tool is only offered, the model still decides. English words: for another
-language the LLM worker offers every tool, as before (see ToolTurns._offered).
+language the LLM worker offers every tool, as before (see ToolTurns.offered).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vita.config import Config
 from vita.machine.models import available_voices
 from vita.messages import (
     ALL_TURNS,
@@ -88,7 +89,7 @@ class TurnAudio:
 
 
 class TtsWorker:
-    def __init__(self, config: Any, inbox: Any, outbox: Any, report: StatusReporter):
+    def __init__(self, config: Config, inbox: Any, outbox: Any, report: StatusReporter):
         self.config = config
         self.inbox, self.outbox, self.report = inbox, outbox, report
         self.engines: dict[str, PiperEngine] = {}
@@ -272,7 +273,7 @@ class TtsWorker:
         self.turns.pop(key, None)  # the front dropped the turn when it cancelled it: nothing to tell it
 
 
-def run_tts_worker(config: Any, inbox: Any, queues: dict[str, Any]) -> None:
+def run_tts_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
     """Process entry point (spawned by the process graph)."""
     log = prepare_process(NAME, {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, config.server)
     report = StatusReporter(NAME, queues["status"], log)

@@ -311,7 +311,7 @@ def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     # The turn's task is over (nothing can send a piece any more) once the worker forgets it, and the abort
     # reached vLLM: the request no longer holds a slot (nothing else is generating in this test).
     assert llm.wait(lambda: "cut" not in llm.worker.running, 5)
-    engine = llm.worker.engine
+    engine = llm.worker.kit.engine
     assert wait_until(lambda: not engine.turns and engine.in_engine == 0, 5), (engine.turns, engine.in_engine)
     late = [p for t, p in llm.of("cut", TtsPiece) if t > cancelled_at + 0.2]
     assert not late, late
@@ -372,11 +372,12 @@ def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     for turn, question in enumerate(questions, 1):
         llm.inbox.put(TurnRequest(session, turn, text=question))
         assert llm.wait(lambda t=turn: any(m.turn_id == t for _, m in llm.of(session, TurnEnded)), 60)
-        assert wait_until(lambda: session in llm.worker.warming, 5)  # started after the turn ended (it waits 0.4 s)
-        assert wait_until(lambda: session not in llm.worker.warming, 30)  # its prefix is in the cache
+        # started after the turn ended (it waits 0.4 s)
+        assert wait_until(lambda: session in llm.worker.warmer.warming, 5)
+        assert wait_until(lambda: session not in llm.worker.warmer.warming, 30)  # its prefix is in the cache
     timings = {m.turn_id: m.timings for _, m in llm.of(session, TurnTimings)}
     assert len(llm.worker.histories[session]) == 2  # trimmed before the last turn
-    question = len(llm.worker.prompts.tokenizer(questions[3], add_special_tokens=False)["input_ids"])
+    question = len(llm.worker.kit.prompts.tokenizer(questions[3], add_special_tokens=False)["input_ids"])
     block = Config().llm.block_size
     # all but the question, the template's few tokens around it and the last partial block
     assert timings[4]["cached_tokens"] >= timings[4]["prompt_tokens"] - question - 8 - block, timings[4]
@@ -393,7 +394,7 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(llm):
     for session in sessions:
         llm.inbox.put(TurnRequest(session, 1, text=LONG_REPLY))
     assert llm.wait(lambda: all(llm.of(s, TtsPiece) for s in sessions), 60), llm.events  # both are generating
-    engine = llm.worker.engine
+    engine = llm.worker.kit.engine
     engine_thread = engine.thread
     engine.inject_fault(RuntimeError("injected step failure"))
     for session in sessions:

@@ -80,8 +80,8 @@ def make_worker(words: list[str], **llm) -> tuple[LlmWorker, ScriptedEngine]:
     outbox: queue.Queue = queue.Queue()
     worker = LlmWorker(config, queue.Queue(), queue.Queue(), outbox,
                        StatusReporter("llm", outbox, logging.getLogger("test.llm-logic")))
-    worker.engine = engine = ScriptedEngine(words)
-    worker.prompts = PromptBuilder(None, "chat", config.llm.persona)  # no tokenizer: messages only
+    worker.kit.engine = engine = ScriptedEngine(words)
+    worker.kit.prompts = PromptBuilder(None, "chat", config.llm.persona)  # no tokenizer: messages only
     return worker, engine
 
 
@@ -98,7 +98,10 @@ def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None 
         worker._handle(request)  # as the inbox does: starts the turn's task and its done-callback
         _, task = worker.running[request.session_id]
         if cancel is not None:
-            while sum(1 for m in list(worker.tts.queue) if isinstance(m, TtsPiece) and m.text) < cancel_after_pieces:
+            def pieces() -> int:
+                return sum(isinstance(m, TtsPiece) and bool(m.text) for m in list(worker.out.tts.queue))
+
+            while pieces() < cancel_after_pieces:
                 await asyncio.sleep(0.001)
             worker._handle(cancel)
         await asyncio.gather(task, return_exceptions=True)
@@ -116,7 +119,7 @@ def test_a_run_on_reply_stops_at_the_word_budget_and_the_generation_is_aborted()
     words = ("The sky is blue today. " + "It has no clouds and the sun shines on every single hill. " * 6).split()
     worker, engine = make_worker(words, max_reply_words=12, first_piece_words=4, max_tokens=64)
     run_turn(worker, TurnRequest("s", 1, text="How is the weather?"))
-    pieces = drained(worker.tts)
+    pieces = drained(worker.out.tts)
     said = [p.text for p in pieces if isinstance(p, TtsPiece) and p.text]
     assert said[0] == "The sky is blue" and " ".join(said) == "The sky is blue today."
     assert pieces[-1].last and engine.aborted == ["s:1"]
@@ -127,7 +130,7 @@ def test_a_run_on_reply_stops_at_the_word_budget_and_the_generation_is_aborted()
 def test_a_reply_cut_by_the_token_limit_ends_on_a_whole_word():
     worker, _ = make_worker(["Paris", "is", "the", "capital", "of", "Fra"], max_tokens=6, first_piece_words=0)
     run_turn(worker, TurnRequest("s", 1, text="Capital of France?"))
-    assert spoken_text(drained(worker.tts)) == "Paris is the capital of."
+    assert spoken_text(drained(worker.out.tts)) == "Paris is the capital of."
 
 
 def test_timings_and_the_reply_text_are_reported():
@@ -139,15 +142,15 @@ def test_timings_and_the_reply_text_are_reported():
         assert key in timings.timings, key
     assert "".join(m.delta for m in outputs if isinstance(m, ReplyText)) == "Hello there, friend."
     (done,) = [m for m in outputs if isinstance(m, ReplyText) and m.done]
-    assert done.text == spoken_text(drained(worker.tts)) == "Hello there, friend."  # the page shows what was said
+    assert done.text == spoken_text(drained(worker.out.tts)) == "Hello there, friend."  # the page shows what was said
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["done"]
 
 
 def test_a_cancelled_turn_keeps_what_was_said_marked_interrupted():
     worker, _ = make_worker(("Well, " + "this is a long answer that goes on. " * 5).split(), first_piece_words=0)
-    worker.engine.step_s = 0.01
+    worker.kit.engine.step_s = 0.01
     run_turn(worker, TurnRequest("s", 1, text="Tell me"), CancelTurn("s", 1, "barge-in"))
-    said = spoken_text(drained(worker.tts))
+    said = spoken_text(drained(worker.out.tts))
     (exchange,) = worker.histories["s"]
     assert exchange.interrupted and exchange.assistant == said and said.startswith("Well,")
     assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
@@ -155,10 +158,10 @@ def test_a_cancelled_turn_keeps_what_was_said_marked_interrupted():
 
 def test_a_discarded_speculative_turn_leaves_no_history_even_if_it_spoke():
     worker, _ = make_worker(("Well, " + "this is a long answer that goes on. " * 5).split(), first_piece_words=0)
-    worker.engine.step_s = 0.01
+    worker.kit.engine.step_s = 0.01
     run_turn(worker, TurnRequest("s", 1, text="Tell me", speculative=True),
              CancelTurn("s", 1, "speech resumed", forget=True))
-    assert spoken_text(drained(worker.tts)).startswith("Well,")  # held by the front, never played
+    assert spoken_text(drained(worker.out.tts)).startswith("Well,")  # held by the front, never played
     assert list(worker.histories["s"]) == [] and not worker.forgotten
 
 
@@ -183,14 +186,14 @@ def test_nothing_said_before_a_cancel_leaves_no_history():
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
-    assert not spoken_text(drained(worker.tts)) and list(worker.histories["s"]) == []
+    assert not spoken_text(drained(worker.out.tts)) and list(worker.histories["s"]) == []
 
 
 def test_a_stuck_voice_fails_only_this_turn_with_a_readable_error():
     worker, _ = make_worker(["Paris", "is", "the", "capital."], first_piece_words=0)
-    worker.tts = queue.Queue(maxsize=1)
-    worker.tts.put("a piece the stuck voice never took")
-    worker.tts_put_timeout_s = 0.01
+    worker.out.tts = queue.Queue(maxsize=1)
+    worker.out.tts.put("a piece the stuck voice never took")
+    worker.out.put_timeout_s = 0.01
     run_turn(worker, TurnRequest("s", 1, text="Capital of France?"))
     outputs = drained(worker.outbox)
     assert [m.code for m in outputs if isinstance(m, SessionError)] == ["tts_busy"]
@@ -224,14 +227,14 @@ def test_the_inbox_hand_over_waits_while_the_event_loop_is_behind():
 def test_a_stuck_voice_queue_never_stops_the_event_loop():
     """The put waits in a thread: other sessions' work on the loop goes on meanwhile (it used to block it)."""
     worker, _ = make_worker(["Paris", "is", "the", "capital."], first_piece_words=0)
-    worker.tts = queue.Queue(maxsize=1)
-    worker.tts.put("a piece the stuck voice never took")
-    worker.tts_put_timeout_s = 1.0
+    worker.out.tts = queue.Queue(maxsize=1)
+    worker.out.tts.put("a piece the stuck voice never took")
+    worker.out.put_timeout_s = 1.0
 
     async def scenario() -> float:
         worker._handle(TurnRequest("s", 1, text="Capital of France?"))
         _, task = worker.running["s"]
-        await wait_for_async(lambda: worker.tts.full() and not task.done())
+        await wait_for_async(lambda: worker.out.tts.full() and not task.done())
         started = loop_time()
         await asyncio.sleep(0.05)  # another session's work on the same loop
         waited = loop_time() - started
@@ -335,8 +338,8 @@ def tool_worker(rounds: list[list[str]], *tools: Tool, **settings) -> tuple[LlmW
     tools = tuple(dataclasses.replace(t, source="mcp:test") for t in tools)
     for key, value in settings.items():
         setattr(worker.config.tools, key, value)
-    worker.engine = engine = RoundsEngine(rounds)
-    worker.toolbox = ToolBox([*builtin_tools(), *tools])
+    worker.kit.engine = engine = RoundsEngine(rounds)
+    worker.kit.toolbox = ToolBox([*builtin_tools(), *tools])
     return worker, engine
 
 
@@ -347,7 +350,7 @@ def test_a_reply_that_is_a_tool_call_is_not_spoken_and_its_result_is():
     worker, engine = tool_worker([CALL, ["There", "are", "9", "widgets."]],
                                  Tool("lookup", "stock", {"type": "object"}, lambda item: f"42 {item}"))
     run_turn(worker, TurnRequest("s", 1, text="How many widgets are there?"))
-    assert spoken_text(drained(worker.tts)) == "42 widgets."  # never the call's JSON, nor the model's own words
+    assert spoken_text(drained(worker.out.tts)) == "42 widgets."  # never the call's JSON, nor the model's own words
     assert len(engine.prompts) == 1
     outputs = drained(worker.outbox)
     (used,) = [m for m in outputs if isinstance(m, ToolUsed)]
@@ -364,7 +367,7 @@ def test_a_plain_arithmetic_question_is_calculated_and_said_without_asking_the_m
     worker, engine = tool_worker([["It", "is", "9823."]])
     run_turn(worker, TurnRequest("s", 1, text="What is 347 times 29?"))
     assert engine.prompts == []  # no generation: the model's own 9823 never comes up
-    assert spoken_text(drained(worker.tts)) == "347 times 29 is 10063."
+    assert spoken_text(drained(worker.out.tts)) == "347 times 29 is 10063."
     (exchange,) = worker.histories["s"]
     assert exchange.assistant == "347 times 29 is 10063." and exchange.tool_messages == ()  # the answer says it
 
@@ -377,12 +380,12 @@ def test_a_slow_tool_gets_a_filler_line_first_and_a_failing_one_an_error_the_mod
     worker, engine = tool_worker([CALL, ["Aisle", "4."]], Tool("lookup", "", {"type": "object"}, slow),
                                  filler_after_ms=50)
     run_turn(worker, TurnRequest("s", 1, text="Where are the widgets?"))
-    assert [p.text for p in drained(worker.tts) if isinstance(p, TtsPiece) and p.text] == [FILLER, "aisle 4."]
+    assert [p.text for p in drained(worker.out.tts) if isinstance(p, TtsPiece) and p.text] == [FILLER, "aisle 4."]
 
     worker, engine = tool_worker([CALL, []], Tool("lookup", "", {"type": "object"}, lambda item: 1 / 0))
     run_turn(worker, TurnRequest("s", 1, text="Where are the widgets?"))
     assert engine.prompts[1].messages[-1]["content"].startswith("Error: lookup failed")
-    assert spoken_text(drained(worker.tts)) == APOLOGY  # the model said nothing after the error
+    assert spoken_text(drained(worker.out.tts)) == APOLOGY  # the model said nothing after the error
 
 
 def test_a_barge_in_during_a_tool_call_ends_the_turn_at_once():
@@ -411,13 +414,13 @@ def test_a_barge_in_during_a_tool_call_ends_the_turn_at_once():
     assert asyncio.run(scenario()) < 0.5
     worker.publisher.flush()
     assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
-    assert spoken_text(drained(worker.tts)) == ""
+    assert spoken_text(drained(worker.out.tts)) == ""
 
 
 def test_a_model_that_says_nothing_gets_an_apology_not_silence():
     worker, _ = make_worker([])
     run_turn(worker, TurnRequest("s", 1, text="Multiply 125 by 48."))
-    assert spoken_text(drained(worker.tts)) == APOLOGY
+    assert spoken_text(drained(worker.out.tts)) == APOLOGY
 
 
 # --- a Realtime client's own tools, instructions and edits ------------------------------------------------------
@@ -429,7 +432,7 @@ ORDER_CALL = ['<tool_call>\n{"name":', '"order_status",', '"arguments":', '{"id"
 def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_the_question():
     worker, engine = tool_worker([ORDER_CALL, ["It", "arrives", "on", "Friday."]])
     run_turn(worker, TurnRequest("s", 1, text="Where is order 4512?", client_tools=(ORDER,)))
-    assert spoken_text(drained(worker.tts)) == ""  # nothing said: the client runs it
+    assert spoken_text(drained(worker.out.tts)) == ""  # nothing said: the client runs it
     outputs = drained(worker.outbox)
     (asked,) = [m for m in outputs if isinstance(m, ToolCallRequested)]
     assert (asked.name, json.loads(asked.arguments)) == ("order_status", {"id": "4512"})
@@ -440,10 +443,10 @@ def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_
     run_turn(worker, TurnRequest("s", 2, text="Hmm", speculative=True))  # a pause meanwhile: the call still waits
     worker.histories["s"].drop_turn(2)
     assert "s" in worker.awaited
-    drained(worker.tts)
+    drained(worker.out.tts)
     run_turn(worker, TurnRequest("s", 3, client_tools=(ORDER,),
                                  tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
-    assert spoken_text(drained(worker.tts)) == "It arrives on Friday."
+    assert spoken_text(drained(worker.out.tts)) == "It arrives on Friday."
     continued = engine.prompts[-1].messages
     assert continued[-3]["content"] == "Where is order 4512?"  # the same question, then the call and its result
     assert continued[-2]["tool_calls"][0]["id"] == asked.call_id
@@ -460,7 +463,7 @@ def test_a_sessions_instructions_replace_the_persona_and_a_text_only_client_gets
     run_turn(worker, TurnRequest("s", 1, text="Capital of France?", instructions="Answer like a pirate.",
                                  output_audio=False))
     assert engine.prompts[0].messages[0] == {"role": "system", "content": "Answer like a pirate."}
-    pieces = drained(worker.tts)
+    pieces = drained(worker.out.tts)
     assert [p.text for p in pieces] == [""] and pieces[0].last  # only the turn's silent end
     done = [m for m in drained(worker.outbox) if isinstance(m, ReplyText) and m.done]
     assert done[0].text == "Paris."
@@ -474,12 +477,12 @@ def test_history_edits_cut_a_reply_to_what_was_heard_or_drop_it_even_while_its_t
     (exchange,) = worker.histories["s"]
     assert exchange.assistant == "Once upon" and exchange.interrupted
 
-    worker.engine.step_s = 0.02
+    worker.kit.engine.step_s = 0.02
 
     async def barge_in_then_truncate() -> None:
         worker._handle(TurnRequest("s", 2, text="Another one."))
         _, task = worker.running["s"]
-        while not any(isinstance(m, TtsPiece) and m.text and m.turn_id == 2 for m in list(worker.tts.queue)):
+        while not any(isinstance(m, TtsPiece) and m.text and m.turn_id == 2 for m in list(worker.out.tts.queue)):
             await asyncio.sleep(0.001)
         worker._handle(CancelTurn("s", 2))
         worker._handle(EditHistory("s", 2, "Once"))  # at once, before the cancelled turn wrote its exchange
@@ -512,11 +515,11 @@ class Heard:
 ])
 def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again(first, second, asked, second_asked):
     worker, engine = make_worker(["An", "answer."])
-    worker.asr, worker.second_asr = Heard(*first), Heard(*second)
+    worker.kit.asr, worker.kit.second_asr = Heard(*first), Heard(*second)
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
-    said = spoken_text(drained(worker.tts))
+    said = spoken_text(drained(worker.out.tts))
     assert (said == ASK_AGAIN) is asked and (said == "An answer.") is not asked
-    assert worker.second_asr.calls == int(second_asked)
+    assert worker.kit.second_asr.calls == int(second_asked)
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert ("asr_disagreement" in timings.timings) is second_asked
 
@@ -530,8 +533,8 @@ def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again
 ])
 def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob, replies, rendered, noted, asked):
     worker, engine = make_worker(replies)
-    worker.asr, worker.second_asr = Heard("We chose to rise between Europe.", logprob), None
-    notes, text_prompt = [], worker._text_prompt
+    worker.kit.asr, worker.kit.second_asr = Heard("We chose to rise between Europe.", logprob), None
+    notes, text_prompt = [], worker.kit.text_prompt
 
     def noting(*args, **kwargs):
         note = args[6] if len(args) > 6 else kwargs.get("note", "")
@@ -539,7 +542,7 @@ def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob,
         prompt = text_prompt(*args, **kwargs)  # (no tokenizer here: as if rendered, the note and the question)
         return dataclasses.replace(prompt, text=f"{note}\n{args[1]}") if rendered else prompt
 
-    worker._text_prompt = noting
+    worker.kit.text_prompt = noting
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
     assert notes == [SENSE_CHECK if noted else ""]  # where the note goes: tests/workers/llm/test_prompting.py
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
@@ -585,13 +588,13 @@ class ReadingEngine(ScriptedEngine):
 ])
 def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes_out(logprob, read, judged, asked):
     worker, _ = make_worker([])
-    worker.engine = engine = ReadingEngine(["Paris", "is", "lovely."], read)
-    worker.asr, worker.second_asr = Heard("Is my murder flying insect?", logprob), None
-    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
+    worker.kit.engine = engine = ReadingEngine(["Paris", "is", "lovely."], read)
+    worker.kit.asr, worker.kit.second_asr = Heard("Is my murder flying insect?", logprob), None
+    worker.kit.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
     assert engine.judged == [judged]
     assert engine.prompts[0].words_from_end == ((5, 2) if judged else None)  # 5 words, then "<end> <assistant>"
-    said = spoken_text(drained(worker.tts))
+    said = spoken_text(drained(worker.out.tts))
     assert said == (ASK_AGAIN if asked else "Paris is lovely.")
     outputs = drained(worker.outbox)
     deltas = [m.delta for m in outputs if isinstance(m, ReplyText) and not m.done]
@@ -610,9 +613,9 @@ def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes
 def test_without_the_reading_the_words_get_the_sense_note_even_on_an_engine_that_reads():
     worker, _ = make_worker([])
     worker.config.asr.reading_below = None  # reading off
-    worker.engine = engine = ReadingEngine(["Sorry,", "I", "didn't", "catch", "that."], -6.0)
-    worker.asr, worker.second_asr = Heard("Is my murder flying insect?", -0.55), None
-    worker.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
+    worker.kit.engine = engine = ReadingEngine(["Sorry,", "I", "didn't", "catch", "that."], -6.0)
+    worker.kit.asr, worker.kit.second_asr = Heard("Is my murder flying insect?", -0.55), None
+    worker.kit.prompts = PromptBuilder(WordTokenizer(), "chat", worker.config.llm.persona)
     run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
     assert engine.judged == [False] and engine.prompts[0].words_from_end is None
     assert SENSE_CHECK in engine.prompts[0].text
@@ -653,7 +656,7 @@ def test_a_long_tool_answer_is_said_within_the_reply_limit_in_pieces():
     words = " ".join(f"item{i}." for i in range(200))
     worker, engine = tool_worker([CALL], Tool("lookup", "", {"type": "object"}, lambda item: words))
     run_turn(worker, TurnRequest("s", 1, text="How many widgets are there?"))
-    pieces = [p.text for p in drained(worker.tts) if isinstance(p, TtsPiece) and p.text]
+    pieces = [p.text for p in drained(worker.out.tts) if isinstance(p, TtsPiece) and p.text]
     assert len(pieces) > 1
     assert sum(len(p.split()) for p in pieces) <= worker.config.llm.max_reply_words
 
@@ -662,4 +665,4 @@ def test_a_sum_the_calculator_refuses_is_said_so_without_asking_the_model():
     worker, engine = tool_worker([["It", "is", "infinity."]])
     run_turn(worker, TurnRequest("s", 1, text="What is 5 divided by 0?"))
     assert engine.prompts == []  # no generation for it
-    assert spoken_text(drained(worker.tts)) == "Sorry, I can't work that out: division by zero."
+    assert spoken_text(drained(worker.out.tts)) == "Sorry, I can't work that out: division by zero."

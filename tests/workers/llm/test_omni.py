@@ -106,7 +106,7 @@ def test_worker_feeds_the_utterance_audio_into_vllm(omni_llm):
     ready = [m for _, m in omni_llm.events if isinstance(m, WorkerStatus) and m.state == "ready"]
     assert ready and "input omni (audio into the model)" in ready[0].detail, omni_llm.events
     model_dir = omni_llm.worker.config.llm.model_path
-    omni_llm.worker.omni_prompts.persona = PERSONA
+    omni_llm.worker.kit.omni_prompts.persona = PERSONA
     audio = np.concatenate([silence(0.3), spoken("What is the capital of France?"), silence(0.3)])
     omni_llm.inbox.put(TurnRequest("omni", 1, audio=audio.tobytes(), sample_rate=RATE))
     assert omni_llm.wait_ended("omni").reason == "done"

@@ -52,7 +52,7 @@ def test_worker_answers_a_spoken_question_through_the_remote_server(remote_llm, 
 
     from workers.llm.prompting import ConversationHistory
 
-    rendered = remote_llm.worker.prompts.build(ConversationHistory(0), transcript.text)
+    rendered = remote_llm.worker.kit.prompts.build(ConversationHistory(0), transcript.text)
     expected = len(AutoTokenizer.from_pretrained(str(Config().llm_model_path()))(rendered)["input_ids"])
     assert abs(t["prompt_tokens"] - expected) <= 1 and t["tokens"] >= 1, (t["prompt_tokens"], expected)
     assert vllm_api.metric("vllm:generation_tokens_total") - tokens_before == t["tokens"]

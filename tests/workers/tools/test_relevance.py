@@ -51,10 +51,10 @@ def test_the_model_is_shown_a_clients_tools_always_the_operators_when_relevant_a
     theirs = Tool("lookup_order", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
     builtin = Tool("get_current_time", "The current date and time.", {"type": "object"}, str)
     box = ToolBox([builtin, STOCK, HOURS, theirs])
-    assert list(ToolTurns._offered(box, "How many widgets are in stock?").tools) == ["lookup_order", "stock_count"]
-    assert list(ToolTurns._offered(box, "What time is it today?").tools) == ["lookup_order"]
-    assert ToolTurns._offered(ToolBox([builtin, STOCK]), "What is the capital of Italy?") is None
-    assert ToolTurns._offered(None, "How many widgets?") is None
+    assert list(ToolTurns.offered(box, "How many widgets are in stock?").tools) == ["lookup_order", "stock_count"]
+    assert list(ToolTurns.offered(box, "What time is it today?").tools) == ["lookup_order"]
+    assert ToolTurns.offered(ToolBox([builtin, STOCK]), "What is the capital of Italy?") is None
+    assert ToolTurns.offered(None, "How many widgets?") is None
 
 
 def test_questions_are_not_matched_by_generic_words_examples_or_sums():
@@ -83,4 +83,4 @@ def test_words_of_any_script_are_words():
 
 def test_with_no_question_to_match_every_operator_tool_is_offered():
     box = ToolBox([Tool("get_current_time", "Now.", {"type": "object"}, str), STOCK, HOURS])
-    assert list(ToolTurns._offered(box, None).tools) == ["stock_count", "opening_hours"]
+    assert list(ToolTurns.offered(box, None).tools) == ["stock_count", "opening_hours"]

@@ -1,0 +1,68 @@
+"""What the LLM worker's parts share: the config, the engine and how a prompt is made for it, the tools offered,
+and the ears (Whisper). The worker fills it as it sets up (the engine and the prompt builder only once its event
+loop runs); each part holds the kit and the few others it calls, never the worker."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any
+
+from workers.llm.asr import MisheardRule
+from workers.llm.generation import EnginePrompt, SamplingSettings, TextEngine
+from workers.llm.omni import InputMode
+from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
+from workers.tools.registry import ToolBox
+
+if TYPE_CHECKING:
+    from vita.config import Config
+    from workers.llm.turn_run import TurnRun
+
+
+class LlmKit:
+    def __init__(self, config: Config, blocking: Executor):
+        self.config = config
+        self.blocking = blocking  # the one thread Whisper runs on (its runs queue there, never on the event loop)
+        self.engine: TextEngine | None = None
+        self.mode = InputMode(False)
+        self.prompts: PromptBuilder | None = None
+        self.omni_prompts: OmniPromptBuilder | None = None
+        self.toolbox = ToolBox([])  # every tool this worker offers (sessions may narrow it)
+        self.asr: Any = None
+        self.second_asr: Any = None  # asked when the first is unsure (asr.second_opinion)
+        self.asr_s = 0.0  # one short question's ASR here, measured in setup
+
+    @property
+    def misheard_rule(self) -> MisheardRule:
+        return MisheardRule.from_config(self.config.asr)
+
+    async def in_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
+
+    def sampling(self, judge_words: bool = False) -> SamplingSettings:
+        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature, judge_words)
+
+    def text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
+                    after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
+                    read_words: bool = False) -> EnginePrompt:
+        """read_words: where the user's words are goes with it, for the engine to read them (run.reading; not a
+        transcript prompt: its stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream)."""
+        p = self.prompts if persona is None else self.prompts.with_persona(persona)
+        schemas = tools.schemas() if tools else None
+        text = p.build(history, user_text, cues, schemas, after, note)
+        words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
+        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words)
+
+    def camera_words(self, run: TurnRun) -> tuple[str, str]:
+        """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt
+        can carry one (a chat template rendered here), else in brackets after the question."""
+        if self.prompts.style == "chat" and self.prompts.tokenizer is not None:
+            return "", run.camera_note
+        return run.cues or ("camera off: nothing can be seen" if run.camera_note else ""), ""
+
+    def tools_beside(self) -> bool:
+        """Offered beside the question (each turn only the tools it may need), or in the prompt's usual place
+        (all of them, every turn, so that the cached prefix stays the same)."""
+        language = self.config.asr.language
+        return (self.prompts is not None and self.prompts.tools_beside
+                and (language is None or language.startswith("en")))
