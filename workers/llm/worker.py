@@ -38,12 +38,12 @@ from vita.messages import (
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
-from workers.llm.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
 from workers.llm.fair_share import ServiceLedger
 from workers.llm.generation import EnginePrompt
 from workers.llm.hearing import Hearing, second_opinion
 from workers.llm.kit import LlmKit
 from workers.llm.local_engine import EngineFailed, LocalVllmEngine, device_env
+from workers.llm.looking import Looking
 from workers.llm.omni import (
     detect_input_mode,
     frames_to_images,
@@ -70,7 +70,6 @@ from workers.tools.client_tools import AwaitedCalls
 from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers
 from workers.tools.registry import ToolBox
-from workers.vision.stage import VisionStage, scene_seen, seeing
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -94,8 +93,6 @@ class LlmWorker:
         self.kit = LlmKit(config, self.blocking)
         self.out = TurnOutput(tts, self.publisher, config.llm.max_reply_words)
         self.speed: MeasuredSpeed | None = None  # measured as the engine warms up (--max_users auto)
-        self.sight: VisionStage | None = None  # what a text-only model learns of the camera (None: nothing)
-        self.vision_parts: tuple[str, ...] = ()  # the vision parts loaded (for /health)
         self.histories: dict[str, ConversationHistory] = {}
         self.running: dict[str, tuple[int, asyncio.Task]] = {}
         self.forgotten: set[tuple[str, int]] = set()  # discarded speculative turns: leave no history
@@ -110,6 +107,7 @@ class LlmWorker:
         self.tool_turns = ToolTurns(self.kit, self.out, self.awaited)
         self.replies = ReplyGeneration(self.kit, self.out, self.tool_turns)
         self.warmer = PrefixWarming(self.kit, self.tool_turns, report.log, self.running)
+        self.looking = Looking(config.vision, self.out, report.log)  # what a text-only model learns of the camera
         self.stop = threading.Event()
 
     # --- setup -------------------------------------------------------------------------------------------
@@ -135,26 +133,7 @@ class LlmWorker:
             self.kit.mode = detect_input_mode(read_model_config(cfg.llm_model_path()), llm.input_mode)
             self.kit.engine = LocalVllmEngine(cfg, omni=self.kit.mode.omni)
         if not self.kit.mode.omni:  # an omni model sees the frames themselves
-            self.sight = self._vision_stage()
-
-    def _vision_stage(self) -> VisionStage | None:
-        """The vision parts the config turns on, loaded now (seconds): a camera question must not wait for them."""
-        v = self.config.vision
-        if not (v.text or v.objects or v.people or v.hands):
-            return None
-        from workers.vision.scene import SceneDescriber
-        from workers.vision.scene import VisionConfig as Parts
-
-        parts = [name for name in ("text", "objects", "people", "hands") if getattr(v, name)]
-        self.report(WorkerState.LOADING, f"loading vision ({', '.join(parts)})")
-        describer = SceneDescriber(Parts(text=v.text, objects=v.objects, people=v.people or v.hands, hands=v.hands,
-                                         threads=v.threads, run_all=True))
-        seconds = describer.setup()
-        self.report.log.info("vision ready: %s", ", ".join(f"{k} {t:.1f} s" for k, t in seconds.items()))
-        stage = VisionStage(seeing(describer.analyse))
-        stage.setup()
-        self.vision_parts = describer.enabled
-        return stage
+            self.looking.setup(self.report)
 
     async def _start_engine(self) -> None:
         await self.kit.engine.start(self.report)
@@ -204,7 +183,7 @@ class LlmWorker:
         tools = f"tools {', '.join(self.kit.toolbox.tools)}" if self.kit.toolbox else "no tools"
         failed = "".join(f"; MCP server {name} failed: {error}" for name, error in
                          (self.mcp.failed() if self.mcp else {}).items())
-        vision = f"; vision {', '.join(self.vision_parts)}" if self.sight is not None else "; no vision"
+        vision = self.looking.describe()
         return (f"{self.kit.engine.description}; input {self.kit.mode.describe()}; prompt style {style}; {tools}"
                 f"{failed}{vision}")
 
@@ -212,8 +191,7 @@ class LlmWorker:
         self.stop.set()
         self.publisher.close()
         self.blocking.shutdown(wait=False, cancel_futures=True)
-        if self.sight is not None:
-            self.sight.close()
+        self.looking.close()
         if self.arithmetic is not None:
             self.arithmetic.close()
         if self.kit.engine is not None:
@@ -324,8 +302,7 @@ class LlmWorker:
             self.running[message.session_id] = (message.turn_id, task)
             task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
         elif isinstance(message, CameraFrame):
-            if self.sight is not None:
-                self.sight.seen(message.session_id, message.image)
+            self.looking.seen(message.session_id, message.image)
         elif isinstance(message, InterjectionCheck):
             self.latest_check[message.session_id] = (message.turn_id, message.pause)
             task = asyncio.create_task(self.hearing.hear_interjection(message))
@@ -349,8 +326,7 @@ class LlmWorker:
             self.awaited.pop(message.session_id, None)
             if isinstance(message, EndSession):
                 self.ledger.forget(message.session_id)
-                if self.sight is not None:
-                    self.sight.forget(message.session_id)
+                self.looking.forget(message.session_id)
 
     def _edit_history(self, message: EditHistory) -> None:
         if (history := self.histories.get(message.session_id)) is not None:
@@ -467,11 +443,7 @@ class LlmWorker:
             prompt, transcribing = self._omni_prompt(req, history)
             run.user_text = req.text.strip() or "(spoken)"
         else:
-            # The turn's newest picture: usually analysed already, while the question was said (CameraFrame).
-            scene = asyncio.wrap_future(self.sight.seen(req.session_id, req.frames[-1])) \
-                if req.frames and self.sight is not None else None
-            if scene is not None:  # (its failure is handled where it is awaited, or of no interest)
-                scene.add_done_callback(lambda f: f.cancelled() or f.exception())
+            scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
             awaited = self.awaited.get(req.session_id)
             if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
                 del self.awaited[req.session_id]  # the client's results: the same question goes on
@@ -485,7 +457,7 @@ class LlmWorker:
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
-            await self._look(req, run, scene)
+            await self.looking.look(req, run, scene)
             run.tools = self.tool_turns.session_tools(req)
             run.offered = self.tool_turns.offered_for(run.tools, run.user_text, history)
             cues, camera_note = self.kit.camera_words(run)
@@ -496,40 +468,6 @@ class LlmWorker:
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
-
-    async def _look(self, req: TurnRequest, run: TurnRun, scene: asyncio.Future | None) -> None:
-        """For a question about the camera: what it shows, rendered for the question ("what does it say?": the
-        text read), or that it is off; a plain one ("What is this?") answered from it (run.direct). Any other
-        question gets nothing: a camera that is on must not change the answer to "What is the capital of Italy?"."""
-        if self.sight is None or not asks_about_camera(run.user_text):
-            return  # (the picture is analysed all the same: the next question may be about it)
-        from workers.vision.answers import direct_answer
-        from workers.vision.scene import render
-
-        if scene is None:
-            run.direct = direct_answer(run.user_text, None, camera_on=False) or ""
-            run.camera_note = CAMERA_OFF if run.direct else ""  # (a question that names the camera or what it shows)
-            return
-        started, late = time.monotonic(), False
-        try:
-            seen = await asyncio.wait_for(asyncio.shield(scene), self.config.vision.wait_ms / 1000)
-        except TimeoutError:  # the picture's analysis is late: the last one of this camera, if any
-            seen, late = self.sight.latest(req.session_id), True
-            run.timings["vision_late"] = 1.0
-        except Exception as exc:  # a picture that does not decode: the question is answered without it
-            self.report.log.warning("camera frame not analysed: %s", exc)
-            seen = None
-        run.timings["vision_wait_s"] = time.monotonic() - started
-        if seen is None:
-            # Nothing of this camera is analysed yet: say so, rather than let the model answer blind (it invents).
-            run.direct = STILL_LOOKING if late and self.config.vision.wait_ms > 0 else ""  # (0: go on without)
-            return
-        run.cues = render(seen.scene, run.user_text)
-        if run.cues:
-            run.camera_note = CAMERA_SHOWS.format(seen=run.cues.removeprefix("camera: "))
-            self.out.publish(scene_seen(req.session_id, req.turn_id, run.cues, seen.scene, seen.thumbnail))
-        if not late:  # an earlier picture's analysis is a hint for the model, not an answer to say as fact
-            run.direct = direct_answer(run.user_text, seen.scene, camera_on=True) or ""
 
     def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
                      ) -> tuple[EnginePrompt, asyncio.Future | None]:
