@@ -137,6 +137,23 @@ def test_text_in_and_text_out_streams_text_without_any_audio(rt):
     assert "madrid" in rt.of("response.output_text.done")[1]["text"].lower()
 
 
+def test_a_text_only_response_in_a_voice_session_answers_in_text_with_no_audio(rt):
+    """A side answer in text (response.output_modalities), then the session's voice again."""
+    typed(rt, "What is the capital of Italy?")
+    rt.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+    done = rt.wait_type("response.done", timeout=REPLY)[0]["response"]
+    assert done["status"] == "completed" and done["output_modalities"] == ["text"]
+    assert rt.of("response.output_text.done")[0]["text"] and not rt.of("response.output_audio.delta")
+    typed(rt, "And of Spain?")
+    rt.send({"type": "response.create"})
+    second = rt.wait_type("response.done", 2, timeout=REPLY)[1]["response"]
+    assert second["status"] == "completed" and second["output_modalities"] == ["audio"]
+    assert rt.of("response.output_audio.delta")
+    rt.send({"type": "response.create", "response": {"output_modalities": ["video"]}})
+    assert rt.wait_for(lambda evs: any(e.get("error", {}).get("param") == "response.output_modalities"
+                                       for e in evs), 5)
+
+
 def test_barge_in_cancels_the_response_and_truncate_keeps_what_was_heard(rt):
     typed(rt, LONG_REPLY)
     rt.send({"type": "response.create"})

@@ -232,6 +232,24 @@ def test_text_only_sessions_get_text_events_and_no_audio():
     assert w.of("response.output_text.done")[0]["text"] == "Rome."
 
 
+def test_a_response_that_chose_text_is_text_in_a_voice_session_and_the_next_is_voice_again():
+    w = Wire()  # an audio session
+    w.conversation.claimed_audio = False  # response.create's output_modalities: ["text"]
+    w.emit("turn", {"turn_id": 1, "source": "text"})
+    w.emit("reply_delta", {"turn_id": 1, "text": "Rome."})
+    w.emit("state", {"state": "listening", "turn_id": 1})
+    first = w.of("response.done")[0]["response"]
+    assert first["output_modalities"] == ["text"] and first["output"][0]["content"][0]["type"] == "output_text"
+    assert [e["delta"] for e in w.of("response.output_text.delta")] == ["Rome."]
+    w.emit("turn", {"turn_id": 2, "source": "text"})
+    w.emit("audio", bytes(480))
+    w.emit("reply_delta", {"turn_id": 2, "text": "Madrid."})
+    w.emit("state", {"state": "listening", "turn_id": 2})
+    second = w.of("response.done")[1]["response"]
+    assert second["output_modalities"] == ["audio"] and second["output"][0]["content"][0]["type"] == "output_audio"
+    assert w.of("response.output_audio.delta") and w.of("response.output_audio_transcript.delta")
+
+
 def test_g711_output_is_resampled_to_8k_and_encoded():
     w = Wire(Settings(output_format="audio/pcmu"))
     w.emit("turn", {"turn_id": 1, "source": "text"})

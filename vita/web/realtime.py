@@ -432,10 +432,11 @@ class RealtimeSession:
             raise ProtocolError("unsupported", "out-of-band responses (conversation: none) are not supported",
                                 "response.conversation")
         modalities = options.get("output_modalities")
-        if modalities is not None and (not isinstance(modalities, list)
-                                       or tuple(modalities) != self.settings.output_modalities):
-            raise ProtocolError("unsupported", "a response's output_modalities are the session's here (change them "
-                                "with session.update)", "response.output_modalities")
+        if modalities is not None and (not isinstance(modalities, list) or not modalities
+                                       or not set(modalities) <= {"audio", "text"}):
+            raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
+                                "response.output_modalities")
+        audio = None if modalities is None else "audio" in modalities  # this response's, else the session's
         extra = sorted(set(options) - RESPONSE_OPTIONS)
         if extra:
             raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
@@ -464,7 +465,7 @@ class RealtimeSession:
         self.buffered -= sum(len(s.pcm) // 2 for s in speeches)
         self.requested = True
         with self.conversation.lock:
-            self.conversation.claimed = items
+            self.conversation.claimed, self.conversation.claimed_audio = items, audio
         session = self.session
 
         images = [image for i in items for image in i.images]
@@ -477,11 +478,17 @@ class RealtimeSession:
                 session.frames.add(image, time.monotonic())
             if override:
                 session.instructions = override
+            if audio is not None:  # a text-only answer in a voice session synthesizes no voice (and the reverse)
+                session.output_audio = audio
+
+        def end() -> None:  # after the turn has started: the session's own settings again
+            session.instructions = self.settings.instructions or None
+            session.output_audio = self.settings.audio_out
 
         session.actor.call(begin)
         self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
-        if override:  # then the session's own again
-            session.actor.call(lambda: setattr(session, "instructions", self.settings.instructions or None))
+        if override or audio is not None:
+            session.actor.call(end)
 
     def _charge_text(self, chars: int) -> None:
         """A response starts a turn, as a typed Socket.IO message does: the text it brings the prompt (typed items,

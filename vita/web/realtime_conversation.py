@@ -80,6 +80,7 @@ class Response:
     outputs: list[Item] = field(default_factory=list)
     text: str = ""
     resampler: Any = None  # 24 kHz -> 8 kHz for G.711 output
+    audio: bool = True  # its output modality: audio (with a transcript), or text only
 
 
 class RealtimeConversation:
@@ -97,6 +98,7 @@ class RealtimeConversation:
         self.committed: dict[int, str] = {}  # turn -> its user item
         self.calls: dict[str, Item] = {}  # call_id -> the function call the client owes a result for
         self.claimed: list[Item] = []  # the client's items its response.create asked about, for the turn it starts
+        self.claimed_audio: bool | None = None  # and its response's output modality, when it chose one
 
     # --- writing ---------------------------------------------------------------------------------------------
     def send(self, event: dict[str, Any]) -> None:
@@ -165,6 +167,7 @@ class RealtimeConversation:
     def _on_turn(self, p: dict) -> None:
         turn_id = p["turn_id"]
         claimed, self.claimed = self.claimed, []
+        audio, self.claimed_audio = self.claimed_audio, None
         spoken = [i for i in claimed if i.content and i.content[0].get("type") == "input_audio"]
         if spoken:  # the client's own audio (a push-to-talk commit, an input_audio item): its item hears it
             self._remember(turn_id, spoken[-1].id)
@@ -181,7 +184,7 @@ class RealtimeConversation:
             item.turn_id = turn_id
         if self.response is not None:  # never left open: a turn that supersedes another ends it first
             self._finish("cancelled", {"type": "cancelled", "reason": "turn_detected"})
-        self.response = Response(new_id("resp"), turn_id)
+        self.response = Response(new_id("resp"), turn_id, audio=self.settings().audio_out if audio is None else audio)
         self.send({"type": "response.created", "response": self._response_json("in_progress")})
 
     def _remember(self, turn_id: int, item_id: str) -> None:
@@ -205,8 +208,7 @@ class RealtimeConversation:
         if response is None:
             return None
         if response.message is None:
-            audio = self.settings().audio_out
-            part = {"type": "output_audio", "transcript": ""} if audio else {"type": "output_text", "text": ""}
+            part = {"type": "output_audio", "transcript": ""} if response.audio else {"type": "output_text", "text": ""}
             message = Item(new_id("item"), "message", "assistant", response.turn_id, [part], status="in_progress")
             response.message = message
             response.outputs.append(message)
@@ -235,7 +237,7 @@ class RealtimeConversation:
                        "delta": base64.b64encode(data).decode("ascii")})
 
     def _on_audio(self, pcm: bytes) -> None:
-        opened = self._message() if self.settings().audio_out else None
+        opened = self._message() if self.response is not None and self.response.audio else None
         if opened is not None:
             self._audio_delta(*opened, np.frombuffer(pcm, dtype=np.int16))
 
@@ -244,7 +246,7 @@ class RealtimeConversation:
             return
         response, message = self._message()
         response.text += p["text"]
-        kind = "response.output_audio_transcript.delta" if self.settings().audio_out else "response.output_text.delta"
+        kind = "response.output_audio_transcript.delta" if response.audio else "response.output_text.delta"
         self.send({"type": kind, **self._where(response, message), "delta": p["text"]})
 
     def _on_response_text(self, p: dict) -> None:
@@ -339,6 +341,6 @@ class RealtimeConversation:
         settings = self.settings()
         return {"id": response.id, "object": "realtime.response", "status": status, "status_details": details,
                 "output": [i.as_json() for i in response.outputs], "conversation_id": None,
-                "output_modalities": list(settings.output_modalities), "max_output_tokens": self.max_tokens,
+                "output_modalities": ["audio"] if response.audio else ["text"], "max_output_tokens": self.max_tokens,
                 "audio": {"output": {"format": {"type": settings.output_format}, "voice": settings.voice}},
                 "usage": None, "metadata": None}
