@@ -56,6 +56,7 @@ class TurnRequest:
     client_tools: tuple[ClientTool, ...] = ()  # functions the client runs itself (a Realtime client's session.tools)
     tool_outputs: tuple[ToolOutput, ...] = ()  # the client's results for the calls the previous turn asked of it
     output_audio: bool = True  # False: a text-only client (no voice)
+    max_tokens: int | None = None  # the client's cap on the reply's tokens (a Realtime client's max_output_tokens)
 
 
 REPLY_MODES = ("stream", "full")

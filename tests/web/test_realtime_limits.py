@@ -239,3 +239,25 @@ def test_images_waiting_for_a_response_are_bounded_sent_once_and_not_kept():
     assert client.send({"type": "response.create"}) == []
     assert all(not i.images for i in client.rt.conversation.items)
     assert client.send(item(4)) == []  # the next response's pictures
+
+
+def test_a_responses_own_modality_and_token_cap_apply_to_its_turn_only():
+    c = Client()
+    c.rt.session.actor = SimpleNamespace(call=lambda fn: fn())  # the session's thread, at once
+    seen = []
+    c.front.turns.post = lambda session, _event: seen.append((session.output_audio, session.max_tokens))
+    c.send(text_item("Hello"))
+    asked = {"output_modalities": ["text"], "max_output_tokens": 12}
+    assert c.send({"type": "response.create", "response": asked}) == []
+    assert seen == [(False, 12)]  # what the turn is asked with
+    assert (c.rt.session.output_audio, c.rt.session.max_tokens) == (True, None)  # then the session's own again
+    answered(c, 1)
+    done = c.of("response.done")[-1]["response"]
+    assert done["output_modalities"] == ["text"] and done["max_output_tokens"] == 12
+    for bad in (0, 5000, "many", True, 1.5):
+        (error,) = c.send({"type": "response.create", "response": {"max_output_tokens": bad}})
+        assert error["code"] == "invalid_value" and error["param"] == "response.max_output_tokens"
+    assert c.send({"type": "session.update", "session": {"max_output_tokens": 40}}) == []
+    assert c.of("session.updated")[-1]["session"]["max_output_tokens"] == 40 and c.rt.session.max_tokens == 40
+    (error,) = c.send({"type": "session.update", "session": {"max_output_tokens": -1}})
+    assert error["param"] == "session.max_output_tokens"

@@ -27,6 +27,7 @@ class Session:
     voice: str | None = None
     timezone: str | None = None  # the user's IANA time zone (`client_settings`), for the time tool
     tools: tuple[str, ...] | None = None  # the tools this session allows (`client_settings`); None: all
+    max_tokens: int | None = None  # a Realtime client's max_output_tokens (None: llm.max_tokens)
     instructions: str | None = None  # a Realtime client's system prompt (None: the configured persona)
     client_tools: tuple = ()  # functions a Realtime client runs itself (vita.messages.ClientTool)
     tool_outputs: tuple = ()  # its results for the calls of its turn before, taken by the next committed turn

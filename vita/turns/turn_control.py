@@ -399,7 +399,7 @@ class TurnController:
             speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else (),
             timezone=session.timezone, tools=session.tools, instructions=session.instructions,
             client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
-            output_audio=session.output_audio))
+            output_audio=session.output_audio, max_tokens=session.max_tokens))
         if not action.speculative:
             session.tool_outputs = ()  # taken by this turn
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only

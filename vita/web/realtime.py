@@ -38,6 +38,7 @@ from vita.web.realtime_protocol import (
     TurnDetection,
     audio_seconds,
     decode_audio,
+    max_output_tokens,
     new_id,
     parse_event,
     session_json,
@@ -169,6 +170,7 @@ class RealtimeSession:
             session.instructions = after.instructions or None
             session.client_tools = after.tools if after.tool_choice == "auto" else ()
             session.tools = () if after.tool_choice == "none" else None  # "none": nor the server's own
+            session.max_tokens = after.max_output_tokens
 
         session.actor.call(apply)
         if after.input_format != before.input_format:
@@ -437,6 +439,8 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
                                 "response.output_modalities")
         audio = None if modalities is None else "audio" in modalities  # this response's, else the session's
+        limit = max_output_tokens(options["max_output_tokens"], "response.max_output_tokens") \
+            if "max_output_tokens" in options else self.settings.max_output_tokens
         extra = sorted(set(options) - RESPONSE_OPTIONS)
         if extra:
             raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
@@ -466,6 +470,7 @@ class RealtimeSession:
         self.requested = True
         with self.conversation.lock:
             self.conversation.claimed, self.conversation.claimed_audio = items, audio
+            self.conversation.claimed_max_tokens = limit
         session = self.session
 
         images = [image for i in items for image in i.images]
@@ -480,14 +485,16 @@ class RealtimeSession:
                 session.instructions = override
             if audio is not None:  # a text-only answer in a voice session synthesizes no voice (and the reverse)
                 session.output_audio = audio
+            session.max_tokens = limit
 
         def end() -> None:  # after the turn has started: the session's own settings again
             session.instructions = self.settings.instructions or None
             session.output_audio = self.settings.audio_out
+            session.max_tokens = self.settings.max_output_tokens
 
         session.actor.call(begin)
         self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
-        if override or audio is not None:
+        if override or audio is not None or limit != self.settings.max_output_tokens:
             session.actor.call(end)
 
     def _charge_text(self, chars: int) -> None:

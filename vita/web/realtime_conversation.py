@@ -81,6 +81,7 @@ class Response:
     text: str = ""
     resampler: Any = None  # 24 kHz -> 8 kHz for G.711 output
     audio: bool = True  # its output modality: audio (with a transcript), or text only
+    max_tokens: int | None = None  # the client's cap on its tokens (None: the server's)
 
 
 class RealtimeConversation:
@@ -99,6 +100,7 @@ class RealtimeConversation:
         self.calls: dict[str, Item] = {}  # call_id -> the function call the client owes a result for
         self.claimed: list[Item] = []  # the client's items its response.create asked about, for the turn it starts
         self.claimed_audio: bool | None = None  # and its response's output modality, when it chose one
+        self.claimed_max_tokens: int | None = None  # and its cap on the response's tokens
 
     # --- writing ---------------------------------------------------------------------------------------------
     def send(self, event: dict[str, Any]) -> None:
@@ -168,6 +170,7 @@ class RealtimeConversation:
         turn_id = p["turn_id"]
         claimed, self.claimed = self.claimed, []
         audio, self.claimed_audio = self.claimed_audio, None
+        limit, self.claimed_max_tokens = self.claimed_max_tokens, None
         spoken = [i for i in claimed if i.content and i.content[0].get("type") == "input_audio"]
         if spoken:  # the client's own audio (a push-to-talk commit, an input_audio item): its item hears it
             self._remember(turn_id, spoken[-1].id)
@@ -184,7 +187,9 @@ class RealtimeConversation:
             item.turn_id = turn_id
         if self.response is not None:  # never left open: a turn that supersedes another ends it first
             self._finish("cancelled", {"type": "cancelled", "reason": "turn_detected"})
-        self.response = Response(new_id("resp"), turn_id, audio=self.settings().audio_out if audio is None else audio)
+        settings = self.settings()
+        self.response = Response(new_id("resp"), turn_id, audio=settings.audio_out if audio is None else audio,
+                                 max_tokens=settings.max_output_tokens if limit is None else limit)
         self.send({"type": "response.created", "response": self._response_json("in_progress")})
 
     def _remember(self, turn_id: int, item_id: str) -> None:
@@ -335,12 +340,19 @@ class RealtimeConversation:
         self.response = None
         self.send({"type": "response.done", "response": self._response_json(status, details, response)})
 
+    def _cap(self, asked: int | None) -> int | str:
+        """The tokens a response may have: the client's cap under the server's own."""
+        if asked is None:
+            return self.max_tokens
+        return asked if not isinstance(self.max_tokens, int) else min(asked, self.max_tokens)
+
     def _response_json(self, status: str, details: dict | None = None, response: Response | None = None
                        ) -> dict[str, Any]:
         response = response or self.response
         settings = self.settings()
         return {"id": response.id, "object": "realtime.response", "status": status, "status_details": details,
                 "output": [i.as_json() for i in response.outputs], "conversation_id": None,
-                "output_modalities": ["audio"] if response.audio else ["text"], "max_output_tokens": self.max_tokens,
+                "output_modalities": ["audio"] if response.audio else ["text"],
+                "max_output_tokens": self._cap(response.max_tokens),
                 "audio": {"output": {"format": {"type": settings.output_format}, "voice": settings.voice}},
                 "usage": None, "metadata": None}

@@ -177,6 +177,7 @@ class Settings:
     voice: str = ""
     tools: tuple[ClientTool, ...] = ()
     tool_choice: str = "auto"
+    max_output_tokens: int | None = None  # None ("inf"): the server's own cap (llm.max_tokens)
 
     @property
     def audio_out(self) -> bool:
@@ -253,6 +254,15 @@ def _tools(value: Any) -> tuple[ClientTool, ...]:
     return tuple(tools)
 
 
+def max_output_tokens(value: Any, param: str) -> int | None:
+    """A client's max_output_tokens: a count from 1 to 4096, or "inf" (None: the server's own cap)."""
+    if value == "inf":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise ProtocolError("invalid_value", 'max_output_tokens must be an integer from 1 to 4096, or "inf"', param)
+    return value
+
+
 def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
     """`settings` with a client's `session` object applied (every field checked before any is taken)."""
     if not isinstance(session, dict):
@@ -299,6 +309,8 @@ def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
         if choice not in ("auto", "none"):
             raise ProtocolError("unsupported", 'tool_choice must be "auto" or "none" here', "session.tool_choice")
         changes["tool_choice"] = choice
+    if "max_output_tokens" in session:
+        changes["max_output_tokens"] = max_output_tokens(session["max_output_tokens"], "session.max_output_tokens")
     return dataclasses.replace(settings, **changes)
 
 
@@ -314,7 +326,9 @@ def session_json(settings: Settings, session_id: str, model: str, transcriber: s
         "output_modalities": list(settings.output_modalities), "instructions": settings.instructions,
         "tools": [{"type": "function", "name": t.name, "description": t.description,
                    "parameters": json.loads(t.parameters)} for t in settings.tools],
-        "tool_choice": settings.tool_choice, "max_output_tokens": max_tokens, "tracing": None, "truncation": "auto",
+        "tool_choice": settings.tool_choice, "tracing": None, "truncation": "auto",
+        "max_output_tokens": max_tokens if settings.max_output_tokens is None else min(settings.max_output_tokens,
+                                                                                       max_tokens),
         "prompt": None, "include": None, "expires_at": int(time.time() + expires_in_s),
         "audio": {
             "input": {"format": fmt(settings.input_format), "transcription": {"model": transcriber},

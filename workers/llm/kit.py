@@ -39,8 +39,10 @@ class LlmKit:
     async def in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.blocking, fn, *args)
 
-    def sampling(self, judge_words: bool = False) -> SamplingSettings:
-        return SamplingSettings(self.config.llm.max_tokens, self.config.llm.temperature, judge_words)
+    def sampling(self, judge_words: bool = False, max_tokens: int | None = None) -> SamplingSettings:
+        """max_tokens: the client's own cap (a Realtime response's), never above llm.max_tokens."""
+        limit = self.config.llm.max_tokens if max_tokens is None else min(max_tokens, self.config.llm.max_tokens)
+        return SamplingSettings(limit, self.config.llm.temperature, judge_words)
 
     def text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",

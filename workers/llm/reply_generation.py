@@ -4,6 +4,7 @@ they come, tool calls run (or handed to the client) between generation rounds, t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 from vita.messages import ReplyText, TtsPiece, TurnRequest
@@ -48,6 +49,7 @@ class ReplyGeneration:
         kit, out = self.kit, self.out
         llm = kit.config.llm
         shaper = ReplyShaper(llm.max_reply_words, llm.first_piece_words)
+        sampling = kit.sampling(max_tokens=req.max_tokens)
         clock = SpeechClock()  # when the pieces handed to the voice will have been spoken
         streaming = req.reply_mode != "full"
         held: list[str] = []  # full mode: pieces wait for the end of generation
@@ -93,7 +95,8 @@ class ReplyGeneration:
             round_tokens = 0
             run.generating = True
             reading = run.reading if prompt.words_from_end is not None else None
-            async for delta in kit.engine.stream(prompt, kit.sampling(reading is not None), run.request_id):
+            settings = dataclasses.replace(sampling, judge_words=reading is not None)
+            async for delta in kit.engine.stream(prompt, settings, run.request_id):
                 tokens += delta.tokens
                 round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:
@@ -141,7 +144,7 @@ class ReplyGeneration:
                 break
             run.request_id = f"{sid}:{tid}:{len(run.tool_messages)}"  # the engine's next request for this turn
             prompt = next_prompt()
-        held += shaper.finish(cut_by_token_limit=round_tokens >= llm.max_tokens)
+        held += shaper.finish(cut_by_token_limit=round_tokens >= sampling.max_tokens)
         if not run.spoken and not held:
             # Nothing to say (the tools' answer never came to words, or the model ended at once: 1 in 23 tool
             # questions): silence would leave the user waiting for nothing.

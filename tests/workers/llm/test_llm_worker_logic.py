@@ -133,6 +133,16 @@ def test_a_reply_cut_by_the_token_limit_ends_on_a_whole_word():
     assert spoken_text(drained(worker.out.tts)) == "Paris is the capital of."
 
 
+def test_a_clients_token_cap_cuts_the_reply_there_and_never_raises_the_servers():
+    words = ["Paris", "is", "the", "capital", "of", "France", "and", "its", "largest", "city."]
+    worker, engine = make_worker(words, max_tokens=6, first_piece_words=0)
+    run_turn(worker, TurnRequest("s", 1, text="Capital of France?", max_tokens=4))
+    # Cut by the client's cap, as by the server's: the last word may be a part of one, and is left out.
+    assert spoken_text(drained(worker.out.tts)) == "Paris is the."
+    run_turn(worker, TurnRequest("s", 2, text="Capital of France?", max_tokens=400))
+    assert spoken_text(drained(worker.out.tts)) == "Paris is the capital of."  # the server's 6 still hold
+
+
 def test_timings_and_the_reply_text_are_reported():
     worker, _ = make_worker(["Hello", "there,", "friend."])
     run_turn(worker, TurnRequest("s", 1, text="Hi"))
