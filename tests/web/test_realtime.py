@@ -154,6 +154,24 @@ def test_a_text_only_response_in_a_voice_session_answers_in_text_with_no_audio(r
                                        for e in evs), 5)
 
 
+def test_a_client_key_opens_one_session_with_the_settings_it_was_minted_with(server):
+    """An app's backend mints a key (OpenAI's client_secrets); its browser connects with it once, as its bearer."""
+    wait_no_sessions(server)
+    minted = requests.post(server.url + "/v1/realtime/client_secrets", verify=False, timeout=10, json={
+        "expires_after": {"anchor": "created_at", "seconds": 60},
+        "session": {"type": "realtime", "instructions": "Answer in one word.", "output_modalities": ["text"]}})
+    assert minted.status_code == 200, minted.text
+    key = minted.json()["value"]
+    client = RealtimeClient(server.url, token=key)
+    try:
+        created = client.wait_type("session.created")[0]["session"]
+        assert created["instructions"] == "Answer in one word." and created["output_modalities"] == ["text"]
+    finally:
+        client.close()
+    with pytest.raises(Exception, match="401"):  # spent: the handshake is refused
+        RealtimeClient(server.url, token=key)
+
+
 def test_barge_in_cancels_the_response_and_truncate_keeps_what_was_heard(rt):
     typed(rt, LONG_REPLY)
     rt.send({"type": "response.create"})

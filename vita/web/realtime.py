@@ -60,11 +60,12 @@ class RealtimeSession:
     """One Realtime connection: its settings, its push-to-talk buffer, the items its next response answers, and
     its client events (read in order on the connection's thread)."""
 
-    def __init__(self, front: SessionHost, ws: Any, model: str, environ: dict):
+    def __init__(self, front: SessionHost, ws: Any, model: str, environ: dict, bound: dict | None = None):
+        """bound: the session settings of the client key the connection came with (checked when it was minted)."""
         self.front, self.ws, self.requested_model = front, ws, model
         config = front.config
-        self.settings = Settings(voice=front.config.tts.voice, turn_detection=TurnDetection(
-            "semantic_vad", config.vad.start_threshold, config.vad.pre_roll_ms, config.turn.incomplete_wait_ms))
+        self.settings = first_settings(front)
+        self.bound = updated(self.settings, bound, front.voices) if bound else None
         self.sid = new_id("rt")
         self.received_ms = 0  # input audio received so far (the VAD events' audio_start_ms / audio_end_ms)
         self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
@@ -115,6 +116,9 @@ class RealtimeSession:
         try:
             front.metrics.sessions_opened.inc()
             front.turns.attach(session)
+            if self.bound is not None:  # the client key's settings, before anything of the session happens
+                before, self.settings = self.settings, self.bound
+                self._apply(before, self.bound)
             log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
             self.conversation.send({"type": "session.created", "session": self._session_json()})
             front.turns.post(session, Connected(time.monotonic()))
@@ -163,6 +167,11 @@ class RealtimeSession:
     def on_session_update(self, event: dict) -> None:
         before = self.settings
         self.settings = after = updated(before, event.get("session"), self.front.voices)
+        self._apply(before, after)
+        self.conversation.send({"type": "session.updated", "session": self._session_json()})
+
+    def _apply(self, before: Settings, after: Settings) -> None:
+        """New settings, to the session (on its thread, in order with the turns it starts) and its ears."""
         session = self.session
 
         def apply() -> None:  # on the session's thread, in order with the turns it starts
@@ -177,7 +186,6 @@ class RealtimeSession:
             self._flush_resampler()  # the buffer so far was resampled from the old format's rate
         if after.turn_detection != before.turn_detection:
             self._retune(before.turn_detection, after.turn_detection)
-        self.conversation.send({"type": "session.updated", "session": self._session_json()})
 
     def _retune(self, before: TurnDetection | None, after: TurnDetection | None) -> None:
         session, config = self.session, self.front.config
@@ -517,9 +525,21 @@ class RealtimeSession:
         raise ProtocolError("unsupported", "transcription-only sessions are not served here", "type")
 
     def _session_json(self) -> dict[str, Any]:
-        config = self.front.config
-        return session_json(self.settings, self.sid, self.front.llm_choice["model"] or "vita", config.asr.model,
-                            config.llm.max_tokens, SESSION_EXPIRES_S)
+        return session_summary(self.front, self.settings, self.sid)
+
+
+def first_settings(front: SessionHost) -> Settings:
+    """A new session's settings: the server's voice and its semantic VAD."""
+    config = front.config
+    return Settings(voice=config.tts.voice, turn_detection=TurnDetection(
+        "semantic_vad", config.vad.start_threshold, config.vad.pre_roll_ms, config.turn.incomplete_wait_ms))
+
+
+def session_summary(front: SessionHost, settings: Settings, session_id: str) -> dict[str, Any]:
+    """The GA `session` object for these settings."""
+    config = front.config
+    return session_json(settings, session_id, front.llm_choice["model"] or "vita", config.asr.model,
+                        config.llm.max_tokens, SESSION_EXPIRES_S)
 
 
 def heard_part(text: str, fraction: float) -> str:

@@ -1,6 +1,7 @@
 """The door of ``/v1/realtime``: a WSGI middleware in front of the Flask app that takes the Realtime WebSocket
-(checking its origin and access token before the upgrade) and hands it to a ``RealtimeSession``
-(vita/web/realtime.py); every other request goes to the app."""
+(checking its origin and access token, or a client key, before the upgrade) and hands it to a ``RealtimeSession``
+(vita/web/realtime.py), and mints client keys (``POST /v1/realtime/client_secrets``); every other request goes to
+the app."""
 
 from __future__ import annotations
 
@@ -16,20 +17,29 @@ from werkzeug.wrappers import Request
 
 from vita.web.access import AccessGuard
 from vita.web.bounded_websocket import BoundedWebSocket
-from vita.web.realtime import RealtimeSession
-from vita.web.realtime_protocol import error_event
+from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
+from vita.web.realtime import RealtimeSession, first_settings, session_summary
+from vita.web.realtime_protocol import ProtocolError, error_event, new_id, updated
 
 if TYPE_CHECKING:
     from vita.web.front_host import FrontHost
 
 PATH = "/v1/realtime"
+SECRETS_PATH = "/v1/realtime/client_secrets"
+MAX_SECRET_REQUEST_BYTES = 64 * 1024
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
 SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 
 
-def _json_response(start_response: Callable, status: str, code: str, message: str) -> list[bytes]:
-    body = json.dumps(error_event(code, message)).encode()
-    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+def _json_response(start_response: Callable, status: str, code: str, message: str, param: str | None = None
+                   ) -> list[bytes]:
+    return _json(start_response, status, error_event(code, message, param))
+
+
+def _json(start_response: Callable, status: str, payload: dict[str, Any]) -> list[bytes]:
+    body = json.dumps(payload).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                            ("Cache-Control", "no-store")])
     return [body]
 
 
@@ -47,8 +57,11 @@ class RealtimeRoute:
     def __init__(self, app: Callable, front: FrontHost):
         self.app, self.front = app, front
         self.max_message_bytes = max(front.config.limits.max_frame_bytes, 1 << 20)
+        self.keys = ClientKeys()  # this front's: a key opens a session on the front that minted it
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
+        if environ.get("PATH_INFO") == SECRETS_PATH:
+            return self._client_secret(environ, start_response)
         if environ.get("PATH_INFO") != PATH:
             return self.app(environ, start_response)
         if environ.get("HTTP_UPGRADE", "").lower() != "websocket":
@@ -58,12 +71,19 @@ class RealtimeRoute:
             return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
                                   "This origin may not open a Realtime session here.")
         # The page's places for a token, or a browser's; a wrong one counts against the address (TokenThrottle).
-        if not self.front.guard.check(self._token(environ), environ.get("REMOTE_ADDR")):
+        token, address, bound = self._token(environ), environ.get("REMOTE_ADDR"), None
+        if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
+            try:
+                bound = self.keys.redeem(token).session
+            except KeyRefused as exc:
+                self.front.guard.throttle.failed(address)
+                return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
+        elif not self.front.guard.check(token, address):
             return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
                                   "This assistant needs an access token (Authorization: Bearer …).")
         protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
-        upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ).serve(),
+        upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ, bound).serve(),
                                 _Limit(self.max_message_bytes), self.front.socket_guard,
                                 subprotocols=[p for p in protocols if p == "realtime"] or None)
         raw = environ.get("werkzeug.socket")
@@ -74,6 +94,55 @@ class RealtimeRoute:
         # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
         query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
         return upgrade({**environ, "QUERY_STRING": query}, start_response)
+
+    def _client_secret(self, environ: dict, start_response: Callable) -> Any:
+        """``POST /v1/realtime/client_secrets``: a key for one Realtime connection, bound to the `session` settings
+        given, expiring after ``expires_after.seconds`` (OpenAI's request and answer). Minting needs the server's
+        token itself: a client key cannot mint another."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            return _json_response(start_response, "405 Method Not Allowed", "method_not_allowed",
+                                  f"{SECRETS_PATH} takes a POST")
+        offered = AccessGuard.offered(Request(environ))
+        if ClientKeys.looks_like(offered) or not self.front.guard.check(offered, environ.get("REMOTE_ADDR")):
+            return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
+                                  "Minting a client key needs the server's access token (Authorization: Bearer …).")
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_SECRET_REQUEST_BYTES:
+            return _json_response(start_response, "413 Payload Too Large", "invalid_request",
+                                  f"the request body must be JSON of at most {MAX_SECRET_REQUEST_BYTES} bytes")
+        try:
+            request = json.loads(environ["wsgi.input"].read(length) or b"{}")
+            if not isinstance(request, dict):
+                raise ProtocolError("invalid_value", "the request body must be a JSON object")
+            ttl = self._ttl(request.get("expires_after"))
+            session = request.get("session")
+            session = {} if session is None else session
+            settings = updated(first_settings(self.front), session, self.front.voices)  # refused now, not later
+            value, key = self.keys.mint(session, ttl)
+        except (ValueError, UnicodeDecodeError):
+            return _json_response(start_response, "400 Bad Request", "invalid_json", "the request body is not JSON")
+        except ProtocolError as exc:
+            return _json_response(start_response, "400 Bad Request", exc.code, str(exc), exc.param)
+        except KeyRefused as exc:
+            return _json_response(start_response, "429 Too Many Requests", "rate_limit_exceeded", str(exc))
+        return _json(start_response, "200 OK", {"value": value, "expires_at": int(key.expires_at),
+                                                "session": session_summary(self.front, settings, new_id("sess"))})
+
+    @staticmethod
+    def _ttl(expires_after: Any) -> float:
+        if expires_after is None:
+            return DEFAULT_TTL_S
+        if not isinstance(expires_after, dict) or expires_after.get("anchor", "created_at") != "created_at":
+            raise ProtocolError("invalid_value", 'expires_after must be {"anchor": "created_at", "seconds": N}',
+                                "expires_after")
+        seconds = expires_after.get("seconds", DEFAULT_TTL_S)
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or not MIN_TTL_S <= seconds <= MAX_TTL_S:
+            raise ProtocolError("invalid_value", f"expires_after.seconds must be an integer from {MIN_TTL_S} to "
+                                f"{MAX_TTL_S}", "expires_after.seconds")
+        return float(seconds)
 
     def _origin_allowed(self, environ: dict) -> bool:
         """No Origin: not a browser. A browser's page must come from this server, or from one of
