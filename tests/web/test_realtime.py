@@ -156,12 +156,15 @@ def test_a_text_only_response_in_a_voice_session_answers_in_text_with_no_audio(r
 
 def test_a_client_key_opens_one_session_with_the_settings_it_was_minted_with(server):
     """An app's backend mints a key (OpenAI's client_secrets); its browser connects with it once, as its bearer."""
+    from openai import DefaultHttpxClient, OpenAI
+
     wait_no_sessions(server)
-    minted = requests.post(server.url + "/v1/realtime/client_secrets", verify=False, timeout=10, json={
-        "expires_after": {"anchor": "created_at", "seconds": 60},
-        "session": {"type": "realtime", "instructions": "Answer in one word.", "output_modalities": ["text"]}})
-    assert minted.status_code == 200, minted.text
-    key = minted.json()["value"]
+    backend = OpenAI(api_key="no-token", base_url=server.url + "/v1", http_client=DefaultHttpxClient(verify=False))
+    minted = backend.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 60},
+        session={"type": "realtime", "instructions": "Answer in one word.", "output_modalities": ["text"]})
+    key = minted.value
+    assert key.startswith("ek_") and minted.session.instructions == "Answer in one word."
     client = RealtimeClient(server.url, token=key)
     try:
         created = client.wait_type("session.created")[0]["session"]
