@@ -6,6 +6,7 @@ records every 20 ms frame it hears with its arrival time and level. Runs on the 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from fractions import Fraction
@@ -80,7 +81,7 @@ class PictureTrack(VideoStreamTrack):
 
 
 class RtcAudio:
-    def __init__(self, client: RecordingClient, camera: np.ndarray | None = None):
+    def __init__(self, client: RecordingClient | None, camera: np.ndarray | None = None):
         self.client = client
         self.camera = camera  # a picture shown on a video track as well (None: audio only)
         self.loop = CountingLoop()
@@ -167,3 +168,67 @@ class RtcAudio:
             self._run(self.pc.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+class RealtimeCall(RtcAudio):
+    """A Realtime client over WebRTC, as OpenAI's browser SDKs connect: its offer posted to /v1/realtime/calls by
+    the `openai` package's own ``realtime.calls.create``, speech on the track, replies heard on ours, and the
+    Realtime events on the ``oai-events`` data channel it opens (recorded, as RealtimeClient records them)."""
+
+    def __init__(self, url: str, token: str = "no-token", session: dict | None = None):
+        super().__init__(client=None)
+        self.url, self.token, self.session = url, token, session
+        self.channel: Any = None
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self.opened = threading.Event()
+
+    def connect(self, timeout: float = 20) -> RealtimeCall:
+        from openai import DefaultHttpxClient, OpenAI
+
+        offer = self._run(self._offer())
+        api = OpenAI(api_key=self.token, base_url=self.url + "/v1", http_client=DefaultHttpxClient(verify=False))
+        asked = {"sdp": offer, **({"session": self.session} if self.session is not None else {})}
+        answer = api.realtime.calls.create(**asked).text
+        self._run(self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer")))
+        assert self.wait(lambda: self.pc.connectionState in ("connected", "failed", "closed"), timeout)
+        assert self.pc.connectionState == "connected", self.pc.connectionState
+        assert self.opened.wait(timeout), "the oai-events channel did not open"
+        return self
+
+    async def _offer(self) -> str:
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.channel = self.pc.createDataChannel("oai-events")
+
+        @self.channel.on("open")
+        def on_open() -> None:
+            self.opened.set()
+
+        @self.channel.on("message")
+        def on_message(message: str) -> None:
+            with self.changed:
+                self.events.append((time.monotonic(), json.loads(message)))
+                self.changed.notify_all()
+
+        self.pc.addTrack(self.mic)
+        set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
+        self.pc.on("connectionstatechange", self._notify)
+
+        @self.pc.on("track")
+        def on_track(track: Any) -> None:
+            asyncio.ensure_future(self._listen(track))
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        return self.pc.localDescription.sdp
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(self.channel.send, json.dumps(event))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        with self.changed:
+            return [e for _, e in self.events if e.get("type") == kind]
+
+    def wait_type(self, kind: str, count: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        """The first `count` events of this type, once there are that many (AssertionError at the deadline)."""
+        ok = self.wait(lambda: sum(e.get("type") == kind for _, e in self.events) >= count, timeout)
+        assert ok, f"no {count} × {kind} within {timeout} s; got {[e.get('type') for _, e in self.events][-30:]}"
+        return self.of(kind)[:count]

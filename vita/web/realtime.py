@@ -102,23 +102,39 @@ class RealtimeSession:
             self.ws.close()
 
     def serve(self) -> None:
+        """A WebSocket client: its seat (or `too_many_users` on its own wire), then its events until it goes."""
+        if not self.open():
+            self.conversation.error("too_many_users", f"The server is full ({self.front.sessions.max_users} users); "
+                                    "try again later.", kind="server_error")
+            self.close()
+            return
+        self.run()
+
+    def open(self) -> bool:
+        """Take a seat of --max_users; False when there is none."""
         front = self.front
         session = front.sessions.open(self.sid)
         if session is None:
             front.metrics.sessions_refused.inc()
-            self.conversation.error("too_many_users", f"The server is full ({front.sessions.max_users} users); try "
-                                    "again later.", kind="server_error")
-            self.close()
-            return
+            return False
         self.session = session
         session.channel = self
         session.voice = self.settings.voice
+        front.metrics.sessions_opened.inc()
         try:
-            front.metrics.sessions_opened.inc()
             front.turns.attach(session)
             if self.bound is not None:  # the client key's settings, before anything of the session happens
                 before, self.settings = self.settings, self.bound
                 self._apply(before, self.bound)
+        except Exception:
+            self.end()
+            raise
+        return True
+
+    def run(self) -> None:
+        """The open session's life: session.created, then the client's events in order until it goes."""
+        front, session = self.front, self.session
+        try:
             log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
             self.conversation.send({"type": "session.created", "session": self._session_json()})
             front.turns.post(session, Connected(time.monotonic()))
@@ -127,9 +143,13 @@ class RealtimeSession:
                     break
                 self.receive(data)
         finally:
-            self.closed = True
-            if front.sessions.close(self.sid) is not None:
-                front.turns.detach(session)
+            self.end()
+
+    def end(self) -> None:
+        """The seat back, the turn machine detached (whichever way the session ended; once)."""
+        self.closed = True
+        if self.session is not None and self.front.sessions.close(self.sid) is not None:
+            self.front.turns.detach(self.session)
             log.info("Realtime session closed", extra=turn_ids(self.sid))
 
     # --- what the front sends this session (the front's emit) ---------------------------------------------------
@@ -519,6 +539,13 @@ class RealtimeSession:
     def on_response_cancel(self, _event: dict) -> None:
         if not self.conversation.active() and not self.requested:
             raise ProtocolError("response_cancel_not_active", "there is no response in progress to cancel")
+        self.front.turns.interrupt(self.session, "client_cancelled")
+
+    def on_output_audio_buffer_clear(self, _event: dict) -> None:
+        """A call's client stops the reply it hears (the track is emptied: output_audio_buffer.cleared)."""
+        if not self.conversation.webrtc:
+            raise ProtocolError("unsupported", "output_audio_buffer.clear is for WebRTC calls: over a WebSocket the "
+                                "client holds the audio it was sent (use response.cancel)", "type")
         self.front.turns.interrupt(self.session, "client_cancelled")
 
     def on_transcription_session_update(self, _event: dict) -> None:

@@ -101,6 +101,8 @@ class RealtimeConversation:
         self.claimed: list[Item] = []  # the client's items its response.create asked about, for the turn it starts
         self.claimed_audio: bool | None = None  # and its response's output modality, when it chose one
         self.claimed_max_tokens: int | None = None  # and its cap on the response's tokens
+        self.webrtc = False  # a call: the audio is on the track, and output_audio_buffer.* say when it is heard
+        self.playing: str | None = None  # a call's response being played on the track
 
     # --- writing ---------------------------------------------------------------------------------------------
     def send(self, event: dict[str, Any]) -> None:
@@ -294,6 +296,8 @@ class RealtimeConversation:
             self._failed(str(reason))
 
     def _on_state(self, p: dict) -> None:
+        if self.webrtc:
+            self._audio_buffer(p)
         if p.get("state") != "listening" or self.response is None or p.get("turn_id") != self.response.turn_id:
             return
         reason = p.get("reason")
@@ -303,6 +307,22 @@ class RealtimeConversation:
             self._failed(reason)
         else:  # nothing to say (no speech recognised, a stop command)
             self._finish("incomplete", {"type": "incomplete", "reason": reason.replace(" ", "_")})
+
+    def _audio_buffer(self, p: dict) -> None:
+        """A call's output audio buffer: started as the reply's first audio goes onto the track, stopped when the
+        turn is over (its audio played out)."""
+        if p.get("state") == "speaking" and self.response is not None and p.get("turn_id") == self.response.turn_id:
+            self.playing = self.response.id
+            self.send({"type": "output_audio_buffer.started", "response_id": self.playing})
+        elif p.get("state") == "listening" and self.playing is not None:
+            self.send({"type": "output_audio_buffer.stopped", "response_id": self.playing})
+            self.playing = None
+
+    def _on_stop_tts(self, _p: Any) -> None:
+        """Barge-in (or a cancel) emptied the track: a call's client hears nothing more of the reply."""
+        if self.webrtc and self.playing is not None:
+            self.send({"type": "output_audio_buffer.cleared", "response_id": self.playing})
+            self.playing = None
 
     def _failed(self, reason: str) -> None:
         self._finish("failed", {"type": "failed", "error": {"type": "server_error", "code": reason.replace(" ", "_")}})

@@ -9,6 +9,7 @@ import json
 import socket
 import ssl
 import struct
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
@@ -19,6 +20,7 @@ from vita.web.access import AccessGuard
 from vita.web.bounded_websocket import BoundedWebSocket
 from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
 from vita.web.realtime import RealtimeSession, first_settings, session_summary
+from vita.web.realtime_call import DataChannelWire
 from vita.web.realtime_protocol import ProtocolError, error_event, new_id, updated
 
 if TYPE_CHECKING:
@@ -26,7 +28,10 @@ if TYPE_CHECKING:
 
 PATH = "/v1/realtime"
 SECRETS_PATH = "/v1/realtime/client_secrets"
+CALLS_PATH = "/v1/realtime/calls"
 MAX_SECRET_REQUEST_BYTES = 64 * 1024
+MAX_CALL_REQUEST_BYTES = 256 * 1024  # an SDP offer (at most 64 KB) and a session object
+CALL_CONNECT_S = 30.0  # a call whose caller has not opened its events channel by then is over
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
 SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 
@@ -62,6 +67,8 @@ class RealtimeRoute:
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         if environ.get("PATH_INFO") == SECRETS_PATH:
             return self._client_secret(environ, start_response)
+        if environ.get("PATH_INFO") == CALLS_PATH:
+            return self._call(environ, start_response)
         if environ.get("PATH_INFO") != PATH:
             return self.app(environ, start_response)
         if environ.get("HTTP_UPGRADE", "").lower() != "websocket":
@@ -70,17 +77,10 @@ class RealtimeRoute:
         if not self._origin_allowed(environ):
             return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
                                   "This origin may not open a Realtime session here.")
-        # The page's places for a token, or a browser's; a wrong one counts against the address (TokenThrottle).
-        token, address, bound = self._token(environ), environ.get("REMOTE_ADDR"), None
-        if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
-            try:
-                bound = self.keys.redeem(token).session
-            except KeyRefused as exc:
-                self.front.guard.throttle.failed(address)
-                return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
-        elif not self.front.guard.check(token, address):
-            return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
-                                  "This assistant needs an access token (Authorization: Bearer …).")
+        try:
+            bound = self._admitted(environ)
+        except KeyRefused as exc:
+            return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
         protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
         upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ, bound).serve(),
@@ -94,6 +94,107 @@ class RealtimeRoute:
         # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
         query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
         return upgrade({**environ, "QUERY_STRING": query}, start_response)
+
+    def _admitted(self, environ: dict) -> dict | None:
+        """The caller's token, or its client key's session settings (None: none bound); KeyRefused, saying why,
+        for neither. A wrong one counts against the address (TokenThrottle)."""
+        token, address = self._token(environ), environ.get("REMOTE_ADDR")
+        if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
+            try:
+                return self.keys.redeem(token).session
+            except KeyRefused:
+                self.front.guard.throttle.failed(address)
+                raise
+        if not self.front.guard.check(token, address):
+            raise KeyRefused("This assistant needs an access token (Authorization: Bearer …).")
+        return None
+
+    def _call(self, environ: dict, start_response: Callable) -> Any:
+        """``POST /v1/realtime/calls``: the caller's SDP offer (the body as application/sdp, or a multipart form
+        with ``sdp`` and an optional ``session``), answered with our SDP (201); the session's events then travel on
+        the data channel the caller opened (``oai-events``), its audio on the tracks."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            return _json_response(start_response, "405 Method Not Allowed", "method_not_allowed",
+                                  f"{CALLS_PATH} takes a POST with an SDP offer")
+        if not self._origin_allowed(environ):
+            return _json_response(start_response, "403 Forbidden", "origin_not_allowed",
+                                  "This origin may not open a Realtime call here.")
+        rtc = self.front.rtc
+        if rtc is None:
+            return _json_response(start_response, "503 Service Unavailable", "webrtc_disabled",
+                                  "WebRTC is switched off on this server (webrtc.enabled): use the WebSocket.")
+        try:
+            offer, asked = self._offer(environ)
+            bound = self._admitted(environ)
+            settings = {**(bound or {}), **asked}
+            if settings:  # refused now, before a seat or a port is taken
+                updated(first_settings(self.front), settings, self.front.voices)
+        except KeyRefused as exc:
+            return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
+        except ProtocolError as exc:
+            return _json_response(start_response, "400 Bad Request", exc.code, str(exc), exc.param)
+        rt: RealtimeSession | None = None
+        wire = DataChannelWire(rtc.loop, lambda: rtc.close(rt.sid) if rt is not None else None,
+                               self.max_message_bytes, CALL_CONNECT_S)
+        model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
+        rt = RealtimeSession(self.front, wire, model, environ, settings or None)
+        rt.conversation.webrtc = True
+        if not rt.open():
+            return _json_response(start_response, "429 Too Many Requests", "too_many_users",
+                                  f"The server is full ({self.front.sessions.max_users} users); try again later.")
+        from vita.web.web_security import client_address
+        from vita.web.webrtc import RtcError
+
+        session = rt.session
+        try:
+            answer = rtc.answer(rt.sid, offer, lambda pcm, rate: self.front.admit_audio(session, pcm, rate),
+                                client=client_address(environ), channel=wire.attach)
+        except RtcError as exc:
+            rt.end()
+            return _json_response(start_response, "400 Bad Request", "invalid_offer", str(exc), "sdp")
+        threading.Thread(target=self._serve_call, args=(rt,), name=f"rt-call-{rt.sid}", daemon=True).start()
+        body = answer.encode()
+        start_response("201 Created", [("Content-Type", "application/sdp"), ("Content-Length", str(len(body))),
+                                       ("Location", f"{CALLS_PATH}/{rt.sid}"), ("Cache-Control", "no-store")])
+        return [body]
+
+    def _serve_call(self, rt: RealtimeSession) -> None:
+        try:
+            rt.run()
+        finally:
+            self.front.rtc.close(rt.sid, session_ended=True)  # its peer connection and ports go with it
+
+    def _offer(self, environ: dict) -> tuple[str, dict]:
+        """The SDP offer and the `session` settings asked with it (ProtocolError if they are not readable)."""
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if not 0 < length <= MAX_CALL_REQUEST_BYTES:
+            raise ProtocolError("invalid_request", f"a call needs an SDP offer of at most {MAX_CALL_REQUEST_BYTES} "
+                                "bytes (application/sdp, or a multipart form with sdp and session)", "sdp")
+        request = Request(environ)
+        kind = request.mimetype
+        if kind == "application/sdp":
+            return request.get_data(as_text=True), {}
+        if kind != "multipart/form-data":
+            raise ProtocolError("invalid_request", "send the offer as application/sdp, or as multipart/form-data "
+                                "with sdp and session", "sdp")
+        parts = {name: value for name, value in request.form.items()}
+        for name, upload in request.files.items():
+            parts[name] = upload.read(MAX_CALL_REQUEST_BYTES).decode("utf-8", "replace")
+        offer = parts.get("sdp")
+        if not offer:
+            raise ProtocolError("invalid_request", "the form has no sdp part", "sdp")
+        asked: Any = {}
+        if parts.get("session"):
+            try:
+                asked = json.loads(parts["session"])
+            except ValueError:
+                raise ProtocolError("invalid_value", "session must be a JSON object", "session") from None
+            if not isinstance(asked, dict):
+                raise ProtocolError("invalid_value", "session must be a JSON object", "session")
+        return offer, asked
 
     def _client_secret(self, environ: dict, start_response: Callable) -> Any:
         """``POST /v1/realtime/client_secrets``: a key for one Realtime connection, bound to the `session` settings

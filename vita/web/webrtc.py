@@ -285,13 +285,15 @@ class RtcHub:
 
     # --- blocking API (any thread) ------------------------------------------------------------------------
     def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S,
-               client: str | None = None, see: See | None = None) -> str:
+               client: str | None = None, see: See | None = None, channel: Callable[[Any], None] | None = None
+               ) -> str:
         """Make (or remake) the session's peer connection from the browser's offer (`client`: the address the
-        session connected from); the answer's SDP."""
+        session connected from); the answer's SDP. `channel` takes the data channels the caller opens (called on
+        the loop's thread): a Realtime call's events travel on one."""
         if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
             raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
                            f"{MAX_SDP_CHARS} characters)")
-        answering = self.submit(self._answer(sid, offer_sdp, hear, client, see))
+        answering = self.submit(self._answer(sid, offer_sdp, hear, client, see, channel))
         try:
             return answering.result(timeout)
         except TimeoutError:
@@ -332,12 +334,12 @@ class RtcHub:
 
     # --- the loop -----------------------------------------------------------------------------------------
     async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None,
-                      see: See | None = None) -> str:
+                      see: See | None = None, channel: Callable[[Any], None] | None = None) -> str:
         async with self.answering.setdefault(sid, asyncio.Lock()):
-            return await self._answer_one(sid, offer_sdp, hear, client, see)
+            return await self._answer_one(sid, offer_sdp, hear, client, see, channel)
 
     async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None,
-                          see: See | None = None) -> str:
+                          see: See | None = None, channel: Callable[[Any], None] | None = None) -> str:
         offer_sdp, kept = screen_offer(offer_sdp, client)
         old = self.peers.get(sid)
         if old is not None:
@@ -357,6 +359,13 @@ class RtcHub:
                 peer.receiving.add_done_callback(lambda task: self._listening_ended(peer, task))
             elif incoming.kind == "video" and peer.watching is None and peer.see is not None:
                 peer.watching = asyncio.ensure_future(peer.watch(incoming))
+
+        @pc.on("datachannel")
+        def on_datachannel(opened: Any) -> None:
+            if channel is None:
+                opened.close()  # our page's signalling and events stay on its Socket.IO connection
+            else:
+                channel(opened)
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:

@@ -1,0 +1,93 @@
+"""OpenAI's Realtime over WebRTC through the real server: the `openai` package's own ``realtime.calls.create``
+posts an aiortc peer's offer; the question is spoken on the track and the reply heard on ours, with the Realtime
+events (transcripts, output_audio_buffer.*) on the ``oai-events`` data channel; speech over the reply clears it;
+hanging up frees the seat and the peer; a client key opens one call; a bad offer is refused readably."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import requests
+
+from tests.harness.rtc import RealtimeCall
+from tests.harness.server import wait_health, wait_no_sessions
+from tests.harness.speech import silence, spoken
+
+REPLY = 90
+
+
+@pytest.fixture
+def call(server):
+    wait_no_sessions(server)
+    peer = RealtimeCall(server.url).connect()
+    yield peer
+    peer.close()
+
+
+def test_a_spoken_question_is_answered_on_the_track_with_its_events_on_the_data_channel(server, call):
+    assert call.wait_type("session.created")[0]["session"]["type"] == "realtime"
+    assert wait_health(server, lambda h: h["sessions"] == 1 and h["webrtc"]["peers"] == 1)
+    call.say(np.concatenate([spoken("What is the capital of France?"), silence(2.0)]))
+    heard = call.wait_type("conversation.item.input_audio_transcription.completed", timeout=30)[0]["transcript"]
+    assert "capital" in heard.lower()
+    started = call.wait_type("output_audio_buffer.started", timeout=REPLY)[0]
+    assert call.wait(lambda: call.loud(), 10), "no reply audio on the track"
+    done = call.wait_type("response.done", timeout=REPLY)[0]["response"]
+    assert done["status"] == "completed" and started["response_id"] == done["id"]
+    assert call.wait_type("response.output_audio_transcript.done")[0]["transcript"]
+    assert not call.of("response.output_audio.delta")  # the audio went on the track, not the channel
+    assert call.wait_type("output_audio_buffer.stopped", timeout=30)[0]["response_id"] == done["id"]
+
+
+def test_speech_over_the_reply_clears_the_audio_buffer_and_the_sound_stops(call):
+    call.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Tell me a long story about a dragon who learns to cook."}]}})
+    call.send({"type": "response.create"})
+    call.wait_type("output_audio_buffer.started", timeout=REPLY)
+    assert call.wait(lambda: call.loud(), 10)
+    call.say(np.concatenate([spoken("Wait, stop please."), silence(1.5)]))
+    call.wait_type("output_audio_buffer.cleared", timeout=20)
+    cancelled = call.wait_type("response.done", timeout=20)[0]["response"]
+    assert cancelled["status"] == "cancelled"
+    cleared_at = next(t for t, e in call.events if e["type"] == "output_audio_buffer.cleared")
+    assert not call.loud(after=cleared_at + 0.3, before=cleared_at + 1.5)  # what was queued is never heard
+
+
+def test_hanging_up_frees_the_seat_and_the_peer(server):
+    wait_no_sessions(server)
+    peer = RealtimeCall(server.url).connect()
+    assert wait_health(server, lambda h: h["sessions"] == 1 and h["webrtc"]["peers"] == 1)
+    peer.close()
+    assert wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)
+
+
+def test_a_client_key_opens_one_call_with_its_settings(server):
+    from openai import DefaultHttpxClient, OpenAI
+
+    wait_no_sessions(server)
+    backend = OpenAI(api_key="no-token", base_url=server.url + "/v1", http_client=DefaultHttpxClient(verify=False))
+    key = backend.realtime.client_secrets.create(session={"type": "realtime", "instructions": "Answer in French."})
+    peer = RealtimeCall(server.url, token=key.value).connect()
+    try:
+        assert peer.wait_type("session.created")[0]["session"]["instructions"] == "Answer in French."
+    finally:
+        peer.close()
+    again = RealtimeCall(server.url, token=key.value)
+    try:
+        with pytest.raises(Exception, match="already been used"):
+            again.connect()
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize(("body", "kind", "code"), [
+    ("v=0 but not an offer", "application/sdp", "invalid_offer"),
+    ("", "application/sdp", "invalid_request"),
+    ('{"sdp": "v=0"}', "application/json", "invalid_request"),
+])
+def test_a_bad_offer_is_refused_readably_and_takes_no_seat(server, body, kind, code):
+    wait_no_sessions(server)
+    answer = requests.post(server.url + "/v1/realtime/calls", data=body, headers={"Content-Type": kind},
+                           verify=False, timeout=30)
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == code, answer.text
+    assert wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)

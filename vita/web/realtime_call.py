@@ -1,0 +1,93 @@
+"""OpenAI's Realtime protocol over WebRTC (``POST /v1/realtime/calls``): the caller's microphone on the peer
+connection's track and the replies on our Opus track (the front's WebRTC machinery, as for our page), and the
+Realtime events on the data channel the caller opened, ``oai-events``: the same events as the WebSocket door
+(realtime.py), on another carrier."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+EVENTS_CHANNEL = "oai-events"
+INBOX_BOUND = 256  # events read from the channel and not yet handled (a flood beyond is dropped, as over its rate)
+
+
+class DataChannelWire:
+    """What a RealtimeSession reads and writes (``wait``/``send``/``close``, as its WebSocket), over the call's
+    data channel. The channel lives on the WebRTC loop's thread: sends are handed to it, received events come
+    back through a bounded queue. `hang_up` ends the call (its peer connection); `attach_within` is how long the
+    caller has to connect and open the channel."""
+
+    def __init__(self, loop: Any, hang_up: Callable[[], None], max_message_bytes: int, attach_within: float):
+        self.loop, self.hang_up = loop, hang_up
+        self.max_message_bytes, self.attach_within = max_message_bytes, attach_within
+        self.inbox: queue.Queue[str | bytes | None] = queue.Queue(INBOX_BOUND)
+        self.channel: Any = None
+        self.waiting: list[str] = []  # sent before the channel was open (session.created): sent when it is
+        self.attached = threading.Event()
+        self.dropped = 0
+
+    # --- on the WebRTC loop's thread -------------------------------------------------------------------------
+    def attach(self, channel: Any) -> None:
+        """A data channel the caller opened: ``oai-events`` carries the events; another is closed."""
+        if channel.label != EVENTS_CHANNEL or self.channel is not None:
+            channel.close()
+            return
+        self.channel = channel
+
+        @channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            if len(message) > self.max_message_bytes:
+                self._drop()
+                return
+            try:
+                self.inbox.put_nowait(message)
+            except queue.Full:
+                self._drop()
+
+        @channel.on("close")
+        def on_close() -> None:
+            self._end()
+
+        for text in self.waiting:
+            channel.send(text)
+        self.waiting.clear()
+        self.attached.set()
+
+    def _drop(self) -> None:
+        self.dropped += 1
+
+    def _end(self) -> None:
+        with contextlib.suppress(queue.Full):
+            self.inbox.put_nowait(None)
+        if self.inbox.full():  # the reader must see the end even behind a full queue
+            with contextlib.suppress(queue.Empty):
+                self.inbox.get_nowait()
+            with contextlib.suppress(queue.Full):
+                self.inbox.put_nowait(None)
+
+    def _send(self, text: str) -> None:
+        channel = self.channel
+        if channel is None:
+            self.waiting.append(text)
+        elif channel.readyState == "open":
+            channel.send(text)
+
+    # --- on the session's thread ------------------------------------------------------------------------------
+    def wait(self) -> str | bytes | None:
+        """The caller's next event; None once the call is over (or never connected)."""
+        if not self.attached.wait(self.attach_within):
+            return None
+        return self.inbox.get()
+
+    def send(self, text: str) -> None:
+        self.loop.call_soon_threadsafe(self._send, text)
+
+    def close(self) -> None:
+        """The server ends the call (idle timeout, shutdown): the reader wakes, the peer connection goes."""
+        self.loop.call_soon_threadsafe(self._end)
+        self.attached.set()
+        self.hang_up()
