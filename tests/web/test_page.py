@@ -129,3 +129,25 @@ def test_spoken_question_over_webrtc_is_answered_and_heard(page, server):
     health = wait_health(server, lambda h: h["webrtc"]["peers"] == 0)
     assert health["webrtc"]["peers"] == 0, health  # stopping talking closed the peer connection
     assert not page.problems, page.problems
+
+
+def test_a_stock_realtime_web_client_calls_over_webrtc(browser, server):
+    """The Realtime page, written as OpenAI's WebRTC examples are: a client key from the server, a call to
+    /v1/realtime/calls, the microphone's question and the reply in the log from the data channel's events, the
+    reply heard on the call's track; hanging up frees the seat and the peer."""
+    wait_health(server, lambda h: h["sessions"] == 0)
+    with open_page(browser, server.url + "/static/realtime.html") as page:
+        page.click("#call")
+        page.wait_for_selector("#call:text-is('Hang up')", timeout=20000)
+        user = page.wait_for_selector(".msg.user", timeout=40000)
+        assert "capital" in user.inner_text().lower()
+        page.wait_for_function("document.querySelector('.msg.bot') && document.querySelector('.msg.bot').textContent",
+                               timeout=60000)
+        page.wait_for_function(f"({INBOUND_ENERGY.replace('window.vita.rtc.pc', 'window.vitaCall.pc')})()"
+                               ".then((e) => e > 0.001)", timeout=30000)
+        page.screenshot(path=str(ARTIFACTS / "page-realtime-call.png"))
+        page.click("#call")
+        page.wait_for_selector("#call:text-is('Start call')", timeout=5000)
+        assert not page.problems, page.problems
+    health = wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)
+    assert health["sessions"] == 0 and health["webrtc"]["peers"] == 0, health
