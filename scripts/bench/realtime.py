@@ -1,19 +1,21 @@
 """Benchmark: the OpenAI Realtime endpoint against Socket.IO on one server, in one run.
 
 - Voice-to-voice: the same spoken questions (hibari) over /v1/realtime (the `openai` package's client, 24 kHz PCM
-  in 40 ms appends) and over Socket.IO (our page's 32 ms binary frames), alternating question by question, each
-  transport in one long session of its own; at the client, from the last voiced sample sent to the first reply
-  audio received.
+  in 40 ms appends), over a Realtime WebRTC call (/v1/realtime/calls: an aiortc peer, Opus on the track, events on
+  the data channel; `--no_call` leaves it out) and over Socket.IO (our page's 32 ms binary frames), in turn
+  question by question, each transport in one long session of its own; at the client, from the last voiced
+  sample sent to the first reply audio received (on the call: the first decoded 20 ms frame with speech in it).
 - Barge-in: a question spoken over a long reply on each transport: speech onset sent → `response.done` (cancelled)
   on Realtime, → `stop_tts` on Socket.IO (both leave the server in the same action list as the turn machine's
   confirmation).
-- Cycles: connect, speak a question, disconnect before or after the reply, `--cycles` times; then the seats, the
-  VAD threads and the front's threads are compared with before.
+- Cycles: connect, speak a question, disconnect before or after the reply, `--cycles` times (WebSocket) and
+  `--call_cycles` times (WebRTC calls); then the seats, the VAD threads, the peers and the front's threads and
+  memory are compared with before.
 - Fuzz: `--fuzz` malformed or out-of-order client events on one session; then the session must still answer, and
   the server's log must hold no failure of its own.
 
 Usage: .venv/bin/python -m scripts.bench.realtime [--url URL --server_log FILE] [--questions 8] [--barge 3]
-       [--cycles 200] [--fuzz 3000] [--json out.json]
+       [--cycles 200] [--call_cycles 200] [--no_call] [--fuzz 3000] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from scripts.bench.common import percentile
+from scripts.bench.common import cpu_description, percentile
 from scripts.eval.questions import BARGE_OVER, BARGE_WITH, SHORT
 from scripts.eval.voices import synthesize
 from tests.harness.client import RecordingClient
 from tests.harness.realtime_client import RealtimeClient, pcm24
+from tests.harness.rtc import RealtimeCall
 from tests.harness.speech import RealTime, silence, voiced_span
 
 REPLY_S = 60
@@ -96,6 +99,18 @@ def v2v_realtime(client: RealtimeClient, speech: np.ndarray) -> float | None:
     return firsts[0] - end if firsts else None
 
 
+def v2v_call(call: RealtimeCall, speech: np.ndarray) -> float | None:
+    done_before = len(call.of("response.done"))
+    _, last = voiced_span(speech)
+    end = call.say(speech) + last
+    if not call.wait(lambda: sum(e["type"] == "response.done" for _, e in call.events) > done_before, REPLY_S):
+        return None
+    call.wait(lambda: bool(call.loud(after=end)), 5)
+    heard = call.loud(after=end)
+    call.wait(lambda: any(e["type"] == "output_audio_buffer.stopped" for t, e in call.events if t > end), REPLY_S)
+    return heard[0] - end if heard else None
+
+
 def barge_socketio(client: RecordingClient, over: np.ndarray, speech: np.ndarray) -> float | None:
     end = send_socketio(client, over)
     if not client.wait_for(lambda evs: any(n == "audio" and t > end for t, n, _ in evs), REPLY_S):
@@ -150,6 +165,34 @@ def cycles(url: str, n: int, speech: np.ndarray) -> dict:
         time.sleep(0.5)
     return {"cycles": n, "failed": failures, "seconds": round(time.monotonic() - started, 1),
             "sessions_after": after["sessions"], "vad_threads_after": after["vad_threads"],
+            "threads_before": before["threads"], "threads_after": after["threads"],
+            "rss_mb_before": before["rss_mb"], "rss_mb_after": after["rss_mb"]}
+
+
+def call_cycles(url: str, n: int, speech: np.ndarray) -> dict:
+    """A WebRTC call made and hung up n times (every other one after its reply began)."""
+    before = health(url)
+    started, failures = time.monotonic(), 0
+    for i in range(n):
+        call = RealtimeCall(url)
+        try:
+            call.connect()
+            call.say(speech)
+            if i % 2:
+                call.wait(lambda c=call: any(e["type"] == "response.created" for _, e in c.events), 10)
+        except Exception as exc:  # counted: a cycle that failed is a finding
+            failures += 1
+            print(f"  call {i}: {exc!r}", file=sys.stderr)
+        finally:
+            call.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        after = health(url)
+        if after["sessions"] == 0 and after["webrtc"]["peers"] == 0 and after["threads"] <= before["threads"]:
+            break
+        time.sleep(0.5)
+    return {"calls": n, "failed": failures, "seconds": round(time.monotonic() - started, 1),
+            "sessions_after": after["sessions"], "peers_after": after["webrtc"]["peers"],
             "threads_before": before["threads"], "threads_after": after["threads"],
             "rss_mb_before": before["rss_mb"], "rss_mb_after": after["rss_mb"]}
 
@@ -220,6 +263,8 @@ def main() -> int:
     parser.add_argument("--questions", type=int, default=8, help="per transport")
     parser.add_argument("--barge", type=int, default=3, help="interruptions per transport")
     parser.add_argument("--cycles", type=int, default=200)
+    parser.add_argument("--call_cycles", type=int, default=200)
+    parser.add_argument("--no_call", action="store_true", help="leave the WebRTC call out of voice-to-voice")
     parser.add_argument("--fuzz", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=40, help="the fuzz's random seed")
     parser.add_argument("--json", type=Path)
@@ -231,15 +276,20 @@ def main() -> int:
         server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", "--max_users", "4")
         wait_ready(server)
         url, log_path = server.url, server.log_path
-    report: dict = {"cpu": Path("/proc/cpuinfo").read_text().split("model name")[1].split("\n")[0].strip(": ")}
+    report: dict = {"cpu": cpu_description()}
+    print("cpu:", json.dumps(report["cpu"]), flush=True)
     try:
         sio, rt = RecordingClient(url).connect(), RealtimeClient(url)
         rt.wait_type("session.created")
-        rows: dict[str, list[float]] = {"socketio": [], "realtime": []}
+        call = None if args.no_call else RealtimeCall(url).connect()
+        clients = {"socketio": (sio, v2v_socketio), "realtime": (rt, v2v_realtime), "call": (call, v2v_call)}
+        rows: dict[str, list[float]] = {name: [] for name, (c, _) in clients.items() if c is not None}
         for n, text in enumerate((SHORT * 4)[:args.questions]):
             speech = utterance(args.voice, text)
-            for name, ask in (("socketio", v2v_socketio), ("realtime", v2v_realtime))[::1 if n % 2 else -1]:
-                v2v = ask(sio if name == "socketio" else rt, speech)
+            order = list(rows)
+            for name in order[n % len(order):] + order[:n % len(order)]:  # each goes first in turn
+                client, ask = clients[name]
+                v2v = ask(client, speech)
                 if v2v is not None:
                     rows[name].append(v2v)
                 print(f"{name:9s} {text!r}: {v2v if v2v is None else round(v2v, 3)}", flush=True)
@@ -253,20 +303,29 @@ def main() -> int:
                 print(f"barge-in {name:9s}: {took if took is None else round(took, 3)}", flush=True)
         sio.close()
         rt.close()
+        if call is not None:
+            call.close()
         report["v2v"] = {k: v for k, v in rows.items()}
         report["barge"] = {k: v for k, v in barges.items()}
         print("\nvoice-to-voice at the client, by transport, same server and run:")
         for name, values in rows.items():
             print(f"  {name:9s} {stats(values)}")
-        if rows["socketio"] and rows["realtime"]:
-            diff = statistics.median(rows["realtime"]) - statistics.median(rows["socketio"])
-            print(f"  realtime - socketio p50: {diff * 1000:+.0f} ms (target <= +60 ms)")
+        for name in ("realtime", "call"):
+            if rows.get(name) and rows["socketio"]:
+                diff = statistics.median(rows[name]) - statistics.median(rows["socketio"])
+                print(f"  {name} - socketio p50: {diff * 1000:+.0f} ms")
+        if rows.get("call") and rows["realtime"]:
+            diff = statistics.median(rows["call"]) - statistics.median(rows["realtime"])
+            print(f"  call - realtime (WebSocket) p50: {diff * 1000:+.0f} ms (target <= +60 ms)")
         print("speech onset -> reply stopped (Realtime: response.done cancelled; Socket.IO: stop_tts):")
         for name, values in barges.items():
             print(f"  {name:9s} {stats(values)}")
         if args.cycles:
             report["cycles"] = cycles(url, args.cycles, synthesize(args.voice, "Hello there, how are you?"))
             print("cycles:", json.dumps(report["cycles"]))
+        if args.call_cycles:
+            report["call_cycles"] = call_cycles(url, args.call_cycles, synthesize(args.voice, "Hello there."))
+            print("call cycles:", json.dumps(report["call_cycles"]))
         if args.fuzz:
             report["fuzz"] = fuzz(url, args.fuzz, log_path, args.seed)
             print("fuzz:", json.dumps(report["fuzz"]))
