@@ -53,9 +53,10 @@ def test_speech_over_the_reply_clears_the_audio_buffer_and_the_sound_stops(call)
     assert not call.loud(after=cleared_at + 0.3, before=cleared_at + 1.5)  # what was queued is never heard
 
 
-def test_hanging_up_frees_the_seat_and_the_peer(server):
+def test_settings_sent_with_the_offer_apply_and_hanging_up_frees_the_seat_and_the_peer(server):
     wait_no_sessions(server)
-    peer = RealtimeCall(server.url).connect()
+    peer = RealtimeCall(server.url, session={"type": "realtime", "instructions": "Be brief."}).connect()
+    assert peer.wait_type("session.created")[0]["session"]["instructions"] == "Be brief."  # (a multipart offer)
     assert wait_health(server, lambda h: h["sessions"] == 1 and h["webrtc"]["peers"] == 1)
     peer.close()
     assert wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)

@@ -30,7 +30,7 @@ class DataChannelWire:
         self.attached = threading.Event()
         self.dropped = 0
 
-    # --- on the WebRTC loop's thread -------------------------------------------------------------------------
+    # --- on the WebRTC loop's thread (but _end: any thread) -------------------------------------------------
     def attach(self, channel: Any) -> None:
         """A data channel the caller opened: ``oai-events`` carries the events; another is closed."""
         if channel.label != EVENTS_CHANNEL or self.channel is not None:
@@ -84,10 +84,11 @@ class DataChannelWire:
         return self.inbox.get()
 
     def send(self, text: str) -> None:
+        """Raises RuntimeError once the WebRTC loop is gone (the front is stopping): the session then ends."""
         self.loop.call_soon_threadsafe(self._send, text)
 
     def close(self) -> None:
         """The server ends the call (idle timeout, shutdown): the reader wakes, the peer connection goes."""
-        self.loop.call_soon_threadsafe(self._end)
         self.attached.set()
+        self._end()  # the reader wakes (the queue is thread-safe)
         self.hang_up()
