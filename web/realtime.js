@@ -27,6 +27,9 @@ class RealtimeCall {
     });
     const pc = this.pc = new RTCPeerConnection();
     pc.ontrack = (event) => { $("reply-audio").srcObject = event.streams[0] || new MediaStream([event.track]); };
+    pc.onconnectionstatechange = () => {
+      if (pc.connectionState === "failed" || pc.connectionState === "closed") this.ended();
+    };
     pc.addTrack(microphone.getAudioTracks()[0], microphone);
     this.microphone = microphone;
     this.events = pc.createDataChannel("oai-events");

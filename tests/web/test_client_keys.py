@@ -21,9 +21,10 @@ TOKEN = "a-token-of-24-characters"
 
 def test_a_key_opens_one_session_with_its_settings_then_is_spent():
     keys = ClientKeys(clock=lambda: 1000.0)
-    value, key = keys.mint({"instructions": "Be brief."}, 60)
+    value, key = keys.mint("the settings", 60)
     assert value.startswith("ek_") and key.expires_at == 1060.0
-    assert keys.redeem(value).session == {"instructions": "Be brief."}
+    assert keys.peek(value).session == "the settings"  # looked at, not spent (a call spends it once answered)
+    assert keys.redeem(value).session == "the settings"
     with pytest.raises(KeyRefused, match="already been used"):
         keys.redeem(value)
     with pytest.raises(KeyRefused, match="unknown"):
@@ -81,7 +82,7 @@ def test_a_minted_key_carries_its_session_and_expiry(front):
     body = answer.json
     assert body["value"].startswith("ek_") and isinstance(body["expires_at"], int)
     assert body["session"]["instructions"] == "Answer in French." and body["session"]["output_modalities"] == ["text"]
-    assert front.realtime.keys.redeem(body["value"]).session["instructions"] == "Answer in French."
+    assert front.realtime.keys.redeem(body["value"]).session.instructions == "Answer in French."
 
 
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("a-wrong-token-guess", 401), (TOKEN, 200)])

@@ -5,6 +5,8 @@ hanging up frees the seat and the peer; a client key opens one call; a bad offer
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import requests
@@ -92,3 +94,12 @@ def test_a_bad_offer_is_refused_readably_and_takes_no_seat(server, body, kind, c
                            verify=False, timeout=30)
     assert answer.status_code == 400 and answer.json()["error"]["code"] == code, answer.text
     assert wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)
+
+
+def test_push_to_talk_is_refused_on_a_call_naming_the_setting(server):
+    """The microphone is on the track: a call cannot commit audio itself (the WebSocket can)."""
+    session = json.dumps({"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+    form = {"sdp": (None, "v=0\r\n"), "session": (None, session)}
+    answer = requests.post(server.url + "/v1/realtime/calls", files=form, verify=False, timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == "session.audio.input.turn_detection"

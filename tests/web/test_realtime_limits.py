@@ -254,6 +254,11 @@ def test_a_responses_own_modality_and_token_cap_apply_to_its_turn_only():
     answered(c, 1)
     done = c.of("response.done")[-1]["response"]
     assert done["output_modalities"] == ["text"] and done["max_output_tokens"] == 12
+    c.send(text_item("Again"))
+    assert c.send({"type": "response.create", "response": {"max_output_tokens": "inf"}}) == []
+    assert seen[-1] == (True, c.front.config.llm.max_tokens)  # "inf": the server's own cap, said as it is
+    answered(c, 2)
+    assert c.of("response.done")[-1]["response"]["max_output_tokens"] == c.front.config.llm.max_tokens
     for bad in (0, 5000, "many", True, 1.5):
         (error,) = c.send({"type": "response.create", "response": {"max_output_tokens": bad}})
         assert error["code"] == "invalid_value" and error["param"] == "response.max_output_tokens"

@@ -28,6 +28,7 @@ class Session:
     timezone: str | None = None  # the user's IANA time zone (`client_settings`), for the time tool
     tools: tuple[str, ...] | None = None  # the tools this session allows (`client_settings`); None: all
     max_tokens: int | None = None  # a Realtime client's max_output_tokens (None: llm.max_tokens)
+    silent_turns: set[int] = field(default_factory=set)  # turns started without a voice (their text goes out at once)
     instructions: str | None = None  # a Realtime client's system prompt (None: the configured persona)
     client_tools: tuple = ()  # functions a Realtime client runs itself (vita.messages.ClientTool)
     tool_outputs: tuple = ()  # its results for the calls of its turn before, taken by the next committed turn

@@ -79,6 +79,7 @@ Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the que
 FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
+MAX_SILENT_TURNS = 16  # text-only turns remembered per session
 AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their speech has ended
 SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it ends on its own, after its puts)
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
@@ -308,7 +309,7 @@ class TurnController:
             self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
         elif isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
-            if session.turns.first_audio_sent or not session.output_audio:  # (a text-only client hears none)
+            if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)
                 self._say_unheard(session)
         elif isinstance(message, messages.ToolUsed):
             self.emit("tool_call", {"turn_id": turn_id, "name": message.name, "arguments": message.arguments,
@@ -354,6 +355,7 @@ class TurnController:
         elif isinstance(action, FinishAfter):
             session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
+            session.silent_turns.discard(action.turn_id)
             self._say_unheard(session)  # a reply with no audio at all still shows its text
             self.records.finished(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
@@ -400,6 +402,10 @@ class TurnController:
             timezone=session.timezone, tools=session.tools, instructions=session.instructions,
             client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
             output_audio=session.output_audio, max_tokens=session.max_tokens))
+        if not session.output_audio:  # (a Realtime response's own modality lasts its turn: the session's may change)
+            session.silent_turns.add(action.turn_id)
+            if len(session.silent_turns) > MAX_SILENT_TURNS:  # a discarded turn never reaches TurnDone
+                session.silent_turns.discard(min(session.silent_turns))
         if not action.speculative:
             session.tool_outputs = ()  # taken by this turn
         if not sent:  # drop policy: this turn goes unanswered, with a readable error to this session only

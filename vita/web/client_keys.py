@@ -28,7 +28,7 @@ class KeyRefused(Exception):
 @dataclass(frozen=True)
 class ClientKey:
     expires_at: float  # unix seconds
-    session: dict[str, Any]  # the session settings it was minted with (a client's `session` object, checked)
+    session: Any  # the session settings it was minted with, as checked (realtime_protocol.Settings)
 
 
 def _digest(value: str) -> str:
@@ -46,7 +46,7 @@ class ClientKeys:
     def looks_like(value: str | None) -> bool:
         return isinstance(value, str) and value.startswith(PREFIX)
 
-    def mint(self, session: dict[str, Any], ttl_s: float = DEFAULT_TTL_S) -> tuple[str, ClientKey]:
+    def mint(self, session: Any, ttl_s: float = DEFAULT_TTL_S) -> tuple[str, ClientKey]:
         """A new key for `session`, valid for ttl_s; KeyRefused when too many are waiting to be used."""
         now = self.clock()
         with self._lock:
@@ -60,12 +60,20 @@ class ClientKeys:
 
     def redeem(self, value: str) -> ClientKey:
         """The key's settings, once: the key is spent. KeyRefused if it expired, was used, or was never minted."""
+        return self._take(value, spend=True)
+
+    def peek(self, value: str) -> ClientKey:
+        """The key's settings, the key left unspent (a call spends it once it is answered)."""
+        return self._take(value, spend=False)
+
+    def _take(self, value: str, spend: bool) -> ClientKey:
         digest, now = _digest(value), self.clock()
         with self._lock:
             self._prune(now)
-            key = self._live.pop(digest, None)
+            key = self._live.pop(digest, None) if spend else self._live.get(digest)
             if key is not None:
-                self._used[digest] = key.expires_at
+                if spend:
+                    self._used[digest] = key.expires_at
                 return key
             if digest in self._used:
                 raise KeyRefused("this client key has already been used: a key opens one session")

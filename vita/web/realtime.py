@@ -60,12 +60,12 @@ class RealtimeSession:
     """One Realtime connection: its settings, its push-to-talk buffer, the items its next response answers, and
     its client events (read in order on the connection's thread)."""
 
-    def __init__(self, front: SessionHost, ws: Any, model: str, environ: dict, bound: dict | None = None):
-        """bound: the session settings of the client key the connection came with (checked when it was minted)."""
+    def __init__(self, front: SessionHost, ws: Any, model: str, environ: dict, bound: Settings | None = None):
+        """bound: the settings the session opens with (a client key's, a call's), checked already."""
         self.front, self.ws, self.requested_model = front, ws, model
         config = front.config
         self.settings = first_settings(front)
-        self.bound = updated(self.settings, bound, front.voices) if bound else None
+        self.bound = bound
         self.sid = new_id("rt")
         self.received_ms = 0  # input audio received so far (the VAD events' audio_start_ms / audio_end_ms)
         self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
@@ -186,7 +186,11 @@ class RealtimeSession:
 
     def on_session_update(self, event: dict) -> None:
         before = self.settings
-        self.settings = after = updated(before, event.get("session"), self.front.voices)
+        after = updated(before, event.get("session"), self.front.voices)
+        if self.conversation.webrtc and after.turn_detection is None:
+            raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
+                                "microphone is on the track", "session.audio.input.turn_detection")
+        self.settings = after
         self._apply(before, after)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
 
@@ -467,8 +471,10 @@ class RealtimeSession:
             raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
                                 "response.output_modalities")
         audio = None if modalities is None else "audio" in modalities  # this response's, else the session's
-        limit = max_output_tokens(options["max_output_tokens"], "response.max_output_tokens") \
-            if "max_output_tokens" in options else self.settings.max_output_tokens
+        limit = self.settings.max_output_tokens
+        if "max_output_tokens" in options:  # ("inf": the server's own cap, said as a number)
+            limit = max_output_tokens(options["max_output_tokens"], "response.max_output_tokens") \
+                or self.front.config.llm.max_tokens
         extra = sorted(set(options) - RESPONSE_OPTIONS)
         if extra:
             raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "

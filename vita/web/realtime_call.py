@@ -13,6 +13,7 @@ from typing import Any
 
 EVENTS_CHANNEL = "oai-events"
 INBOX_BOUND = 256  # events read from the channel and not yet handled (a flood beyond is dropped, as over its rate)
+MAX_BUFFERED_BYTES = 2 << 20  # events sent and not yet taken by the caller: past this it stopped reading
 
 
 class DataChannelWire:
@@ -74,6 +75,10 @@ class DataChannelWire:
         if channel is None:
             self.waiting.append(text)
         elif channel.readyState == "open":
+            if channel.bufferedAmount > MAX_BUFFERED_BYTES:  # the caller stopped reading: the call ends, as a
+                channel.close()  # WebSocket's send would time out (the session's reader wakes, then hangs up)
+                self._end()
+                return
             channel.send(text)
 
     # --- on the session's thread ------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from vita.web.bounded_websocket import BoundedWebSocket
 from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
 from vita.web.realtime import RealtimeSession, first_settings, session_summary
 from vita.web.realtime_call import DataChannelWire
-from vita.web.realtime_protocol import ProtocolError, error_event, new_id, updated
+from vita.web.realtime_protocol import ProtocolError, Settings, error_event, new_id, updated
 
 if TYPE_CHECKING:
     from vita.web.front_host import FrontHost
@@ -31,7 +31,7 @@ SECRETS_PATH = "/v1/realtime/client_secrets"
 CALLS_PATH = "/v1/realtime/calls"
 MAX_SECRET_REQUEST_BYTES = 64 * 1024
 MAX_CALL_REQUEST_BYTES = 256 * 1024  # an SDP offer (at most 64 KB) and a session object
-CALL_CONNECT_S = 30.0  # a call whose caller has not opened its events channel by then is over
+CALL_CONNECT_S = 20.0  # a call whose caller has not opened its events channel by then is over (its peer goes at 15)
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
 SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 
@@ -95,13 +95,14 @@ class RealtimeRoute:
         query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
         return upgrade({**environ, "QUERY_STRING": query}, start_response)
 
-    def _admitted(self, environ: dict) -> dict | None:
+    def _admitted(self, environ: dict, spend: bool = True) -> Settings | None:
         """The caller's token, or its client key's session settings (None: none bound); KeyRefused, saying why,
-        for neither. A wrong one counts against the address (TokenThrottle)."""
+        for neither. A wrong one counts against the address (TokenThrottle). `spend`: the key is used up now
+        (else the caller spends it once what it opens is open)."""
         token, address = self._token(environ), environ.get("REMOTE_ADDR")
         if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
             try:
-                return self.keys.redeem(token).session
+                return (self.keys.redeem(token) if spend else self.keys.peek(token)).session
             except KeyRefused:
                 self.front.guard.throttle.failed(address)
                 raise
@@ -125,10 +126,13 @@ class RealtimeRoute:
                                   "WebRTC is switched off on this server (webrtc.enabled): use the WebSocket.")
         try:
             offer, asked = self._offer(environ)
-            bound = self._admitted(environ)
-            settings = {**(bound or {}), **asked}
-            if settings:  # refused now, before a seat or a port is taken
-                updated(first_settings(self.front), settings, self.front.voices)
+            keyed = self._admitted(environ, spend=False)  # spent once the call is answered
+            # The key's settings, then those sent with the offer; refused now, before a seat or a port is taken.
+            settings = updated(keyed or first_settings(self.front), asked, self.front.voices) if asked else keyed
+            if settings is not None and settings.turn_detection is None:
+                raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
+                                    "microphone is on the track (use the WebSocket to commit audio yourself)",
+                                    "session.audio.input.turn_detection")
         except KeyRefused as exc:
             return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
         except ProtocolError as exc:
@@ -137,7 +141,7 @@ class RealtimeRoute:
         wire = DataChannelWire(rtc.loop, lambda: rtc.close(rt.sid) if rt is not None else None,
                                self.max_message_bytes, CALL_CONNECT_S)
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
-        rt = RealtimeSession(self.front, wire, model, environ, settings or None)
+        rt = RealtimeSession(self.front, wire, model, environ, settings)
         rt.conversation.webrtc = True
         if not rt.open():
             return _json_response(start_response, "429 Too Many Requests", "too_many_users",
@@ -146,11 +150,20 @@ class RealtimeRoute:
         from vita.web.webrtc import RtcError
 
         session = rt.session
+
+        def hear(pcm: Any, rate: int) -> bool:  # the track's audio, counted as a client's appends are
+            rt.received_ms += int(1000 * len(pcm) / rate)
+            return self.front.admit_audio(session, pcm, rate)
+
         try:
-            answer = rtc.answer(rt.sid, offer, lambda pcm, rate: self.front.admit_audio(session, pcm, rate),
-                                client=client_address(environ), channel=wire.attach)
-        except RtcError as exc:
+            answer = rtc.answer(rt.sid, offer, hear, client=client_address(environ), channel=wire.attach)
+            if keyed is not None:
+                self._admitted(environ)  # the key is spent now (refused if another call spent it meanwhile)
+        except (RtcError, KeyRefused, RuntimeError) as exc:  # (RuntimeError: the WebRTC loop is gone, stopping)
+            rtc.close(rt.sid, session_ended=True)
             rt.end()
+            if isinstance(exc, KeyRefused):
+                return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
             return _json_response(start_response, "400 Bad Request", "invalid_offer", str(exc), "sdp")
         threading.Thread(target=self._serve_call, args=(rt,), name=f"rt-call-{rt.sid}", daemon=True).start()
         body = answer.encode()
@@ -222,7 +235,7 @@ class RealtimeRoute:
             session = request.get("session")
             session = {} if session is None else session
             settings = updated(first_settings(self.front), session, self.front.voices)  # refused now, not later
-            value, key = self.keys.mint(session, ttl)
+            value, key = self.keys.mint(settings, ttl)
         except (ValueError, UnicodeDecodeError):
             return _json_response(start_response, "400 Bad Request", "invalid_json", "the request body is not JSON")
         except ProtocolError as exc:
