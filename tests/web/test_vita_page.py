@@ -36,7 +36,9 @@ def spoken_turn(page) -> dict:
     page.wait_for_function("window.probe && window.io && document.readyState === 'complete'", timeout=10000)
     page.click("#startButton")
     page.wait_for_function("window.probe.audioSent > 0", timeout=10000)
-    page.wait_for_function("window.probe.samplesPlayed > 0 && window.probe.responseText", timeout=60000)
+    # At least 0.1 s of the reply played (check_turn's bar), not merely its first samples: stopped earlier, what
+    # was played depends on how far the playback had gone (2400 samples exactly, once, under load).
+    page.wait_for_function("window.probe.samplesPlayed > 2400 && window.probe.responseText", timeout=60000)
     stops_before = page.evaluate("window.probe.stopTts")
     page.click("#stopButton")
     page.wait_for_function(f"window.probe.stopTts > {stops_before}", timeout=10000)
