@@ -122,11 +122,15 @@ class RtcAudio:
         with self.changed:
             self.changed.notify_all()
 
+    def _prepare(self) -> None:
+        """What the offer carries beside the microphone: the camera, when there is one."""
+        if self.camera is not None:
+            self.pc.addTrack(PictureTrack(self.camera))
+
     async def _offer(self) -> str:
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # none: no public STUN server is reachable
         self.pc.addTrack(self.mic)
-        if self.camera is not None:
-            self.pc.addTrack(PictureTrack(self.camera))
+        self._prepare()
         set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
         self.pc.on("connectionstatechange", self._notify)
 
@@ -195,8 +199,8 @@ class RealtimeCall(RtcAudio):
         assert self.opened.wait(timeout), "the oai-events channel did not open"
         return self
 
-    async def _offer(self) -> str:
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    def _prepare(self) -> None:
+        """The events channel, opened by the caller as OpenAI's clients do."""
         self.channel = self.pc.createDataChannel("oai-events")
 
         @self.channel.on("open")
@@ -208,17 +212,6 @@ class RealtimeCall(RtcAudio):
             with self.changed:
                 self.events.append((time.monotonic(), json.loads(message)))
                 self.changed.notify_all()
-
-        self.pc.addTrack(self.mic)
-        set_jitter_buffer(self.pc, lambda: JitterBuffer(capacity=16, prefetch=CLIENT_PREFETCH))
-        self.pc.on("connectionstatechange", self._notify)
-
-        @self.pc.on("track")
-        def on_track(track: Any) -> None:
-            asyncio.ensure_future(self._listen(track))
-
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        return self.pc.localDescription.sdp
 
     def send(self, event: dict[str, Any]) -> None:
         self.loop.call_soon_threadsafe(self.channel.send, json.dumps(event))

@@ -152,6 +152,10 @@ class RealtimeSession:
             self.front.turns.detach(self.session)
             log.info("Realtime session closed", extra=turn_ids(self.sid))
 
+    def count_audio(self, samples: int, rate: int) -> None:
+        """Input audio received (an append's, or a call's track): the VAD events' audio_start_ms / audio_end_ms."""
+        self.received_ms += 1000 * samples // rate
+
     # --- what the front sends this session (the front's emit) ---------------------------------------------------
     def emit(self, event: str, payload: Any = None) -> None:
         self.conversation.emit(event, payload)
@@ -187,9 +191,8 @@ class RealtimeSession:
     def on_session_update(self, event: dict) -> None:
         before = self.settings
         after = updated(before, event.get("session"), self.front.voices)
-        if self.conversation.webrtc and after.turn_detection is None:
-            raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
-                                "microphone is on the track", "session.audio.input.turn_detection")
+        if self.conversation.webrtc:
+            refuse_push_to_talk(after)
         self.settings = after
         self._apply(before, after)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
@@ -265,7 +268,7 @@ class RealtimeSession:
             self._charge_audio(seconds)
         pcm = decode_audio(audio, kind, self.front.config.limits.max_frame_bytes)
         rate = FORMATS[kind]
-        self.received_ms += 1000 * len(pcm) // rate
+        self.count_audio(len(pcm), rate)
         if self.settings.turn_detection is not None:
             self.front.admit_audio(self.session, pcm, rate)
             return
@@ -559,6 +562,14 @@ class RealtimeSession:
 
     def _session_json(self) -> dict[str, Any]:
         return session_summary(self.front, self.settings, self.sid)
+
+
+def refuse_push_to_talk(settings: Settings) -> None:
+    """A call's microphone is on the track, where the server's turn detection takes the turns: no commits."""
+    if settings.turn_detection is None:
+        raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
+                            "microphone is on the track (use the WebSocket to commit audio yourself)",
+                            "session.audio.input.turn_detection")
 
 
 def first_settings(front: SessionHost) -> Settings:

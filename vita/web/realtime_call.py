@@ -29,7 +29,6 @@ class DataChannelWire:
         self.channel: Any = None
         self.waiting: list[str] = []  # sent before the channel was open (session.created): sent when it is
         self.attached = threading.Event()
-        self.dropped = 0
 
     # --- on the WebRTC loop's thread (but _end: any thread) -------------------------------------------------
     def attach(self, channel: Any) -> None:
@@ -41,13 +40,9 @@ class DataChannelWire:
 
         @channel.on("message")
         def on_message(message: str | bytes) -> None:
-            if len(message) > self.max_message_bytes:
-                self._drop()
-                return
-            try:
-                self.inbox.put_nowait(message)
-            except queue.Full:
-                self._drop()
+            if len(message) <= self.max_message_bytes:  # (a larger one, or one beyond the bound, is dropped)
+                with contextlib.suppress(queue.Full):
+                    self.inbox.put_nowait(message)
 
         @channel.on("close")
         def on_close() -> None:
@@ -57,9 +52,6 @@ class DataChannelWire:
             channel.send(text)
         self.waiting.clear()
         self.attached.set()
-
-    def _drop(self) -> None:
-        self.dropped += 1
 
     def _end(self) -> None:
         with contextlib.suppress(queue.Full):

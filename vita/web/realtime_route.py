@@ -19,7 +19,7 @@ from werkzeug.wrappers import Request
 from vita.web.access import AccessGuard
 from vita.web.bounded_websocket import BoundedWebSocket
 from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
-from vita.web.realtime import RealtimeSession, first_settings, session_summary
+from vita.web.realtime import RealtimeSession, first_settings, refuse_push_to_talk, session_summary
 from vita.web.realtime_call import DataChannelWire
 from vita.web.realtime_protocol import ProtocolError, Settings, error_event, new_id, updated
 
@@ -39,6 +39,14 @@ SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 def _json_response(start_response: Callable, status: str, code: str, message: str, param: str | None = None
                    ) -> list[bytes]:
     return _json(start_response, status, error_event(code, message, param))
+
+
+def _content_length(environ: dict) -> int:
+    """The request body's declared length: 0 when none is given, -1 when it is not a number."""
+    try:
+        return int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return -1
 
 
 def _json(start_response: Callable, status: str, payload: dict[str, Any]) -> list[bytes]:
@@ -129,10 +137,8 @@ class RealtimeRoute:
             keyed = self._admitted(environ, spend=False)  # spent once the call is answered
             # The key's settings, then those sent with the offer; refused now, before a seat or a port is taken.
             settings = updated(keyed or first_settings(self.front), asked, self.front.voices) if asked else keyed
-            if settings is not None and settings.turn_detection is None:
-                raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
-                                    "microphone is on the track (use the WebSocket to commit audio yourself)",
-                                    "session.audio.input.turn_detection")
+            if settings is not None:
+                refuse_push_to_talk(settings)
         except KeyRefused as exc:
             return _json_response(start_response, "401 Unauthorized", "invalid_api_key", str(exc))
         except ProtocolError as exc:
@@ -152,7 +158,7 @@ class RealtimeRoute:
         session = rt.session
 
         def hear(pcm: Any, rate: int) -> bool:  # the track's audio, counted as a client's appends are
-            rt.received_ms += int(1000 * len(pcm) / rate)
+            rt.count_audio(len(pcm), rate)
             return self.front.admit_audio(session, pcm, rate)
 
         try:
@@ -179,10 +185,7 @@ class RealtimeRoute:
 
     def _offer(self, environ: dict) -> tuple[str, dict]:
         """The SDP offer and the `session` settings asked with it (ProtocolError if they are not readable)."""
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = -1
+        length = _content_length(environ)
         if not 0 < length <= MAX_CALL_REQUEST_BYTES:
             raise ProtocolError("invalid_request", f"a call needs an SDP offer of at most {MAX_CALL_REQUEST_BYTES} "
                                 "bytes (application/sdp, or a multipart form with sdp and session)", "sdp")
@@ -220,10 +223,7 @@ class RealtimeRoute:
         if ClientKeys.looks_like(offered) or not self.front.guard.check(offered, environ.get("REMOTE_ADDR")):
             return _json_response(start_response, "401 Unauthorized", "invalid_api_key",
                                   "Minting a client key needs the server's access token (Authorization: Bearer …).")
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = -1
+        length = _content_length(environ)
         if not 0 <= length <= MAX_SECRET_REQUEST_BYTES:
             return _json_response(start_response, "413 Payload Too Large", "invalid_request",
                                   f"the request body must be JSON of at most {MAX_SECRET_REQUEST_BYTES} bytes")
