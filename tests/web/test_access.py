@@ -122,6 +122,24 @@ def test_a_success_resets_no_count(front):
     assert front.get("/", bearer=TOKEN).status_code == 429
 
 
+def test_browsers_let_in_before_keep_going_through_their_nats_lockout(front):
+    """A guesser and a user behind one NAT share an address: the lockout stops the guesses, not the user's page."""
+    answer = front.get("/", token=TOKEN)
+    page_pass = answer.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    assert page_pass != TOKEN and len(page_pass) == 64  # the cookie never holds the token itself
+    front.http.delete_cookie(key="vita_token")  # the guesser has none
+    for _ in range(MAX_FAILURES):
+        front.get("/", token="wrong-token-guess")
+    assert front.get("/", bearer=TOKEN).status_code == 429  # still no confirmed guess for the guesser
+    front.http.set_cookie(key="vita_token", value=page_pass)
+    assert front.get("/").status_code == 200
+    assert front.get("/socket.io/", query_string={"EIO": "4", "transport": "polling"}).status_code != 429
+    front.http.set_cookie(key="vita_token", value="f" * 64)  # a guessed pass is a wrong token like any other
+    assert front.get("/").status_code == 429
+    front.http.delete_cookie(key="vita_token")
+    assert front.get("/", client=B, token="f" * 64).status_code == 401
+
+
 def test_failures_count_within_their_window_only(front):
     for _ in range(MAX_FAILURES - 1):
         front.get("/", token="wrong-token-guess")
@@ -168,5 +186,5 @@ def test_the_links_cookie_is_secure_whenever_the_page_is_https(front, how, secur
     answer = front.get("/", token=TOKEN, **how)
     assert answer.status_code == 303 and answer.headers["Location"] == "/"
     cookie = answer.headers["Set-Cookie"]
-    assert cookie.startswith(f"vita_token={TOKEN};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert cookie.startswith(f"vita_token={front.guard.page_pass};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert ("; Secure" in cookie) is secure, cookie

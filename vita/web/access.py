@@ -9,11 +9,16 @@ Guessing is throttled per client address (an IPv6 client by its /64, which one h
 MAX_FAILURES wrong tokens within FAILURE_WINDOW_S, everything from there but a token-less probe of /health or
 /ready is answered 429 with Retry-After for LOCKOUT_S (``TokenThrottle``). A success resets nothing: a user behind
 the same NAT as a guesser must not wipe the guesser's count.
+
+Behind that NAT, the users already let in must not be locked out with the guesser. So the page's cookie holds a
+*pass*, not the token: an HMAC of the token that only a holder of the token is handed. A pass cannot be guessed
+(256 bits), so a request carrying the right one goes through a lockout; a guesser gains nothing from trying passes.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -28,6 +33,7 @@ from werkzeug.wrappers import Request
 log = logging.getLogger("vita.web.access")
 
 COOKIE = "vita_token"
+PASS_LABEL = b"vita page pass"  # what the token signs to make the page's pass
 OPEN_PATHS = ("/health", "/ready")
 MAX_FAILURES = 10  # wrong tokens from one address...
 FAILURE_WINDOW_S = 60.0  # ...within this long...
@@ -96,6 +102,8 @@ class FailureThrottle:
 class AccessGuard:
     def __init__(self, token: str | None, throttle: FailureThrottle | None = None):
         self._token = token.encode() if token else None
+        # Derived from the token alone, so every front of a scale-out (and a restart) hands out the same pass.
+        self.page_pass = hmac.new(self._token, PASS_LABEL, hashlib.sha256).hexdigest() if self._token else None
         self.throttle = throttle or FailureThrottle()
 
     @property
@@ -110,11 +118,20 @@ class AccessGuard:
         if not isinstance(offered, str):
             return False
         # surrogatepass: a token with a lone surrogate (valid JSON, not valid UTF-8) is just a wrong token.
-        if hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), self._token):
+        offered_bytes = offered.encode("utf-8", "surrogatepass")
+        if hmac.compare_digest(offered_bytes, self._token) or self._is_pass(offered_bytes):
             return True
         if offered:
             self.throttle.failed(client)
         return False
+
+    def _is_pass(self, offered: bytes) -> bool:
+        return self.page_pass is not None and hmac.compare_digest(offered, self.page_pass.encode())
+
+    def holds_pass(self, request: Any) -> bool:
+        """Whether the request carries the page's pass in its cookie: a browser that was let in already."""
+        cookie = request.cookies.get(COOKIE)
+        return isinstance(cookie, str) and self._is_pass(cookie.encode("utf-8", "surrogatepass"))
 
     @staticmethod
     def offered(request: Any, auth: Any = None) -> str | None:
@@ -133,7 +150,8 @@ class AccessGuard:
 class TokenThrottle:
     """WSGI middleware (inside ForwardedHeaders, so a trusted proxy's client is the one counted): a locked-out
     address gets 429 and Retry-After for everything, Socket.IO and /v1/realtime included, except token-less
-    liveness probes (a probe that offers a token could still learn whether it is right from /health)."""
+    liveness probes (a probe that offers a token could still learn whether it is right from /health) and browsers
+    that hold the page's pass (the guesser's neighbours behind one NAT, let in before)."""
 
     def __init__(self, app: Callable, guard: AccessGuard):
         self.app, self.guard = app, guard
@@ -142,7 +160,10 @@ class TokenThrottle:
         left = self.guard.throttle.retry_after(environ.get("REMOTE_ADDR")) if self.guard.enabled else None
         if left is None:
             return self.app(environ, start_response)
-        if environ.get("PATH_INFO") in OPEN_PATHS and not AccessGuard.offered(Request(environ)):
+        request = Request(environ)
+        if environ.get("PATH_INFO") in OPEN_PATHS and not AccessGuard.offered(request):
+            return self.app(environ, start_response)
+        if self.guard.holds_pass(request):
             return self.app(environ, start_response)
         seconds = max(1, math.ceil(left))
         start_response("429 Too Many Requests", [("Content-Type", "text/plain; charset=utf-8"),

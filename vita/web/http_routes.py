@@ -37,12 +37,13 @@ def install_routes(front: FrontHost) -> None:
 
     @app.after_request
     def keep_token(response):
-        # A valid link's token moves into an HttpOnly cookie and out of the address bar and history.
+        # A valid link's token leaves the address bar and history; the browser keeps the page's pass instead, in
+        # an HttpOnly cookie (it lets the browser through a lockout its NAT's guesser earned).
         token = request.args.get("token")
         if front.guard.enabled and request.path == "/" and token and front.guard.check(token):
             response = redirect("/", code=303)
             # Secure whenever the page is https as the app sees it: our TLS, or a trusted proxy's X-Forwarded-Proto.
-            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict",
+            response.set_cookie(COOKIE, front.guard.page_pass, httponly=True, samesite="Strict",
                                 secure=front.config.server.tls or request.is_secure)
         response.headers.update(front.security_headers)
         return response
