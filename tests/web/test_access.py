@@ -186,5 +186,6 @@ def test_the_links_cookie_is_secure_whenever_the_page_is_https(front, how, secur
     answer = front.get("/", token=TOKEN, **how)
     assert answer.status_code == 303 and answer.headers["Location"] == "/"
     cookie = answer.headers["Set-Cookie"]
-    assert cookie.startswith(f"vita_token={front.guard.page_pass};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert cookie.startswith(f"vita_token={front.guard.page_pass};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert ("; Secure" in cookie) is secure, cookie

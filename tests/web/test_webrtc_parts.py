@@ -14,14 +14,12 @@ from vita.config_checks import check_ice_servers
 from vita.web.opus_track import FRAME_SAMPLES, OPUS_RATE, SILENT_TAIL_FRAMES, OpusTrack
 from vita.web.webrtc import (
     MAX_CANDIDATES,
-    InOrderBuffer,
     PortRangeLoop,
     RtcError,
     announce_host,
     candidate_allowed,
     limit_opus,
     screen_offer,
-    set_jitter_buffer,
 )
 
 pytestmark = pytest.mark.fast
@@ -147,49 +145,6 @@ def test_bad_ice_servers_name_the_entry(servers, where):
     with pytest.raises(ConfigError) as error:
         check_ice_servers(servers)
     assert error.value.option == where
-
-
-def test_the_servers_audio_buffer_is_the_one_set_in_place_of_aiortcs():
-    """aiortc has no setting for it: set_jitter_buffer replaces a private attribute, and this fails if an aiortc
-    upgrade moves it."""
-    from aiortc import RTCPeerConnection
-
-    async def buffers() -> list:
-        pc = RTCPeerConnection()
-        pc.addTransceiver("audio")
-        set_jitter_buffer(pc, InOrderBuffer)
-        held = [type(t.receiver._RTCRtpReceiver__jitter_buffer) for t in pc.getTransceivers()]
-        await pc.close()
-        return held
-
-    assert asyncio.run(buffers()) == [InOrderBuffer]
-
-
-class Packet:
-    def __init__(self, seq: int):
-        self.sequence_number, self.timestamp, self._data = seq % 65536, seq * 960, bytes([seq % 256])
-
-
-def released(buffer: InOrderBuffer, order: list[int]) -> list[int | None]:
-    out = []
-    for seq in order:
-        _, frame = buffer.add(Packet(seq))
-        out.append(None if frame is None else frame.timestamp // 960)
-    return out
-
-
-def test_packets_in_order_go_to_the_decoder_at_once():
-    assert released(InOrderBuffer(), [65534, 65535, 65536, 65537]) == [65534, 65535, 65536, 65537]  # seq wraps
-
-
-
-def test_out_of_order_and_lost_packets_cost_one_packet_never_a_lasting_delay():
-    """Each packet goes out as it arrives unless an older one than it already went (late: dropped); after a loss
-    or a swap the next packets are not held back."""
-    buffer = InOrderBuffer()
-    assert released(buffer, [1, 3, 2, 4]) == [1, 3, None, 4]  # 2 came after 3: dropped, 4 not delayed
-    assert released(buffer, [6, 7, 5, 8]) == [6, 7, None, 8]  # 5 lost (or late): nothing waits for it
-    assert released(buffer, [8, 9]) == [None, 9]  # a repeat is dropped
 
 
 @pytest.mark.parametrize(("address", "client", "allowed"), [

@@ -22,14 +22,13 @@ from typing import Any
 
 import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
-from aiortc.jitterbuffer import JitterFrame
 from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import candidate_from_sdp
-from aiortc.utils import uint16_add
 
 from vita.config import WebRtcConfig
 from vita.config_checks import check_ice_servers
 from vita.web.opus_track import OpusTrack
+from vita.web.rtp_audio_in import InOrderBuffer, set_jitter_buffer
 
 log = logging.getLogger("vita.web.webrtc")
 
@@ -159,34 +158,6 @@ def announce_host(sdp: str, address: str) -> str:
         return f"{match[1]}{address}{match[3]}" if own.version == version else match[0]
 
     return re.sub(r"^(a=candidate:\S+ \d+ (?:udp|UDP) \d+ )(\S+)( \d+ typ host)", replace, sdp, flags=re.MULTILINE)
-
-
-class InOrderBuffer:
-    """The server's audio jitter buffer: a packet goes to the decoder the moment it arrives, unless it is older than
-    one already passed on (late or repeated: dropped). The VAD plays nothing out: it needs order, not smoothing
-    (aiortc's buffer held every packet until 4 later ones had come: 80-160 ms on each word heard), and holding
-    packets back after a loss would keep every later one late for good. Speaks aiortc's jitter-buffer interface:
-    add(packet) -> (pli, frame or None)."""
-
-    def __init__(self) -> None:
-        self.expected: int | None = None  # the sequence number after the newest passed on
-
-    def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
-        seq = packet.sequence_number
-        if self.expected is not None and 0 < uint16_add(self.expected, -seq) < 0x8000:
-            return False, None
-        self.expected = uint16_add(seq, 1)
-        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
-
-
-def set_jitter_buffer(pc: RTCPeerConnection, make: Callable[[], Any]) -> None:
-    """Give the peer's audio receivers the jitter buffer `make()` builds. aiortc fixes one holding 4 packets back
-    and offers no setting: its private one is replaced (aiortc is pinned; tests/web/test_webrtc_parts.py fails if an
-    upgrade moves it)."""
-    for transceiver in pc.getTransceivers():
-        receiver = transceiver.receiver
-        if transceiver.kind == "audio" and hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
-            receiver._RTCRtpReceiver__jitter_buffer = make()
 
 
 Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when the session dropped it
