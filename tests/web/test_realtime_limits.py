@@ -18,7 +18,13 @@ from vita.rate_budget import RateBudget
 from vita.turns.sessions import Session
 from vita.turns.turn_events import InputCommitted
 from vita.web.realtime import RealtimeSession
-from vita.web.realtime_protocol import MAX_CONTENT_PARTS, MAX_INSTRUCTIONS_CHARS, MAX_JSON_DEPTH, json_depth
+from vita.web.realtime_protocol import (
+    MAX_CONTENT_PARTS,
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_JSON_CONTAINERS,
+    MAX_JSON_DEPTH,
+    json_shape,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -183,11 +189,28 @@ def test_a_response_with_the_longest_instructions_is_taken_once_then_paid_for():
     assert error["code"] == "rate_limited"  # unchanged instructions, yet the debt of the first is not paid off
 
 
-def test_json_depth_does_not_count_the_brackets_of_strings():
-    assert json_depth(b'{"a": [1, {"b": []}]}') == 4
-    assert json_depth(b'{"a": "[[[[{{{{", "b": "\\"[[[", "c": "\\\\"}') == 1
-    assert json_depth(b"[" * 100 + b"]" * 100) == 100
-    assert json_depth(b'"\\"' * 200_000) == 0  # an unterminated string of escapes: still one linear pass
+def test_json_shape_does_not_count_the_brackets_of_strings():
+    assert json_shape(b'{"a": [1, {"b": []}]}') == (4, 4)
+    assert json_shape(b'{"a": "[[[[{{{{", "b": "\\"[[[", "c": "\\\\"}') == (1, 1)
+    assert json_shape(b"[" * 100 + b"]" * 100) == (100, 100)
+    assert json_shape(b'"\\"' * 200_000) == (0, 0)  # an unterminated string of escapes: still one linear pass
+
+
+def test_an_event_of_tens_of_thousands_of_tiny_objects_is_refused_before_it_is_parsed(monkeypatch):
+    c = Client()
+    built = []  # what the protocol module's json.loads was given
+    monkeypatch.setattr("vita.web.realtime_protocol.json", SimpleNamespace(
+        loads=lambda data: built.append(len(data)) or json.loads(data), dumps=json.dumps))
+    parts = [{"type": "input_audio", "audio": "AAAAAA=="}] * 40_000  # 2 MB of empty parts
+    (error,) = c.send(json.dumps({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": parts}}))
+    assert error["code"] == "invalid_json" and f"at most {MAX_JSON_CONTAINERS}" in error["message"], error
+    assert max(built, default=0) < 100_000  # the item never reached the parser
+    tools = [{"type": "function", "name": f"tool_{i}", "parameters": {"type": "object", "properties": {
+        f"p{j}": {"type": "string", "description": "[not a bracket that counts]"} for j in range(12)}}}
+        for i in range(64)]  # the most tools a session may have, each with a dozen parameters: ~900 objects
+    assert c.send({"type": "session.update", "session": {"type": "realtime", "tools": tools}}) == [] or all(
+        e.get("code") != "invalid_json" for e in c.of("error"))
 
 
 def test_over_deep_json_is_refused_cleanly_and_legitimate_nesting_is_not(caplog):

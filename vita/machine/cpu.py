@@ -139,6 +139,18 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
+
+
+def keep_large_buffers_off_the_heap() -> None:
+    """Pin glibc's mmap threshold: a buffer over it gets pages of its own, handed back the moment it is freed.
+    Left dynamic, glibc raises the threshold (up to 32 MB) after the first large buffer is freed, and every later
+    multi-megabyte message is carved from the heap, where the small objects around it keep the pages from going
+    back: a client sending 2 MB Realtime events left the front ~20 MB bigger for good. Elsewhere nothing happens."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD_BYTES)  # M_MMAP_THRESHOLD
+
+
 def set_nice(nice: int) -> str:
     """Run the calling thread, and every thread and process it starts from now on, at ``nice`` (call it before
     those start: Linux keeps a nice value per thread, and new threads and processes inherit their creator's).

@@ -28,6 +28,8 @@ BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "a
 MAX_INSTRUCTIONS_CHARS = 16_000
 MAX_CONTENT_PARTS = 32  # a message item's content parts (each is decoded and checked on the connection's thread)
 MAX_JSON_DEPTH = 32  # no event of the protocol nests deeper (a tool's schema included); json.loads recurses per level
+MAX_JSON_CONTAINERS = 4096  # objects and arrays in one event (64 tools' schemas make ~1,000): each is built by
+# json.loads, and 40,000 tiny ones (a 2 MB item of empty parts) left the front's heap fragmented for good
 MAX_TOOLS = 64
 MAX_TOOL_SCHEMA_CHARS = 32_000  # all of a session's tools: their descriptions and schemas go into every prompt
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -55,13 +57,13 @@ def error_event(code: str, message: str, param: str | None = None, event_id: str
 
 
 # --- reading events ----------------------------------------------------------------------------------------------
-def json_depth(raw: bytes) -> int:
-    """How deep a JSON text nests, the brackets inside its strings aside: a few numpy passes over its bytes, linear
-    whatever the text (a quote is escaped by an odd run of backslashes before it; the brackets that count are those
-    with an even number of unescaped quotes before them)."""
+def json_shape(raw: bytes) -> tuple[int, int]:
+    """How deep a JSON text nests and how many objects and arrays it holds, the brackets inside its strings aside:
+    a few numpy passes over its bytes, linear whatever the text (a quote is escaped by an odd run of backslashes
+    before it; the brackets that count are those with an even number of unescaped quotes before them)."""
     codes = np.frombuffer(raw, dtype=np.uint8)
     if not codes.size:
-        return 0
+        return 0, 0
     quotes = codes == ord('"')
     if b"\\" in raw:
         index = np.arange(codes.size, dtype=np.int32)
@@ -69,17 +71,23 @@ def json_depth(raw: bytes) -> int:
         quotes[1:] &= (run[:-1] & 1) == 0
     outside = np.bitwise_xor.accumulate(quotes.view(np.uint8)) == 0
     opens, closes = (codes == ord("[")) | (codes == ord("{")), (codes == ord("]")) | (codes == ord("}"))
-    steps = (opens & outside).astype(np.int32) - (closes & outside)
-    return max(0, int(np.cumsum(steps, dtype=np.int32).max()))
+    opens &= outside
+    steps = opens.astype(np.int32) - (closes & outside)
+    return max(0, int(np.cumsum(steps, dtype=np.int32).max())), int(np.count_nonzero(opens))
 
 
 def parse_event(data: str | bytes) -> Any:
     """A client event's JSON, refused before it is parsed when it nests deeper than MAX_JSON_DEPTH (Python's parser
-    would recurse into every level, up to a RecursionError). Only a text with that many brackets is scanned."""
+    would recurse into every level, up to a RecursionError) or holds more than MAX_JSON_CONTAINERS objects and
+    arrays (each one built, then thrown away with the event). Only a text with that many brackets is scanned."""
     opening = data.count("[") + data.count("{") if isinstance(data, str) else data.count(b"[") + data.count(b"{")
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) and opening > MAX_JSON_DEPTH else data
-    if opening > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
-        raise ProtocolError("invalid_json", f"the event nests deeper than {MAX_JSON_DEPTH} levels")
+    if opening > MAX_JSON_DEPTH:
+        depth, containers = json_shape(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+        if depth > MAX_JSON_DEPTH:
+            raise ProtocolError("invalid_json", f"the event nests deeper than {MAX_JSON_DEPTH} levels")
+        if containers > MAX_JSON_CONTAINERS:
+            raise ProtocolError("invalid_json", f"the event holds {containers} objects and arrays; at most "
+                                f"{MAX_JSON_CONTAINERS} are taken")
     return json.loads(data)
 
 
