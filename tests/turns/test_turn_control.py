@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from vita import messages
+from vita.client_events import ClientEvent
 from vita.config import Config
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -34,6 +35,7 @@ from vita.turns.turn_events import (
     UtteranceEnded,
 )
 from vita.turns.vad import SileroVad, VadSegmenter
+from vita.web.socketio_wire import socketio_event
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -50,6 +52,9 @@ class Wire:
         self.changed = threading.Condition()
 
     def emit(self, event, payload=None, to=None):
+        """What the controller tells a client, as a Socket.IO client reads it (the disconnects too)."""
+        if isinstance(event, ClientEvent):
+            event, payload = socketio_event(event)
         with self.changed:
             self.sent.append((event, payload))
             self.changed.notify_all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vita.client_events import ErrorNotice, OutOfTime, VadChanged
 from vita.turns.turn_events import (
     DISCARDED,
     EXTENDED,
@@ -60,7 +61,7 @@ LONGER = Speech(b"\0\0" * 3200, started_at=0.5, ended_at=3.0)
 
 
 def sent(actions) -> list[str]:
-    return [a.event for a in actions if isinstance(a, Send)]
+    return [a.event.EVENT for a in actions if isinstance(a, Send)]
 
 
 def of(actions, kind) -> list:
@@ -161,7 +162,7 @@ def test_unanswered_turn_goes_back_to_listening_with_the_reason():
     turn = spoken_turn(m)
     actions = m.handle(TurnUnanswered(3.0, turn, "no speech recognised"))
     assert of(actions, TurnDone) == [TurnDone(turn, "no speech recognised")]
-    assert [a.payload["reason"] for a in actions if isinstance(a, Send)] == ["no speech recognised"]
+    assert [a.event.reason for a in actions if isinstance(a, Send)] == ["no speech recognised"]
 
 
 # --- barge-in and cancels ------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def test_recording_toggle_without_a_turn_still_stops_playback():
 def test_a_dropped_start_is_reported_and_is_not_speech():
     m = machine()
     m.handle(SpeechStarted(1.0))
-    assert [a.payload for a in m.handle(SpeechDropped(1.1))] == [{"speaking": False, "dropped": True}]
+    assert [a.event for a in m.handle(SpeechDropped(1.1))] == [VadChanged(speaking=False, dropped=True)]
     assert not m.user_speaking
 
 
@@ -285,7 +286,7 @@ def test_speculation_can_be_switched_off():
 def test_idle_timeout_fires_on_ticks_while_nothing_the_user_does_arrives():
     m = TurnTaking(idle_timeout_s=10, now=0.0)
     assert m.handle(Tick(9.0, workers_ready=True)) == []
-    assert m.handle(Tick(10.5, workers_ready=True)) == [Send("out_time"), CloseSession("idle")]
+    assert m.handle(Tick(10.5, workers_ready=True)) == [Send(OutOfTime()), CloseSession("idle")]
 
 
 def test_the_idle_clock_starts_when_the_client_is_told_it_is_connected():
@@ -317,7 +318,8 @@ def test_speech_typing_and_recording_count_as_activity():
 
 # --- the watchdog: a turn always ends -------------------------------------------------------------------------
 def stalled_error(actions) -> bool:
-    return any(isinstance(a, Send) and a.event == "error" and a.payload["code"] == "turn_stalled" for a in actions)
+    return any(isinstance(a, Send) and isinstance(a.event, ErrorNotice) and a.event.code == "turn_stalled"
+               for a in actions)
 
 
 def test_a_turn_that_never_answers_is_cancelled_with_an_error_and_the_idle_clock_runs_again():
@@ -326,7 +328,7 @@ def test_a_turn_that_never_answers_is_cancelled_with_an_error_and_the_idle_clock
     assert m.handle(Tick(17.0, workers_ready=True)) == []
     actions = m.handle(Tick(17.5, workers_ready=True))
     assert stalled_error(actions) and of(actions, StopTurn) == [StopTurn(turn, STALLED, audible=True)]
-    assert sent(actions)[-1] == "state" and actions[-1].payload["state"] == "listening"
+    assert sent(actions)[-1] == "state" and actions[-1].event.state == "listening"
     assert m.phase is Phase.LISTENING and m.active_turn is None and m.route(turn) is Route.DROP
     assert m.handle(Tick(77.0, workers_ready=True)) == []  # idle from the cancel on, not from the question
     assert of(m.handle(Tick(78.0, workers_ready=True)), CloseSession)
@@ -760,12 +762,12 @@ def test_speech_right_after_the_first_reply_audio_extends_and_stops_those_few_wo
 def test_the_watchdog_says_what_was_missing():
     m = machine()
     turn = spoken_turn(m)
-    (error,) = [a.payload for a in m.handle(Tick(40.0, True)) if isinstance(a, Send) and a.event == "error"]
-    assert error["code"] == "turn_stalled" and "did not answer" in error["message"]
+    (error,) = [a.event for a in m.handle(Tick(40.0, True)) if isinstance(a, Send) and a.event.EVENT == "error"]
+    assert error.code == "turn_stalled" and "did not answer" in error.message
     turn = spoken_turn(m, now=41.0)
     m.handle(AudioSent(41.5, turn, 2.0))  # a reply was heard, then its end was lost
-    (error,) = [a.payload for a in m.handle(Tick(80.0, True)) if isinstance(a, Send) and a.event == "error"]
-    assert error["code"] == "turn_stalled" and "stopped before its end" in error["message"]
+    (error,) = [a.event for a in m.handle(Tick(80.0, True)) if isinstance(a, Send) and a.event.EVENT == "error"]
+    assert error.code == "turn_stalled" and "stopped before its end" in error.message
 
 
 @pytest.mark.parametrize(("after_first_audio", "outcome"), [(0.2, EXTENDED), (0.6, "barge-in")])
@@ -965,7 +967,7 @@ def test_typed_text_waiting_for_the_users_speech_is_capped():
     m.pending_text = ""
     assert sent(m.handle(TextTyped(0.6, "a" * 60))) == ["text_queued"]
     (error,) = m.handle(TextTyped(0.7, "b" * 60))
-    assert error == Send("error", error.payload) and error.payload["code"] == "text_too_long"
+    assert isinstance(error, Send) and isinstance(error.event, ErrorNotice) and error.event.code == "text_too_long"
     assert m.pending_text == "a" * 60
 
 

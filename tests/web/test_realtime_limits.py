@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import vita.web.realtime as realtime
+from vita.client_events import StateChanged, TurnStarted
 from vita.config import Config
 from vita.rate_budget import RateBudget
 from vita.turns.sessions import Session
@@ -99,8 +100,8 @@ def text_item(text: str) -> dict:
 
 def answered(c: Client, turn_id: int) -> None:
     """The turn machine starts the response's turn and ends it (what the front would emit)."""
-    c.rt.emit("turn", {"turn_id": turn_id, "source": "text"})
-    c.rt.emit("state", {"state": "listening", "turn_id": turn_id})
+    c.rt.tell(TurnStarted(turn_id=turn_id, source="text"))
+    c.rt.tell(StateChanged(state="listening", turn_id=turn_id))
     assert not c.rt.conversation.active()
 
 

@@ -9,6 +9,18 @@ import json
 import numpy as np
 import pytest
 
+from vita.client_events import (
+    ClientEvent,
+    FunctionCall,
+    ReplyAudio,
+    ReplyDelta,
+    ResponseText,
+    StateChanged,
+    Transcript,
+    TurnCancelled,
+    TurnStarted,
+    VadChanged,
+)
 from vita.messages import ClientTool
 from vita.web.realtime import heard_part
 from vita.web.realtime_conversation import RealtimeConversation
@@ -147,25 +159,25 @@ class Wire:
     def of(self, kind: str) -> list[dict]:
         return [e for e in self.sent if e["type"] == kind]
 
-    def emit(self, event: str, payload=None) -> None:
-        self.conversation.emit(event, payload)
+    def tell(self, event: ClientEvent) -> None:
+        self.conversation.tell(event)
 
 
 def spoken_reply(w: Wire, turn: int = 1) -> None:
-    w.emit("vad", {"speaking": True})
-    w.emit("vad", {"speaking": False})
-    w.emit("turn", {"turn_id": turn, "source": "speech", "text": ""})
-    w.emit("transcript", {"turn_id": turn, "text": "What is the capital of France?"})
-    w.emit("audio", bytes(4800))
-    w.emit("reply_delta", {"turn_id": turn, "text": "Paris."})
-    w.emit("response_text", {"turn_id": turn, "text": "Paris."})
-    w.emit("audio", bytes(4800))
+    w.tell(VadChanged(speaking=True))
+    w.tell(VadChanged(speaking=False))
+    w.tell(TurnStarted(turn_id=turn, source="speech", text=""))
+    w.tell(Transcript(turn_id=turn, text="What is the capital of France?"))
+    w.tell(ReplyAudio(bytes(4800)))
+    w.tell(ReplyDelta(turn_id=turn, text="Paris."))
+    w.tell(ResponseText(turn_id=turn, text="Paris."))
+    w.tell(ReplyAudio(bytes(4800)))
 
 
 def test_a_spoken_turn_is_a_user_item_and_a_response_in_the_protocols_order():
     w = Wire()
     spoken_reply(w)
-    w.emit("state", {"state": "listening", "turn_id": 1})
+    w.tell(StateChanged(state="listening", turn_id=1))
     assert w.types() == [
         "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
         "conversation.item.added", "conversation.item.done", "response.created",
@@ -190,7 +202,7 @@ def test_a_playing_reply_is_an_item_already_and_a_server_side_cancel_is_a_failur
     spoken_reply(w)
     (message,) = [i for i in w.conversation.items if i.role == "assistant"]  # truncatable before response.done
     assert message.status == "in_progress"
-    w.emit("turn_cancelled", {"turn_id": 1, "reason": "worker failed"})
+    w.tell(TurnCancelled(turn_id=1, reason="worker failed"))
     done = w.of("response.done")[0]["response"]
     assert done["status"] == "failed" and done["status_details"]["error"]["code"] == "worker_failed"
 
@@ -200,8 +212,8 @@ def test_a_playing_reply_is_an_item_already_and_a_server_side_cancel_is_a_failur
 def test_a_cancelled_turn_is_a_cancelled_response(reason, expected):
     w = Wire()
     spoken_reply(w)
-    w.emit("turn_cancelled", {"turn_id": 1, "reason": reason})
-    w.emit("state", {"state": "listening", "turn_id": 1, "reason": reason})  # after the cancel: nothing more
+    w.tell(TurnCancelled(turn_id=1, reason=reason))
+    w.tell(StateChanged(state="listening", turn_id=1, reason=reason))  # after the cancel: nothing more
     (done,) = w.of("response.done")
     assert done["response"]["status"] == "cancelled" and done["response"]["status_details"]["reason"] == expected
     user_item = w.of("input_audio_buffer.committed")[0]["item_id"]
@@ -211,10 +223,10 @@ def test_a_cancelled_turn_is_a_cancelled_response(reason, expected):
 
 def test_an_unanswered_turn_and_a_failed_one_say_so():
     w = Wire()
-    w.emit("turn", {"turn_id": 1, "source": "speech"})
-    w.emit("state", {"state": "listening", "turn_id": 1, "reason": "no speech recognised"})
-    w.emit("turn", {"turn_id": 2, "source": "text"})
-    w.emit("state", {"state": "listening", "turn_id": 2, "reason": "error"})
+    w.tell(TurnStarted(turn_id=1, source="speech"))
+    w.tell(StateChanged(state="listening", turn_id=1, reason="no speech recognised"))
+    w.tell(TurnStarted(turn_id=2, source="text"))
+    w.tell(StateChanged(state="listening", turn_id=2, reason="error"))
     first, second = (e["response"] for e in w.of("response.done"))
     assert first["status"] == "incomplete" and first["status_details"]["reason"] == "no_speech_recognised"
     assert second["status"] == "failed" and second["status_details"]["error"]["code"] == "error"
@@ -223,10 +235,10 @@ def test_an_unanswered_turn_and_a_failed_one_say_so():
 
 def test_text_only_sessions_get_text_events_and_no_audio():
     w = Wire(Settings(output_modalities=("text",)))
-    w.emit("turn", {"turn_id": 1, "source": "text"})
-    w.emit("audio", bytes(480))  # never sent to a text-only client
-    w.emit("reply_delta", {"turn_id": 1, "text": "Rome."})
-    w.emit("state", {"state": "listening", "turn_id": 1})
+    w.tell(TurnStarted(turn_id=1, source="text"))
+    w.tell(ReplyAudio(bytes(480)))  # never sent to a text-only client
+    w.tell(ReplyDelta(turn_id=1, text="Rome."))
+    w.tell(StateChanged(state="listening", turn_id=1))
     assert "response.output_audio.delta" not in w.types()
     assert [e["delta"] for e in w.of("response.output_text.delta")] == ["Rome."]
     assert w.of("response.output_text.done")[0]["text"] == "Rome."
@@ -235,16 +247,16 @@ def test_text_only_sessions_get_text_events_and_no_audio():
 def test_a_response_that_chose_text_is_text_in_a_voice_session_and_the_next_is_voice_again():
     w = Wire()  # an audio session
     w.conversation.claimed_audio = False  # response.create's output_modalities: ["text"]
-    w.emit("turn", {"turn_id": 1, "source": "text"})
-    w.emit("reply_delta", {"turn_id": 1, "text": "Rome."})
-    w.emit("state", {"state": "listening", "turn_id": 1})
+    w.tell(TurnStarted(turn_id=1, source="text"))
+    w.tell(ReplyDelta(turn_id=1, text="Rome."))
+    w.tell(StateChanged(state="listening", turn_id=1))
     first = w.of("response.done")[0]["response"]
     assert first["output_modalities"] == ["text"] and first["output"][0]["content"][0]["type"] == "output_text"
     assert [e["delta"] for e in w.of("response.output_text.delta")] == ["Rome."]
-    w.emit("turn", {"turn_id": 2, "source": "text"})
-    w.emit("audio", bytes(480))
-    w.emit("reply_delta", {"turn_id": 2, "text": "Madrid."})
-    w.emit("state", {"state": "listening", "turn_id": 2})
+    w.tell(TurnStarted(turn_id=2, source="text"))
+    w.tell(ReplyAudio(bytes(480)))
+    w.tell(ReplyDelta(turn_id=2, text="Madrid."))
+    w.tell(StateChanged(state="listening", turn_id=2))
     second = w.of("response.done")[1]["response"]
     assert second["output_modalities"] == ["audio"] and second["output"][0]["content"][0]["type"] == "output_audio"
     assert w.of("response.output_audio.delta") and w.of("response.output_audio_transcript.delta")
@@ -252,10 +264,10 @@ def test_a_response_that_chose_text_is_text_in_a_voice_session_and_the_next_is_v
 
 def test_g711_output_is_resampled_to_8k_and_encoded():
     w = Wire(Settings(output_format="audio/pcmu"))
-    w.emit("turn", {"turn_id": 1, "source": "text"})
+    w.tell(TurnStarted(turn_id=1, source="text"))
     tone = (8000 * np.sin(np.arange(24000) / 24000 * 2 * np.pi * 440)).astype(np.int16)
     for chunk in np.split(tone, 10):
-        w.emit("audio", chunk.tobytes())
+        w.tell(ReplyAudio(chunk.tobytes()))
     sent = b"".join(base64.b64decode(e["delta"]) for e in w.of("response.output_audio.delta"))
     assert 7000 <= len(sent) <= 8000  # one byte a sample at 8 kHz (the resampler holds a few back)
     assert np.abs(ULAW_DECODE[np.frombuffer(sent, np.uint8)].astype(np.int32)).max() > 6000
@@ -263,9 +275,9 @@ def test_g711_output_is_resampled_to_8k_and_encoded():
 
 def test_a_client_tool_call_is_a_function_call_item_of_the_response():
     w = Wire()
-    w.emit("turn", {"turn_id": 1, "source": "text"})
-    w.emit("function_call", {"turn_id": 1, "call_id": "call_1", "name": "lookup", "arguments": '{"q": "x"}'})
-    w.emit("state", {"state": "listening", "turn_id": 1, "reason": "tool_call"})
+    w.tell(TurnStarted(turn_id=1, source="text"))
+    w.tell(FunctionCall(turn_id=1, call_id="call_1", name="lookup", arguments='{q="x"}'))
+    w.tell(StateChanged(state="listening", turn_id=1, reason="tool_call"))
     assert [t for t in w.types() if t.startswith("response.")] == [
         "response.created", "response.output_item.added", "response.function_call_arguments.delta",
         "response.function_call_arguments.done", "response.output_item.done", "response.done"]
@@ -276,8 +288,8 @@ def test_a_client_tool_call_is_a_function_call_item_of_the_response():
 
 def test_events_of_another_turn_are_not_this_responses():
     w = Wire()
-    w.emit("turn", {"turn_id": 2, "source": "text"})
-    w.emit("reply_delta", {"turn_id": 1, "text": "stale"})
-    w.emit("turn_cancelled", {"turn_id": 1, "reason": "barge-in"})
-    w.emit("state", {"state": "listening", "turn_id": 1})
+    w.tell(TurnStarted(turn_id=2, source="text"))
+    w.tell(ReplyDelta(turn_id=1, text="stale"))
+    w.tell(TurnCancelled(turn_id=1, reason="barge-in"))
+    w.tell(StateChanged(state="listening", turn_id=1))
     assert w.types() == ["response.created"]

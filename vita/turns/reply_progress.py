@@ -5,6 +5,7 @@ recording toggles, interruptions from outside and the session's connect/disconne
 
 from __future__ import annotations
 
+from vita.client_events import ErrorNotice, OutOfTime, StateChanged, StopSpeaking
 from vita.turns.turn_events import (
     DISCARDED,
     STALLED,
@@ -54,7 +55,7 @@ class ReplyProgress:
         if self._committed():
             return self._cancel(e.reason)
         actions = self._cancel(DISCARDED) if self.turn is not None else []
-        return actions + [Send("stop_tts")]
+        return actions + [Send(StopSpeaking())]
 
     def _on_Interrupted(self, e: Interrupted) -> list[Action]:
         actions = self._cancel(e.reason)
@@ -70,7 +71,7 @@ class ReplyProgress:
         actions: list[Action] = []
         if turn.first_audio_at is None:
             turn.first_audio_at = e.now
-            actions.append(Send("state", {"state": "speaking", "turn_id": e.turn_id}))
+            actions.append(Send(StateChanged("speaking", e.turn_id)))
             times = {"first_audio_s": e.now - turn.committed_at}
             if turn.speech_end_at is not None:
                 times["voice_to_voice_s"] = e.now - turn.speech_end_at
@@ -105,7 +106,7 @@ class ReplyProgress:
     def _on_Tick(self, e: Tick) -> list[Action]:
         if self.stalled(e.now):  # a lost end or a stuck worker must not leave the session "thinking" forever
             message = STALLED_MID_REPLY if self.first_audio_sent else STALLED_MESSAGE
-            actions: list[Action] = [Send("error", {"code": "turn_stalled", "message": message})]
+            actions: list[Action] = [Send(ErrorNotice("turn_stalled", message))]
             actions += self._cancel(STALLED)
             self.last_activity = e.now
             return actions
@@ -113,7 +114,7 @@ class ReplyProgress:
             self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
             return []
         if self.idle_for(e.now) > self.idle_timeout_s:
-            return [Send("out_time"), CloseSession("idle")]
+            return [Send(OutOfTime()), CloseSession("idle")]
         return []
 
     def _on_Connected(self, e: Connected) -> list[Action]:
@@ -132,7 +133,5 @@ class ReplyProgress:
         unduck = self._unduck()  # the reply ended under the user's unconfirmed speech: full volume for the next
         self.turn = None
         self.last_activity = now
-        state = {"state": "listening", "turn_id": turn_id}
-        if reason_in_state:
-            state["reason"] = reason
-        return [*unduck, TurnDone(turn_id, reason), Send("state", state)]
+        state = StateChanged("listening", turn_id, reason if reason_in_state else None)
+        return [*unduck, TurnDone(turn_id, reason), Send(state)]

@@ -20,7 +20,18 @@ from typing import Any, get_args
 
 import numpy as np
 
-from vita import messages
+from vita import client_events, messages
+from vita.client_events import (
+    Duck,
+    ErrorNotice,
+    ReplyAudio,
+    ReplyDelta,
+    ResponseText,
+    StopSpeaking,
+    Timings,
+    TurnStarted,
+    Unduck,
+)
 from vita.config import Config
 from vita.machine.cpu import trim_heap
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
@@ -74,7 +85,7 @@ from vita.turns.vad import SAMPLE_RATE
 
 log = logging.getLogger("vita.turns")
 
-Emit = Callable[..., None]  # emit(event, payload=None, to=sid)
+Tell = Callable[..., None]  # tell(ClientEvent, to=sid): each door says it in its own words
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
@@ -103,7 +114,7 @@ def stop_phrases(setting: str) -> tuple[str, ...]:
 
 
 class TurnController:
-    def __init__(self, config: Config, ears: Ears, emit: Emit, put: Put, disconnect: Callable[[str], None],
+    def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None):
         self.config = config
         self.rtc = rtc  # the front's RtcHub (vita/web/webrtc.py): a session with a connected peer hears replies there
@@ -111,7 +122,7 @@ class TurnController:
         save = config.limits.save_utterances_dir
         self.records = TurnRecords(metrics, turn_log, Path(save).expanduser() if save else None)
         self.workers_ready = workers_ready
-        self.emit = emit
+        self.tell = tell
         self.put = put
         self.disconnect = disconnect
         self.ears = ears
@@ -154,7 +165,7 @@ class TurnController:
 
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)))
-        paced = PacedSink(pacer, lambda pcm: self.emit("audio", pcm, to=session.sid), fate,
+        paced = PacedSink(pacer, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
                           lambda delay: session.actor.after(delay, PaceDue()), events)
         return ReplyOutput(paced, lambda: self._peer(session), events)
 
@@ -209,15 +220,15 @@ class TurnController:
 
     def report(self, session: Session, code: str, message: str) -> None:
         if session.should_report(code):
-            self.emit("error", {"code": code, "message": message}, to=session.sid)
+            self.tell(ErrorNotice(code, message), to=session.sid)
 
-    def interrupt(self, session: Session, reason: str, notice: dict | None = None) -> None:
-        """Stop whatever the assistant is doing for this session; `notice` (an error payload) goes to the client
-        only if it had a turn in flight."""
+    def interrupt(self, session: Session, reason: str, notice: ErrorNotice | None = None) -> None:
+        """Stop whatever the assistant is doing for this session; `notice` goes to the client only if it had a
+        turn in flight."""
         def run() -> None:
             actions = self._handle(session, Interrupted(time.monotonic(), reason))
             if notice is not None and any(isinstance(a, StopTurn) and a.audible for a in actions):
-                self.emit("error", notice, to=session.sid)
+                self.tell(notice, to=session.sid)
 
         if session.actor is not None:
             session.actor.call(run)
@@ -296,8 +307,7 @@ class TurnController:
             return
         self.record(message)
         if isinstance(message, SessionError):
-            self.emit("error", {"code": message.code, "message": message.message, "turn_id": turn_id},
-                      to=session.sid)
+            self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:
             self._deliver(session, message)
 
@@ -306,28 +316,25 @@ class TurnController:
         if isinstance(message, TtsChunk):
             session.output.play(message, now)
         elif isinstance(message, Transcript):
-            self.emit("transcript", {"turn_id": turn_id, "text": message.text}, to=sid)
+            self.tell(client_events.Transcript(turn_id, message.text), to=sid)
         elif isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
             if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)
                 self._say_unheard(session)
         elif isinstance(message, messages.ToolUsed):
-            self.emit("tool_call", {"turn_id": turn_id, "name": message.name, "arguments": message.arguments,
-                                    "result": message.result, "ok": message.ok, "outcome": message.outcome,
-                                    "duration_s": round(message.duration_s, 4)}, to=sid)
+            self.tell(client_events.ToolUsed(turn_id, message.name, message.arguments, message.result, message.ok,
+                                             message.outcome, round(message.duration_s, 4)), to=sid)
         elif isinstance(message, messages.SceneSeen):
             image = "data:image/jpeg;base64," + base64.b64encode(message.image).decode() if message.image else None
-            self.emit("scene", {"turn_id": turn_id, "description": message.description, "text": list(message.text),
-                                "objects": list(message.objects), "people": message.people,
-                                "fingers": message.fingers, "image": image}, to=sid)
+            self.tell(client_events.SceneSeen(turn_id, message.description, tuple(message.text),
+                                              tuple(message.objects), message.people, message.fingers, image), to=sid)
         elif isinstance(message, messages.ToolCallRequested):
-            self.emit("function_call", {"turn_id": turn_id, "call_id": message.call_id, "name": message.name,
-                                        "arguments": message.arguments}, to=sid)
+            self.tell(client_events.FunctionCall(turn_id, message.call_id, message.name, message.arguments), to=sid)
         elif isinstance(message, TurnTimings):
             # The prefix cache is shared by every session: how much of a prompt it held would tell this user
             # whether another began a conversation the same way. It stays in the turn log and metrics.
             shown = {k: v for k, v in message.timings.items() if k not in SERVER_ONLY_TIMINGS}
-            self.emit("timings", {"turn_id": turn_id, "stage": message.stage, **shown}, to=sid)
+            self.tell(Timings(turn_id, message.stage, shown), to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
             self._handle(session, TurnUnanswered(now, turn_id, message.reason))
@@ -336,14 +343,11 @@ class TurnController:
     def _carry_out(self, session: Session, action: Action) -> None:
         sid = session.sid
         if isinstance(action, Send):
-            if action.event == "stop_tts":
+            if isinstance(action.event, StopSpeaking):
                 session.output.stop()  # what the client has not been sent (or heard, over WebRTC) is never sent
-            elif action.event in ("duck", "unduck"):
-                session.output.duck(action.event == "duck")
-            if action.payload is None:
-                self.emit(action.event, to=sid)
-            else:
-                self.emit(action.event, action.payload, to=sid)
+            elif isinstance(action.event, Duck | Unduck):
+                session.output.duck(isinstance(action.event, Duck))
+            self.tell(action.event, to=sid)
         elif isinstance(action, StartTurn):
             self._start(session, action)
         elif isinstance(action, CommitTurn):
@@ -419,13 +423,12 @@ class TurnController:
         sid, turn_id, speech = session.sid, action.turn_id, action.speech
         source = "speech" if speech is not None else "text"
         self.records.committed(sid, turn_id, source, action.text, session.turn_frames)
-        self.emit("turn", {"turn_id": turn_id, "source": source, "text": action.text,
-                           "frames": session.turn_frames, **(speech.details if speech else {})}, to=sid)
+        self.tell(TurnStarted(turn_id, source, action.text, session.turn_frames, speech.details if speech else {}),
+                  to=sid)
         if speech is not None:
             end_of_speech = time.monotonic() - speech.ended_at
             self.records.end_of_speech(sid, turn_id, end_of_speech, speech.pcm)
-            self.emit("timings", {"turn_id": turn_id, "stage": "vad", "end_of_speech_s": round(end_of_speech, 4)},
-                      to=sid)
+            self.tell(Timings(turn_id, "vad", {"end_of_speech_s": round(end_of_speech, 4)}), to=sid)
         self._release_held(session)  # what the speculative turn produced meanwhile
 
     @staticmethod
@@ -459,8 +462,7 @@ class TurnController:
 
     def _first_audio(self, session: Session, action: FirstAudio) -> None:
         self.records.first_audio(session.sid, action.turn_id, action.times)
-        self.emit("timings", {"turn_id": action.turn_id, "stage": "front",
-                              **{k: round(v, 4) for k, v in action.times.items()}}, to=session.sid)
+        self.tell(Timings(action.turn_id, "front", {k: round(v, 4) for k, v in action.times.items()}), to=session.sid)
         self._say_unheard(session)
 
     def _say_unheard(self, session: Session) -> None:
@@ -468,6 +470,6 @@ class TurnController:
         unheard, session.unheard = session.unheard, []
         for message in unheard:
             if message.done:
-                self.emit("response_text", {"text": message.text, "turn_id": message.turn_id}, to=session.sid)
+                self.tell(ResponseText(message.turn_id, message.text), to=session.sid)
             else:
-                self.emit("reply_delta", {"turn_id": message.turn_id, "text": message.delta}, to=session.sid)
+                self.tell(ReplyDelta(message.turn_id, message.delta), to=session.sid)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from vita.client_events import ClientEvent
+
 
 class Phase(StrEnum):
     LISTENING = "listening"
@@ -277,8 +279,9 @@ class StopTurn:
 
 @dataclass(frozen=True)
 class Send:
-    event: str
-    payload: object = None
+    """Tell the session's client (each door says it in its own words)."""
+
+    event: ClientEvent
 
 
 @dataclass(frozen=True)

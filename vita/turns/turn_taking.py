@@ -22,6 +22,16 @@ carries its audio (one reply for the whole request, not two). Unconfirmed speech
 
 from __future__ import annotations
 
+from vita.client_events import (
+    Duck,
+    ErrorNotice,
+    StateChanged,
+    StopSpeaking,
+    TextQueued,
+    TurnCancelled,
+    Unduck,
+    VadChanged,
+)
 from vita.turns.reply_progress import ReplyProgress
 from vita.turns.turn_events import (
     DISCARDED,
@@ -143,7 +153,7 @@ class TurnTaking(ReplyProgress):
         if not before_reply and carrying is None:
             self.went_on = 0  # a request of its own, not one going on: after a reply, a barge-in, a reset
         self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying)
-        actions: list[Action] = [Send("vad", {"speaking": True})]
+        actions: list[Action] = [Send(VadChanged(speaking=True))]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
 
     def _on_SpeechConfirmed(self, e: SpeechConfirmed) -> list[Action]:
@@ -161,7 +171,7 @@ class TurnTaking(ReplyProgress):
     def _on_SpeechDropped(self, e: SpeechDropped) -> list[Action]:
         held_before = self._may_continue()
         speech, self.speech = self.speech, None
-        actions: list[Action] = [Send("vad", {"speaking": False, "dropped": True})] + self._unduck()
+        actions: list[Action] = [Send(VadChanged(speaking=False, dropped=True))] + self._unduck()
         if speech is not None and speech.carrying is not None:  # a cough after all: the request goes as it was
             carried = speech.carrying
             text, self.pending_text = self.pending_text, ""
@@ -270,7 +280,7 @@ class TurnTaking(ReplyProgress):
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
         self.last_activity = e.now
         heard, self.speech = self.speech or UserSpeech(e.now), None
-        actions: list[Action] = [Send("vad", {"speaking": False})] + self._unduck()
+        actions: list[Action] = [Send(VadChanged(speaking=False))] + self._unduck()
         if heard.commanded:  # "Stop." stopped the reply; it asks for nothing more
             return actions + self._typed_turn(e.now)
         if self._committed() and not heard.confirmed:
@@ -304,11 +314,11 @@ class TurnTaking(ReplyProgress):
         self.last_activity = e.now
         if self.user_speaking:  # the user is mid-sentence: the text joins that turn
             if len(f"{self.pending_text} {e.text}".strip()) > self.rules.max_text_chars:  # a flood, not a request
-                return [Send("error", {"code": "text_too_long", "message": "Too much text typed while you were "
-                                       f"speaking (at most {self.rules.max_text_chars} characters wait for the "
-                                       "turn); this text was dropped."})]
+                return [Send(ErrorNotice("text_too_long", "Too much text typed while you were speaking (at most "
+                                                 f"{self.rules.max_text_chars} characters wait for the turn); "
+                                                 "this text was dropped."))]
             self.pending_text = f"{self.pending_text} {e.text}".strip()
-            actions: list[Action] = [Send("text_queued", {"text": e.text})]
+            actions: list[Action] = [Send(TextQueued(e.text))]
             if self.speculative:
                 actions += self._cancel(DISCARDED)  # the speculative turn did not have this text
             return actions
@@ -369,7 +379,7 @@ class TurnTaking(ReplyProgress):
         if not self._committed() or turn.first_audio_at is None or turn.ducked:
             return []
         turn.ducked = True
-        return [Send("duck", {"turn_id": turn.turn_id})]
+        return [Send(Duck(turn.turn_id))]
 
     def _may_continue(self) -> bool:
         """The user is speaking, and may be going on with the committed request (nothing of its reply heard)."""
@@ -400,7 +410,7 @@ class TurnTaking(ReplyProgress):
         if self.turn is None or not self.turn.ducked:
             return []
         self.turn.ducked = False
-        return [Send("unduck", {"turn_id": self.turn.turn_id})]
+        return [Send(Unduck(self.turn.turn_id))]
 
     def _extend(self, speech: UserSpeech) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
@@ -421,10 +431,10 @@ class TurnTaking(ReplyProgress):
         turn, self.turn = self.turn, None
         if turn.held_by is None:  # (a pause its words kept open, or that went on before they came, was no early end)
             self.went_on += 1
-        return [*([Send("stop_tts")] if turn.first_audio_at is not None else []),  # words of a reply too soon
+        return [*([Send(StopSpeaking())] if turn.first_audio_at is not None else []),  # words of a reply too soon
                 StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
-                Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": EXTENDED}),
-                Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": EXTENDED})]
+                Send(TurnCancelled(turn.turn_id, EXTENDED)),
+                Send(StateChanged("listening", turn.turn_id, EXTENDED))]
 
     def _typed_turn(self, now: float) -> list[Action]:
         """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""
@@ -445,7 +455,7 @@ class TurnTaking(ReplyProgress):
         turn.committed_at = turn.progress_at = now
         turn.speech_end_at = speech.ended_at if speech is not None else None
         turn.speech = speech
-        return [CommitTurn(turn_id, speech, text), Send("state", {"state": "thinking", "turn_id": turn_id})]
+        return [CommitTurn(turn_id, speech, text), Send(StateChanged("thinking", turn_id))]
 
     def _cancel(self, reason: str) -> list[Action]:
         """Cancel the active turn; the client hears of it only if it had been told of the turn."""
@@ -454,6 +464,6 @@ class TurnTaking(ReplyProgress):
             return []
         if turn.speculative:
             return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
-        return [Send("stop_tts"), StopTurn(turn.turn_id, reason, audible=True),
-                Send("turn_cancelled", {"turn_id": turn.turn_id, "reason": reason}),
-                Send("state", {"state": "listening", "turn_id": turn.turn_id, "reason": reason})]
+        return [Send(StopSpeaking()), StopTurn(turn.turn_id, reason, audible=True),
+                Send(TurnCancelled(turn.turn_id, reason)),
+                Send(StateChanged("listening", turn.turn_id, reason))]

@@ -14,6 +14,7 @@ from flask import Flask, request
 from flask_socketio import SocketIO
 
 from vita.capacity import seats_for
+from vita.client_events import ClientEvent, ErrorNotice
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
 from vita.messages import REPLY_MODES, MeasuredSpeed, ResetHistory, put_or_drop
@@ -32,6 +33,7 @@ from vita.web.http_routes import install_routes
 from vita.web.message_queue import QueueProbe, socketio_options
 from vita.web.realtime_route import RealtimeRoute
 from vita.web.socket_guard import SocketGuard
+from vita.web.socketio_wire import socketio_event
 from vita.web.web_root import WebRoot
 from vita.web.web_security import ForwardedHeaders, client_address, security_headers
 
@@ -106,7 +108,7 @@ class FrontApp:
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.rtc = rtc_hub(config)
-        self.turns = TurnController(config, Ears.load(config), self.emit, self._put, self._disconnect, graph.ready,
+        self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, rtc=self.rtc)
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
@@ -114,12 +116,21 @@ class FrontApp:
         self._events()
 
     # --- plumbing ----------------------------------------------------------------------------------------
+    def tell(self, event: ClientEvent, to: str) -> None:
+        """A client event to one session, in its door's words: a Realtime client's own wire, else Socket.IO's."""
+        if isinstance(event, ErrorNotice):
+            self.metrics.errors.labels(event.code).inc()
+        session = self.sessions.get(to)
+        if session is not None and session.channel is not None:
+            session.channel.tell(event)
+        else:
+            self.emit(*socketio_event(event), to=to)
+
     def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
-        if event == "error" and isinstance(payload, dict):
-            self.metrics.errors.labels(str(payload.get("code"))).inc()
+        """A Socket.IO event (the page's own: status, WebRTC signalling, settings); a Realtime session has its
+        own words for what it needs to know (``tell``) and is sent none of these."""
         session = self.sessions.get(to) if to is not None else None
-        if session is not None and session.channel is not None:  # a Realtime client: its own wire
-            session.channel.emit(event, payload)
+        if session is not None and session.channel is not None:
             return
         options: dict[str, Any] = {"to": to}
         if self.queue_probe is not None and session is not None:
@@ -155,18 +166,18 @@ class FrontApp:
     def notify_shutdown(self) -> None:
         """SIGTERM: end every turn in flight with a notice before the workers go (each session's cancel, then its
         notice, in order on its own thread; all sessions at once, waited for up to SHUTDOWN_NOTICE_S in all)."""
-        notice = {"code": "server_stopping", "message": "The server is shutting down; please reconnect in a minute."}
+        notice = ErrorNotice("server_stopping", "The server is shutting down; please reconnect in a minute.")
         sessions = self.sessions.all()
         for session in sessions:
             self.turns.interrupt(session, "server stopping")
         deadline = time.monotonic() + SHUTDOWN_NOTICE_S
         for session in sessions:
             if session.actor is not None:
-                session.actor.call_and_wait(lambda sid=session.sid: self.emit("error", notice, to=sid),
+                session.actor.call_and_wait(lambda sid=session.sid: self.tell(notice, to=sid),
                                             max(0.0, deadline - time.monotonic()))
 
     def error(self, code: str, message: str, sid: str | None = None) -> None:
-        self.emit("error", {"code": code, "message": message}, to=sid or request.sid)
+        self.tell(ErrorNotice(code, message), to=sid or request.sid)
 
     def _disconnect(self, sid: str) -> None:
         """Close the client's whole connection, not only its namespace (a client may ignore the latter and keep
@@ -203,8 +214,8 @@ class FrontApp:
         self.metrics.worker_restarts.labels(worker).inc()
         what = {"llm": "speech recognition and the language model", "tts": "the voice"}.get(worker, worker)
         status = {"ready": False, "workers": self.graph.health()}
-        notice = {"code": "worker_failed",
-                  "message": f"The assistant lost {what} and is restarting it; please ask again in a moment."}
+        notice = ErrorNotice("worker_failed",
+                             f"The assistant lost {what} and is restarting it; please ask again in a moment.")
         for session in self.sessions.all():
             self.turns.interrupt(session, "worker failed", notice)
             self.emit("server_status", status, to=session.sid)
@@ -254,8 +265,7 @@ class FrontApp:
     def on_connect(self, auth=None) -> None:
         if not self.guard.allows(request, auth):
             log.warning("refused %s: no valid access token", request.sid)
-            self.emit("error", {"code": "unauthorized", "message": "This assistant needs an access token."},
-                      to=request.sid)
+            self.tell(ErrorNotice("unauthorized", "This assistant needs an access token."), to=request.sid)
             self._after_handshake(self._disconnect, request.sid)
             return
         session = self.sessions.open(request.sid)

@@ -3,7 +3,7 @@
 A Realtime client is a session like any other (one seat of --max_users, the idle timeout, the access token, the
 same mailbox, turn machine, workers and reply pacing); only its wire differs. Its events are read in order on its
 connection's thread, as Socket.IO's are; what the turn machine says back goes through the session's
-``RealtimeConversation`` (vita/web/realtime_conversation.py) instead of Socket.IO emits.
+``RealtimeConversation`` (vita/web/realtime_conversation.py), the Realtime door's serializer of client events.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soxr
 
+from vita.client_events import ClientEvent, TurnStarted
 from vita.messages import CameraFrame, EditHistory, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.turns.camera import FrameError, decode_frame
@@ -156,10 +157,10 @@ class RealtimeSession:
         """Input audio received (an append's, or a call's track): the VAD events' audio_start_ms / audio_end_ms."""
         self.received_ms += 1000 * samples // rate
 
-    # --- what the front sends this session (the front's emit) ---------------------------------------------------
-    def emit(self, event: str, payload: Any = None) -> None:
-        self.conversation.emit(event, payload)
-        if event == "turn":
+    # --- what the front tells this session ---------------------------------------------------------------------
+    def tell(self, event: ClientEvent) -> None:
+        self.conversation.tell(event)
+        if isinstance(event, TurnStarted):
             self.requested = False  # after its response exists: a second response.create is refused throughout
 
     # --- client events ---------------------------------------------------------------------------------------

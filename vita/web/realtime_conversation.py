@@ -1,6 +1,6 @@
-"""One Realtime client's conversation as the protocol sees it: the front's session events (the same ones VITA's page
-and ours get: ``vad``, ``turn``, ``transcript``, ``audio``, ``reply_delta``, ``response_text``, ``turn_cancelled``,
-``state``, ``error``...) become Realtime server events, with the items and responses they belong to.
+"""One Realtime client's conversation as the protocol sees it: the client events every door gets
+(vita/client_events.py: the user's speech, the turn, its transcript, the reply's text and audio, its end or
+cancel, errors) become Realtime server events, with the items and responses they belong to.
 
 The turn machine stays the one authority on turns: a committed turn is a user item and a response; its end (or its
 cancel: a barge-in, ``response.cancel``, a request the user went on with, a failure) is the response's
@@ -14,11 +14,26 @@ import base64
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import soxr
 
+from vita.client_events import (
+    ClientEvent,
+    ErrorNotice,
+    FunctionCall,
+    OutOfTime,
+    ReplyAudio,
+    ReplyDelta,
+    ResponseText,
+    StateChanged,
+    StopSpeaking,
+    Transcript,
+    TurnCancelled,
+    TurnStarted,
+    VadChanged,
+)
 from vita.messages import ToolOutput
 from vita.turns.turn_events import Speech
 from vita.web.realtime_protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
@@ -85,7 +100,8 @@ class Response:
 
 
 class RealtimeConversation:
-    """``emit(event, payload)`` takes the front's events for this session; ``send(dict)`` writes to the client.
+    """The Realtime door's serializer: ``tell(event)`` takes the client events for this session and says them as
+    Realtime events and items; ``send(dict)`` writes to the client.
     ``settings()`` is the session's current settings, ``audio_ms()`` how much input audio it has received."""
 
     def __init__(self, send: Callable[[dict[str, Any]], None], settings: Callable[[], Settings],
@@ -148,41 +164,42 @@ class RealtimeConversation:
         with self.lock:
             return self.response is not None
 
-    # --- the front's events ------------------------------------------------------------------------------------
-    def emit(self, event: str, payload: Any = None) -> None:
-        handler = getattr(self, f"_on_{event}", None)
+    # --- the client events --------------------------------------------------------------------------------------------
+    def tell(self, event: ClientEvent) -> None:
+        """A client event, said in the Realtime protocol's words (the events it has none for are not sent)."""
+        handler = self._handlers.get(type(event))
         if handler is not None:
             with self.lock:
-                handler(payload)
+                handler(self, event)
 
-    def _on_vad(self, p: dict) -> None:
+    def _on_vad(self, p: VadChanged) -> None:
         if self.settings().turn_detection is None:
             return
-        if p.get("speaking"):
+        if p.speaking:
             self.speech_item = new_id("item")
             self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": self.audio_ms(),
                        "item_id": self.speech_item})
         elif self.speech_item is not None:
             self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": self.audio_ms(),
                        "item_id": self.speech_item})
-            if p.get("dropped"):  # a cough: nothing was committed
+            if p.dropped:  # a cough: nothing was committed
                 self.speech_item = None
 
-    def _on_turn(self, p: dict) -> None:
-        turn_id = p["turn_id"]
+    def _on_turn(self, p: TurnStarted) -> None:
+        turn_id = p.turn_id
         claimed, self.claimed = self.claimed, []
         audio, self.claimed_audio = self.claimed_audio, None
         limit, self.claimed_max_tokens = self.claimed_max_tokens, None
         spoken = [i for i in claimed if i.content and i.content[0].get("type") == "input_audio"]
         if spoken:  # the client's own audio (a push-to-talk commit, an input_audio item): its item hears it
             self._remember(turn_id, spoken[-1].id)
-        elif p.get("source") == "speech":  # what our VAD heard: its item is made now
+        elif p.source == "speech":  # what our VAD heard: its item is made now
             item_id, self.speech_item = self.speech_item or new_id("item"), None
             previous = self.items[-1].id if self.items else None
             self.send({"type": "input_audio_buffer.committed", "previous_item_id": previous, "item_id": item_id})
             content = [{"type": "input_audio", "transcript": None}]
-            if p.get("text"):
-                content.append({"type": "input_text", "text": p["text"]})
+            if p.text:
+                content.append({"type": "input_text", "text": p.text})
             self.add_item(Item(item_id, "message", "user", turn_id, content))
             self._remember(turn_id, item_id)
         for item in claimed:  # the client's items this turn answers belong to it (for delete)
@@ -199,15 +216,15 @@ class RealtimeConversation:
         for old in list(self.committed)[:-MAX_TURNS_REMEMBERED]:
             del self.committed[old]
 
-    def _on_transcript(self, p: dict) -> None:
-        item = self.item(self.committed.get(p["turn_id"]))
+    def _on_transcript(self, p: Transcript) -> None:
+        item = self.item(self.committed.get(p.turn_id))
         if item is None:
             return
-        item.content[0]["transcript"] = p["text"]
+        item.content[0]["transcript"] = p.text
         common = {"item_id": item.id, "content_index": 0}
-        self.send({"type": "conversation.item.input_audio_transcription.delta", **common, "delta": p["text"]})
+        self.send({"type": "conversation.item.input_audio_transcription.delta", **common, "delta": p.text})
         self.send({"type": "conversation.item.input_audio_transcription.completed", **common,
-                   "transcript": p["text"], "usage": {"type": "duration", "seconds": 0}})
+                   "transcript": p.text, "usage": {"type": "duration", "seconds": 0}})
 
     def _message(self) -> tuple[Response, Item] | None:
         """The current response's message, added (with its content part) on its first output."""
@@ -243,29 +260,29 @@ class RealtimeConversation:
             self.send({"type": "response.output_audio.delta", **self._where(response, message),
                        "delta": base64.b64encode(data).decode("ascii")})
 
-    def _on_audio(self, pcm: bytes) -> None:
+    def _on_audio(self, p: ReplyAudio) -> None:
         opened = self._message() if self.response is not None and self.response.audio else None
         if opened is not None:
-            self._audio_delta(*opened, np.frombuffer(pcm, dtype=np.int16))
+            self._audio_delta(*opened, np.frombuffer(p.pcm, dtype=np.int16))
 
-    def _on_reply_delta(self, p: dict) -> None:
-        if self.response is None or p.get("turn_id") != self.response.turn_id:
+    def _on_reply_delta(self, p: ReplyDelta) -> None:
+        if self.response is None or p.turn_id != self.response.turn_id:
             return
         response, message = self._message()
-        response.text += p["text"]
+        response.text += p.text
         kind = "response.output_audio_transcript.delta" if response.audio else "response.output_text.delta"
-        self.send({"type": kind, **self._where(response, message), "delta": p["text"]})
+        self.send({"type": kind, **self._where(response, message), "delta": p.text})
 
-    def _on_response_text(self, p: dict) -> None:
-        if self.response is not None and p.get("turn_id") == self.response.turn_id:
-            self.response.text = p["text"]  # the reply as spoken: the final word on its text
+    def _on_response_text(self, p: ResponseText) -> None:
+        if self.response is not None and p.turn_id == self.response.turn_id:
+            self.response.text = p.text  # the reply as spoken: the final word on its text
 
-    def _on_function_call(self, p: dict) -> None:
+    def _on_function_call(self, p: FunctionCall) -> None:
         response = self.response
-        if response is None or p.get("turn_id") != response.turn_id:
+        if response is None or p.turn_id != response.turn_id:
             return
-        call = Item(new_id("item"), "function_call", turn_id=response.turn_id, call_id=p["call_id"], name=p["name"],
-                    arguments=p["arguments"], status="in_progress")
+        call = Item(new_id("item"), "function_call", turn_id=response.turn_id, call_id=p.call_id, name=p.name,
+                    arguments=p.arguments, status="in_progress")
         response.outputs.append(call)
         where = {"response_id": response.id, "item_id": call.id, "output_index": len(response.outputs) - 1}
         self.send({"type": "response.output_item.added", "response_id": response.id,
@@ -283,11 +300,11 @@ class RealtimeConversation:
         for old in list(self.calls)[:-MAX_TURNS_REMEMBERED]:  # calls never answered are forgotten in the end
             del self.calls[old]
 
-    def _on_turn_cancelled(self, p: dict) -> None:
-        if self.response is None or p.get("turn_id") != self.response.turn_id:
+    def _on_turn_cancelled(self, p: TurnCancelled) -> None:
+        if self.response is None or p.turn_id != self.response.turn_id:
             return
-        reason = p.get("reason")
-        withdrawn = self.item(self.committed.pop(p["turn_id"], None)) if reason == "extended" else None
+        reason = p.reason
+        withdrawn = self.item(self.committed.pop(p.turn_id, None)) if reason == "extended" else None
         if withdrawn is not None:  # the user went on: the joined request is a new item and response
             self.forget(withdrawn)
         if reason in CANCEL_REASONS:
@@ -295,12 +312,12 @@ class RealtimeConversation:
         else:
             self._failed(str(reason))
 
-    def _on_state(self, p: dict) -> None:
+    def _on_state(self, p: StateChanged) -> None:
         if self.webrtc:
             self._audio_buffer(p)
-        if p.get("state") != "listening" or self.response is None or p.get("turn_id") != self.response.turn_id:
+        if p.state != "listening" or self.response is None or p.turn_id != self.response.turn_id:
             return
-        reason = p.get("reason")
+        reason = p.reason
         if reason is None or reason == "tool_call":
             self._finish("completed", None)
         elif reason in FAILED:
@@ -308,17 +325,17 @@ class RealtimeConversation:
         else:  # nothing to say (no speech recognised, a stop command)
             self._finish("incomplete", {"type": "incomplete", "reason": reason.replace(" ", "_")})
 
-    def _audio_buffer(self, p: dict) -> None:
+    def _audio_buffer(self, p: StateChanged) -> None:
         """A call's output audio buffer: started as the reply's first audio goes onto the track, stopped when the
         turn is over (its audio played out)."""
-        if p.get("state") == "speaking" and self.response is not None and p.get("turn_id") == self.response.turn_id:
+        if p.state == "speaking" and self.response is not None and p.turn_id == self.response.turn_id:
             self.playing = self.response.id
             self.send({"type": "output_audio_buffer.started", "response_id": self.playing})
-        elif p.get("state") == "listening" and self.playing is not None:
+        elif p.state == "listening" and self.playing is not None:
             self.send({"type": "output_audio_buffer.stopped", "response_id": self.playing})
             self.playing = None
 
-    def _on_stop_tts(self, _p: Any) -> None:
+    def _on_stop_tts(self, _p: StopSpeaking) -> None:
         """Barge-in (or a cancel) emptied the track: a call's client hears nothing more of the reply."""
         if self.webrtc and self.playing is not None:
             self.send({"type": "output_audio_buffer.cleared", "response_id": self.playing})
@@ -327,14 +344,20 @@ class RealtimeConversation:
     def _failed(self, reason: str) -> None:
         self._finish("failed", {"type": "failed", "error": {"type": "server_error", "code": reason.replace(" ", "_")}})
 
-    def _on_error(self, p: dict) -> None:
-        code = str(p.get("code", "error"))
+    def _on_error(self, p: ErrorNotice) -> None:
+        code = p.code
         server_side = code in ("llm_failed", "tts_busy", "worker_failed", "server_busy", "server_stopping",
                                "turn_stalled", "not_ready")
-        self.error(code, str(p.get("message", "")), kind="server_error" if server_side else "invalid_request_error")
+        self.error(code, p.message, kind="server_error" if server_side else "invalid_request_error")
 
-    def _on_out_time(self, _p: Any) -> None:
+    def _on_out_time(self, _p: OutOfTime) -> None:
         self.error("idle_timeout", "The session was idle for too long and is being closed.")
+
+    _handlers: ClassVar[dict[type, Callable[[Any, Any], None]]] = {
+        VadChanged: _on_vad, TurnStarted: _on_turn, Transcript: _on_transcript, ReplyAudio: _on_audio,
+        ReplyDelta: _on_reply_delta, ResponseText: _on_response_text, FunctionCall: _on_function_call,
+        TurnCancelled: _on_turn_cancelled, StateChanged: _on_state, StopSpeaking: _on_stop_tts,
+        ErrorNotice: _on_error, OutOfTime: _on_out_time}
 
     # --- the end of a response -----------------------------------------------------------------------------------
     def _finish(self, status: str, details: dict[str, Any] | None) -> None:
