@@ -189,6 +189,20 @@ def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_
                      ("requests", "EndSession"), ("tts", "EndSession")]
 
 
+def test_a_history_reset_cancels_the_turn_then_clears_the_history_then_tells_the_client():
+    wire = Wire()
+    told = threading.Event()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+        turns.reset_history(s, then=lambda: wire.put("client", "history_cleared") and told.set())
+        assert told.wait(5)
+        kinds = [(q, type(m).__name__) for q, m in wire.puts]
+        assert kinds == [("requests", "TurnRequest"), ("requests", "CancelTurn"), ("tts", "CancelTurn"),
+                         ("requests", "ResetHistory"), ("client", "str")]
+        turns.edit_history(s, 1, "Once upon")
+        assert wire.puts[-1] == ("requests", messages.EditHistory("s1", 1, "Once upon"))
+
+
 def test_a_turn_while_a_worker_restarts_is_told_not_ready_at_once_not_left_waiting():
     wire = Wire()
     with live(wire, ready=False) as (turns, s):

@@ -233,6 +233,22 @@ class TurnController:
         if session.actor is not None:
             session.actor.call(run)
 
+    def reset_history(self, session: Session, then: Callable[[], None]) -> None:
+        """Forget the conversation: the turn in flight is cancelled, then the workers clear the history (of that
+        turn too), then `then` (the door tells its client), in that order on the session's thread."""
+        def reset() -> None:
+            self.put("requests", messages.ResetHistory(session.sid))
+            then()
+
+        self.interrupt(session, "reset")
+        if session.actor is not None:
+            session.actor.call(reset)
+
+    def edit_history(self, session: Session, turn_id: int, reply: str | None) -> None:
+        """Change what the history keeps of one turn: its reply cut to what the user heard, or (None) the whole
+        exchange dropped."""
+        self.put("requests", messages.EditHistory(session.sid, turn_id, reply))
+
     def close(self) -> None:
         """The server is stopping: the end-of-turn model's thread goes too, and no session's end is retried."""
         self.closing = True

@@ -17,7 +17,7 @@ from vita.capacity import seats_for
 from vita.client_events import ClientEvent, ErrorNotice
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
-from vita.messages import REPLY_MODES, MeasuredSpeed, ResetHistory, put_or_drop
+from vita.messages import REPLY_MODES, MeasuredSpeed, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -441,12 +441,7 @@ class FrontApp:
                                       if session.tools is not None else None}, to=session.sid)
 
     def on_reset_state(self, session: Session, _data: Any) -> None:
-        def reset() -> None:  # after the cancel, on the session's thread: the history is cleared of that turn too
-            self._put("requests", ResetHistory(session.sid))
-            self.emit("history_cleared", to=session.sid)
-
-        self.turns.interrupt(session, "reset")
-        session.actor.call(reset)
+        self.turns.reset_history(session, then=lambda: self.emit("history_cleared", to=session.sid))
 
     def on_recording_started(self, session: Session, _data: Any) -> None:
         self.turns.restart_listening(session, "recording started")

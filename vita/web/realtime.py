@@ -21,7 +21,7 @@ import numpy as np
 import soxr
 
 from vita.client_events import ClientEvent, TurnStarted
-from vita.messages import CameraFrame, EditHistory, ToolOutput
+from vita.messages import CameraFrame, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.turns.camera import FrameError, decode_frame
 from vita.turns.sessions import MIN_TEXT_COST
@@ -440,7 +440,7 @@ class RealtimeSession:
             self.pending.remove(item)
             self.buffered -= len(item.speech.pcm) // 2 if item.speech else 0
         elif item.turn_id is not None:  # its turn's exchange leaves the model's history
-            self.front.put_request(EditHistory(self.sid, item.turn_id, None))
+            self.front.turns.edit_history(self.session, item.turn_id, None)
         self.conversation.forget(item)
 
     def on_conversation_item_truncate(self, event: dict) -> None:
@@ -458,7 +458,7 @@ class RealtimeSession:
             heard = heard_part(text, end_ms / item.audio_ms if item.audio_ms else 1.0)
             item.content[0]["transcript"] = heard
         if item.turn_id is not None:
-            self.front.put_request(EditHistory(self.sid, item.turn_id, heard))
+            self.front.turns.edit_history(self.session, item.turn_id, heard)
         self.conversation.send({"type": "conversation.item.truncated", "item_id": item.id, "content_index": 0,
                                 "audio_end_ms": end_ms})
 
