@@ -79,22 +79,6 @@ def install_fault_signal(inject: Callable[[], None], log: logging.Logger) -> boo
     return True
 
 
-def run_stage(report: StatusReporter, setup: Callable[[], None], serve: Callable[[], None],
-              close: Callable[[], None]) -> None:
-    """setup() then serve() until Shutdown; a failure is reported (so /health shows why) and exits 1."""
-    try:
-        setup()
-        serve()
-    except Exception as exc:
-        report.log.exception("%s worker failed", report.worker)
-        with contextlib.suppress(Exception):
-            report(WorkerState.FAILED, f"{exc.__class__.__name__}: {exc}")
-        raise SystemExit(1) from exc
-    finally:
-        close()
-    report.log.info("stopped")
-
-
 class Publisher:
     """Puts for an event loop, from a thread of its own: ``publish`` never blocks (a bounded hand-over; when even
     that is full the message is dropped and counted), so a full inter-process queue cannot stall the loop that

@@ -37,7 +37,7 @@ from vita.messages import (
 )
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
-from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process, run_stage
+from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.fair_share import ServiceLedger
 from workers.llm.generation import EnginePrompt
 from workers.llm.hearing import Hearing, second_opinion
@@ -65,6 +65,7 @@ from workers.llm.turn_run import (
     TurnRun,
     asks_again,
 )
+from workers.stage import run_stage
 from workers.tools.builtin import builtin_tools, isolated_arithmetic
 from workers.tools.client_tools import AwaitedCalls
 from workers.tools.isolated import IsolatedCalls
@@ -217,7 +218,10 @@ class LlmWorker:
             self.report.log.warning("no in-process engine to fail")
 
     # --- message loop ------------------------------------------------------------------------------------
-    async def serve(self) -> None:
+    def serve(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
         try:
             await self._start_engine()
             self.report(WorkerState.LOADING, "warming up")
@@ -492,4 +496,4 @@ def run_llm_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
     report(WorkerState.LOADING, "importing libraries")
     worker = LlmWorker(config, inbox, queues["tts"], queues["outputs"], report)
     install_fault_signal(worker.inject_engine_fault, log)
-    run_stage(report, worker.setup, lambda: asyncio.run(worker.serve()), worker.close)
+    run_stage(report, worker)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,6 @@ import numpy as np
 from vita.config import Config
 from vita.machine.models import available_voices
 from vita.messages import (
-    ALL_TURNS,
     CancelTurn,
     EndSession,
     SessionError,
@@ -32,7 +30,8 @@ from vita.messages import (
     put_or_drop,
     read_messages,
 )
-from workers.common import StatusReporter, install_fault_signal, prepare_process, run_stage
+from workers.common import StatusReporter, install_fault_signal, prepare_process
+from workers.stage import CancelLedger, run_stage
 from workers.tts.phrase_cache import PhraseCache
 from workers.tts.text import normalize_for_speech
 
@@ -96,10 +95,7 @@ class TtsWorker:
         # Bounded: a synthesis loop that falls behind stops the reader, so the Manager queue fills and the LLM
         # worker's put times out (its drop policy) instead of pieces piling up here.
         self.pieces: queue.Queue = queue.Queue(maxsize=LOCAL_BOUND)
-        # session -> highest cancelled turn id; the least recently cancelled go first past CANCELLED_KEPT, so ended
-        # sessions do not add up (an active session's entry is fresh: it was touched by its latest cancel)
-        self.cancelled: OrderedDict[str, int] = OrderedDict()
-        self.cancel_lock = threading.Lock()
+        self.cancelled = CancelLedger()
         self.turns: dict[tuple[str, int], TurnAudio] = {}
         self.stop = threading.Event()
         self.lose_next_end = False  # set by the test fault signal (install_fault_signal)
@@ -119,6 +115,9 @@ class TtsWorker:
         # First synthesis pays onnxruntime's warm-up; do it before saying ready.
         list(self.engines[default].synthesize("Ready."))
 
+    def close(self) -> None:
+        self.stop.set()
+
     def lose_an_end(self) -> None:
         """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the next turn to finish never sends its last chunk."""
         self.lose_next_end = True
@@ -127,24 +126,13 @@ class TtsWorker:
     def read_inbox(self) -> None:
         for message in read_messages(self.inbox, self.stop):
             if isinstance(message, CancelTurn):
-                self._mark_cancelled(message.session_id, message.turn_id)
+                self.cancelled.cancel(message.session_id, message.turn_id)
                 self.pieces.put(message)  # in order behind its turn's pieces: then its state is dropped
             elif isinstance(message, EndSession):
-                self._mark_cancelled(message.session_id, ALL_TURNS)
+                self.cancelled.cancel(message.session_id)
                 self.pieces.put(message)
             else:
                 self.pieces.put(message)
-
-    def _mark_cancelled(self, session_id: str, turn_id: int) -> None:
-        with self.cancel_lock:
-            self.cancelled[session_id] = max(turn_id, self.cancelled.get(session_id, -1))
-            self.cancelled.move_to_end(session_id)
-            while len(self.cancelled) > CANCELLED_KEPT:
-                self.cancelled.popitem(last=False)
-
-    def is_cancelled(self, session_id: str, turn_id: int) -> bool:
-        with self.cancel_lock:
-            return turn_id <= self.cancelled.get(session_id, -1)
 
     # --- synthesis loop ----------------------------------------------------------------------------------
     def serve(self) -> None:
@@ -188,7 +176,7 @@ class TtsWorker:
 
     def speak(self, piece: TtsPiece) -> None:
         key = (piece.session_id, piece.turn_id)
-        if self.is_cancelled(*key):
+        if self.cancelled.is_cancelled(*key):
             self._end_cancelled(key)
             return
         turn = self.turns.get(key)
@@ -257,7 +245,7 @@ class TtsWorker:
         """Send whole chunks (and the remainder if final); False if the turn was cancelled meanwhile."""
         turn.pending = np.concatenate([turn.pending, audio]) if turn.pending.size else audio
         while turn.pending.size >= self.chunk_samples or (final and turn.pending.size):
-            if self.is_cancelled(*key):
+            if self.cancelled.is_cancelled(*key):
                 return False
             chunk, turn.pending = turn.pending[: self.chunk_samples], turn.pending[self.chunk_samples:]
             self._put_chunk(key, turn, chunk.tobytes(), last=False)
@@ -280,4 +268,4 @@ def run_tts_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
     worker = TtsWorker(config, inbox, queues["outputs"], report)
     install_fault_signal(worker.lose_an_end, log)
     report(WorkerState.LOADING, "loading voices")
-    run_stage(report, worker.setup, worker.serve, worker.stop.set)
+    run_stage(report, worker)

@@ -7,7 +7,6 @@ how the worker handles whatever it says.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import queue
@@ -88,7 +87,7 @@ class LlmHarness:
 
     def _serve(self) -> None:
         try:
-            asyncio.run(self.worker.serve())
+            self.worker.serve()
         except BaseException as exc:  # noqa: BLE001 - the test reads it (and its traceback goes to the report)
             logging.getLogger("test.llm").exception("serve() ended")
             self.served = exc

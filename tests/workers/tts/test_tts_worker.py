@@ -141,18 +141,21 @@ def test_cancelled_turns_are_remembered_for_a_bounded_number_of_sessions():
     import logging
 
     from workers.common import StatusReporter
-    from workers.tts.worker import CANCELLED_KEPT, TtsWorker
+    from workers.stage import CANCELLED_KEPT
+    from workers.tts.worker import TtsWorker
 
     worker = TtsWorker(Config(), queue.Queue(), queue.Queue(), StatusReporter("tts", queue.Queue(),
                                                                                  logging.getLogger("test.tts")))
-    worker._mark_cancelled("active", 3)
+    ledger = worker.cancelled
+    ledger.cancel("active", 3)
     for i in range(CANCELLED_KEPT + 100):
-        worker._mark_cancelled(f"ended-{i}", 10**9)
+        ledger.cancel(f"ended-{i}")
         if i % 1000 == 0:
-            worker._mark_cancelled("active", 3)  # a live session keeps its entry fresh
-    assert len(worker.cancelled) == CANCELLED_KEPT
-    assert worker.is_cancelled("active", 3) and not worker.is_cancelled("active", 4)
-    assert not worker.is_cancelled("ended-0", 1) and worker.is_cancelled(f"ended-{CANCELLED_KEPT + 99}", 5)
+            ledger.cancel("active", 3)  # a live session keeps its entry fresh
+    assert len(ledger) == CANCELLED_KEPT
+    assert ledger.is_cancelled("active", 3) and not ledger.is_cancelled("active", 4)
+    assert ledger.is_cancelled("active", 2)  # a cancel covers the earlier turns
+    assert not ledger.is_cancelled("ended-0", 1) and ledger.is_cancelled(f"ended-{CANCELLED_KEPT + 99}", 5)
 
 
 @pytest.mark.fast
