@@ -120,7 +120,7 @@ def test_push_to_talk_appends_are_charged_to_the_sessions_audio_budget():
     (error,) = c.send({"type": "input_audio_buffer.append", "audio": clip(2.5), "event_id": "a2"})
     assert error["code"] == "audio_overrun" and error["event_id"] == "a2" and error["type"] == "invalid_request_error"
     assert c.front.metrics.audio_dropped.value == 1
-    assert c.rt.buffered / 16000 == pytest.approx(2.5, abs=0.05)  # the refused audio is not in the buffer
+    assert c.rt.audio.waiting / 16000 == pytest.approx(2.5, abs=0.05)  # the refused audio is not in the buffer
     assert c.send({"type": "input_audio_buffer.commit"}) == []
     assert c.of("input_audio_buffer.committed")
 

@@ -22,8 +22,8 @@ from vita.client_events import (
     VadChanged,
 )
 from vita.messages import ClientTool
-from vita.web.realtime import heard_part
 from vita.web.realtime_conversation import RealtimeConversation
+from vita.web.realtime_items import heard_part
 from vita.web.realtime_protocol import (
     ALAW_DECODE,
     ULAW_DECODE,

@@ -23,38 +23,33 @@ import soxr
 from vita.client_events import ClientEvent, TurnStarted
 from vita.messages import CameraFrame, ToolOutput
 from vita.ops.logs import turn_ids
-from vita.turns.camera import FrameError, decode_frame
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
+from vita.web.realtime_audio_buffer import PushToTalkBuffer
 from vita.web.realtime_conversation import Item, RealtimeConversation
+from vita.web.realtime_items import heard_part, read_message_content
 from vita.web.realtime_protocol import (
     EAGER_THRESHOLD,
     FORMATS,
-    MAX_CONTENT_PARTS,
-    MAX_INSTRUCTIONS_CHARS,
     ProtocolError,
     Settings,
     TurnDetection,
     audio_seconds,
     decode_audio,
-    max_output_tokens,
     new_id,
     parse_event,
-    session_json,
+    read_response_options,
     updated,
 )
+from vita.web.realtime_settings import first_settings, refuse_push_to_talk, session_summary
 
 if TYPE_CHECKING:
     from vita.web.front_host import SessionHost
 
 log = logging.getLogger("vita.web.realtime")
-MIN_COMMIT_S = 0.1  # OpenAI's own floor for a commit
-SESSION_EXPIRES_S = 3600.0
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
-MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is decoded on the connection's thread)
-RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
 
 
 class RealtimeSession:
@@ -71,12 +66,8 @@ class RealtimeSession:
         self.received_ms = 0  # input audio received so far (the VAD events' audio_start_ms / audio_end_ms)
         self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
                                                  config.llm.max_tokens)
-        self.buffer: list[np.ndarray] = []  # push-to-talk audio at 16 kHz, since the last commit or clear
-        self.buffered = 0  # its samples, and those of the committed speech waiting for a response
-        self.max_audio_s = config.vad.max_utterance_s  # all the audio one response hears: one utterance's worth
+        self.audio = PushToTalkBuffer(config.vad.max_utterance_s)  # and the cap on what one response hears
         self.prompted = ""  # the instructions of the latest response (unchanged ones cost no text budget again)
-        self.buffer_started: float | None = None
-        self.resampler: Any = None
         self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
         self.requested = False  # response.create sent, its turn not yet begun
         self.closed = False
@@ -211,7 +202,7 @@ class RealtimeSession:
 
         session.actor.call(apply)
         if after.input_format != before.input_format:
-            self._flush_resampler()  # the buffer so far was resampled from the old format's rate
+            self.audio.flush()  # the buffer so far was resampled from the old format's rate
         if after.turn_detection != before.turn_detection:
             self._retune(before.turn_detection, after.turn_detection)
 
@@ -228,28 +219,7 @@ class RealtimeSession:
                 self._drop_half_heard()
 
         session.actor.call(apply)
-        self._clear_buffer()
-
-    def _flush_resampler(self) -> None:
-        """What the push-to-talk resampler holds back joins the buffer; a later append starts a new stream (at the
-        input format's rate then)."""
-        if self.resampler is not None:
-            self.buffer.append(self.resampler.resample_chunk(np.zeros(0, np.int16), last=True))
-            self.buffered += len(self.buffer[-1])
-            self.resampler = None
-
-    def _clear_buffer(self) -> None:
-        self.buffered -= sum(len(b) for b in self.buffer)
-        self.buffer, self.buffer_started, self.resampler = [], None, None
-
-    def _room_for(self, seconds: float) -> None:
-        """All the audio one response hears (the buffer, committed speech and audio items waiting for it) is one
-        Whisper run on the shared ASR thread: at most an utterance's cap, as the VAD's speech is."""
-        waiting = self.buffered / SAMPLE_RATE
-        if waiting + seconds > self.max_audio_s + 1e-3:
-            raise ProtocolError("input_audio_buffer_full", f"at most {self.max_audio_s:g} s of audio may wait for "
-                                f"one response ({waiting:.2f} s do already, this brings {seconds:.2f} s); commit "
-                                "and answer it, or clear it")
+        self.audio.clear()
 
     def _charge_audio(self, seconds: float) -> None:
         """The client's own audio (push-to-talk appends, input_audio parts) against the session's real-time budget,
@@ -258,14 +228,14 @@ class RealtimeSession:
         if not budget.admit(seconds, time.monotonic()):
             self.front.metrics.audio_dropped.inc()
             raise ProtocolError("audio_overrun", f"audio may come at most {budget.rate:g} times as fast as real time "
-                                f"(a longer clip, up to {self.max_audio_s:g} s, in one event once the budget is full "
-                                f"again); these {seconds:.2f} s were refused: wait a moment")
+                                f"(a longer clip, up to {self.audio.max_audio_s:g} s, in one event once the budget is "
+                                f"full again); these {seconds:.2f} s were refused: wait a moment")
 
     def on_input_audio_buffer_append(self, event: dict) -> None:
         kind, audio = self.settings.input_format, event.get("audio")
         if self.settings.turn_detection is None:  # (the VAD's audio is charged by admit_audio)
             seconds = audio_seconds(audio, kind)
-            self._room_for(seconds)
+            self.audio.room_for(seconds)
             self._charge_audio(seconds)
         pcm = decode_audio(audio, kind, self.front.config.limits.max_frame_bytes)
         rate = FORMATS[kind]
@@ -273,11 +243,7 @@ class RealtimeSession:
         if self.settings.turn_detection is not None:
             self.front.admit_audio(self.session, pcm, rate)
             return
-        if self.resampler is None:
-            self.resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
-        self.buffer_started = self.buffer_started or time.monotonic()
-        self.buffer.append(self.resampler.resample_chunk(pcm))
-        self.buffered += len(self.buffer[-1])
+        self.audio.append(pcm, rate)
 
     def on_input_audio_buffer_commit(self, event: dict) -> None:
         if self.settings.turn_detection is not None:
@@ -293,16 +259,7 @@ class RealtimeSession:
 
             session.actor.call(end_now)
             return
-        self._flush_resampler()
-        pcm = np.concatenate(self.buffer) if self.buffer else np.zeros(0, np.int16)
-        if len(pcm) < MIN_COMMIT_S * SAMPLE_RATE:
-            raise ProtocolError("input_audio_buffer_commit_empty", "buffer too small: at least "
-                                f"{MIN_COMMIT_S * 1000:.0f} ms of audio is needed, got "
-                                f"{len(pcm) / SAMPLE_RATE * 1000:.0f} ms")
-        now = time.monotonic()
-        speech = Speech(pcm.astype(np.int16).tobytes(), self.buffer_started or now, now,
-                        {"audio_s": round(len(pcm) / SAMPLE_RATE, 3)})
-        self.buffer, self.buffer_started = [], None  # its samples stay counted until answered
+        speech = self.audio.commit()
         item = Item(new_id("item"), "message", "user", content=[{"type": "input_audio", "transcript": None}],
                     speech=speech)
         previous = self.conversation.items[-1].id if self.conversation.items else None
@@ -311,7 +268,7 @@ class RealtimeSession:
         self._hold(item)
 
     def on_input_audio_buffer_clear(self, _event: dict) -> None:
-        self._clear_buffer()
+        self.audio.clear()
         if self.settings.turn_detection is not None:
             self.session.actor.call(self._drop_half_heard)
         self.conversation.send({"type": "input_audio_buffer.cleared"})
@@ -352,57 +309,23 @@ class RealtimeSession:
                                 "(the assistant's items are its own turns)", "item.type")
 
     def _user_message(self, item: dict, item_id: str) -> None:
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("invalid_value", "a message needs a list of content parts", "item.content")
-        if len(content) > MAX_CONTENT_PARTS:  # refused before any part is looked at
-            raise ProtocolError("too_many_parts", f"a message may have at most {MAX_CONTENT_PARTS} content parts, not "
-                                f"{len(content)}", "item.content")
-        kind_in = self.settings.input_format
         limits = self.front.config.limits
-        clips, parts, images = [], [], []
-        for n, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind in ("input_text", "text"):
-                text = part.get("text")
-                if not isinstance(text, str) or not text.strip():
-                    raise ProtocolError("invalid_value", "input_text needs some text", f"item.content[{n}].text")
-                parts.append({"type": "input_text", "text": text})
-            elif kind == "input_audio":
-                if not isinstance(part.get("audio"), str):
-                    raise ProtocolError("invalid_value", "audio must be a base64 string", f"item.content[{n}].audio")
-                clips.append(part["audio"])  # decoded once every part has been checked and the whole charged
-                parts.append({"type": "input_audio", "transcript": None})
-            elif kind == "input_image":
-                url = part.get("image_url")
-                if not isinstance(url, str) or not url.startswith("data:"):
-                    raise ProtocolError("unsupported", "image_url must be a data URL (data:image/jpeg;base64,...): "
-                                        "this server fetches no images", f"item.content[{n}].image_url")
-                if len(images) + sum(len(i.images) for i in self.pending) >= MAX_IMAGES_PER_ITEM:
-                    raise ProtocolError("too_many_images", f"at most {MAX_IMAGES_PER_ITEM} images may wait for one "
-                                        "response", f"item.content[{n}]")
-                try:
-                    images.append(decode_frame(url, limits.max_frame_bytes, limits.max_image_pixels))
-                except FrameError as exc:
-                    raise ProtocolError("invalid_value", str(exc).replace("video_frame", "input_image"),
-                                        f"item.content[{n}].image_url") from None
-                parts.append({"type": "input_image", "detail": part.get("detail", "auto")})
-            else:
-                raise ProtocolError("unsupported", "content parts may be input_text, input_audio or input_image",
-                                    f"item.content[{n}].type")
-        limit = self.front.config.limits.max_text_chars
-        text = " ".join(p["text"].strip() for p in parts if p["type"] == "input_text")
+        read = read_message_content(item.get("content"), sum(len(i.images) for i in self.pending),
+                                    limits.max_frame_bytes, limits.max_image_pixels)
+        kind_in, parts, clips, images = self.settings.input_format, read.parts, read.clips, read.images
+        text = read.text
+        limit = limits.max_text_chars
         if len(" ".join([*(i.text for i in self.pending), text])) > limit:
             raise ProtocolError("text_too_long", f"text waiting for a response is at most {limit} characters")
         speech = None
         if clips:
             seconds = sum(audio_seconds(clip, kind_in) for clip in clips)
-            self._room_for(seconds)
+            self.audio.room_for(seconds)
             self._charge_audio(seconds)
             max_bytes = self.front.config.limits.max_frame_bytes
             pcm = np.concatenate([decode_audio(clip, kind_in, max_bytes) for clip in clips])
             pcm = soxr.resample(pcm, FORMATS[kind_in], SAMPLE_RATE).astype(np.int16)  # one stream: no seams
-            self.buffered += len(pcm)
+            self.audio.hold(len(pcm))
             now = time.monotonic()
             speech = Speech(pcm.tobytes(), now - len(pcm) / SAMPLE_RATE, now, {"audio_s": len(pcm) / SAMPLE_RATE})
         parts.sort(key=lambda p: p["type"] != "input_audio")  # the heard words first, as the turn joins them
@@ -438,7 +361,7 @@ class RealtimeSession:
         item = self._item(event)
         if item in self.pending:  # not asked about after all
             self.pending.remove(item)
-            self.buffered -= len(item.speech.pcm) // 2 if item.speech else 0
+            self.audio.release(len(item.speech.pcm) // 2 if item.speech else 0)
         elif item.turn_id is not None:  # its turn's exchange leaves the model's history
             self.front.turns.edit_history(self.session, item.turn_id, None)
         self.conversation.forget(item)
@@ -463,30 +386,9 @@ class RealtimeSession:
                                 "audio_end_ms": end_ms})
 
     def on_response_create(self, event: dict) -> None:
-        options = event.get("response") or {}
-        if not isinstance(options, dict):
-            raise ProtocolError("invalid_value", "response must be an object", "response")
-        if options.get("conversation", "auto") not in ("auto", None):
-            raise ProtocolError("unsupported", "out-of-band responses (conversation: none) are not supported",
-                                "response.conversation")
-        modalities = options.get("output_modalities")
-        if modalities is not None and (not isinstance(modalities, list) or not modalities
-                                       or not set(modalities) <= {"audio", "text"}):
-            raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
-                                "response.output_modalities")
-        audio = None if modalities is None else "audio" in modalities  # this response's, else the session's
-        limit = self.settings.max_output_tokens
-        if "max_output_tokens" in options:  # ("inf": the server's own cap, said as a number)
-            limit = max_output_tokens(options["max_output_tokens"], "response.max_output_tokens") \
-                or self.front.config.llm.max_tokens
-        extra = sorted(set(options) - RESPONSE_OPTIONS)
-        if extra:
-            raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
-                                "settings apply)", f"response.{extra[0]}")
-        override = options.get("instructions")
-        if override is not None and (not isinstance(override, str) or len(override) > MAX_INSTRUCTIONS_CHARS):
-            raise ProtocolError("invalid_value", f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS} "
-                                "characters", "response.instructions")
+        asked = read_response_options(event.get("response"), self.front.config.llm.max_tokens)
+        audio, override = asked.audio, asked.instructions  # this response's, else the session's
+        limit = self.settings.max_output_tokens if asked.max_tokens is None else asked.max_tokens
         if self.requested or self.conversation.active():
             raise ProtocolError("conversation_already_has_active_response",
                                 "a response is in progress; cancel it or wait for response.done")
@@ -504,7 +406,7 @@ class RealtimeSession:
         new_prompt = min(len(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
         self._charge_text(len(text) + sum(len(o.output) for o in outputs) + new_prompt)
         self.prompted, self.pending = prompt, []
-        self.buffered -= sum(len(s.pcm) // 2 for s in speeches)
+        self.audio.release(sum(len(s.pcm) // 2 for s in speeches))
         self.requested = True
         with self.conversation.lock:
             self.conversation.claimed, self.conversation.claimed_audio = items, audio
@@ -563,35 +465,3 @@ class RealtimeSession:
 
     def _session_json(self) -> dict[str, Any]:
         return session_summary(self.front, self.settings, self.sid)
-
-
-def refuse_push_to_talk(settings: Settings) -> None:
-    """A call's microphone is on the track, where the server's turn detection takes the turns: no commits."""
-    if settings.turn_detection is None:
-        raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
-                            "microphone is on the track (use the WebSocket to commit audio yourself)",
-                            "session.audio.input.turn_detection")
-
-
-def first_settings(front: SessionHost) -> Settings:
-    """A new session's settings: the server's voice and its semantic VAD."""
-    config = front.config
-    return Settings(voice=config.tts.voice, turn_detection=TurnDetection(
-        "semantic_vad", config.vad.start_threshold, config.vad.pre_roll_ms, config.turn.incomplete_wait_ms))
-
-
-def session_summary(front: SessionHost, settings: Settings, session_id: str) -> dict[str, Any]:
-    """The GA `session` object for these settings."""
-    config = front.config
-    return session_json(settings, session_id, front.llm_choice["model"] or "vita", config.asr.model,
-                        config.llm.max_tokens, SESSION_EXPIRES_S)
-
-
-def heard_part(text: str, fraction: float) -> str:
-    """The words of a reply heard up to `fraction` of its audio (by characters: speech runs at a steady rate)."""
-    if fraction >= 1.0:
-        return text
-    cut = int(len(text) * max(0.0, fraction))
-    if cut < len(text) and cut > 0 and not text[cut - 1].isspace() and not text[cut].isspace():
-        cut = text.rfind(" ", 0, cut) + 1  # the word being said is not kept
-    return text[:cut].rstrip()

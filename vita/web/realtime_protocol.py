@@ -91,6 +91,46 @@ def parse_event(data: str | bytes) -> Any:
     return json.loads(data)
 
 
+# --- a response's own options -----------------------------------------------------------------------------------
+RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
+
+
+@dataclass(frozen=True)
+class ResponseOptions:
+    """What one response.create asks for itself (None: the session's setting)."""
+
+    audio: bool | None = None
+    max_tokens: int | None = None
+    instructions: str | None = None
+
+
+def read_response_options(options: Any, server_max_tokens: int) -> ResponseOptions:
+    """A response.create's `response` object, checked; "inf" tokens are the server's own cap."""
+    options = options or {}
+    if not isinstance(options, dict):
+        raise ProtocolError("invalid_value", "response must be an object", "response")
+    if options.get("conversation", "auto") not in ("auto", None):
+        raise ProtocolError("unsupported", "out-of-band responses (conversation: none) are not supported",
+                            "response.conversation")
+    modalities = options.get("output_modalities")
+    if modalities is not None and (not isinstance(modalities, list) or not modalities
+                                   or not set(modalities) <= {"audio", "text"}):
+        raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]',
+                            "response.output_modalities")
+    limit = None
+    if "max_output_tokens" in options:
+        limit = max_output_tokens(options["max_output_tokens"], "response.max_output_tokens") or server_max_tokens
+    extra = sorted(set(options) - RESPONSE_OPTIONS)
+    if extra:
+        raise ProtocolError("unsupported", f"a response's {extra[0]} is not supported here (the session's "
+                            "settings apply)", f"response.{extra[0]}")
+    override = options.get("instructions")
+    if override is not None and (not isinstance(override, str) or len(override) > MAX_INSTRUCTIONS_CHARS):
+        raise ProtocolError("invalid_value", f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS} "
+                            "characters", "response.instructions")
+    return ResponseOptions(None if modalities is None else "audio" in modalities, limit, override or None)
+
+
 # --- audio -----------------------------------------------------------------------------------------------------
 def _ulaw_table() -> np.ndarray:
     codes = ~np.arange(256, dtype=np.uint8)

@@ -19,9 +19,10 @@ from werkzeug.wrappers import Request
 from vita.web.access import AccessGuard
 from vita.web.bounded_websocket import BoundedWebSocket
 from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
-from vita.web.realtime import RealtimeSession, first_settings, refuse_push_to_talk, session_summary
+from vita.web.realtime import RealtimeSession
 from vita.web.realtime_call import DataChannelWire
 from vita.web.realtime_protocol import ProtocolError, Settings, error_event, new_id, updated
+from vita.web.realtime_settings import first_settings, refuse_push_to_talk, session_summary
 
 if TYPE_CHECKING:
     from vita.web.front_host import FrontHost
