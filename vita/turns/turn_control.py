@@ -9,7 +9,6 @@ is handled after the action list, never inside it, so actions leave in the order
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any, get_args
 
 import numpy as np
 
-from vita import client_events, messages
+from vita import messages
 from vita.client_events import (
     Duck,
     ErrorNotice,
@@ -34,7 +33,7 @@ from vita.client_events import (
 )
 from vita.config import Config
 from vita.machine.cpu import trim_heap
-from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
+from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -82,6 +81,7 @@ from vita.turns.turn_events import (
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
+from vita.turns.worker_news import client_event_for
 
 log = logging.getLogger("vita.turns")
 
@@ -96,7 +96,6 @@ SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it 
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
-SERVER_ONLY_TIMINGS = frozenset({"cached_tokens"})  # timings the turn log keeps but no client is sent
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 
 
@@ -331,29 +330,15 @@ class TurnController:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
             session.output.play(message, now)
-        elif isinstance(message, Transcript):
-            self.tell(client_events.Transcript(turn_id, message.text), to=sid)
         elif isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
             if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)
                 self._say_unheard(session)
-        elif isinstance(message, messages.ToolUsed):
-            self.tell(client_events.ToolUsed(turn_id, message.name, message.arguments, message.result, message.ok,
-                                             message.outcome, round(message.duration_s, 4)), to=sid)
-        elif isinstance(message, messages.SceneSeen):
-            image = "data:image/jpeg;base64," + base64.b64encode(message.image).decode() if message.image else None
-            self.tell(client_events.SceneSeen(turn_id, message.description, tuple(message.text),
-                                              tuple(message.objects), message.people, message.fingers, image), to=sid)
-        elif isinstance(message, messages.ToolCallRequested):
-            self.tell(client_events.FunctionCall(turn_id, message.call_id, message.name, message.arguments), to=sid)
-        elif isinstance(message, TurnTimings):
-            # The prefix cache is shared by every session: how much of a prompt it held would tell this user
-            # whether another began a conversation the same way. It stays in the turn log and metrics.
-            shown = {k: v for k, v in message.timings.items() if k not in SERVER_ONLY_TIMINGS}
-            self.tell(Timings(turn_id, message.stage, shown), to=sid)
         elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
             # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
             self._handle(session, TurnUnanswered(now, turn_id, message.reason))
+        elif (event := client_event_for(message)) is not None:
+            self.tell(event, to=sid)
 
     # --- the machine's actions -----------------------------------------------------------------------------
     def _carry_out(self, session: Session, action: Action) -> None:

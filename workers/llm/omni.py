@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 
 from workers.llm.asr import WHISPER_RATE, pcm16_to_float
+from workers.llm.generation import EnginePrompt
 
 # Model types vLLM serves with audio input whose configs may not carry an `audio_config` key.
 AUDIO_MODEL_TYPES = frozenset({
@@ -80,3 +82,11 @@ def load_processor(model_dir: Path):
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(str(model_dir))
+
+
+def omni_prompt(kit: Any, req: Any, history: Any, images_limit: int) -> EnginePrompt:
+    """An omni model's prompt: the utterance's audio and the turn's frames go to the model as they are."""
+    audio = (utterance_audio(req.audio, req.sample_rate),) if req.audio else ()
+    images = frames_to_images(req.frames, images_limit) if kit.mode.images else ()
+    messages = kit.omni_prompts.messages(history, req.text, len(images), bool(audio))
+    return EnginePrompt(kit.omni_prompts.build(messages), messages, (), audio, images)

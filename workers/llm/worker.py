@@ -44,17 +44,12 @@ from workers.llm.hearing import Hearing, second_opinion
 from workers.llm.kit import LlmKit
 from workers.llm.local_engine import EngineFailed, LocalVllmEngine, device_env
 from workers.llm.looking import Looking
-from workers.llm.omni import (
-    detect_input_mode,
-    frames_to_images,
-    load_processor,
-    read_model_config,
-    utterance_audio,
-)
+from workers.llm.omni import detect_input_mode, load_processor, omni_prompt, read_model_config
 from workers.llm.prefix_warming import PrefixWarming
 from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
 from workers.llm.remote_engine import RemoteEngine, RemoteEngineError
 from workers.llm.reply_generation import ReplyGeneration
+from workers.llm.tool_setup import start_tools
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import (
@@ -66,11 +61,9 @@ from workers.llm.turn_run import (
     asks_again,
 )
 from workers.stage import run_stage
-from workers.tools.builtin import builtin_tools, isolated_arithmetic
 from workers.tools.client_tools import AwaitedCalls
 from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers
-from workers.tools.registry import ToolBox
 
 HEARTBEAT_S = 2.0
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
@@ -150,28 +143,10 @@ class LlmWorker:
         await self._start_tools()
 
     async def _start_tools(self) -> None:
-        """The built-ins and the operator's MCP servers' tools, for a model that renders its own chat template
-        (a remote server or a transcript-style model gets none: noted in /health)."""
-        cfg = self.config.tools
         if self.kit.mode.omni or self.kit.prompts.style != "chat" or self.kit.prompts.tokenizer is None:
-            return
-        if cfg.builtin:
-            self.arithmetic = isolated_arithmetic()
-            await asyncio.to_thread(self.arithmetic.start)
-        tools = builtin_tools(self.arithmetic) if cfg.builtin else []
-        if cfg.mcp_servers:
-            self.report(WorkerState.LOADING, f"starting {len(cfg.mcp_servers)} MCP server(s)")
-            self.mcp = McpServers(cfg.mcp_servers, cfg.timeout_s)
-            await self.mcp.start()
-            names = {t.name for t in tools}
-            for tool in self.mcp.tools():
-                if tool.name in names:
-                    self.report.log.warning("MCP tool %r (%s) hidden by a tool of the same name", tool.name,
-                                            tool.source)
-                    continue
-                tools.append(tool)
-                names.add(tool.name)
-        self.kit.toolbox = ToolBox(tools)
+            return  # a model that does not render its own chat template gets no tools
+        started = await start_tools(self.config.tools, self.report)
+        self.kit.toolbox, self.arithmetic, self.mcp = started.toolbox, started.arithmetic, started.mcp
 
     @staticmethod
     def _tokenizer(model_dir: Path) -> Any:
@@ -444,7 +419,10 @@ class LlmWorker:
         misheard them: run.misheard)."""
         transcribing = None
         if self.kit.mode.omni:
-            prompt, transcribing = self._omni_prompt(req, history)
+            # ASR runs beside the model only for the page and the history
+            prompt = omni_prompt(self.kit, req, history, self.config.llm.limit_images_per_prompt)
+            if req.audio:
+                transcribing = asyncio.ensure_future(self.hearing.omni_transcript(req))
             run.user_text = req.text.strip() or "(spoken)"
         else:
             scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
@@ -472,21 +450,6 @@ class LlmWorker:
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))
         return prompt, transcribing
-
-    def _omni_prompt(self, req: TurnRequest, history: ConversationHistory
-                     ) -> tuple[EnginePrompt, asyncio.Future | None]:
-        """Audio and frames go to the model as they are; ASR runs beside it only for the page and history."""
-        llm = self.config.llm
-        audio = (utterance_audio(req.audio, req.sample_rate),) if req.audio else ()
-        images = frames_to_images(req.frames, llm.limit_images_per_prompt) if self.kit.mode.images else ()
-        messages = self.kit.omni_prompts.messages(history, req.text, len(images), bool(audio))
-        prompt = EnginePrompt(self.kit.omni_prompts.build(messages), messages, (), audio, images)
-        transcribing = None
-        if req.audio:
-            transcribing = asyncio.ensure_future(self.hearing.omni_transcript(req))
-        return prompt, transcribing
-
-
 
 
 def run_llm_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
