@@ -136,7 +136,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
     from vita.process_graph import ProcessGraph
     from vita.web.app import FrontApp
-    from vita.web.http_server import FrontServer
+    from vita.web.http.server import FrontServer
 
     s = config.server
     ssl_context = _tls_context(config)
@@ -157,7 +157,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
 
 
 def _tls_context(config: Config) -> Any:
-    from vita.web.tls import ensure_self_signed, server_context
+    from vita.web.http.tls import ensure_self_signed, server_context
 
     s = config.server
     if not s.tls:

@@ -2,7 +2,7 @@
 turn adapter (vita/turns/), which never know the transport.
 
 Each door turns these into its own wire: `vita/web/socketio_wire.py` for the Socket.IO clients (VITA's page and our
-own), `vita/web/realtime_conversation.py` for the OpenAI Realtime clients. A new door adds its serializer, not a
+own), `vita/web/realtime/conversation.py` for the OpenAI Realtime clients. A new door adds its serializer, not a
 new vocabulary. `EVENT` is the event's Socket.IO name (the original protocol's, which the other doors translate).
 """
 

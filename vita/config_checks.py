@@ -9,7 +9,7 @@ from pathlib import Path
 from vita.config import Config, ConfigError
 
 ICE_URL_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
-MIN_TOKEN_CHARS = 16  # a guesser is throttled too (vita.web.access), but a short token is a guessable one
+MIN_TOKEN_CHARS = 16  # a guesser is throttled too (vita.web.http.access), but a short token is a guessable one
 
 
 def check_ice_servers(servers: list) -> list[dict]:
@@ -194,7 +194,7 @@ def validate(config: Config) -> Config:
     _check(s.message_queue is None or s.message_queue.startswith(("redis://", "rediss://", "unix://")),
            "--message_queue", f"must be a redis:// URL, got {s.message_queue!r}")
     if s.web_root is not None:
-        from vita.web.web_root import page_problem
+        from vita.web.http.web_root import page_problem
 
         problem = page_problem(Path(s.web_root).expanduser())
         _check(problem is None, "--web_root", problem or "")

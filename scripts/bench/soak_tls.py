@@ -28,9 +28,9 @@ def serve(port_queue: multiprocessing.Queue, state_dir: str) -> None:
     import flask_socketio
 
     from vita.config import LimitsConfig
-    from vita.web.http_server import FrontServer
-    from vita.web.socket_guard import SocketGuard
-    from vita.web.tls import ensure_self_signed, server_context
+    from vita.web.http.server import FrontServer
+    from vita.web.http.socket_guard import SocketGuard
+    from vita.web.http.tls import ensure_self_signed, server_context
 
     app = flask.Flask("soak")
     sio = flask_socketio.SocketIO(app, async_mode="threading")

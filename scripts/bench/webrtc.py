@@ -228,7 +228,7 @@ def codec_cost(seconds: float = 10.0) -> float:
 
     import av
 
-    from vita.web.opus_track import FRAME_SAMPLES, OPUS_RATE, OpusTrack
+    from vita.web.webrtc.opus_track import FRAME_SAMPLES, OPUS_RATE, OpusTrack
 
     async def make() -> OpusTrack:
         return OpusTrack()

@@ -19,8 +19,8 @@ from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
 from tests.harness.client import RecordingClient
-from vita.web.opus_track import OpusTrack
-from vita.web.rtp_audio_in import set_jitter_buffer
+from vita.web.webrtc.opus_track import OpusTrack
+from vita.web.webrtc.rtp_audio_in import set_jitter_buffer
 
 PICTURE_FPS = 4
 CLIENT_PREFETCH = 1  # packets this client's jitter buffer holds back: 20 ms (Chromium's held 14 ms here)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import requests
 
 from vita.config import LimitsConfig
-from vita.web.access import COOKIE, AccessGuard
-from vita.web.http_server import FrontServer
-from vita.web.socket_guard import SocketGuard
+from vita.web.http.access import COOKIE, AccessGuard
+from vita.web.http.server import FrontServer
+from vita.web.http.socket_guard import SocketGuard
 
 
 @dataclass

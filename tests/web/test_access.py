@@ -15,9 +15,9 @@ from werkzeug.wrappers import Request
 
 from vita.config import Config, ConfigError
 from vita.config_checks import validate
-from vita.web.access import FAILURE_WINDOW_S, LOCKOUT_S, MAX_FAILURES, AccessGuard, FailureThrottle, client_key
-from vita.web.realtime_route import PATH as REALTIME_PATH
-from vita.web.web_security import ForwardedHeaders
+from vita.web.http.access import FAILURE_WINDOW_S, LOCKOUT_S, MAX_FAILURES, AccessGuard, FailureThrottle, client_key
+from vita.web.http.web_security import ForwardedHeaders
+from vita.web.realtime.route import PATH as REALTIME_PATH
 
 pytestmark = pytest.mark.fast  # no model
 
@@ -44,9 +44,9 @@ def front(tmp_path):
     # Flask imported here, not at collection (see tests/conftest.py: vLLM's engine start and Flask's proxies).
     from flask import Flask
 
-    from vita.web.access import TokenThrottle
-    from vita.web.http_routes import install_routes
-    from vita.web.realtime_route import RealtimeRoute
+    from vita.web.http.access import TokenThrottle
+    from vita.web.page_routes import install_routes
+    from vita.web.realtime.route import RealtimeRoute
 
     page = tmp_path / "index.html"
     page.write_text("<!doctype html><title>page</title>")
@@ -79,12 +79,12 @@ def test_a_token_shorter_than_16_characters_is_refused_with_how_to_make_one(monk
 
 
 def test_wrong_tokens_from_one_address_earn_it_429_with_retry_after(front, caplog):
-    with caplog.at_level(logging.WARNING, logger="vita.web.access"):
+    with caplog.at_level(logging.WARNING, logger="vita.web.http.access"):
         for _ in range(MAX_FAILURES):
             assert front.get("/", token="wrong-token-guess").status_code == 401
     refused = front.get("/", bearer=TOKEN)  # even the right token, for a while: a guess must not be confirmed
     assert refused.status_code == 429 and refused.headers["Retry-After"] == str(int(LOCKOUT_S)), refused.data
-    assert [r.getMessage() for r in caplog.records if r.name == "vita.web.access"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "vita.web.http.access"] == [
         f"{MAX_FAILURES} wrong access tokens from {A} within {FAILURE_WINDOW_S:.0f} s: refused (429) for "
         f"{LOCKOUT_S:.0f} s"]
     # Socket.IO and the Realtime route are behind the same gate.

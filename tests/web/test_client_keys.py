@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from vita.config import Config
-from vita.web.access import AccessGuard, FailureThrottle
-from vita.web.client_keys import MAX_KEYS, ClientKeys, KeyRefused
-from vita.web.realtime_route import PATH, SECRETS_PATH
+from vita.web.http.access import AccessGuard, FailureThrottle
+from vita.web.realtime.client_keys import MAX_KEYS, ClientKeys, KeyRefused
+from vita.web.realtime.route import PATH, SECRETS_PATH
 
 pytestmark = pytest.mark.fast  # no model
 
@@ -56,8 +56,8 @@ def front():
     # Flask imported here, not at collection (see tests/conftest.py: vLLM's engine start and Flask's proxies).
     from flask import Flask
 
-    from vita.web.access import TokenThrottle
-    from vita.web.realtime_route import RealtimeRoute
+    from vita.web.http.access import TokenThrottle
+    from vita.web.realtime.route import RealtimeRoute
 
     guard = AccessGuard(TOKEN, FailureThrottle())
     flask = Flask(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vita.web.connections import ConnectionTable
+from vita.web.http.connections import ConnectionTable
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from vita.web.web_security import ForwardedHeaders, client_address
-from vita.web.webrtc import candidate_allowed
+from vita.web.http.web_security import ForwardedHeaders, client_address
+from vita.web.webrtc.hub import candidate_allowed
 
 pytestmark = pytest.mark.fast  # no model
 
@@ -90,7 +90,7 @@ def front():
     from flask_socketio import SocketIO
 
     from vita.config import LimitsConfig
-    from vita.web.http_server import FrontServer
+    from vita.web.http.server import FrontServer
 
     flask = Flask(__name__)
     sio = SocketIO(flask, async_mode="threading", always_connect=True, async_handlers=False)

@@ -15,8 +15,8 @@ import pytest
 from tests.harness.client import RecordingClient, wait_until
 from tests.harness.server import wait_no_sessions
 from vita.config import LimitsConfig
-from vita.web.http_server import FrontServer
-from vita.web.tls import ensure_self_signed, server_context
+from vita.web.http.server import FrontServer
+from vita.web.http.tls import ensure_self_signed, server_context
 
 # The first bytes of a TLS ClientHello record, then nothing: a client that stalls mid-handshake.
 PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")

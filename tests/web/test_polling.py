@@ -14,7 +14,7 @@ import websocket
 
 from tests.harness.client import wait_until
 from tests.web.small_front import small_front
-from vita.web.access import COOKIE
+from vita.web.http.access import COOKIE
 
 pytestmark = pytest.mark.fast  # no model: the front's HTTP server and Socket.IO stack around a one-event app
 

@@ -1,4 +1,4 @@
-"""The Realtime push-to-talk buffer (vita/web/realtime_audio_buffer.py): one resampled stream, its commit, and the
+"""The Realtime push-to-talk buffer (vita/web/realtime/audio_buffer.py): one resampled stream, its commit, and the
 cap on what waits for one response. No model."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vita.web.realtime_audio_buffer import PushToTalkBuffer
-from vita.web.realtime_protocol import ProtocolError
+from vita.web.realtime.audio_buffer import PushToTalkBuffer
+from vita.web.realtime.protocol import ProtocolError
 
 pytestmark = pytest.mark.fast
 

@@ -12,20 +12,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import vita.web.realtime as realtime
+import vita.web.realtime.session as realtime
 from vita.client_events import StateChanged, TurnStarted
 from vita.config import Config
 from vita.rate_budget import RateBudget
 from vita.turns.sessions import Session
 from vita.turns.turn_events import InputCommitted
-from vita.web.realtime import RealtimeSession
-from vita.web.realtime_protocol import (
+from vita.web.realtime.protocol import (
     MAX_CONTENT_PARTS,
     MAX_INSTRUCTIONS_CHARS,
     MAX_JSON_CONTAINERS,
     MAX_JSON_DEPTH,
     json_shape,
 )
+from vita.web.realtime.session import RealtimeSession
 
 pytestmark = pytest.mark.fast
 
@@ -200,7 +200,7 @@ def test_json_shape_does_not_count_the_brackets_of_strings():
 def test_an_event_of_tens_of_thousands_of_tiny_objects_is_refused_before_it_is_parsed(monkeypatch):
     c = Client()
     built = []  # what the protocol module's json.loads was given
-    monkeypatch.setattr("vita.web.realtime_protocol.json", SimpleNamespace(
+    monkeypatch.setattr("vita.web.realtime.protocol.json", SimpleNamespace(
         loads=lambda data: built.append(len(data)) or json.loads(data), dumps=json.dumps))
     parts = [{"type": "input_audio", "audio": "AAAAAA=="}] * 40_000  # 2 MB of empty parts
     (error,) = c.send(json.dumps({"type": "conversation.item.create", "item": {
@@ -216,7 +216,7 @@ def test_an_event_of_tens_of_thousands_of_tiny_objects_is_refused_before_it_is_p
 
 def test_over_deep_json_is_refused_cleanly_and_legitimate_nesting_is_not(caplog):
     c = Client()
-    with caplog.at_level(logging.ERROR, logger="vita.web.realtime"):
+    with caplog.at_level(logging.ERROR, logger="vita.web.realtime.session"):
         for deep in ("[" * 100_000 + "]" * 100_000,
                      json.dumps({"type": "session.update", "session": {"metadata": nest(MAX_JSON_DEPTH)}})):
             (error,) = c.send(deep)

@@ -22,9 +22,9 @@ from vita.client_events import (
     VadChanged,
 )
 from vita.messages import ClientTool
-from vita.web.realtime_conversation import RealtimeConversation
-from vita.web.realtime_items import heard_part
-from vita.web.realtime_protocol import (
+from vita.web.realtime.conversation import RealtimeConversation
+from vita.web.realtime.items import heard_part
+from vita.web.realtime.protocol import (
     ALAW_DECODE,
     ULAW_DECODE,
     ProtocolError,

@@ -1,5 +1,5 @@
-"""The microphone's packets before the decoder (vita/web/rtp_audio_in.py): their order, what an Opus packet holds,
-and the audio budget charged before any decoding. No model, no server."""
+"""The microphone's packets before the decoder (vita/web/webrtc/rtp_audio_in.py): their order, what an Opus
+packet holds, and the audio budget charged before any decoding. No model, no server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from vita.web.rtp_audio_in import (
+from vita.web.webrtc.rtp_audio_in import (
     AUDIO_BURST_S,
     AUDIO_RATE,
     MAX_OPUS_PACKET_S,

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from vita.web import shared_tls
-from vita.web.shared_tls import SharedTlsSocket
-from vita.web.tls import ensure_self_signed, server_context
+from vita.web.http import shared_tls
+from vita.web.http.shared_tls import SharedTlsSocket
+from vita.web.http.tls import ensure_self_signed, server_context
 
 pytestmark = pytest.mark.fast
 
@@ -88,7 +88,7 @@ class QueueLock:
 
 
 class StoppedClock:
-    """vita.web.shared_tls's `time` for one test: it stands still until the test moves it, so a deadline passes
+    """vita.web.http.shared_tls's `time` for one test: it stands still until the test moves it, so a deadline passes
     exactly when the test says (never by a race with a sleep)."""
 
     def __init__(self):

@@ -10,7 +10,7 @@ import websocket
 
 from tests.harness.client import wait_until
 from tests.web.small_front import small_front
-from vita.web.bounded_websocket import BoundedWebSocket, MeteredSocket
+from vita.web.http.bounded_websocket import BoundedWebSocket, MeteredSocket
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

@@ -1,4 +1,4 @@
-"""vita/web/webrtc.py's parts that need no peer: the answer's SDP edits, the reply track's queue and pacing of
+"""vita/web/webrtc/hub.py's parts that need no peer: the answer's SDP edits, the reply track's queue and pacing of
 packets, the port range, and the config's ICE servers and ports. No model, no server."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 
 from vita.config import ConfigError, WebRtcConfig
 from vita.config_checks import check_ice_servers
-from vita.web.opus_track import FRAME_SAMPLES, OPUS_RATE, SILENT_TAIL_FRAMES, OpusTrack
-from vita.web.webrtc import (
+from vita.web.webrtc.hub import (
     MAX_CANDIDATES,
     PortRangeLoop,
     RtcError,
@@ -21,6 +20,7 @@ from vita.web.webrtc import (
     limit_opus,
     screen_offer,
 )
+from vita.web.webrtc.opus_track import FRAME_SAMPLES, OPUS_RATE, SILENT_TAIL_FRAMES, OpusTrack
 
 pytestmark = pytest.mark.fast
 

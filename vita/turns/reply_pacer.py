@@ -4,7 +4,7 @@ VITA's page plays every chunk it is sent and knows only `stop_tts`; a reply sent
 sits in the page's queue, where nothing the server learns later (the user started speaking) can reach it. Sent
 at most ``lead_s`` ahead of the client's playback, the rest of the reply stays here, where it can be ducked the
 moment the user starts speaking (and restored if it was a cough or a "mm-hmm") or dropped by a barge-in: the
-client hears the change within ``lead_s``. The WebRTC track paces itself in real time (``vita/web/webrtc.py``).
+client hears the change within ``lead_s``. The WebRTC track paces itself in real time (``vita/web/webrtc/hub.py``).
 
 Pure: the session's thread calls it with the time and sends what ``take`` returns; ``wake_in`` says when to call
 again.

@@ -116,7 +116,8 @@ class TurnController:
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None):
         self.config = config
-        self.rtc = rtc  # the front's RtcHub (vita/web/webrtc.py): a session with a connected peer hears replies there
+        self.rtc = rtc  # the front's RtcHub (vita/web/webrtc/hub.py): a session with a connected peer hears
+        # replies there
         self.metrics = metrics
         save = config.limits.save_utterances_dir
         self.records = TurnRecords(metrics, turn_log, Path(save).expanduser() if save else None)

@@ -26,16 +26,16 @@ from vita.turns.ears import Ears
 from vita.turns.sessions import MIN_TEXT_COST, Session, SessionRegistry
 from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import Connected, TextTyped
-from vita.web.access import AccessGuard, TokenThrottle
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
-from vita.web.connections import ConnectionTable
-from vita.web.http_routes import install_routes
+from vita.web.http.access import AccessGuard, TokenThrottle
+from vita.web.http.connections import ConnectionTable
+from vita.web.http.socket_guard import SocketGuard
+from vita.web.http.web_root import WebRoot
+from vita.web.http.web_security import ForwardedHeaders, client_address, security_headers
 from vita.web.message_queue import QueueProbe, socketio_options
-from vita.web.realtime_route import RealtimeRoute
-from vita.web.socket_guard import SocketGuard
+from vita.web.page_routes import install_routes
+from vita.web.realtime.route import RealtimeRoute
 from vita.web.socketio_wire import socketio_event
-from vita.web.web_root import WebRoot
-from vita.web.web_security import ForwardedHeaders, client_address, security_headers
 
 log = logging.getLogger("vita.web.app")
 WEB_DIR = PROJECT_ROOT / "web"
@@ -52,7 +52,7 @@ def rtc_hub(config: Config) -> Any:
     """The front's WebRTC peers (one asyncio loop thread), or None when webrtc.enabled is false."""
     if not config.webrtc.enabled:
         return None
-    from vita.web.webrtc import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
+    from vita.web.webrtc.hub import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
 
     return RtcHub(RtcSettings.from_config(config.webrtc))
 
@@ -325,7 +325,7 @@ class FrontApp:
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays
         on Socket.IO audio."""
-        from vita.web.webrtc import RtcError
+        from vita.web.webrtc.hub import RtcError
 
         if self.rtc is None:
             self.emit("rtc_failed", {"message": "WebRTC is switched off on this server (webrtc.enabled)."},

@@ -18,11 +18,11 @@ if TYPE_CHECKING:
     from vita.ops.turn_log import TurnLogger
     from vita.turns.sessions import Session, SessionRegistry
     from vita.turns.turn_control import TurnController
-    from vita.web.access import AccessGuard
-    from vita.web.connections import ConnectionTable
+    from vita.web.http.access import AccessGuard
+    from vita.web.http.connections import ConnectionTable
+    from vita.web.http.socket_guard import SocketGuard
+    from vita.web.http.web_root import WebRoot
     from vita.web.message_queue import QueueProbe
-    from vita.web.socket_guard import SocketGuard
-    from vita.web.web_root import WebRoot
 
 
 class SessionHost(Protocol):

@@ -10,7 +10,7 @@ import psutil
 from flask import Response, abort, jsonify, redirect, request, send_file
 
 from vita.ops.metrics import CONTENT_TYPE
-from vita.web.access import COOKIE, OPEN_PATHS
+from vita.web.http.access import COOKIE, OPEN_PATHS
 
 if TYPE_CHECKING:
     from vita.web.front_host import FrontHost

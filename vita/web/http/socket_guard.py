@@ -41,9 +41,9 @@ from urllib.parse import parse_qs
 from engineio.payload import Payload
 from werkzeug.wrappers import Request
 
-from vita.web.access import AccessGuard
-from vita.web.bounded_websocket import BoundedWebSocket
-from vita.web.connections import ConnectionTable
+from vita.web.http.access import AccessGuard
+from vita.web.http.bounded_websocket import BoundedWebSocket
+from vita.web.http.connections import ConnectionTable
 
 log = logging.getLogger("vita.socket")
 

@@ -27,10 +27,10 @@ from aiortc.sdp import candidate_from_sdp
 
 from vita.config import WebRtcConfig
 from vita.config_checks import check_ice_servers
-from vita.web.opus_track import OpusTrack
-from vita.web.rtp_audio_in import InOrderBuffer, set_jitter_buffer
+from vita.web.webrtc.opus_track import OpusTrack
+from vita.web.webrtc.rtp_audio_in import InOrderBuffer, set_jitter_buffer
 
-log = logging.getLogger("vita.web.webrtc")
+log = logging.getLogger("vita.web.webrtc.hub")
 
 MIC_MAX_BITRATE = 24000  # asked of the browser in the answer (maxaveragebitrate). No DTX: the server's VAD counts
 # the silence that ends a turn in the samples it receives, so the microphone must keep sending them

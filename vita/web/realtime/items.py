@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vita.turns.camera import FrameError, decode_frame
-from vita.web.realtime_protocol import MAX_CONTENT_PARTS, ProtocolError
+from vita.web.realtime.protocol import MAX_CONTENT_PARTS, ProtocolError
 
 MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is decoded on the connection's thread)
 

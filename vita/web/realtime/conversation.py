@@ -36,7 +36,7 @@ from vita.client_events import (
 )
 from vita.messages import ToolOutput
 from vita.turns.turn_events import Speech
-from vita.web.realtime_protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
+from vita.web.realtime.protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
 
 # turn_cancelled reasons that are the user's or the client's doing -> response.done's status_details.reason;
 # any other cancel (stalled, a worker failed, the server stopping) is a failure of the server's.

@@ -1,7 +1,7 @@
 """The door of ``/v1/realtime``: a WSGI middleware in front of the Flask app that takes the Realtime WebSocket
 (checking its origin and access token, or a client key, before the upgrade) and hands it to a ``RealtimeSession``
-(vita/web/realtime.py), and mints client keys (``POST /v1/realtime/client_secrets``); every other request goes to
-the app."""
+(vita/web/realtime/session.py), and mints client keys (``POST /v1/realtime/client_secrets``); every other request
+goes to the app."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 from werkzeug.wrappers import Request
 
-from vita.web.access import AccessGuard
-from vita.web.bounded_websocket import BoundedWebSocket
-from vita.web.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
-from vita.web.realtime import RealtimeSession
-from vita.web.realtime_call import DataChannelWire
-from vita.web.realtime_protocol import ProtocolError, Settings, error_event, new_id, updated
-from vita.web.realtime_settings import first_settings, refuse_push_to_talk, session_summary
+from vita.web.http.access import AccessGuard
+from vita.web.http.bounded_websocket import BoundedWebSocket
+from vita.web.realtime.call import DataChannelWire
+from vita.web.realtime.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
+from vita.web.realtime.protocol import ProtocolError, Settings, error_event, new_id, updated
+from vita.web.realtime.session import RealtimeSession
+from vita.web.realtime.settings import first_settings, refuse_push_to_talk, session_summary
 
 if TYPE_CHECKING:
     from vita.web.front_host import FrontHost
@@ -153,8 +153,8 @@ class RealtimeRoute:
         if not rt.open():
             return _json_response(start_response, "429 Too Many Requests", "too_many_users",
                                   f"The server is full ({self.front.sessions.max_users} users); try again later.")
-        from vita.web.web_security import client_address
-        from vita.web.webrtc import RtcError
+        from vita.web.http.web_security import client_address
+        from vita.web.webrtc.hub import RtcError
 
         session = rt.session
 

@@ -8,7 +8,7 @@ threading mode needs for its long-lived WebSockets):
 - the listening socket stays plain; each connection does its TLS handshake in its own thread, with a time limit;
 - a request's headers must arrive within ``handshake_timeout_s``; a request body that stalls for ``read_timeout_s``
   is closed; a WebSocket that stops answering engine.io's pings is closed by engine.io (10 s + 10 s);
-- open connections are capped in all and per client address (``vita.web.connections``): idle ones make room, busy
+- open connections are capped in all and per client address (``vita.web.http.connections``): idle ones make room, busy
   ones are never dropped for a newcomer;
 - the ``Server`` header says ``vita``, without versions.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
-from vita.web.connections import ConnectionTable
+from vita.web.http.connections import ConnectionTable
 
 log = logging.getLogger("vita.http")
 SERVER_NAME = "vita"
@@ -53,8 +53,8 @@ class FrontRequestHandler(WSGIRequestHandler):
             self.server.connections.set_busy(self._key, True)
             if self.headers.get("Upgrade", "").lower() == "websocket":
                 # No read clock: simple-websocket's reader waits as long as the client is quiet (over TLS the
-                # socket is shared through vita.web.shared_tls, which sets its own). A silent WebSocket is closed by
-                # engine.io's ping timeout instead (20 s).
+                # socket is shared through vita.web.http.shared_tls, which sets its own). A silent WebSocket is
+                # closed by engine.io's ping timeout instead (20 s).
                 self.connection.settimeout(None)
             else:
                 self.connection.settimeout(self.server.limits.read_timeout_s)

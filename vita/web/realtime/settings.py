@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vita.web.realtime_protocol import ProtocolError, Settings, TurnDetection, session_json
+from vita.web.realtime.protocol import ProtocolError, Settings, TurnDetection, session_json
 
 if TYPE_CHECKING:
     from vita.web.front_host import SessionHost

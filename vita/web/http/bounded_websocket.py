@@ -1,7 +1,7 @@
 """A WebSocket that the front can afford: engine.io's threading WebSocket with a message size limit, no
 compression, and reads paced in bytes and messages (``MeteredSocket``), so a flood costs the front what the limits
-allow, not what the client's link carries. Installed by ``SocketGuard`` (vita/web/socket_guard.py) and used by the
-Realtime door (vita/web/realtime_route.py)."""
+allow, not what the client's link carries. Installed by ``SocketGuard`` (vita/web/http/socket_guard.py) and used by the
+Realtime door (vita/web/realtime/route.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import simple_websocket
 from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 
 from vita.rate_budget import RateBudget
-from vita.web.shared_tls import SharedTlsSocket
+from vita.web.http.shared_tls import SharedTlsSocket
 
 log = logging.getLogger("vita.socket")
 

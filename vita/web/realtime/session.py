@@ -3,7 +3,7 @@
 A Realtime client is a session like any other (one seat of --max_users, the idle timeout, the access token, the
 same mailbox, turn machine, workers and reply pacing); only its wire differs. Its events are read in order on its
 connection's thread, as Socket.IO's are; what the turn machine says back goes through the session's
-``RealtimeConversation`` (vita/web/realtime_conversation.py), the Realtime door's serializer of client events.
+``RealtimeConversation`` (vita/web/realtime/conversation.py), the Realtime door's serializer of client events.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
-from vita.web.realtime_audio_buffer import PushToTalkBuffer
-from vita.web.realtime_conversation import Item, RealtimeConversation
-from vita.web.realtime_items import heard_part, read_message_content
-from vita.web.realtime_protocol import (
+from vita.web.realtime.audio_buffer import PushToTalkBuffer
+from vita.web.realtime.conversation import Item, RealtimeConversation
+from vita.web.realtime.items import heard_part, read_message_content
+from vita.web.realtime.protocol import (
     EAGER_THRESHOLD,
     FORMATS,
     ProtocolError,
@@ -43,12 +43,12 @@ from vita.web.realtime_protocol import (
     read_response_options,
     updated,
 )
-from vita.web.realtime_settings import first_settings, refuse_push_to_talk, session_summary
+from vita.web.realtime.settings import first_settings, refuse_push_to_talk, session_summary
 
 if TYPE_CHECKING:
     from vita.web.front_host import SessionHost
 
-log = logging.getLogger("vita.web.realtime")
+log = logging.getLogger("vita.web.realtime.session")
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
 
 

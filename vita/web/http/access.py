@@ -30,7 +30,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
-log = logging.getLogger("vita.web.access")
+log = logging.getLogger("vita.web.http.access")
 
 COOKIE = "vita_token"
 PASS_LABEL = b"vita page pass"  # what the token signs to make the page's pass

@@ -1,0 +1,1 @@
+"""OpenAI's Realtime door: over a WebSocket, and over WebRTC (a call)."""
