@@ -115,6 +115,13 @@ def playback(chunks: list[tuple[float, bytes]], stop_at: float | None = None) ->
     return gaps, played
 
 
+def voice_to_voice(events: list[tuple[float, str, object]], voiced_at: float) -> float | None:
+    """A turn's voice-to-voice as its user meets it: from the last voiced sample sent to the reply's first audio
+    received (None: no reply audio came). The one definition every benchmark reports."""
+    audio = [t for t, n, _ in events if n == "audio" and t >= voiced_at]
+    return audio[0] - voiced_at if audio else None
+
+
 def ask(client: RecordingClient, mic: Microphone, voice: str, text: str, speech: np.ndarray | None = None
         ) -> dict | None:
     """Say `text` (in `voice`, or the `speech` given) and read the turn that answered it."""
@@ -134,11 +141,11 @@ def ask(client: RecordingClient, mic: Microphone, voice: str, text: str, speech:
     gaps, _ = playback(audio)
     tokens, gen, first = llm.get("tokens", 0), llm.get("generate_s", 0), llm.get("first_token_s", 0)
     return {"question": text, "turn_id": tid, "reply": texts[-1] if texts else "",
-            "client_v2v_s": audio[0][0] - said.end_sent if audio else None,
+            "client_v2v_s": voice_to_voice(evs, said.end_sent),
             "server_v2v_s": front.get("voice_to_voice_s"),
             # where the server's VAD put the end of speech, after the last voiced sample the client sent: what the
             # server's own voice-to-voice leaves out (the reply reaches the client in ~2 ms)
-            "speech_end_late_s": audio[0][0] - said.end_sent - front["voice_to_voice_s"]
+            "speech_end_late_s": voice_to_voice(evs, said.end_sent) - front["voice_to_voice_s"]
             if audio and "voice_to_voice_s" in front else None,
             "end_of_speech_s": stages.get("vad", {}).get("end_of_speech_s"), "asr_s": llm.get("asr_s"),
             "first_token_s": first, "first_piece_s": llm.get("first_piece_s"),

@@ -33,6 +33,7 @@ import numpy as np
 import requests
 
 from scripts.bench.common import cpu_description, percentile
+from scripts.bench.measure import voice_to_voice
 from scripts.eval.questions import BARGE_OVER, BARGE_WITH, SHORT
 from scripts.eval.voices import synthesize
 from tests.harness.client import RecordingClient
@@ -85,9 +86,8 @@ def v2v_socketio(client: RecordingClient, speech: np.ndarray) -> float | None:
     end = send_socketio(client, speech)
     if not client.wait_for(lambda evs: any(n == "audio" and t > end for t, n, _ in evs), REPLY_S):
         return None
-    first = next(t for t, n, _ in client.events if n == "audio" and t > end)
     latest_turn_over(client)
-    return first - end
+    return voice_to_voice(client.events, end)
 
 
 def v2v_realtime(client: RealtimeClient, speech: np.ndarray) -> float | None:

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from scripts.bench.measure import send_speech
+from scripts.bench.measure import send_speech, voice_to_voice
 from scripts.bench.turn_events import (
     answered,
     content_words,
@@ -43,8 +43,7 @@ def complete_question(client: RecordingClient, voice: str, text: str) -> dict:
     events = since(client, mark)
     ends = [t for t, n, _ in events if n == "turn" and t >= voiced_at]
     row["end_of_turn_s"] = ends[0] - voiced_at if ends else None
-    audio = [t for t, n, _ in events if n == "audio" and t >= voiced_at]
-    row["voice_to_voice_s"] = audio[0] - voiced_at if audio else None
+    row["voice_to_voice_s"] = voice_to_voice(events, voiced_at)
     row["turns"] = turns(events)
     row["turns_before_end"] = len([1 for t, n, _ in events if n == "turn" and t < voiced_at])  # cut mid-question
     row["transcript"] = transcript(events, row["turns"][-1]) if row["turns"] else None
