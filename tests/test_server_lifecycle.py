@@ -24,6 +24,7 @@ from tests.harness.server import start_server, stop_server, wait_health, wait_re
 from tests.harness.speech import noise, silence, spoken, stream
 from tests.workers.llm.test_llm_worker import LONG_REPLY
 from vita.ops.turn_log import read_turns
+from vita.web.http.access import AccessGuard
 
 TIMEOUT_S = 3
 
@@ -362,7 +363,8 @@ def test_restarted_with_an_access_token_keeps_the_turn_log_and_guards_everything
         link = again.get(f"/?token={TOKEN}", allow_redirects=False)
         assert link.status_code == 303 and link.headers["Location"] == "/"
         cookie = link.cookies.get("vita_token")
-        assert cookie == TOKEN and "HttpOnly" in link.headers["Set-Cookie"]
+        # the browser keeps a pass (an HMAC of the token), never the token itself
+        assert cookie == AccessGuard(TOKEN).page_pass and "HttpOnly" in link.headers["Set-Cookie"]
         assert again.get("/", cookies={"vita_token": cookie}).status_code == 200
         assert again.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         # A Realtime client's api key is the token (Authorization: Bearer, as the openai package sends it).
