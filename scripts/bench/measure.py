@@ -140,13 +140,14 @@ def ask(client: RecordingClient, mic: Microphone, voice: str, text: str, speech:
     texts = [d["text"] for _, n, d in client.events if n == "response_text" and d.get("turn_id") == tid]
     gaps, _ = playback(audio)
     tokens, gen, first = llm.get("tokens", 0), llm.get("generate_s", 0), llm.get("first_token_s", 0)
+    v2v = voice_to_voice(evs, said.end_sent)
     return {"question": text, "turn_id": tid, "reply": texts[-1] if texts else "",
-            "client_v2v_s": voice_to_voice(evs, said.end_sent),
+            "client_v2v_s": v2v,
             "server_v2v_s": front.get("voice_to_voice_s"),
             # where the server's VAD put the end of speech, after the last voiced sample the client sent: what the
             # server's own voice-to-voice leaves out (the reply reaches the client in ~2 ms)
-            "speech_end_late_s": voice_to_voice(evs, said.end_sent) - front["voice_to_voice_s"]
-            if audio and "voice_to_voice_s" in front else None,
+            "speech_end_late_s": v2v - front["voice_to_voice_s"] if v2v is not None and "voice_to_voice_s" in front
+            else None,
             "end_of_speech_s": stages.get("vad", {}).get("end_of_speech_s"), "asr_s": llm.get("asr_s"),
             "first_token_s": first, "first_piece_s": llm.get("first_piece_s"),
             "tts_first_chunk_s": tts.get("first_chunk_s"), "prompt_tokens": llm.get("prompt_tokens"),

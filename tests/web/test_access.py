@@ -134,10 +134,21 @@ def test_browsers_let_in_before_keep_going_through_their_nats_lockout(front):
     front.http.set_cookie(key="vita_token", value=page_pass)
     assert front.get("/").status_code == 200
     assert front.get("/socket.io/", query_string={"EIO": "4", "transport": "polling"}).status_code != 429
+    assert front.get("/", bearer="another-guess-1").status_code == 429  # the pass carries no guess through
+    assert front.get("/", bearer=TOKEN).status_code == 429  # nor confirms one
     front.http.set_cookie(key="vita_token", value="f" * 64)  # a guessed pass is a wrong token like any other
     assert front.get("/").status_code == 429
     front.http.delete_cookie(key="vita_token")
     assert front.get("/", client=B, token="f" * 64).status_code == 401
+
+
+def test_a_cookie_that_holds_the_token_itself_is_swapped_for_the_pass(front):
+    front.http.set_cookie(key="vita_token", value=TOKEN)  # as browsers were left before the pass
+    answer = front.get("/")
+    assert answer.status_code == 200
+    assert answer.headers["Set-Cookie"].startswith(f"vita_token={front.guard.page_pass};")
+    front.http.set_cookie(key="vita_token", value=front.guard.page_pass)
+    assert "Set-Cookie" not in front.get("/").headers  # once
 
 
 def test_failures_count_within_their_window_only(front):

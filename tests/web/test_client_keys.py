@@ -5,6 +5,7 @@ the rest of the front (the key opening a real session is tested in test_realtime
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -115,6 +116,17 @@ def test_only_a_post_mints_and_a_body_must_be_a_json_object(front):
     answer = front.post(SECRETS_PATH, data="not json", headers={"Authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 400 and answer.json["error"]["code"] == "invalid_json"
     assert mint(front, [1, 2]).status_code == 400
+
+
+@pytest.mark.parametrize("body", [
+    "[" * 20_000 + "]" * 20_000,  # once a RecursionError: a 500 and a traceback
+    json.dumps({"session": {"metadata": [{}] * 12_000}}),  # 12,000 objects built for nothing
+    json.dumps({"session": {}}).encode("utf-16"),  # a text the bounds' scan cannot read
+])
+def test_an_outsized_or_foreign_json_body_is_refused_before_it_is_parsed(front, body):
+    answer = front.post(SECRETS_PATH, data=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 400 and answer.json["error"]["code"] == "invalid_json", answer.json
+    assert front.realtime.keys.counts()["live"] == 0
 
 
 def test_a_spent_or_unknown_key_is_refused_at_the_door_with_why(front):

@@ -56,9 +56,6 @@ class Front:
         self.heard.append(pcm)
         return True
 
-    def put_request(self, _message) -> bool:
-        return True
-
 
 class Client:
     """A RealtimeSession and what it sent back."""
@@ -72,10 +69,10 @@ class Client:
             update = {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}
             assert self.send(update) == [] and self.rt.settings.turn_detection is None
 
-    def send(self, event: dict | str) -> list[dict]:
+    def send(self, event: dict | str | bytes) -> list[dict]:
         """The event, and the errors it was answered with."""
         before = len(self.sent)
-        self.rt.receive(event if isinstance(event, str) else json.dumps(event))
+        self.rt.receive(event if isinstance(event, str | bytes) else json.dumps(event))
         return [e["error"] for e in self.sent[before:] if e["type"] == "error"]
 
     def of(self, kind: str) -> list[dict]:
@@ -222,6 +219,11 @@ def test_over_deep_json_is_refused_cleanly_and_legitimate_nesting_is_not(caplog)
             (error,) = c.send(deep)
             assert error["code"] == "invalid_json" and error["type"] == "invalid_request_error", error
             assert f"deeper than {MAX_JSON_DEPTH}" in error["message"]
+        # Bytes are UTF-8: in UTF-16 a character such as "\u2200" would read as a quote to the bounds' scan.
+        foreign = json.dumps({"type": "session.update", "session": {"metadata": {"k": "\u2200"}},
+                              "hidden": [{}] * 5000}, ensure_ascii=False)  # past the quote it reads: 5,000 objects
+        (error,) = c.send(foreign.encode("utf-16-le"))
+        assert error["code"] == "invalid_json", error
     assert "Realtime event failed" not in caplog.text and "Traceback" not in caplog.text
     # Brackets in text are no nesting, and a tool's nested schema is within the limit.
     assert c.send(text_item("[" * 500 + "{" * 500)) == []

@@ -69,15 +69,17 @@ def test_out_of_order_and_lost_packets_cost_one_packet_never_a_lasting_delay():
     (bytes([0xF9]), 0.040),  # two frames, code 1
     (bytes([0xFA, 0]), 0.040),  # two frames, code 2
     (bytes([0xFB, 3]), 0.060),  # code 3: three frames
-    (bytes([0xFB, 60]), MAX_OPUS_PACKET_S),  # a forged count: never more than a packet may hold
+    (bytes([0xFB, 6]), MAX_OPUS_PACKET_S),  # code 3: six 20 ms frames, the most a packet may hold
+    (bytes([0xFB, 60]), None),  # a forged count: more than a packet may hold, refused by the decoder
+    (bytes([0xFB, 0]), None),  # no frame at all
     (bytes([0x18]), 0.060),  # SILK 60 ms
     (bytes([0x68]), 0.020),  # hybrid 20 ms
     (bytes([0x80]), 0.0025),  # CELT 2.5 ms
-    (bytes([0xFB]), MAX_OPUS_PACKET_S),  # too short to say: charged as the longest
-    (b"", 0.0),
+    (bytes([0xFB]), None),  # too short to say its count
+    (b"", None),
 ])
 def test_an_opus_packet_is_charged_the_audio_its_header_says(data, seconds):
-    assert opus_packet_seconds(data) == pytest.approx(seconds)
+    assert opus_packet_seconds(data) == (None if seconds is None else pytest.approx(seconds))
 
 
 def test_a_flood_of_packets_past_the_audio_budget_never_reaches_the_decoder():
@@ -90,6 +92,14 @@ def test_a_flood_of_packets_past_the_audio_budget_never_reaches_the_decoder():
     now[0] += 1.0  # one second later: that second's share, no more
     passed = sum(buffer.add(Packet(seq, longest))[1] is not None for seq in range(1000, 2000))
     assert abs(passed - AUDIO_RATE / MAX_OPUS_PACKET_S) <= 1
+
+
+def test_malformed_packets_never_reach_the_decoder_and_cost_no_budget():
+    buffer = InOrderBuffer(clock=lambda: 0.0)
+    for seq, data in enumerate([b"", bytes([0xFB, 0]), bytes([0xFB, 63]), bytes([0xFB])]):
+        assert buffer.add(Packet(seq, data))[1] is None
+    assert buffer.malformed == 4 and buffer.over_budget == 0
+    assert buffer.add(Packet(10))[1] is not None  # a good packet after them goes through
 
 
 def test_a_microphone_in_real_time_loses_nothing_to_the_budget():

@@ -140,9 +140,6 @@ class FrontApp:
         else:
             self.socketio.emit(event, payload, **options)
 
-    def put_request(self, message: Any) -> bool:
-        return self._put("requests", message)
-
     def _put(self, queue_name: str, message: Any) -> bool:
         """Hand a message to a worker; False (message dropped, logged) when its queue stays full or is gone."""
         if put_or_drop(self.graph.queues[queue_name], message, log, what=f"the {queue_name} queue"):

@@ -37,10 +37,6 @@ class SessionHost(Protocol):
         """Microphone audio to the session's VAD, within its real-time budget; False when refused."""
         ...
 
-    def put_request(self, message: Any) -> bool:
-        """A message to the LLM worker's queue (history edits, tool outputs); False when it was full."""
-        ...
-
     def session_allows_event(self, session: Session) -> bool:
         """The session's event rate: False for an event over it (drop the event)."""
         ...

@@ -40,11 +40,12 @@ def install_routes(front: FrontHost) -> None:
         # A valid link's token leaves the address bar and history; the browser keeps the page's pass instead, in
         # an HttpOnly cookie (it lets the browser through a lockout its NAT's guesser earned).
         token = request.args.get("token")
+        secure = front.config.server.tls or request.is_secure  # our TLS, or a trusted proxy's X-Forwarded-Proto
         if front.guard.enabled and request.path == "/" and token and front.guard.check(token):
             response = redirect("/", code=303)
-            # Secure whenever the page is https as the app sees it: our TLS, or a trusted proxy's X-Forwarded-Proto.
-            response.set_cookie(COOKIE, front.guard.page_pass, httponly=True, samesite="Strict",
-                                secure=front.config.server.tls or request.is_secure)
+            response.set_cookie(COOKIE, front.guard.page_pass, httponly=True, samesite="Strict", secure=secure)
+        elif front.guard.enabled and front.guard.holds_old_cookie(request):  # the token itself: the pass instead
+            response.set_cookie(COOKIE, front.guard.page_pass, httponly=True, samesite="Strict", secure=secure)
         response.headers.update(front.security_headers)
         return response
 

@@ -24,20 +24,29 @@ class StartedTools:
 
 
 async def start_tools(cfg: ToolsConfig, report: StatusReporter) -> StartedTools:
-    arithmetic = mcp = None
-    if cfg.builtin:
-        arithmetic = isolated_arithmetic()
-        await asyncio.to_thread(arithmetic.start)
-    tools = builtin_tools(arithmetic) if cfg.builtin else []
-    if cfg.mcp_servers:
-        report(WorkerState.LOADING, f"starting {len(cfg.mcp_servers)} MCP server(s)")
-        mcp = McpServers(cfg.mcp_servers, cfg.timeout_s)
-        await mcp.start()
-        names = {t.name for t in tools}
-        for tool in mcp.tools():
-            if tool.name in names:
-                report.log.warning("MCP tool %r (%s) hidden by a tool of the same name", tool.name, tool.source)
-                continue
-            tools.append(tool)
-            names.add(tool.name)
-    return StartedTools(ToolBox(tools), arithmetic, mcp)
+    """What fails half-way leaves nothing running: the processes started so far are closed before it is raised."""
+    started = StartedTools(ToolBox([]))
+    try:
+        if cfg.builtin:
+            started.arithmetic = isolated_arithmetic()
+            await asyncio.to_thread(started.arithmetic.start)
+        tools = builtin_tools(started.arithmetic) if cfg.builtin else []
+        if cfg.mcp_servers:
+            report(WorkerState.LOADING, f"starting {len(cfg.mcp_servers)} MCP server(s)")
+            started.mcp = McpServers(cfg.mcp_servers, cfg.timeout_s)
+            await started.mcp.start()
+            names = {t.name for t in tools}
+            for tool in started.mcp.tools():
+                if tool.name in names:
+                    report.log.warning("MCP tool %r (%s) hidden by a tool of the same name", tool.name, tool.source)
+                    continue
+                tools.append(tool)
+                names.add(tool.name)
+    except BaseException:
+        if started.mcp is not None:
+            await started.mcp.aclose()
+        if started.arithmetic is not None:
+            started.arithmetic.close()
+        raise
+    started.toolbox = ToolBox(tools)
+    return started

@@ -36,7 +36,6 @@ from workers.tts.phrase_cache import PhraseCache
 from workers.tts.text import normalize_for_speech
 
 NAME = "tts"
-CANCELLED_KEPT = 4096  # sessions whose cancelled turn ids the worker remembers
 HEARTBEAT_S = 1.0
 LOCAL_BOUND = 64  # the synthesis loop says it is alive at least this often (the front kills a silent worker)
 

@@ -1,7 +1,8 @@
 """The optional access token: checked for the page, /metrics and every Socket.IO connection.
 
-A token may come as `?token=` (the link an operator hands out; the page then keeps it in an HttpOnly cookie and
-drops it from the address bar), as `Authorization: Bearer` (scrapers, scripts) or in Socket.IO's connect `auth`.
+A token may come as `?token=` (the link an operator hands out; the page drops it from the address bar and the
+browser keeps a pass in an HttpOnly cookie instead), as `Authorization: Bearer` (scrapers, scripts) or in
+Socket.IO's connect `auth`.
 /health and /ready stay open for liveness probes (/health's detail — workers, paths, addresses, errors — only with
 the token). Comparison is constant-time.
 
@@ -129,9 +130,17 @@ class AccessGuard:
         return self.page_pass is not None and hmac.compare_digest(offered, self.page_pass.encode())
 
     def holds_pass(self, request: Any) -> bool:
-        """Whether the request carries the page's pass in its cookie: a browser that was let in already."""
+        """Whether the request offers the page's pass and nothing else: a browser that was let in already (a
+        request that also brings a token of its own is checked on that token, and a guess stays a guess)."""
         cookie = request.cookies.get(COOKIE)
-        return isinstance(cookie, str) and self._is_pass(cookie.encode("utf-8", "surrogatepass"))
+        return (isinstance(cookie, str) and self.offered(request) == cookie
+                and self._is_pass(cookie.encode("utf-8", "surrogatepass")))
+
+    def holds_old_cookie(self, request: Any) -> bool:
+        """A cookie from before the page's pass: the token itself (it still opens the page; it is replaced)."""
+        cookie = request.cookies.get(COOKIE)
+        return (self._token is not None and isinstance(cookie, str)
+                and hmac.compare_digest(cookie.encode("utf-8", "surrogatepass"), self._token))
 
     @staticmethod
     def offered(request: Any, auth: Any = None) -> str | None:

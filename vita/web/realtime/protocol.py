@@ -79,7 +79,10 @@ def json_shape(raw: bytes) -> tuple[int, int]:
 def parse_event(data: str | bytes) -> Any:
     """A client event's JSON, refused before it is parsed when it nests deeper than MAX_JSON_DEPTH (Python's parser
     would recurse into every level, up to a RecursionError) or holds more than MAX_JSON_CONTAINERS objects and
-    arrays (each one built, then thrown away with the event). Only a text with that many brackets is scanned."""
+    arrays (each one built, then thrown away with the event). Only a text with that many brackets is scanned.
+    Bytes must be UTF-8 (json.loads would guess UTF-16 or UTF-32, which the scan does not read)."""
+    if isinstance(data, bytes | bytearray):
+        data = bytes(data).decode("utf-8")  # strict: anything else is invalid JSON here
     opening = data.count("[") + data.count("{") if isinstance(data, str) else data.count(b"[") + data.count(b"{")
     if opening > MAX_JSON_DEPTH:
         depth, containers = json_shape(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)

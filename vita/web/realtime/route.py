@@ -20,7 +20,7 @@ from vita.web.http.access import AccessGuard
 from vita.web.http.bounded_websocket import BoundedWebSocket
 from vita.web.realtime.call import DataChannelWire
 from vita.web.realtime.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
-from vita.web.realtime.protocol import ProtocolError, Settings, error_event, new_id, updated
+from vita.web.realtime.protocol import ProtocolError, Settings, error_event, new_id, parse_event, updated
 from vita.web.realtime.session import RealtimeSession
 from vita.web.realtime.settings import first_settings, refuse_push_to_talk, session_summary
 
@@ -206,7 +206,7 @@ class RealtimeRoute:
         asked: Any = {}
         if parts.get("session"):
             try:
-                asked = json.loads(parts["session"])
+                asked = parse_event(parts["session"])  # bounded: depth and objects checked before parsing
             except ValueError:
                 raise ProtocolError("invalid_value", "session must be a JSON object", "session") from None
             if not isinstance(asked, dict):
@@ -229,7 +229,7 @@ class RealtimeRoute:
             return _json_response(start_response, "413 Payload Too Large", "invalid_request",
                                   f"the request body must be JSON of at most {MAX_SECRET_REQUEST_BYTES} bytes")
         try:
-            request = json.loads(environ["wsgi.input"].read(length) or b"{}")
+            request = parse_event(environ["wsgi.input"].read(length) or b"{}")
             if not isinstance(request, dict):
                 raise ProtocolError("invalid_value", "the request body must be a JSON object")
             ttl = self._ttl(request.get("expires_after"))

@@ -8,6 +8,7 @@ packet's Opus header says it holds, and a packet over it never reaches the decod
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,9 @@ from aiortc.utils import uint16_add
 
 from vita.rate_budget import RateBudget
 
+log = logging.getLogger("vita.web.webrtc")
 MAX_OPUS_PACKET_S = 0.12  # RFC 6716: no packet holds more than 120 ms
+DROPS_LOGGED_EVERY = 500  # a flood is logged at its first dropped packet and every this many after
 AUDIO_RATE = 1.5  # seconds of audio a second, after a burst of AUDIO_BURST_S: as the session's own audio budget
 AUDIO_BURST_S = 3.0
 SILK_MS = (10.0, 20.0, 40.0, 60.0)
@@ -25,11 +28,12 @@ HYBRID_MS = (10.0, 20.0)
 CELT_MS = (2.5, 5.0, 10.0, 20.0)
 
 
-def opus_packet_seconds(data: bytes) -> float:
+def opus_packet_seconds(data: bytes) -> float | None:
     """The audio an Opus packet holds, read from its table-of-contents byte (RFC 6716 §3.1): what decoding it
-    costs. A packet too short to say is charged as the longest a packet may be."""
+    costs. None for a packet the decoder would refuse (empty, no frame count, a count of 0, over 120 ms): it never
+    reaches the decoder, whose every failure is a log line."""
     if not data:
-        return 0.0
+        return None
     config, code = data[0] >> 3, data[0] & 3
     if config < 12:
         frame_ms = SILK_MS[config % 4]
@@ -42,31 +46,40 @@ def opus_packet_seconds(data: bytes) -> float:
     elif code in (1, 2):
         frames = 2
     elif len(data) < 2:
-        return MAX_OPUS_PACKET_S
+        return None
     else:
         frames = data[1] & 0x3F
-    return min(MAX_OPUS_PACKET_S, frames * frame_ms / 1000.0)
+    seconds = frames * frame_ms / 1000.0
+    return seconds if 0 < seconds <= MAX_OPUS_PACKET_S + 1e-9 else None
 
 
 class InOrderBuffer:
     """The server's audio jitter buffer: a packet goes to the decoder the moment it arrives, unless it is older than
-    one already passed on (late or repeated: dropped) or its audio is over the budget (dropped, uncounted as
-    passed on). The VAD plays nothing out: it needs order, not smoothing (aiortc's buffer held every packet until 4
-    later ones had come: 80-160 ms on each word heard), and holding packets back after a loss would keep every later
-    one late for good. Speaks aiortc's jitter-buffer interface: add(packet) -> (pli, frame or None)."""
+    one already passed on (late or repeated), malformed, or over the audio budget (each dropped). The VAD plays
+    nothing out: it needs order, not smoothing (aiortc's buffer held every packet until 4 later ones had come:
+    80-160 ms on each word heard), and holding packets back after a loss would keep every later one late for good.
+    Speaks aiortc's jitter-buffer interface: add(packet) -> (pli, frame or None)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.expected: int | None = None  # the sequence number after the newest passed on
         self.clock = clock
         self.budget = RateBudget(AUDIO_RATE, AUDIO_BURST_S, clock())
         self.over_budget = 0  # packets dropped for it
+        self.malformed = 0  # packets the decoder would refuse, dropped
 
     def add(self, packet: Any) -> tuple[bool, JitterFrame | None]:
         seq = packet.sequence_number
         if self.expected is not None and 0 < uint16_add(self.expected, -seq) < 0x8000:
             return False, None
-        if not self.budget.take(opus_packet_seconds(packet._data), self.clock()):
+        seconds = opus_packet_seconds(packet._data)
+        if seconds is None:
+            self.malformed += 1
+            return False, None
+        if not self.budget.take(seconds, self.clock()):
             self.over_budget += 1
+            if self.over_budget % DROPS_LOGGED_EVERY == 1:
+                log.warning("a microphone sends audio faster than %.1fx real time: %d packets dropped before "
+                            "decoding", AUDIO_RATE, self.over_budget)
             return False, None
         self.expected = uint16_add(seq, 1)
         return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)
