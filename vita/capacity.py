@@ -10,6 +10,13 @@ SEATS_BEFORE_MEASURED = 2
 VOICE_TO_VOICE_BUDGET_S = 2.0  # the slowest of the users who ask at the same moment hears the answer by then
 FIRST_PIECE_TOKENS = 6  # decoded before the first words can be spoken
 MOST_AUTO_SEATS = 8
+# Typed text: what one session may make the engine prefill. A typed message is a prompt: at a share of the engine's
+# measured prefill speed, one session's typing cannot crowd out the others' turns whatever the machine.
+TEXT_SHARE = 0.1  # of the engine's prefill, for one session's typed text (and a Realtime client's new instructions)
+CHARS_PER_TOKEN = 4.0
+MOST_TEXT_CHARS_S = 100.0  # where the engine is fast: a person types ~5 a second, a paste comes now and then
+LEAST_TEXT_CHARS_S = 20.0
+MIN_PREFILL_MEASURED = 32  # uncached prompt tokens below which a measured prefill speed says little
 DECODE_SHARE_LOST = 0.5  # what another stream in the batch adds to a reply's decoding, as a share of it alone
 
 
@@ -29,3 +36,10 @@ def seats_for(speed: MeasuredSpeed) -> tuple[int, str]:
                    f"decoding {speed.decode_tok_s:.1f} tokens/s: one turn's first words ~{alone:.2f} s, "
                    f"~{each_more:.2f} s more for each user asking at the same moment; budget "
                    f"{VOICE_TO_VOICE_BUDGET_S:g} s)")
+
+
+def text_chars_per_s(speed: MeasuredSpeed) -> float:
+    """The typed characters a second one session may bring (after its burst): TEXT_SHARE of the engine's prefill."""
+    if speed.prefill_tok_s <= 0:
+        return MOST_TEXT_CHARS_S
+    return max(LEAST_TEXT_CHARS_S, min(MOST_TEXT_CHARS_S, TEXT_SHARE * speed.prefill_tok_s * CHARS_PER_TOKEN))

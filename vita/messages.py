@@ -278,6 +278,7 @@ class MeasuredSpeed:
     asr_s: float  # Whisper on two seconds of audio
     first_token_s: float  # a fresh prompt prefilled, to its first token
     decode_tok_s: float  # one reply decoded, tokens a second
+    prefill_tok_s: float = 0.0  # prompt tokens prefilled a second, not from the cache (0: not measured)
 
 
 @dataclass(frozen=True)

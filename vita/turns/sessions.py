@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vita.capacity import SEATS_BEFORE_MEASURED, seats_for
+from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
 from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
 
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
+TEXT_BURST_CHARS = 4000.0
 
 @dataclass
 class Session:
@@ -48,8 +49,9 @@ class Session:
     # Microphone audio, whatever the transport: real time with room to spare (the VAD behind it runs in real time).
     audio_budget: RateBudget = field(default_factory=lambda: RateBudget(1.5, 3.0, time.monotonic()), repr=False)
     # Typed characters: each message starts a turn (a prompt to prefill: its cost grows with its length) and cancels
-    # the one before; a person types ~5 characters a second, a paste comes now and then.
-    text_budget: RateBudget = field(default_factory=lambda: RateBudget(100.0, 4000.0, time.monotonic()), repr=False)
+    # the one before. Its rate is the registry's, from this machine's measured prefill speed.
+    text_budget: RateBudget = field(default_factory=lambda: RateBudget(MOST_TEXT_CHARS_S, TEXT_BURST_CHARS,
+                                                                       time.monotonic()), repr=False)
     output: Any = field(default=None, repr=False)  # where its reply audio goes (vita/turns/reply_sinks.py)
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
@@ -81,6 +83,7 @@ class SessionRegistry:
         self.auto = max_users is None
         self.max_users = SEATS_BEFORE_MEASURED if max_users is None else max_users
         self.sized_by = ""  # auto: why this many
+        self.text_chars_s = MOST_TEXT_CHARS_S  # one session's typed text, a second (priced by the engine's speed)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
@@ -94,12 +97,19 @@ class SessionRegistry:
             self.max_users, self.sized_by = seats, why
         return why
 
+    def price_text(self, speed: MeasuredSpeed) -> float:
+        """Typed text's rate for the sessions opened from now on, from the engine's measured prefill speed."""
+        with self._lock:
+            self.text_chars_s = text_chars_per_s(speed)
+            return self.text_chars_s
+
     def open(self, sid: str) -> Session | None:
         """Register a session, or None when the server is full."""
         with self._lock:
             if len(self._sessions) >= self.max_users:
                 return None
             session = self._sessions[sid] = Session(sid)
+            session.text_budget.rate = self.text_chars_s
             return session
 
     def close(self, sid: str) -> Session | None:

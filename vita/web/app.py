@@ -196,7 +196,10 @@ class FrontApp:
             self.turns.report(session, code, message)
 
     def on_measured(self, worker: str, speed: MeasuredSpeed) -> None:
-        """The LLM worker measured this machine (as it became ready): --max_users auto takes its seats from that."""
+        """The LLM worker measured this machine (as it became ready): --max_users auto takes its seats from that, and
+        typed text its price."""
+        log.info("typed text: %.0f characters a second per session (%.0f prompt tokens a second prefilled here)",
+                 self.sessions.price_text(speed), speed.prefill_tok_s)
         why = self.sessions.size(speed)
         if why is None:
             log.info("measured this machine: --max_users auto would seat %s", seats_for(speed)[1])

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 
-from vita.capacity import seats_for
+from vita.capacity import MIN_PREFILL_MEASURED, seats_for
 from vita.messages import MeasuredSpeed
 from workers.llm.generation import SamplingSettings
 from workers.llm.kit import LlmKit
@@ -27,6 +27,8 @@ WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' dec
 # The speed measured (--max_users auto): a question whose answer runs on, with its own marker (see above).
 MEASURED_QUESTION = "[warm-up] Tell me about the sea."
 MEASURED_TOKENS = 16
+# Typed text is priced by the engine's prefill speed, measured on a paste of about 200 tokens.
+PASTED_TEXT = "[warm-up] Please sort this list: " + ", ".join(f"item {n} of the list" for n in range(40)) + "."
 MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then stay as they are
 
 
@@ -94,7 +96,22 @@ class PrefixWarming:
         decoded_s = time.monotonic() - first_at
         if decoded < MIN_MEASURED_TOKENS or decoded_s <= 0:
             return None
-        return MeasuredSpeed(round(kit.asr_s, 3), round(first_at - started, 3), round(decoded / decoded_s, 2))
+        return MeasuredSpeed(round(kit.asr_s, 3), round(first_at - started, 3), round(decoded / decoded_s, 2),
+                             await self.measure_prefill(tools))
+
+    async def measure_prefill(self, tools: ToolBox | None) -> float:
+        """Prompt tokens a second the engine prefills, on a long typed message (what typed text is priced by);
+        0 when it cannot say."""
+        started, first_at, computed = time.monotonic(), None, 0
+        kit = self.kit
+        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), PASTED_TEXT, tools=tools),
+                                             SamplingSettings(1, 0.0), "warmup-prefill"):
+            if first_at is None:
+                first_at = time.monotonic()
+                computed = (delta.prompt_tokens or 0) - (delta.cached_tokens or 0)  # what the engine prefilled
+        if first_at is None or computed < MIN_PREFILL_MEASURED or first_at <= started:
+            return 0.0
+        return round(computed / (first_at - started), 1)
 
     def warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
              persona: str | None = None) -> None:
