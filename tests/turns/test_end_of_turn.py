@@ -94,3 +94,34 @@ def test_a_session_has_one_job_waiting_so_a_flood_of_pauses_cannot_delay_another
         assert "flood-99" in answered  # the newest pause is the one judged
     finally:
         judge.close()
+
+
+def test_a_session_pausing_after_every_word_gets_its_share_of_the_model_and_no_more(model):
+    """A speaker with a pause after each word (every 0.3 s) once kept the model's thread busy at its raised
+    priority: now past SESSION_SHARE its pauses wait, while another session's pause is judged at once."""
+    import threading
+    import time
+
+    from vita.turns.end_of_turn import SESSION_BURST_S, SESSION_SHARE, EndOfTurnJudge
+
+    judge = EndOfTurnJudge(model)
+    busy = {"words": 0.0}
+    lock = threading.Lock()
+    calm_waited: list[float] = []
+    speech = np.concatenate([silence(0.3), hibari("Go. Go. Go. Go."), silence(0.2)])
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 3.0:
+            def on(_p: float, took: float) -> None:
+                with lock:
+                    busy["words"] += took
+            judge.judge("words", speech, on)
+            time.sleep(0.05)  # a pause after every word, faster than the model answers
+        asked, answered = time.monotonic(), threading.Event()
+        judge.judge("calm", speech, lambda _p, _t: (calm_waited.append(time.monotonic() - asked), answered.set()))
+        assert answered.wait(5)
+        elapsed = time.monotonic() - started
+        assert busy["words"] <= SESSION_BURST_S + SESSION_SHARE * elapsed + 0.3  # (+ one job run past its share)
+        assert calm_waited[0] < 0.5  # behind at most the job running when it came
+    finally:
+        judge.close()

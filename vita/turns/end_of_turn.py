@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from vita.machine.cpu import name_os_thread, set_nice
+from vita.rate_budget import RateBudget
 
 log = logging.getLogger("vita.turns.end_of_turn")
 
@@ -32,6 +33,12 @@ N_FFT = 400
 HOP = 160
 N_MELS = 80
 PRIORITY_STEPS = 5  # the model's thread runs this many nice steps ahead of the rest of the server
+# One session's share of the model's thread: a speaker whose every word is followed by a pause (a pause each 0.3 s)
+# would keep it busy, at its raised priority, and take the CPU from everyone's turns. A session over its share has
+# its next pause judged later (deferred, not dropped); a person pausing now and then never reaches it.
+SESSION_SHARE = 0.25  # seconds of the model a second, per session
+SESSION_BURST_S = 0.6  # a few judgements at once, before the share applies
+MAX_SHARES_KEPT = 1024  # sessions whose use is remembered (those back to a full share are forgotten first)
 
 
 def _mel_filters() -> np.ndarray:
@@ -104,11 +111,14 @@ class EndOfTurnJudge:
     """The model's own thread: sessions hand it speech and get the probability back through a callback (which
     posts it to their mailbox). Pauses of several sessions are judged one after another (~30-60 ms each), and each
     session has at most one job waiting: a newer pause of the same session replaces its older, unstarted one (whose
-    answer would be stale anyway), so one client pausing every 128 ms cannot queue work that delays the others."""
+    answer would be stale anyway), so one client pausing every 128 ms cannot queue work that delays the others; and
+    a session past SESSION_SHARE of the thread waits its turn behind those within theirs."""
 
-    def __init__(self, model: EndOfTurnModel):
+    def __init__(self, model: EndOfTurnModel, clock: Callable[[], float] = time.monotonic):
         self.model = model
+        self.clock = clock
         self.pending: OrderedDict[Hashable, tuple[np.ndarray, Callable[[float, float], None]]] = OrderedDict()
+        self.shares: dict[Hashable, RateBudget] = {}  # each session's use of the model (SESSION_SHARE)
         self.changed = threading.Condition()
         self.closed = False
         # Its thread starts now (not at the first pause: a thread count taken before must hold), warming the model.
@@ -136,21 +146,45 @@ class EndOfTurnJudge:
         except Exception:  # each job reports its own failure; the thread must live on to answer them
             log.exception("end-of-turn model warm-up failed")
         while True:
-            with self.changed:
-                self.changed.wait_for(lambda: self.pending or self.closed)
-                if self.closed:
-                    return
-                _, (pcm, answer) = self.pending.popitem(last=False)
-            started = time.monotonic()
+            job = self._next()
+            if job is None:
+                return
+            key, pcm, answer = job
+            started = self.clock()
             try:
                 probability = self.model.probability(pcm)
             except Exception:  # a model failure must not leave the session waiting: silence ends the turn
                 log.exception("end-of-turn model failed")
                 probability = 0.0
+            took = self.clock() - started
+            with self.changed:
+                share = self.shares.setdefault(key, RateBudget(SESSION_SHARE, SESSION_BURST_S, started))
+                share.spend(took, started + took)
             try:
-                answer(probability, time.monotonic() - started)
+                answer(probability, took)
             except Exception:
                 log.exception("end-of-turn answer failed")
+
+    def _next(self) -> tuple[Hashable, np.ndarray, Callable[[float, float], None]] | None:
+        """The oldest waiting job of a session within its share, waiting for one if need be; None once closed."""
+        with self.changed:
+            while not self.closed:
+                now, soonest = self.clock(), None
+                for key in self.pending:
+                    share = self.shares.get(key)
+                    if share is None or share.available(now) > 0:
+                        pcm, answer = self.pending.pop(key)
+                        self._forget_full(now)
+                        return key, pcm, answer
+                    due = -share.left / share.rate + 1e-3  # when its share is back above nothing
+                    soonest = due if soonest is None else min(soonest, due)
+                self.changed.wait(soonest)
+            return None
+
+    def _forget_full(self, now: float) -> None:
+        if len(self.shares) > MAX_SHARES_KEPT:
+            self.shares = {k: b for k, b in self.shares.items()
+                           if k in self.pending or b.available(now) < b.burst}
 
     def close(self) -> None:
         with self.changed:
