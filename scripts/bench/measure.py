@@ -122,6 +122,14 @@ def voice_to_voice(events: list[tuple[float, str, object]], voiced_at: float) ->
     return audio[0] - voiced_at if audio else None
 
 
+def barge_in_reaction(events: list[tuple[float, str, object]], onset: float) -> tuple[float | None, float | None]:
+    """A barge-in as its user meets it: from the onset of their speech over a reply to the first `stop_tts` and the
+    first `duck` (None: none came). The one definition every benchmark reports."""
+    stop = next((t - onset for t, n, _ in events if n == "stop_tts" and t > onset), None)
+    duck = next((t - onset for t, n, _ in events if n == "duck" and t > onset), None)
+    return stop, duck
+
+
 def ask(client: RecordingClient, mic: Microphone, voice: str, text: str, speech: np.ndarray | None = None
         ) -> dict | None:
     """Say `text` (in `voice`, or the `speech` given) and read the turn that answered it."""
@@ -172,8 +180,9 @@ def barge(client: RecordingClient, mic: Microphone, voice: str, speech: dict[str
     client.wait_for(lambda evs: any(n == "stop_tts" and t > over.onset_sent for t, n, _ in evs), 5)
     wait_turn_over(client, over.onset_sent)
     evs = events_between(client, said.end_sent, time.monotonic())
-    stop = next((t for t, n, _ in evs if n == "stop_tts" and t > over.onset_sent), None)
-    duck = next((t for t, n, _ in evs if n == "duck" and t > over.onset_sent), None)
+    stop_s, duck_s = barge_in_reaction(evs, over.onset_sent)
+    stop = None if stop_s is None else over.onset_sent + stop_s
+    duck = None if duck_s is None else over.onset_sent + duck_s
     audio = [(t, d) for t, n, d in evs if n == "audio" and isinstance(d, bytes | bytearray)
              and t < (stop or float("inf"))]
     _, played = playback(audio, stop)

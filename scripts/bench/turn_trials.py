@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from scripts.bench.measure import send_speech, voice_to_voice
+from scripts.bench.measure import barge_in_reaction, send_speech, voice_to_voice
 from scripts.bench.turn_events import (
     answered,
     content_words,
@@ -167,11 +167,10 @@ def interruption(client: RecordingClient, voice: str, text: str, lead_s: float =
     # The interruption is the user's next request: wait for its turn to be answered (or to end).
     wait_open_mic(client, lambda evs: settled([e for e in evs if e[0] >= onset]), 15)
     events = since(client, onset)
-    stops = [t for t, n, _ in events if n == "stop_tts"]
-    ducks = [t for t, n, _ in events if n == "duck"]
+    stop_s, duck_s = barge_in_reaction(events, onset)
     cancelled = [(t, d.get("reason")) for t, n, d in events if n == "turn_cancelled" and d.get("turn_id") == turn_id]
     after = turns(events)
-    row.update({"stop_s": stops[0] - onset if stops else None, "duck_s": ducks[0] - onset if ducks else None,
+    row.update({"stop_s": stop_s, "duck_s": duck_s,
                 "cancel_reason": cancelled[0][1] if cancelled else None,
                 "cancel_s": cancelled[0][0] - onset if cancelled else None,
                 "unducked": any(n == "unduck" for _, n, _ in events),
