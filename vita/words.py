@@ -53,6 +53,11 @@ def ends_sentence(text: str) -> bool:
     return text.strip().endswith(SENTENCE_ENDS) and not sounds_unfinished(text)
 
 
+def stop_phrases(setting: str) -> tuple[str, ...]:
+    """The config's comma-separated turn.stop_words as phrases."""
+    return tuple(p.strip() for p in setting.split(",") if p.strip())
+
+
 def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
     """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No."), not a backchannel ("Mm-hmm.",
     "Yeah.", "Okay.") nor a sentence that happens to hold one of the words."""

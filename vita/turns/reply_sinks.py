@@ -134,3 +134,20 @@ class ReplyOutput:
 
     def due(self, now: float, timer: bool = False) -> None:
         self.socket.due(now, timer)
+
+
+@dataclass(frozen=True)
+class PaceDue:
+    """Mail from the session's own timer (``timer``), or after a held reply is released: its paced reply audio
+    may send more (``ReplyPacer.wake_in``)."""
+
+    timer: bool = True
+
+
+def reply_output(tts: Any, send: Callable[[bytes], None], fate: Callable[[int], Fate],
+                 wake_in: Callable[[float], None], events: SinkEvents, peer: Callable[[], Any]) -> ReplyOutput:
+    """A session's reply output: paced for a Socket.IO client by the config's lead (``tts.lead_ms``, 0: unpaced),
+    or its WebRTC peer's track when it has one."""
+    pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
+             else ReplyPacer(float("inf"), 3600.0))
+    return ReplyOutput(PacedSink(pacer, send, fate, wake_in, events), peer, events)

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -39,8 +38,8 @@ from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
 from vita.turns.end_of_turn import WINDOW_S
-from vita.turns.reply_pacer import Fate, ReplyPacer
-from vita.turns.reply_sinks import PacedSink, ReplyOutput, SinkEvents
+from vita.turns.reply_pacer import Fate
+from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 from vita.turns.sessions import Session
 from vita.turns.turn_events import (
@@ -82,6 +81,7 @@ from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
 from vita.turns.worker_news import client_event_for
+from vita.words import stop_phrases
 
 log = logging.getLogger("vita.turns")
 
@@ -97,19 +97,6 @@ END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried whil
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
-
-
-@dataclass(frozen=True)
-class PaceDue:
-    """Mail from the session's own timer (``timer``), or after a held reply is released: its paced reply audio
-    may send more (``ReplyPacer.wake_in``)."""
-
-    timer: bool = True
-
-
-def stop_phrases(setting: str) -> tuple[str, ...]:
-    """The config's comma-separated turn.stop_words as phrases."""
-    return tuple(p.strip() for p in setting.split(",") if p.strip())
 
 
 class TurnController:
@@ -155,19 +142,14 @@ class TurnController:
 
     def _output(self, session: Session) -> ReplyOutput:
         """The session's reply audio: Socket.IO's `audio` event, paced, or its WebRTC peer's track."""
-        tts = self.config.tts
-        pacer = (ReplyPacer(tts.lead_ms / 1000, tts.pace_chunk_ms / 1000) if tts.lead_ms
-                 else ReplyPacer(float("inf"), 3600.0))
-
         def fate(turn_id: int) -> Fate:
             route = session.turns.route(turn_id)
             return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
 
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)))
-        paced = PacedSink(pacer, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
-                          lambda delay: session.actor.after(delay, PaceDue()), events)
-        return ReplyOutput(paced, lambda: self._peer(session), events)
+        return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
+                            lambda delay: session.actor.after(delay, PaceDue()), events, lambda: self._peer(session))
 
     def detach(self, session: Session) -> None:
         """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
