@@ -16,7 +16,6 @@ TEXT_SHARE = 0.1  # of the engine's prefill, for one session's typed text (and a
 CHARS_PER_TOKEN = 4.0
 MOST_TEXT_CHARS_S = 100.0  # where the engine is fast: a person types ~5 a second, a paste comes now and then
 LEAST_TEXT_CHARS_S = 20.0
-MIN_PREFILL_MEASURED = 32  # uncached prompt tokens below which a measured prefill speed says little
 DECODE_SHARE_LOST = 0.5  # what another stream in the batch adds to a reply's decoding, as a share of it alone
 
 

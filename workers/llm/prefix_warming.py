@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 
-from vita.capacity import MIN_PREFILL_MEASURED, seats_for
+from vita.capacity import seats_for
 from vita.messages import MeasuredSpeed
 from workers.llm.generation import SamplingSettings
 from workers.llm.kit import LlmKit
@@ -28,6 +28,7 @@ WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' dec
 MEASURED_QUESTION = "[warm-up] Tell me about the sea."
 MEASURED_TOKENS = 16
 # Typed text is priced by the engine's prefill speed, measured on a paste of about 200 tokens.
+MIN_PREFILL_MEASURED = 32  # prefilled tokens below which a measured prefill speed says little
 PASTED_TEXT = "[warm-up] Please sort this list: " + ", ".join(f"item {n} of the list" for n in range(40)) + "."
 MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then stay as they are
 

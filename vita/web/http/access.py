@@ -105,6 +105,7 @@ class AccessGuard:
         self._token = token.encode() if token else None
         # Derived from the token alone, so every front of a scale-out (and a restart) hands out the same pass.
         self.page_pass = hmac.new(self._token, PASS_LABEL, hashlib.sha256).hexdigest() if self._token else None
+        self._pass = self.page_pass.encode() if self.page_pass else None
         self.throttle = throttle or FailureThrottle()
 
     @property
@@ -112,35 +113,31 @@ class AccessGuard:
         return self._token is not None
 
     def check(self, offered: str | None, client: str | None = None) -> bool:
-        """Whether `offered` is the token; a wrong one (not a missing one: a page's first visit without its
-        link is no guess) counts against `client`, the address it came from."""
+        """Whether `offered` is the token (or the page's pass); a wrong one (not a missing one: a page's first visit
+        without its link is no guess) counts against `client`, the address it came from."""
         if self._token is None:
             return True
-        if not isinstance(offered, str):
-            return False
-        # surrogatepass: a token with a lone surrogate (valid JSON, not valid UTF-8) is just a wrong token.
-        offered_bytes = offered.encode("utf-8", "surrogatepass")
-        if hmac.compare_digest(offered_bytes, self._token) or self._is_pass(offered_bytes):
+        if self._equal(offered, self._token) or self._equal(offered, self._pass):
             return True
-        if offered:
+        if isinstance(offered, str) and offered:
             self.throttle.failed(client)
         return False
 
-    def _is_pass(self, offered: bytes) -> bool:
-        return self.page_pass is not None and hmac.compare_digest(offered, self.page_pass.encode())
+    @staticmethod
+    def _equal(offered: object, secret: bytes | None) -> bool:
+        """Constant-time. surrogatepass: a token with a lone surrogate (valid JSON, not valid UTF-8) is just wrong."""
+        return (secret is not None and isinstance(offered, str)
+                and hmac.compare_digest(offered.encode("utf-8", "surrogatepass"), secret))
 
     def holds_pass(self, request: Any) -> bool:
         """Whether the request offers the page's pass and nothing else: a browser that was let in already (a
         request that also brings a token of its own is checked on that token, and a guess stays a guess)."""
         cookie = request.cookies.get(COOKIE)
-        return (isinstance(cookie, str) and self.offered(request) == cookie
-                and self._is_pass(cookie.encode("utf-8", "surrogatepass")))
+        return self.offered(request) == cookie and self._equal(cookie, self._pass)
 
     def holds_old_cookie(self, request: Any) -> bool:
         """A cookie from before the page's pass: the token itself (it still opens the page; it is replaced)."""
-        cookie = request.cookies.get(COOKIE)
-        return (self._token is not None and isinstance(cookie, str)
-                and hmac.compare_digest(cookie.encode("utf-8", "surrogatepass"), self._token))
+        return self._equal(request.cookies.get(COOKIE), self._token)
 
     @staticmethod
     def offered(request: Any, auth: Any = None) -> str | None:
