@@ -1,7 +1,15 @@
 """What a transcript's words say about a turn: the speaker is going on, the sentence has ended, or a few words
-ask the assistant to stop. Shared by the front's turn machine and the LLM worker (which hears "Stop." itself)."""
+ask the assistant to stop. Shared by the front's turn machine and the LLM worker (which hears "Stop." itself). And
+the phrases the assistant says of itself, which the LLM worker sends and the TTS worker has ready."""
 
 from __future__ import annotations
+
+# What the assistant says of itself, word for word, in any session: the TTS worker has them spoken in every voice
+# before it is ready (workers/tts/phrase_cache.StockPhrases), so they play at once.
+ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"  # the reply when ASR misheard
+FILLER = "Let me check."  # while a slow tool runs
+APOLOGY = "Sorry, I couldn't get that answer."  # when nothing came of the tools
+STOCK_PHRASES = (ASK_AGAIN, FILLER, APOLOGY)
 
 MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
 

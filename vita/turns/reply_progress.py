@@ -29,6 +29,7 @@ from vita.turns.turn_events import (
     Tick,
     TurnDone,
     TurnUnanswered,
+    WorkerNews,
 )
 
 
@@ -39,8 +40,9 @@ class ReplyProgress:
         return now - self.last_activity
 
     def stalled(self, now: float) -> bool:
-        """The committed turn has had no reply audio for stall_s, counted from its start, its latest audio or the
-        end of what the client is still playing."""
+        """The committed turn has had no reply audio for stall_s, counted from its start, its latest audio or news
+        from a worker, or the end of what the client is still playing: a lost end or a stuck worker, never a slow
+        one that is still telling of its progress."""
         turn = self.turn
         if turn is None or turn.speculative:
             return False
@@ -79,6 +81,11 @@ class ReplyProgress:
         turn.playback_ends_at = max(turn.playback_ends_at, e.now) + e.seconds
         turn.progress_at = e.now
         return actions
+
+    def _on_WorkerNews(self, e: WorkerNews) -> list[Action]:
+        if self.route(e.turn_id) is Route.DELIVER:
+            self.turn.progress_at = max(self.turn.progress_at, e.now)
+        return []
 
     def _on_ReplyComplete(self, e: ReplyComplete) -> list[Action]:
         if self.route(e.turn_id) is not Route.DELIVER:

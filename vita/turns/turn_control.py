@@ -76,6 +76,7 @@ from vita.turns.turn_events import (
     TurnJudged,
     TurnRules,
     TurnUnanswered,
+    WorkerNews,
 )
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
@@ -313,7 +314,9 @@ class TurnController:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
             session.output.play(message, now)
-        elif isinstance(message, ReplyText):
+            return
+        self._handle(session, WorkerNews(now, turn_id))  # a slow worker at work on the turn is not a stuck one
+        if isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
             if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)
                 self._say_unheard(session)

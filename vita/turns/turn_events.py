@@ -196,6 +196,15 @@ class AudioSent:
 
 
 @dataclass(frozen=True)
+class WorkerNews:
+    """A worker told something of turn_id that is not audio (the words heard, a piece of the reply's text, a tool's
+    use): it is at work on the turn, however slowly a loaded machine lets it."""
+
+    now: float
+    turn_id: int
+
+
+@dataclass(frozen=True)
 class ReplyComplete:
     """The voice sent the turn's last audio."""
 

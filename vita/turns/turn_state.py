@@ -29,7 +29,7 @@ class ActiveTurn:
     turn_id: int
     speculative: bool = False
     committed_at: float = 0.0
-    progress_at: float = 0.0  # its commit or its latest reply audio (the watchdog's clock)
+    progress_at: float = 0.0  # its commit, its latest reply audio or worker news (the watchdog's clock)
     speech: Speech | None = None  # what the committed turn heard (carried on if the user goes on)
     speech_end_at: float | None = None  # its last voiced sample
     first_audio_at: float | None = None  # when its reply was first heard

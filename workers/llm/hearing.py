@@ -14,10 +14,11 @@ from vita.messages import (
     TtsPiece,
     TurnRequest,
 )
+from vita.words import ASK_AGAIN
 from workers.llm.asr import Transcription
 from workers.llm.kit import LlmKit
 from workers.llm.turn_output import TurnOutput
-from workers.llm.turn_run import ASK_AGAIN, TurnRun
+from workers.llm.turn_run import TurnRun
 
 if TYPE_CHECKING:
     from vita.config import Config

@@ -8,6 +8,7 @@ import dataclasses
 import time
 
 from vita.messages import ReplyText, TtsPiece, TurnRequest
+from vita.words import APOLOGY
 from workers.llm.asr import Transcription
 from workers.llm.generation import EnginePrompt
 from workers.llm.kit import LlmKit
@@ -16,7 +17,7 @@ from workers.llm.speech_pieces import ReplyShaper, SpeechClock
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import ImplausibleWords, TurnRun
-from workers.tools.in_turn import APOLOGY, CallDetector
+from workers.tools.in_turn import CallDetector
 from workers.tools.intents import planned_calls
 from workers.tools.registry import ToolCall, parse_calls
 

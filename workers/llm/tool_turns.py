@@ -12,6 +12,7 @@ from vita.messages import (
     ToolUsed,
     TurnRequest,
 )
+from vita.words import FILLER
 from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import SpeechClock
@@ -19,7 +20,6 @@ from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
-from workers.tools.in_turn import FILLER
 from workers.tools.intents import spoken_answer
 from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant

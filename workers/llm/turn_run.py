@@ -16,8 +16,6 @@ TTS_PUT_TIMEOUT_S = 1.0
 # engine's prefix cache, so the next turn prefills only its question. It waits this long first: the reply's last
 # pieces are being synthesized then, and their voice must not wait for it.
 WARM_DELAY_S = 0.4
-# The reply when ASR misheard (asr.ask_again_below): short, and it says what the user can do.
-ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"
 # Beside a question Whisper was unsure of (asr.sense_check_below), just before it: fluent nonsense ("We chose to
 # rise between Europe and North America.") has confident-looking words that only a reader can judge.
 SENSE_CHECK = ("The speech recognizer was unsure of the user's next words: they may be misheard. If they do not "

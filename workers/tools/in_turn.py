@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from workers.tools.registry import OPENINGS, starts_tool_call
 
-FILLER = "Let me check."
-APOLOGY = "Sorry, I couldn't get that answer."
-
 
 class CallDetector:
     """Watches a reply as it streams: one that begins with a tool call is held back whole (never spoken nor shown),

@@ -1,4 +1,6 @@
-"""A session's recent short phrases, kept as spoken: said again in that session, they cost no synthesis.
+"""A session's recent short phrases, kept as spoken: said again in that session, they cost no synthesis. And the
+phrases the assistant says of itself in any session (vita/words.STOCK_PHRASES), spoken once before the worker is
+ready.
 
 The assistant says some things over and over, word for word: "Sorry, I didn't catch that. Could you say it again?",
 a tool's refusal typed again and again, a greeting. Piper takes a core for ~0.1-0.3 s per phrase on two cores, time
@@ -46,3 +48,19 @@ class PhraseCache:
         """A session that ended: its phrases go."""
         for key in [k for k in self.phrases if k[0] == session]:
             self.bytes -= sum(a.nbytes for a in self.phrases.pop(key))
+
+
+class StockPhrases:
+    """The assistant's own phrases in each voice, spoken as the worker sets up and then only read: "Sorry, I didn't
+    catch that" plays as soon as it is asked for, with no synthesis on the turn's path. Shared by every session:
+    they are the same for everyone and were spoken before anyone spoke, so how fast one comes tells nobody
+    anything."""
+
+    def __init__(self) -> None:
+        self.phrases: dict[tuple[str, str], tuple[np.ndarray, ...]] = {}
+
+    def keep(self, voice: str, text: str, audio: tuple[np.ndarray, ...]) -> None:
+        self.phrases[(voice, text)] = audio
+
+    def get(self, voice: str, text: str) -> tuple[np.ndarray, ...] | None:
+        return self.phrases.get((voice, text))

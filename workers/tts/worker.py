@@ -30,9 +30,10 @@ from vita.messages import (
     put_or_drop,
     read_messages,
 )
+from vita.words import STOCK_PHRASES
 from workers.common import StatusReporter, install_fault_signal, prepare_process
 from workers.stage import CancelLedger, run_stage
-from workers.tts.phrase_cache import PhraseCache
+from workers.tts.phrase_cache import PhraseCache, StockPhrases
 from workers.tts.text import normalize_for_speech
 
 NAME = "tts"
@@ -83,7 +84,7 @@ class TurnAudio:
     first_chunk_s: float | None = None
     synth_s: float = 0.0
     audio_s: float = 0.0
-    said_before: int = 0  # pieces played from the phrase cache
+    said_before: int = 0  # pieces played ready-made (the assistant's own phrases, or said before in the session)
 
 
 class TtsWorker:
@@ -99,6 +100,7 @@ class TtsWorker:
         self.stop = threading.Event()
         self.lose_next_end = False  # set by the test fault signal (install_fault_signal)
         self.phrases = PhraseCache()  # short phrases said before, as spoken (only the synthesis loop uses it)
+        self.stock = StockPhrases()  # the assistant's own phrases, spoken in setup
         self.out_rate = config.tts.output_sample_rate
         self.chunk_samples = self.out_rate * config.tts.chunk_ms // 1000
 
@@ -113,6 +115,11 @@ class TtsWorker:
             self.engines[name] = PiperEngine(models / "piper" / name, self.config.tts.cpu_threads)
         # First synthesis pays onnxruntime's warm-up; do it before saying ready.
         list(self.engines[default].synthesize("Ready."))
+        self.report(WorkerState.LOADING, "speaking the assistant's own phrases")
+        for name, engine in self.engines.items():
+            for phrase in STOCK_PHRASES:
+                text = normalize_for_speech(phrase)
+                self.stock.keep(name, text, tuple(engine.synthesize(text)))
 
     def close(self) -> None:
         self.stop.set()
@@ -219,10 +226,10 @@ class TtsWorker:
 
     def _voiced(self, session: str, voice: str | None, engine: PiperEngine, text: str, turn: TurnAudio
                 ) -> Iterator[np.ndarray]:
-        """The text's audio, sentence by sentence: from the phrase cache when this session heard it in this voice
-        before, else synthesized (and kept once whole)."""
+        """The text's audio, sentence by sentence: ready-made for the assistant's own phrases, from the phrase
+        cache when this session heard it in this voice before, else synthesized (and kept once whole)."""
         name = self._voice_name(voice)
-        kept = self.phrases.get(session, name, text)
+        kept = self.stock.get(name, text) or self.phrases.get(session, name, text)
         if kept is not None:
             turn.said_before += 1
             yield from kept

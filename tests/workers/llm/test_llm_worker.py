@@ -222,7 +222,7 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     """Under asr.ask_again_below (here set above any real confidence, so that this clear question counts as
     misheard) the reply is a short request to say it again: spoken, with the words heard on the page, the turn
     marked in its timings, and nothing of it in the history."""
-    from workers.llm.turn_run import ASK_AGAIN
+    from vita.words import ASK_AGAIN
 
     ended = ask_with_asr(llm, "unsure", "Which animal has a long trunk?", ask_again_below=0.0)
     assert ended.reason == "done" and ended.spoken == ASK_AGAIN
@@ -239,7 +239,7 @@ def test_the_engine_reads_the_words_and_asks_again_when_they_are_unlikely(llm):
     """Under asr.reading_below (here above any real confidence) vLLM reads the question beside the reply's
     prefill: a likely question is answered, with the model's reading in the timings; the same question held to a
     reading weight no question passes is asked again before a word of the reply reaches the page."""
-    from workers.llm.turn_run import ASK_AGAIN
+    from vita.words import ASK_AGAIN
 
     ended = ask_with_asr(llm, "read-likely", "How many legs does a spider have?", reading_below=0.0)
     (_, timings), = llm.of("read-likely", TurnTimings)

@@ -30,14 +30,14 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
+from vita.words import APOLOGY, ASK_AGAIN, FILLER
 from workers.common import StatusReporter
 from workers.llm.asr import Transcription
 from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.prompting import PromptBuilder
-from workers.llm.turn_run import ASK_AGAIN, SENSE_CHECK, asks_again
+from workers.llm.turn_run import SENSE_CHECK, asks_again
 from workers.llm.worker import MAILBOX_BOUND, LlmWorker
 from workers.tools.builtin import builtin_tools
-from workers.tools.in_turn import APOLOGY, FILLER
 from workers.tools.registry import Tool, ToolBox
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast

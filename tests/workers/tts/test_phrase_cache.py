@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.tts.phrase_cache import PhraseCache
+from workers.tts.phrase_cache import PhraseCache, StockPhrases
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -46,3 +46,10 @@ def test_a_session_that_ended_leaves_nothing():
     cache.forget("a")
     assert cache.get("a", "joe", "one") is None and cache.get("b", "joe", "one") is not None
     assert cache.bytes == 400
+
+
+def test_stock_phrases_are_kept_per_voice_and_text():
+    stock = StockPhrases()
+    stock.keep("joe", "Let me check.", audio(10))
+    assert [a.size for a in stock.get("joe", "Let me check.")] == [10, 10]
+    assert stock.get("amy", "Let me check.") is None and stock.get("joe", "Let me see.") is None

@@ -83,6 +83,20 @@ def test_a_phrase_said_again_is_played_from_the_cache(tts):
     assert next(m for m in out if isinstance(m, TurnTimings)).timings["said_before"] == 0
 
 
+def test_the_assistants_own_phrases_are_ready_made_in_every_session(tts):
+    from vita.words import ASK_AGAIN
+
+    heard = []
+    for session in ("first-ever", "another"):  # neither said it before: it was spoken as the worker set up
+        tts.put(TtsPiece(session, 1, 0, ASK_AGAIN))
+        tts.put(TtsPiece(session, 1, 1, "", last=True))
+        out = tts.wait(ended(session, 1), 30)
+        timings = next(m for m in out if isinstance(m, TurnTimings)).timings
+        assert timings["said_before"] == 1
+        heard.append(b"".join(m.pcm for m in out if isinstance(m, TtsChunk)))
+    assert heard[0] == heard[1] and len(heard[0]) / 2 / 24000 > 1.5  # the whole phrase, the same for everyone
+
+
 def test_sentence_becomes_24khz_chunks_that_transcribe_back(tts):
     tts.put(TtsPiece("a", 1, 0, SENTENCE))
     tts.put(TtsPiece("a", 1, 1, "", last=True))
