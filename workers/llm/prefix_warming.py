@@ -23,7 +23,8 @@ from workers.tools.registry import ToolBox
 WARM_UP_QUESTIONS = ("[warm-up] What is the capital of France?", "[warm-up] How many legs does a spider have?",
                      "[warm-up] Could you tell me what the weather is usually like in spring where you are?",
                      "[warm-up] Why?")
-WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode
+WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode (each question 2 more than the
+# one before, so the batch passes through every size down to one, as real replies that end apart do)
 # The speed measured (--max_users auto): a question whose answer runs on, with its own marker (see above).
 MEASURED_QUESTION = "[warm-up] Tell me about the sea."
 MEASURED_TOKENS = 16
@@ -64,14 +65,15 @@ class PrefixWarming:
         sessions = max(2, min(seats, len(WARM_UP_QUESTIONS)))
         reads = kit.engine.reads_words and kit.misheard_rule.reads
 
-        async def one(index: int) -> None:
-            read = reads and index % 2 == 0  # (a turn's words are read only when Whisper was unsure of them)
-            prompt = kit.text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[index], tools=tools, read_words=read)
-            async for _ in kit.engine.stream(prompt, SamplingSettings(WARM_UP_TOKENS, 0.0, judge_words=read),
-                                             f"warmup-{index}"):
+        async def one(question: str, read: bool, tokens: int, request_id: str) -> None:
+            prompt = kit.text_prompt(ConversationHistory(0), question, tools=tools, read_words=read)
+            async for _ in kit.engine.stream(prompt, SamplingSettings(tokens, 0.0, judge_words=read), request_id):
                 pass
 
-        results = await asyncio.gather(*(one(i) for i in range(sessions)), return_exceptions=True)
+        # A turn's words are read only when Whisper was unsure of them: some of the batch reads, some not. The first
+        # reading compiles vLLM's kernel for it: 9-11 s on a fresh machine (Zen 1), paid here, not by a user.
+        results = await asyncio.gather(*(one(WARM_UP_QUESTIONS[i], reads and i % 2 == 0, WARM_UP_TOKENS + 2 * i,
+                                             f"warmup-{i}") for i in range(sessions)), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if any(isinstance(r, EngineFailed | asyncio.CancelledError) for r in failed):
             raise failed[0]  # the engine itself stopped: the worker's failure, as on any turn

@@ -34,14 +34,15 @@ def test_the_words_are_read_where_the_engine_computed_them():
     ids = [1, 2, 3, 4, 5, 6, 7, 8]
     logprobs = [None] + [{t: -float(t)} for t in ids[1:]]
     # The words are tokens 4..6 and the end of their turn token 7; token 8 comes after it (2 after the words).
-    assert words_logprob(logprobs, ids, 0, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
-    # 2 tokens cached: positions 1..2 were not computed (position i is predicted from token i - 1, the first
-    # computed one is 3), their slots unfilled; the words start at 3
-    garbage = [None] + [{t: 1e30} for t in ids[1:3]] + logprobs[3:]
-    assert words_logprob(garbage, ids, 2, (3, 2)) == pytest.approx(-(4 + 5 + 6 + 7) / 4)
-    # Some of the words cached (the same words after the same history again): only their easiest tokens would be
-    # left to read, so they are not read at all
-    assert words_logprob(logprobs, ids, 3, (3, 2)) is None
+    # The opening token 4 is left out: a new topic's first word is surprising, not nonsense
+    assert words_logprob(logprobs, ids, 0, (3, 2)) == pytest.approx(-(5 + 6 + 7) / 3)
+    # 3 tokens cached: positions 1..3 were not computed (position i is predicted from token i - 1, the first
+    # computed one is 4), their slots unfilled; what is read starts at 4
+    garbage = [None] + [{t: 1e30} for t in ids[1:4]] + logprobs[4:]
+    assert words_logprob(garbage, ids, 3, (3, 2)) == pytest.approx(-(5 + 6 + 7) / 3)
+    # Some of what is read cached (the same words after the same history again): only their easiest tokens would
+    # be left to read, so they are not read at all
+    assert words_logprob(logprobs, ids, 4, (3, 2)) is None
     assert words_logprob(logprobs, ids, 5, (3, 2)) is None
     assert words_logprob(None, ids, 0, (3, 2)) is None
     assert words_logprob(logprobs[:7], ids, 0, (1, 1)) is None  # cut short: one left, too few to judge by
