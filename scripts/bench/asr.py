@@ -10,8 +10,9 @@ the rest.
 sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of
 (what a remote engine does).
 reading: those transcripts read by the LLM as the server reads them (asr.reading_below: the model's mean
-log-probability of the words in the first turn's prompt, workers/llm/local_engine.words_logprob) and judged by the
-server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the rest.
+log-probability of the words, workers/llm/local_engine.words_logprob, as a first question and after four exchanges)
+and judged by the server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the
+rest.
 
 Usage: .venv/bin/python -m scripts.bench.asr [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
        [--models ...] [--json transcripts.json] [--out judged.json]
@@ -143,13 +144,21 @@ def sense(transcripts: str, below: float | None, write_to: str | None = None) ->
         Path(write_to).write_text(json.dumps(rows, indent=1))
 
 
+# A conversation before the question, on other topics, as a long session's question follows one.
+EARLIER = (("What is the tallest mountain in the world?", "Mount Everest is the tallest mountain."),
+           ("How far away is the moon?", "About 384,000 kilometres."),
+           ("Can you recommend a good book?", "Try To Kill a Mockingbird by Harper Lee."),
+           ("What's the weather usually like in London?", "Mild and often rainy."))
+
+
 def reading(transcripts: str, write_to: str | None = None) -> None:
-    """The server's reading of unsure words, on the transcripts of an `accuracy --json` run (no history: each
-    as a first question, the harder case for a follow-up such as "And in Fahrenheit?")."""
+    """The server's reading of unsure words, on the transcripts of an `accuracy --json` run: each as a first
+    question (the harder case for a follow-up such as "And in Fahrenheit?"), then after four exchanges on other
+    topics (where every question in a long session comes)."""
     import os
 
     from workers.llm.local_engine import device_env, engine_kwargs, words_logprob
-    from workers.llm.prompting import ConversationHistory, PromptBuilder
+    from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
 
     config = Config()
     rule = MisheardRule.from_config(config.asr)
@@ -157,28 +166,35 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     from vllm import LLM, SamplingParams
 
     llm = LLM(**engine_kwargs(config, False))
-    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona)
+    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona,
+                            config.llm.history_tokens)
+    earlier = ConversationHistory(2 * len(EARLIER))
+    for question, answer in EARLIER:
+        earlier.add(Exchange(question, answer))
     rows = json.loads(Path(transcripts).read_text())
-    for row in rows:
-        row["read_asked"] = row["asked_again"]
-    read = [r for r in rows if not r["asked_again"] and rule.worth_a_reading(Transcription(r["heard"], r["logprob"]))]
-    texts = [prompts.build(ConversationHistory(0), r["heard"]) for r in read]
-    outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
-    for row, text, out in zip(read, texts, outs, strict=True):
-        found = prompts.words_from_end(text, row["heard"])
-        row["words_logprob"] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found) if found else None
-        row["read_asked"] = row["words_logprob"] is not None and rule.implausible(
-            Transcription(row["heard"], row["logprob"]), row["words_logprob"])
-
-    for voice in dict.fromkeys(r["voice"] for r in rows):
-        mine = [r for r in rows if r["voice"] == voice and r["heard"]]
-        garbled = [r for r in mine if r["wer"] > GARBLED_WER]
-        exact = [r for r in mine if r["wer"] == 0]
-        rest = [r for r in mine if 0 < r["wer"] <= GARBLED_WER]
-        print(f"{voice:<20} asked again without / with the reading: garbled {asked(garbled, 'asked_again')} / "
-              f"{asked(garbled, 'read_asked')}, exact {asked(exact, 'asked_again')} / {asked(exact, 'read_asked')}, "
-              f"the rest {asked(rest, 'asked_again')} / {asked(rest, 'read_asked')}; "
-              f"{sum(r.get('words_logprob') is not None for r in mine)} read", flush=True)
+    for context, history in (("first question", ConversationHistory(0)), ("after 4 exchanges", earlier)):
+        for row in rows:
+            row["read_asked"] = row["asked_again"]
+        read = [r for r in rows
+                if not r["asked_again"] and rule.worth_a_reading(Transcription(r["heard"], r["logprob"]))]
+        texts = [prompts.build(history, r["heard"]) for r in read]
+        outs = llm.generate(texts, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
+        for row, text, out in zip(read, texts, outs, strict=True):
+            found = prompts.words_from_end(text, row["heard"])
+            row["words_logprob"] = (words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found)
+                                    if found else None)
+            row["read_asked"] = row["words_logprob"] is not None and rule.implausible(
+                Transcription(row["heard"], row["logprob"]), row["words_logprob"])
+        print(f"-- {context}", flush=True)
+        for voice in dict.fromkeys(r["voice"] for r in rows):
+            mine = [r for r in rows if r["voice"] == voice and r["heard"]]
+            garbled = [r for r in mine if r["wer"] > GARBLED_WER]
+            exact = [r for r in mine if r["wer"] == 0]
+            rest = [r for r in mine if 0 < r["wer"] <= GARBLED_WER]
+            print(f"{voice:<20} asked again without / with the reading: garbled {asked(garbled, 'asked_again')} / "
+                  f"{asked(garbled, 'read_asked')}, exact {asked(exact, 'asked_again')} / "
+                  f"{asked(exact, 'read_asked')}, the rest {asked(rest, 'asked_again')} / {asked(rest, 'read_asked')}"
+                  f"; {sum(r.get('words_logprob') is not None for r in mine)} read", flush=True)
     if write_to:
         Path(write_to).write_text(json.dumps(rows, indent=1))
 

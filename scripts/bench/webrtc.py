@@ -1,7 +1,8 @@
 """WebRTC vs Socket.IO benchmark: bytes, voice-to-voice, barge-in silence, load, connection churn.
 
 Parts (--parts, comma-separated):
-  talk    one conversation per transport (WebRTC Opus; our page's binary PCM; VITA's JSON), the same spoken questions,
+  talk    one conversation per transport (WebRTC Opus; our page's binary PCM; VITA's JSON; after one unmeasured, in a
+          new order each run), the same spoken questions,
           each followed by an open microphone until its reply has played: bytes on the wire per second of
           conversation (both directions, everything between client and server: the loopback interface's counters,
           so TLS, TCP, UDP, IP and the Socket.IO events are all in), and voice-to-voice at the client (the frame
@@ -345,8 +346,12 @@ def main() -> int:
     try:
         if "talk" in parts:
             results["talk"] = []
+            # Unmeasured, first: a fresh server's first session pays what later ones do not (its first turns after
+            # /ready, and each question's first prompt blocks, which the prefix cache then holds for every session
+            # asking the same): whichever transport went first was 0.2 s slower for it (Zen 1, 2026-11-27).
+            conversation(url, "binary", speeches)
             for run in range(args.runs):
-                for transport in TRANSPORTS:
+                for transport in TRANSPORTS[run % 3:] + TRANSPORTS[:run % 3]:  # each in each place in turn
                     row = conversation(url, transport, speeches)
                     results["talk"].append(row)
                     print(f"  talk {run + 1} {transport}: {row}", flush=True)
