@@ -154,7 +154,7 @@ EARLIER = (("What is the tallest mountain in the world?", "Mount Everest is the 
 def reading(transcripts: str, write_to: str | None = None) -> None:
     """The server's reading of unsure words, on the transcripts of an `accuracy --json` run: each as a first
     question (the harder case for a follow-up such as "And in Fahrenheit?"), then after four exchanges on other
-    topics (where every question in a long session comes)."""
+    topics (where every question in a long session comes). --out keeps the second reading's judgement."""
     import os
 
     from workers.llm.local_engine import device_env, engine_kwargs, words_logprob

@@ -351,7 +351,8 @@ def main() -> int:
             # asking the same): whichever transport went first was 0.2 s slower for it (Zen 1, 2026-11-27).
             conversation(url, "binary", speeches)
             for run in range(args.runs):
-                for transport in TRANSPORTS[run % 3:] + TRANSPORTS[:run % 3]:  # each in each place in turn
+                first = run % len(TRANSPORTS)
+                for transport in TRANSPORTS[first:] + TRANSPORTS[:first]:  # each in each place in turn
                     row = conversation(url, transport, speeches)
                     results["talk"].append(row)
                     print(f"  talk {run + 1} {transport}: {row}", flush=True)

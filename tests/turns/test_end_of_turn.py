@@ -105,7 +105,7 @@ def test_a_session_pausing_after_every_word_gets_its_share_of_the_model_and_no_m
     from vita.turns.end_of_turn import SESSION_BURST_S, SESSION_SHARE, EndOfTurnJudge
 
     judge = EndOfTurnJudge(model)
-    busy = {"words": 0.0}
+    busy = {"words": 0.0, "longest": 0.0}
     lock = threading.Lock()
     calm_waited: list[float] = []
     speech = np.concatenate([silence(0.3), hibari("Go. Go. Go. Go."), silence(0.2)])
@@ -115,13 +115,16 @@ def test_a_session_pausing_after_every_word_gets_its_share_of_the_model_and_no_m
             def on(_p: float, took: float) -> None:
                 with lock:
                     busy["words"] += took
+                    busy["longest"] = max(busy["longest"], took)
             judge.judge("words", speech, on)
             time.sleep(0.05)  # a pause after every word, faster than the model answers
         asked, answered = time.monotonic(), threading.Event()
-        judge.judge("calm", speech, lambda _p, _t: (calm_waited.append(time.monotonic() - asked), answered.set()))
+        judge.judge("calm", speech, lambda _p, took: (calm_waited.extend((time.monotonic() - asked, took)),
+                                                      answered.set()))
         assert answered.wait(5)
         elapsed = time.monotonic() - started
         assert busy["words"] <= SESSION_BURST_S + SESSION_SHARE * elapsed + 0.3  # (+ one job run past its share)
-        assert calm_waited[0] < 0.5  # behind at most the job running when it came
+        waited, took = calm_waited
+        assert waited < took + busy["longest"] + 0.2  # behind at most the job running when it came, however slow
     finally:
         judge.close()

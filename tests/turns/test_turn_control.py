@@ -179,6 +179,26 @@ def test_a_lost_turn_end_is_cancelled_by_the_watchdog_and_the_session_listens_ag
         assert all(c.turn_id == 1 and c.reason == "stalled" for c in cancels)
 
 
+def test_a_workers_news_of_the_turn_moves_the_watchdogs_clock():
+    wire = Wire()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+        assert wire.wait_for(lambda: "thinking" in wire.states())
+        before = time.monotonic()  # after the commit
+        s.actor.post(messages.Transcript("s1", 1, "What is the capital of France?"))  # a slow worker, at work
+        assert wire.wait_for(lambda: any(e == "transcript" for e, _ in wire.sent))
+        progress = s.turns.turn.progress_at
+        assert progress >= before  # the clock counts from the news, not from the commit
+        stall = s.turns.stall_s
+        turns.post(s, Tick(progress + stall - 0.5, True))  # within the limit of the news: the turn goes on...
+        s.actor.post(messages.Transcript("s1", 1, "What is the capital of France?"))  # (delivered: still its turn)
+        assert wire.wait_for(lambda: sum(e == "transcript" for e, _ in wire.sent) == 2)
+        turns.post(s, Tick(progress + stall + 0.5, True))  # ...and past it, with the worker silent: stalled
+        assert wire.wait_for(lambda: wire.states()[-1:] == ["listening"])
+        assert [p["code"] for e, p in wire.sent if e == "error"] == ["turn_stalled"]
+        assert wire.states() == ["thinking", "listening"]
+
+
 def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_thread():
     wire = Wire()
     with live(wire) as (turns, s):

@@ -49,7 +49,7 @@ from vita.turns.turn_events import (
     TurnRules,
     TurnUnanswered,
     UtteranceEnded,
-    WorkerNews,
+    WorkerProgress,
     joined,
 )
 from vita.turns.turn_taking import MAX_EXTENDED_S, TurnTaking
@@ -362,10 +362,10 @@ def test_a_slow_worker_telling_of_its_progress_is_not_stalled_and_one_that_falls
     m = TurnTaking(idle_timeout_s=600, now=0.0, stall_s=15)
     turn = spoken_turn(m, now=2.3)
     for t in (12.0, 24.0):  # the words heard, then a piece of the reply's text: a loaded machine, still at it
-        assert m.handle(WorkerNews(t, turn)) == []
+        assert m.handle(WorkerProgress(t, turn)) == []
         assert m.handle(Tick(t + 14.0, workers_ready=True)) == []
     assert m.phase is Phase.THINKING and m.active_turn == turn
-    m.handle(WorkerNews(30.0, turn + 1))  # news of another turn is no news of this one
+    m.handle(WorkerProgress(30.0, turn + 1))  # news of another turn is no news of this one
     assert stalled_error(m.handle(Tick(39.1, workers_ready=True)))
 
 

@@ -29,7 +29,7 @@ from vita.turns.turn_events import (
     Tick,
     TurnDone,
     TurnUnanswered,
-    WorkerNews,
+    WorkerProgress,
 )
 
 
@@ -82,7 +82,7 @@ class ReplyProgress:
         turn.progress_at = e.now
         return actions
 
-    def _on_WorkerNews(self, e: WorkerNews) -> list[Action]:
+    def _on_WorkerProgress(self, e: WorkerProgress) -> list[Action]:
         if self.route(e.turn_id) is Route.DELIVER:
             self.turn.progress_at = max(self.turn.progress_at, e.now)
         return []

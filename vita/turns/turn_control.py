@@ -76,7 +76,7 @@ from vita.turns.turn_events import (
     TurnJudged,
     TurnRules,
     TurnUnanswered,
-    WorkerNews,
+    WorkerProgress,
 )
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
@@ -315,7 +315,7 @@ class TurnController:
         if isinstance(message, TtsChunk):
             session.output.play(message, now)
             return
-        self._handle(session, WorkerNews(now, turn_id))  # a slow worker at work on the turn is not a stuck one
+        self._handle(session, WorkerProgress(now, turn_id))  # a slow worker at work on the turn is not a stuck one
         if isinstance(message, ReplyText):
             session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
             if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)

@@ -196,7 +196,7 @@ class AudioSent:
 
 
 @dataclass(frozen=True)
-class WorkerNews:
+class WorkerProgress:
     """A worker told something of turn_id that is not audio (the words heard, a piece of the reply's text, a tool's
     use): it is at work on the turn, however slowly a loaded machine lets it."""
 
@@ -250,7 +250,7 @@ class Disconnected:
 Event = (SpeechStarted | SpeechConfirmed | SpeechDropped | SpeechPaused | SpeechPausedLonger | TurnJudged | TurnHeard
          | PauseWaited | InterjectionHeard | InputCommitted
          | SpeechResumed | UtteranceEnded | TextTyped | RecordingToggled | Interrupted | AudioSent | ReplyComplete
-         | PlaybackDone | TurnUnanswered | Tick | Connected | Disconnected)
+         | PlaybackDone | TurnUnanswered | WorkerProgress | Tick | Connected | Disconnected)
 
 
 # --- actions ---------------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ class TurnTaking(ReplyProgress):
                  rules: TurnRules | None = None):
         self.idle_timeout_s = idle_timeout_s
         self.rules = rules or TurnRules()
-        self.stall_s = stall_s  # a committed turn with no reply audio for this long is cancelled (the watchdog)
+        self.stall_s = stall_s  # a committed turn with no reply audio nor worker news for this long is cancelled
         self.speculative_enabled = speculative
         self.turn: ActiveTurn | None = None
         self.speech: UserSpeech | None = None

@@ -44,9 +44,9 @@ class Delta:
     tokens: int = 0
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # of the prompt, found in the engine's prefix cache (first delta only)
-    # The model's mean log-probability of the user's words and of the token after them (the end of their turn, or
-    # the camera cues' "("), given everything before them: first delta only, when SamplingSettings.judge_words
-    # asked and it could say
+    # The model's mean log-probability of the user's words but their opening token, and of the token after them
+    # (the end of their turn, or the camera cues' "("), given everything before them: first delta only, when
+    # SamplingSettings.judge_words asked and it could say
     words_logprob: float | None = None
 
 

@@ -101,7 +101,7 @@ def vllm_input(prompt: EnginePrompt) -> Any:
     return {"prompt": prompt.text, "multi_modal_data": data}
 
 
-MIN_WORDS_READ = 2  # fewer log-probabilities than this (a prompt cut short): no reading
+MIN_WORDS_READ = 2  # fewer log-probabilities than this (a one-token utterance, a prompt cut short): no reading
 
 
 def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
@@ -109,8 +109,9 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
     """The mean log-probability of the prompt's words but their first token, and of the token after them
     (EnginePrompt.words_from_end), from vLLM's prompt_logprobs (None first, then {token id: Logprob} for each
     position). The first token opens a new question, and how surprising a new topic is says nothing of whether the
-    words are nonsense: with it, 10 of 48 questions heard exactly were asked again against 4 without it, after a
-    short history, for 11 of 14 garbled ones caught against 12 (Zen 1, the 0.5B model, 2026-11-27). A position
+    words are nonsense: of the questions heard exactly that the reading decided, 20 and 11 of 48 were asked again
+    with it, as a first question and after a short history, against 10 and 4 without it, for 11 of 14 garbled ones
+    caught against 12 (Zen 1, the 0.5B model, 2026-11-27; docs/history.md). A position
     found in the prefix cache was never computed (vLLM leaves its slot unfilled): when any of those read is (the
     same words after the same history again, e.g. repeated after "say it again"), None. Their last tokens alone,
     the easiest to predict, would pass nonsense."""
@@ -118,7 +119,7 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
         return None
     words, after = words_from_end
     end = len(token_ids) - after  # the token after the words: the end of the user's turn (or the cues' "(")
-    first = max(end - words, 1) + 1
+    first = max(end - words + 1, 1)
     if first <= (cached or 0):
         return None
     values = []

@@ -24,7 +24,8 @@ WARM_UP_QUESTIONS = ("[warm-up] What is the capital of France?", "[warm-up] How 
                      "[warm-up] Could you tell me what the weather is usually like in spring where you are?",
                      "[warm-up] Why?")
 WARM_UP_TOKENS = 8  # decoded together: the batch shapes of the first turns' decode (each question 2 more than the
-# one before, so the batch passes through every size down to one, as real replies that end apart do)
+# one before, so the batch passes through every size down to one, as real replies that end apart do, unless a
+# question's answer ends early)
 # The speed measured (--max_users auto): a question whose answer runs on, with its own marker (see above).
 MEASURED_QUESTION = "[warm-up] Tell me about the sea."
 MEASURED_TOKENS = 16

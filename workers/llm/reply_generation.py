@@ -164,7 +164,8 @@ class ReplyGeneration:
     def judge_words(self, run: TurnRun, heard: Transcription, words_logprob: float | None) -> None:
         """Were Whisper's unsure words nonsense to the model too (MisheardRule.implausible)? ImplausibleWords ends
         the reply's stream before any of it went out. Once a turn: a tool round's prompt carries no words to read."""
-        if words_logprob is None:  # the engine could not say (the words in its prefix cache): Whisper's rules decide
+        if words_logprob is None:  # the engine could not say (the words in its prefix cache, a one-token utterance):
+            # Whisper's rules decide
             run.timings["words_unread"] = 1.0
             return
         run.timings["words_logprob"] = words_logprob

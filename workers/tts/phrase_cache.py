@@ -2,10 +2,10 @@
 phrases the assistant says of itself in any session (vita/words.STOCK_PHRASES), spoken once before the worker is
 ready.
 
-The assistant says some things over and over, word for word: "Sorry, I didn't catch that. Could you say it again?",
-a tool's refusal typed again and again, a greeting. Piper takes a core for ~0.1-0.3 s per phrase on two cores, time
-taken from the engine decoding another session's reply; a phrase said a second time is played from here. Kept per
-session, never shared: how fast a phrase came would tell one user what the assistant said to another.
+A session hears some things over and over, word for word: a tool's refusal typed again and again, a greeting. Piper
+takes a core for ~0.1-0.3 s per phrase on two cores, time taken from the engine decoding another session's reply; a
+phrase said a second time is played from here. Kept per session, never shared: how fast a phrase came would tell one
+user what the assistant said to another.
 """
 
 from __future__ import annotations
