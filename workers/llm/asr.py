@@ -140,11 +140,10 @@ class MisheardRule:
     under `ask_again_below`, or, under `doubt_below`, a second model that disagrees on more than
     `disagree_above` of the words; under `reading_below` the language model reads the words too, and Whisper's
     confidence plus `reading_weight` times the model's (the mean log-probability of the words in the prompt, but
-    their opening token) is
-    held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely to the model where
-    Whisper is only a little unsure. Where the engine cannot read (a remote server), under `sense_check_below`
-    the model is asked whether the words make sense (workers/llm/turn_run.SENSE_CHECK). Shared by the LLM worker
-    (workers/llm/hearing.py) and scripts/bench/asr.py."""
+    their opening token) is held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely
+    to the model where Whisper is only a little unsure. Where the engine cannot read (a remote server), under
+    `sense_check_below` the model is asked whether the words make sense (workers/llm/turn_run.SENSE_CHECK). Shared
+    by the LLM worker (workers/llm/hearing.py) and scripts/bench/asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6

@@ -111,10 +111,10 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
     position). The first token opens a new question, and how surprising a new topic is says nothing of whether the
     words are nonsense: of the questions heard exactly that the reading decided, 20 and 11 of 48 were asked again
     with it, as a first question and after a short history, against 10 and 4 without it, for 11 of 14 garbled ones
-    caught against 12 (Zen 1, the 0.5B model, 2026-11-27; docs/history.md). A position
-    found in the prefix cache was never computed (vLLM leaves its slot unfilled): when any of those read is (the
-    same words after the same history again, e.g. repeated after "say it again"), None. Their last tokens alone,
-    the easiest to predict, would pass nonsense."""
+    caught against 12 (Zen 1, the 0.5B model, 2026-11-27; docs/history.md). A position found in the prefix cache
+    was never computed (vLLM leaves its slot unfilled): when any of those read is (the same words after the same
+    history again, e.g. repeated after "say it again"), None. Their last tokens alone, the easiest to predict,
+    would pass nonsense."""
     if not prompt_logprobs or not token_ids:
         return None
     words, after = words_from_end

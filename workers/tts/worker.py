@@ -113,8 +113,8 @@ class TtsWorker:
         for name in names:
             self.report(WorkerState.LOADING, f"loading Piper voice {name}")
             self.engines[name] = PiperEngine(models / "piper" / name, self.config.tts.cpu_threads)
-        # First synthesis pays onnxruntime's warm-up; do it before saying ready.
-        list(self.engines[default].synthesize("Ready."))
+        # Each voice's first synthesis pays onnxruntime's warm-up: the assistant's own phrases, spoken here before
+        # saying ready, pay it.
         self.report(WorkerState.LOADING, "speaking the assistant's own phrases")
         for name, engine in self.engines.items():
             for phrase in STOCK_PHRASES:
