@@ -31,7 +31,9 @@ class ServerConfig:
     ip: str = "127.0.0.1"
     port: int = 8081
     max_users: int | None = None  # None ("auto"): sized from the speed the LLM worker measures
+    max_waiting: int = 8  # clients that asked to wait for a seat (our page does), in line; 0: refuse them
     timeout: float = 600.0
+    timeout_when_waiting: float = 120.0  # a seat idle this long goes to the next in line, while someone waits
     tls: bool = True
     certfile: str | None = None
     keyfile: str | None = None

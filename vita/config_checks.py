@@ -98,6 +98,9 @@ def validate(config: Config) -> Config:
     _check(bool(s.ip.strip()), "--ip", "must not be empty")
     _check(1 <= s.port <= 65535, "--port", f"must be between 1 and 65535, got {s.port}")
     _check(s.max_users is None or s.max_users >= 1, "--max_users", f"must be at least 1 or auto, got {s.max_users}")
+    _check(s.timeout_when_waiting > 0, "server.timeout_when_waiting",
+           f"must be a positive number of seconds, got {s.timeout_when_waiting:g}")
+    _check(0 <= s.max_waiting <= 1000, "server.max_waiting", f"must be 0 to 1000, got {s.max_waiting}")
     _check(-20 <= s.nice <= 19, "server.nice", f"must be between -20 and 19, got {s.nice}")
     _check(s.timeout > 0, "--timeout", f"must be a positive number of seconds, got {s.timeout:g}")
     _check((s.certfile is None) == (s.keyfile is None), "--certfile/--keyfile", "give both or neither")

@@ -421,13 +421,15 @@ class App {
 
   // --- server connection ---------------------------------------------------------------------------------
   connect() {
-    this.socket = io({ transports: ["websocket"], reconnection: false });
+    // wait: when every seat is taken, the server keeps us in line (`waiting`) and seats us in turn.
+    this.socket = io({ transports: ["websocket"], reconnection: false, auth: { wait: true } });
     const s = this.socket;
     s.on("connect", () => this.connected());
     s.on("disconnect", (reason) => this.disconnected(reason));
     s.on("connect_error", () => this.banner("Cannot reach the server. Is it running? Reload to try again."));
     s.on("server_status", (status) => this.serverStatus(status));
     s.on("too_many_users", () => this.banner("The assistant is busy with other users right now. Try again later."));
+    s.on("waiting", (m) => this.waitingInLine(m));
     s.on("out_time", () => this.banner("You were disconnected after a long silence. Reload the page to talk again."));
     s.on("notice", (m) => m && m.message && this.banner(`Notice: ${m.message}`));
     s.on("audio", (bytes) => this.player.play(bytes));
@@ -484,8 +486,24 @@ class App {
     }
   }
 
+  // All seats are taken: our place in line (1: next), until server_status says we have a seat.
+  waitingInLine(m) {
+    this.waiting = true;
+    $("connection").textContent = "waiting";
+    this.setState("waiting");
+    const who = m.users === 1 ? "someone else" : `${m.users} other people`;
+    const place = m.place === 1 ? "You are next in line" : `You are number ${m.place} in line`;
+    this.banner(`The assistant is talking with ${who}. ${place}: it will start here by itself when a place frees up.`, false);
+  }
+
   serverStatus(status) {
     if (!this.socket.connected) return; // a late /health answer after the connection was lost
+    if (this.waiting) { // seated at last: what we said while waiting was not heard
+      this.waiting = false;
+      $("connection").textContent = "connected";
+      $("banner").hidden = true;
+      this.sendSettings();
+    }
     this.ready = status.ready;
     if (status.webrtc) this.webrtc = status.webrtc;
     $("loading").hidden = status.ready;
@@ -639,7 +657,7 @@ class App {
   // --- display -------------------------------------------------------------------------------------------
   setState(state) {
     const labels = { listening: "listening", hearing: "hearing you…", thinking: "thinking…", speaking: "speaking",
-      loading: "loading models…", offline: "offline" };
+      loading: "loading models…", offline: "offline", waiting: "waiting for a place…" };
     const pill = $("state");
     pill.dataset.state = state;
     pill.textContent = labels[state] || state;
@@ -657,8 +675,9 @@ class App {
     this.log.timings(m.turn_id, m);
   }
 
-  banner(text) {
+  banner(text, error = true) {
     $("banner").textContent = text;
+    $("banner").classList.toggle("error", error);
     $("banner").hidden = false;
   }
 

@@ -44,3 +44,38 @@ def test_an_auto_registry_is_sized_once_measured_and_keeps_who_is_seated():
 def test_a_registry_the_operator_sized_stays_so():
     registry = SessionRegistry(max_users=3)
     assert registry.size(GPU) is None and registry.max_users == 3
+
+
+def test_the_line_seats_waiting_clients_in_order_and_nobody_jumps_it():
+    registry = SessionRegistry(max_users=1, max_waiting=2)
+    freed = []
+    registry.on_seat_freed = lambda: freed.append(registry.seat_waiting())
+    assert registry.open("a") is not None
+    assert registry.open("b") is None and registry.wait("b") == 1 and registry.wait("c") == 2
+    assert registry.wait("b") == 1  # asking again keeps the place
+    assert registry.wait("d") is None  # the line is full
+    registry.close("a")
+    assert [s.sid for s in freed[-1]] == ["b"] and registry.get("b") is not None
+    assert registry.places() == [("c", 1)]
+    assert registry.open("e") is None  # a seat that frees goes to the line, not to a newcomer
+
+
+def test_leaving_the_line_moves_those_behind_and_a_line_of_zero_refuses():
+    registry = SessionRegistry(max_users=1, max_waiting=3)
+    registry.open("a")
+    for sid in "bcd":
+        registry.wait(sid)
+    assert registry.leave_line("c") and not registry.leave_line("c") and not registry.leave_line("a")
+    assert registry.places() == [("b", 1), ("d", 2)]
+    assert SessionRegistry(max_users=1).wait("x") is None  # max_waiting 0: no line
+
+
+def test_more_seats_once_measured_seat_the_line():
+    registry = SessionRegistry(max_users=None, max_waiting=4)
+    for sid in "ab":
+        registry.open(sid)
+    registry.wait("c"), registry.wait("d")
+    registry.on_seat_freed = registry.seat_waiting
+    registry.size(GPU)  # (more seats than SEATS_BEFORE_MEASURED)
+    assert registry.max_users > SEATS_BEFORE_MEASURED and registry.places() == []
+    assert registry.get("c") is not None and registry.get("d") is not None

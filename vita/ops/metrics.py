@@ -37,9 +37,11 @@ class _QueueDepths:
 
 
 class FrontMetrics:
-    def __init__(self, sessions: Callable[[], int], queue_depths: Callable[[], dict[str, int]]):
+    def __init__(self, sessions: Callable[[], int], queue_depths: Callable[[], dict[str, int]],
+                 waiting: Callable[[], int] = lambda: 0):
         r = self.registry = CollectorRegistry()
         Gauge("vita_sessions", "Sessions connected now", registry=r).set_function(sessions)
+        Gauge("vita_sessions_waiting", "Clients waiting in line for a seat", registry=r).set_function(waiting)
         self.sessions_opened = Counter("vita_sessions_opened", "Sessions accepted", registry=r)
         self.sessions_refused = Counter("vita_sessions_refused", "Connections refused by --max_users",
                                         registry=r)

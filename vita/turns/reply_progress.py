@@ -120,7 +120,10 @@ class ReplyProgress:
         if not e.workers_ready or self.turn is not None:
             self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
             return []
-        if self.idle_for(e.now) > self.idle_timeout_s:
+        limit = self.idle_timeout_s
+        if e.others_waiting and self.idle_when_waiting_s is not None:
+            limit = min(limit, self.idle_when_waiting_s)
+        if self.idle_for(e.now) > limit:
             return [Send(OutOfTime()), CloseSession("idle")]
         return []
 

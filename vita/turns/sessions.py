@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,13 +79,20 @@ class Session:
 
 
 class SessionRegistry:
-    def __init__(self, max_users: int | None):
-        """max_users None: auto, sized by `size` once the machine is measured."""
+    """The seats (--max_users) and the line for them: a client that asks to wait when they are all taken is given
+    the next free seat in turn, and nobody who arrives later takes it first."""
+
+    def __init__(self, max_users: int | None, max_waiting: int = 0):
+        """max_users None: auto, sized by `size` once the machine is measured. max_waiting: the line's length (0:
+        no line, a full server refuses)."""
         self.auto = max_users is None
         self.max_users = SEATS_BEFORE_MEASURED if max_users is None else max_users
+        self.max_waiting = max_waiting
         self.sized_by = ""  # auto: why this many
         self.text_chars_s = MOST_TEXT_CHARS_S  # one session's typed text, a second (priced by the engine's speed)
+        self.on_seat_freed: Callable[[], None] | None = None  # told (outside the lock) when the line may move
         self._sessions: dict[str, Session] = {}
+        self._waiting: list[str] = []  # connections waiting for a seat, the next first
         self._lock = threading.Lock()
 
     def size(self, speed: MeasuredSpeed) -> str | None:
@@ -95,6 +103,7 @@ class SessionRegistry:
         seats, why = seats_for(speed)
         with self._lock:
             self.max_users, self.sized_by = seats, why
+        self._line_may_move()
         return why
 
     def price_text(self, speed: MeasuredSpeed) -> float:
@@ -104,17 +113,62 @@ class SessionRegistry:
             return self.text_chars_s
 
     def open(self, sid: str) -> Session | None:
-        """Register a session, or None when the server is full."""
+        """Register a session, or None when the server is full (or others are waiting for a seat)."""
         with self._lock:
-            if len(self._sessions) >= self.max_users:
+            if len(self._sessions) >= self.max_users or self._waiting:
                 return None
-            session = self._sessions[sid] = Session(sid)
-            session.text_budget.rate = self.text_chars_s
-            return session
+            return self._seat(sid)
+
+    def _seat(self, sid: str) -> Session:
+        session = self._sessions[sid] = Session(sid)
+        session.text_budget.rate = self.text_chars_s
+        return session
 
     def close(self, sid: str) -> Session | None:
         with self._lock:
-            return self._sessions.pop(sid, None)
+            session = self._sessions.pop(sid, None)
+        if session is not None:
+            self._line_may_move()
+        return session
+
+    # --- the line --------------------------------------------------------------------------------------------
+    def wait(self, sid: str) -> int | None:
+        """Join the line for a seat: the place in it (1: next), or None when the line is full."""
+        with self._lock:
+            if sid in self._waiting:
+                return self._waiting.index(sid) + 1
+            if len(self._waiting) >= self.max_waiting:
+                return None
+            self._waiting.append(sid)
+            return len(self._waiting)
+
+    def leave_line(self, sid: str) -> bool:
+        """A waiting connection went away: True if it was in the line."""
+        with self._lock:
+            if sid not in self._waiting:
+                return False
+            self._waiting.remove(sid)
+        self._line_may_move()  # (those behind it move up)
+        return True
+
+    def seat_waiting(self) -> list[Session]:
+        """Seat the head of the line while seats are free: the sessions seated now, in their order."""
+        with self._lock:
+            seated = []
+            while self._waiting and len(self._sessions) < self.max_users:
+                seated.append(self._seat(self._waiting.pop(0)))
+            return seated
+
+    def places(self) -> list[tuple[str, int]]:
+        """Each waiting connection and its place in the line (1: next)."""
+        with self._lock:
+            return [(sid, place) for place, sid in enumerate(self._waiting, start=1)]
+
+    def _line_may_move(self) -> None:
+        with self._lock:
+            waiting = bool(self._waiting)
+        if waiting and self.on_seat_freed is not None:
+            self.on_seat_freed()
 
     def get(self, sid: str) -> Session | None:
         with self._lock:

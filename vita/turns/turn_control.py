@@ -102,8 +102,10 @@ EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else 
 
 class TurnController:
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
-                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None):
+                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None,
+                 others_waiting: Callable[[], bool] = lambda: False):
         self.config = config
+        self.others_waiting = others_waiting  # someone waits for a seat: idle sessions give theirs up sooner
         self.rtc = rtc  # the front's RtcHub (vita/web/webrtc/hub.py): a session with a connected peer hears
         # replies there
         self.metrics = metrics
@@ -133,7 +135,7 @@ class TurnController:
         limits = self.config.limits
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
-                                   rules=self.rules)
+                                   rules=self.rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
         session.listener = self.ears.listener()
         session.output = self._output(session)
         session.audio_at = time.monotonic()
@@ -251,7 +253,7 @@ class TurnController:
                 # never meant to finish): what was heard ends where its audio did, as silence would have ended it.
                 for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
                     session.actor.follow(event)
-            self._handle(session, Tick(now, self.workers_ready()))
+            self._handle(session, Tick(now, self.workers_ready(), self.others_waiting()))
         elif isinstance(item, PaceDue):
             session.output.due(time.monotonic(), timer=item.timer)
         elif isinstance(item, EVENTS):

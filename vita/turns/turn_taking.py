@@ -88,8 +88,9 @@ class TurnTaking(ReplyProgress):
     none. Not thread-safe: its owner serialises calls."""
 
     def __init__(self, idle_timeout_s: float, now: float, speculative: bool = True, stall_s: float = 15.0,
-                 rules: TurnRules | None = None):
+                 rules: TurnRules | None = None, idle_when_waiting_s: float | None = None):
         self.idle_timeout_s = idle_timeout_s
+        self.idle_when_waiting_s = idle_when_waiting_s  # the idle limit while others wait for a seat (None: the same)
         self.rules = rules or TurnRules()
         self.stall_s = stall_s  # a committed turn with no reply audio nor worker news for this long is cancelled
         self.speculative_enabled = speculative

@@ -57,6 +57,12 @@ def rtc_hub(config: Config) -> Any:
     return RtcHub(RtcSettings.from_config(config.webrtc))
 
 
+def wants_to_wait(auth: Any) -> bool:
+    """A Socket.IO client that will wait for a seat when all are taken (our page: `io({auth: {wait: true}})`); any
+    other is refused then, as VITA's page expects."""
+    return isinstance(auth, dict) and auth.get("wait") is True
+
+
 def llm_choice(config: Config) -> dict[str, str | None]:
     """Which LLM serves and why, for /health and the start-up log (the LLM worker's ready detail adds the kernel
     path it loaded)."""
@@ -73,7 +79,8 @@ class FrontApp:
     def __init__(self, config: Config, graph: Any):
         self.config = config
         self.graph = graph
-        self.sessions = SessionRegistry(config.server.max_users)
+        self.sessions = SessionRegistry(config.server.max_users, config.server.max_waiting)
+        self.sessions.on_seat_freed = self._seat_waiting
         self.started_at = time.time()
         self.front_id = f"{socket.gethostname()}:{config.server.port}"
         self.voices = available_voices(config.models_path())
@@ -105,11 +112,13 @@ class FrontApp:
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
         self.llm_choice = llm_choice(config)
-        self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths)
+        self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths,
+                                    lambda: len(self.sessions.places()))
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.rtc = rtc_hub(config)
         self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
-                                    self.metrics, self.turn_log, rtc=self.rtc)
+                                    self.metrics, self.turn_log, rtc=self.rtc,
+                                    others_waiting=lambda: bool(self.sessions.places()))
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
         install_routes(self)
@@ -270,22 +279,49 @@ class FrontApp:
             return
         session = self.sessions.open(request.sid)
         if session is None:
+            place = self.sessions.wait(request.sid) if wants_to_wait(auth) else None
+            if place is not None:
+                log.info("waiting %s: %d users already, place %d in line", request.sid, self.sessions.max_users, place)
+                self._after_handshake(self._tell_place, request.sid)
+                if len(self.sessions) < self.sessions.max_users:  # a seat freed between open and wait
+                    self._seat_waiting()
+                return
             self.metrics.sessions_refused.inc()
             log.info("refused %s: %d users already", request.sid, self.sessions.max_users)
             # Accept, tell, then really disconnect (VITA only warned).
             self._after_handshake(self._refuse, request.sid)
             return
+        self._seated(session)
+
+    def _seated(self, session: Session) -> None:
+        """A session has its seat: its turn machine, and the status that tells its page to start."""
         self.metrics.sessions_opened.inc()
         self.turns.attach(session)
-        log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(request.sid))
+        log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(session.sid))
         self.emit("server_status", {"ready": self.graph.ready(), "workers": self.graph.health(),
-                                    "session": self.turn_log.pseudonym(request.sid), "front": self.front_id,
+                                    "session": self.turn_log.pseudonym(session.sid), "front": self.front_id,
                                     "webrtc": {"enabled": self.rtc is not None,
                                                "ice_servers": list(self.rtc.settings.ice_servers) if self.rtc else []}},
-                  to=request.sid)
+                  to=session.sid)
         self.turns.post(session, Connected(time.monotonic()))
 
+    def _seat_waiting(self) -> None:
+        """A seat freed (or the line changed): seat the head of the line, tell the others their new places."""
+        for session in self.sessions.seat_waiting():
+            log.info("seated from the line", extra=turn_ids(session.sid))
+            self._seated(session)
+        for sid, _ in self.sessions.places():
+            self._tell_place(sid)
+
+    def _tell_place(self, sid: str) -> None:
+        place = dict(self.sessions.places()).get(sid)
+        if place is not None:  # (seated meanwhile: its server_status says so)
+            self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
+
     def on_disconnect(self, *_) -> None:
+        if self.sessions.leave_line(request.sid):
+            log.info("left the line %s", request.sid)
+            return
         session = self.sessions.close(request.sid)
         if session is None:
             return
