@@ -409,6 +409,8 @@ class App {
     this.camera = new Camera($("preview"), (url) => this.socket.connected && this.socket.emit("video_frame", url));
     this.log = new Log($("log"));
     this.ready = false;
+    this.seated = false; // server_status came: this connection has a seat
+    this.waiting = false; // in line for a seat (`waiting`), until server_status seats us
     this.talking = false;
     this.toastTimer = null;
     this.healthTimer = null;
@@ -472,6 +474,11 @@ class App {
 
   disconnected(reason) {
     this.ready = false;
+    this.seated = false;
+    if (this.waiting) { // the line's promise no longer holds
+      this.waiting = false;
+      $("banner").hidden = true;
+    }
     clearTimeout(this.healthTimer);
     $("connection").textContent = "disconnected";
     $("connection").className = "connection down";
@@ -488,6 +495,7 @@ class App {
 
   // All seats are taken: our place in line (1: next), until server_status says we have a seat.
   waitingInLine(m) {
+    if (this.seated || !m) return; // (a place told just before the seat: stale)
     this.waiting = true;
     $("connection").textContent = "waiting";
     this.setState("waiting");
@@ -498,11 +506,13 @@ class App {
 
   serverStatus(status) {
     if (!this.socket.connected) return; // a late /health answer after the connection was lost
-    if (this.waiting) { // seated at last: what we said while waiting was not heard
+    this.seated = true;
+    if (this.waiting) { // seated at last: what we chose while waiting was not heard
       this.waiting = false;
       $("connection").textContent = "connected";
       $("banner").hidden = true;
       this.sendSettings();
+      if ($("voice").value) this.socket.emit("set_voice", { voice: $("voice").value });
     }
     this.ready = status.ready;
     if (status.webrtc) this.webrtc = status.webrtc;

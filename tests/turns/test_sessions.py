@@ -56,15 +56,40 @@ def test_the_line_seats_waiting_clients_in_order_and_nobody_jumps_it():
     assert registry.wait("d") is None  # the line is full
     registry.close("a")
     assert [s.sid for s in freed[-1]] == ["b"] and registry.get("b") is not None
-    assert registry.places() == [("c", 1)]
-    assert registry.open("e") is None  # a seat that frees goes to the line, not to a newcomer
+    assert registry.places() == [("c", 1)] and registry.waiting_count() == 1
+    registry.on_seat_freed = None  # the owner has not seated the line yet...
+    registry.close("b")
+    assert len(registry) == 0 and registry.open("e") is None  # ...and a newcomer cannot take the free seat
+    assert [s.sid for s in registry.seat_waiting()] == ["c"]
+
+
+def test_one_address_holds_at_most_two_places_in_line():
+    registry = SessionRegistry(max_users=1, max_waiting=8)
+    registry.open("a")
+    assert registry.wait("b", "10.0.0.1") == 1 and registry.wait("c", "10.0.0.1") == 2
+    assert registry.wait("d", "10.0.0.1") is None
+    assert registry.wait("e", "10.0.0.2") == 3
+    registry.leave_line("b")
+    assert registry.wait("d", "10.0.0.1") == 3
+
+
+def test_a_failing_owner_does_not_undo_a_freed_seat():
+    registry = SessionRegistry(max_users=1, max_waiting=2)
+    registry.open("a")
+    registry.wait("b")
+
+    def fails() -> None:
+        raise RuntimeError("the owner could not seat the line")
+
+    registry.on_seat_freed = fails
+    assert registry.close("a").sid == "a" and len(registry) == 0
 
 
 def test_leaving_the_line_moves_those_behind_and_a_line_of_zero_refuses():
     registry = SessionRegistry(max_users=1, max_waiting=3)
     registry.open("a")
     for sid in "bcd":
-        registry.wait(sid)
+        registry.wait(sid, f"10.0.0.{ord(sid)}")
     assert registry.leave_line("c") and not registry.leave_line("c") and not registry.leave_line("a")
     assert registry.places() == [("b", 1), ("d", 2)]
     assert SessionRegistry(max_users=1).wait("x") is None  # max_waiting 0: no line
@@ -74,7 +99,8 @@ def test_more_seats_once_measured_seat_the_line():
     registry = SessionRegistry(max_users=None, max_waiting=4)
     for sid in "ab":
         registry.open(sid)
-    registry.wait("c"), registry.wait("d")
+    for sid in "cd":
+        registry.wait(sid)
     registry.on_seat_freed = registry.seat_waiting
     registry.size(GPU)  # (more seats than SEATS_BEFORE_MEASURED)
     assert registry.max_users > SEATS_BEFORE_MEASURED and registry.places() == []

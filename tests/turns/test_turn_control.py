@@ -73,12 +73,14 @@ class Wire:
         return [p["state"] for e, p in self.sent if e == "state"]
 
 
-def controller(wire: Wire, ready: bool = True, **limits) -> TurnController:
+def controller(wire: Wire, ready: bool = True, others_waiting: bool = False, **limits) -> TurnController:
     config = Config()
     for key, value in limits.items():
         setattr(config.limits, key, value)
+    config.server.timeout_when_waiting = 0.5
     return TurnController(config, deaf_ears(config), wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
-                          lambda: ready, FrontMetrics(lambda: 1, dict), TurnLogger(None, 1))
+                          lambda: ready, FrontMetrics(lambda: 1, dict, lambda: 0), TurnLogger(None, 1),
+                          others_waiting=lambda: others_waiting)
 
 
 class SilentProbe(SileroVad):
@@ -335,3 +337,15 @@ def test_camera_frames_go_to_the_vision_stage_only_while_the_user_speaks():
         assert sent == [b"speaking 0", b"a second later"]
         assert all(m.session_id == "s1" for _, m in wire.puts if isinstance(m, messages.CameraFrame))
         assert len(s.frames) == 8  # every frame is kept for the turn itself
+
+
+def test_an_idle_session_gives_its_seat_up_soon_while_others_wait_for_one():
+    wire = Wire()
+    turns = controller(wire, others_waiting=True)  # timeout_when_waiting 0.5 s (--timeout stays 600 s)
+    s = session(turns)
+    try:
+        assert wire.wait_for(lambda: any(e == "__disconnect__" for e, _ in wire.sent), 5), wire.sent
+        assert ("out_time", None) in wire.sent
+    finally:
+        turns.close()
+        turns.detach(s)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def test_tool_names_the_model_made_up_share_one_label(tmp_path):
-    metrics = FrontMetrics(lambda: 0, dict)
+    metrics = FrontMetrics(lambda: 0, dict, lambda: 0)
     logger = TurnLogger(None, 1.0)  # off: only the metrics are looked at
     try:
         records = TurnRecords(metrics, logger)

@@ -38,7 +38,7 @@ class _QueueDepths:
 
 class FrontMetrics:
     def __init__(self, sessions: Callable[[], int], queue_depths: Callable[[], dict[str, int]],
-                 waiting: Callable[[], int] = lambda: 0):
+                 waiting: Callable[[], int]):
         r = self.registry = CollectorRegistry()
         Gauge("vita_sessions", "Sessions connected now", registry=r).set_function(sessions)
         Gauge("vita_sessions_waiting", "Clients waiting in line for a seat", registry=r).set_function(waiting)

@@ -5,6 +5,7 @@ All of a session's state lives on its Session object; the registry is owned by t
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
+
+log = logging.getLogger(__name__)
 
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
 TEXT_BURST_CHARS = 4000.0
@@ -82,6 +85,8 @@ class SessionRegistry:
     """The seats (--max_users) and the line for them: a client that asks to wait when they are all taken is given
     the next free seat in turn, and nobody who arrives later takes it first."""
 
+    PLACES_PER_ADDRESS = 2  # one address cannot fill the line (a page reloaded, a second tab: two)
+
     def __init__(self, max_users: int | None, max_waiting: int = 0):
         """max_users None: auto, sized by `size` once the machine is measured. max_waiting: the line's length (0:
         no line, a full server refuses)."""
@@ -93,6 +98,7 @@ class SessionRegistry:
         self.on_seat_freed: Callable[[], None] | None = None  # told (outside the lock) when the line may move
         self._sessions: dict[str, Session] = {}
         self._waiting: list[str] = []  # connections waiting for a seat, the next first
+        self._addresses: dict[str, str | None] = {}  # each waiting connection's client address
         self._lock = threading.Lock()
 
     def size(self, speed: MeasuredSpeed) -> str | None:
@@ -120,6 +126,7 @@ class SessionRegistry:
             return self._seat(sid)
 
     def _seat(self, sid: str) -> Session:
+        """(under the lock)"""
         session = self._sessions[sid] = Session(sid)
         session.text_budget.rate = self.text_chars_s
         return session
@@ -132,14 +139,17 @@ class SessionRegistry:
         return session
 
     # --- the line --------------------------------------------------------------------------------------------
-    def wait(self, sid: str) -> int | None:
-        """Join the line for a seat: the place in it (1: next), or None when the line is full."""
+    def wait(self, sid: str, address: str | None = None) -> int | None:
+        """Join the line for a seat: the place in it (1: next), or None when the line is full (or this client's
+        address holds PLACES_PER_ADDRESS places already)."""
         with self._lock:
             if sid in self._waiting:
                 return self._waiting.index(sid) + 1
-            if len(self._waiting) >= self.max_waiting:
+            held = sum(1 for other in self._waiting if self._addresses.get(other) == address)
+            if len(self._waiting) >= self.max_waiting or held >= self.PLACES_PER_ADDRESS:
                 return None
             self._waiting.append(sid)
+            self._addresses[sid] = address
             return len(self._waiting)
 
     def leave_line(self, sid: str) -> bool:
@@ -148,6 +158,7 @@ class SessionRegistry:
             if sid not in self._waiting:
                 return False
             self._waiting.remove(sid)
+            self._addresses.pop(sid, None)
         self._line_may_move()  # (those behind it move up)
         return True
 
@@ -156,7 +167,9 @@ class SessionRegistry:
         with self._lock:
             seated = []
             while self._waiting and len(self._sessions) < self.max_users:
-                seated.append(self._seat(self._waiting.pop(0)))
+                sid = self._waiting.pop(0)
+                self._addresses.pop(sid, None)
+                seated.append(self._seat(sid))
             return seated
 
     def places(self) -> list[tuple[str, int]]:
@@ -164,11 +177,18 @@ class SessionRegistry:
         with self._lock:
             return [(sid, place) for place, sid in enumerate(self._waiting, start=1)]
 
-    def _line_may_move(self) -> None:
+    def waiting_count(self) -> int:
         with self._lock:
-            waiting = bool(self._waiting)
-        if waiting and self.on_seat_freed is not None:
-            self.on_seat_freed()
+            return len(self._waiting)
+
+    def _line_may_move(self) -> None:
+        """Tell the owner (outside the lock) that a seat may be free for the line: whatever it does, the seat that
+        freed it stays freed."""
+        if self.waiting_count() and self.on_seat_freed is not None:
+            try:
+                self.on_seat_freed()
+            except Exception:
+                log.exception("seating the line failed")
 
     def get(self, sid: str) -> Session | None:
         with self._lock:

@@ -102,8 +102,8 @@ EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else 
 
 class TurnController:
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
-                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None,
-                 others_waiting: Callable[[], bool] = lambda: False):
+                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None, *,
+                 others_waiting: Callable[[], bool]):
         self.config = config
         self.others_waiting = others_waiting  # someone waits for a seat: idle sessions give theirs up sooner
         self.rtc = rtc  # the front's RtcHub (vita/web/webrtc/hub.py): a session with a connected peer hears

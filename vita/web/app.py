@@ -81,6 +81,9 @@ class FrontApp:
         self.graph = graph
         self.sessions = SessionRegistry(config.server.max_users, config.server.max_waiting)
         self.sessions.on_seat_freed = self._seat_waiting
+        # Seating from the line, telling places, and a connection leaving: one at a time, so a client is never seated
+        # after it left, nor told a place after it was seated (re-entered when a seat fails and frees the next).
+        self._line_lock = threading.RLock()
         self.started_at = time.time()
         self.front_id = f"{socket.gethostname()}:{config.server.port}"
         self.voices = available_voices(config.models_path())
@@ -112,13 +115,12 @@ class FrontApp:
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)
         self.llm_choice = llm_choice(config)
-        self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths,
-                                    lambda: len(self.sessions.places()))
+        self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths, self.sessions.waiting_count)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.rtc = rtc_hub(config)
         self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, rtc=self.rtc,
-                                    others_waiting=lambda: bool(self.sessions.places()))
+                                    others_waiting=lambda: self.sessions.waiting_count() > 0)
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
         install_routes(self)
@@ -277,12 +279,15 @@ class FrontApp:
             self.tell(ErrorNotice("unauthorized", "This assistant needs an access token."), to=request.sid)
             self._after_handshake(self._disconnect, request.sid)
             return
-        session = self.sessions.open(request.sid)
+        with self._line_lock:
+            session = self.sessions.open(request.sid)
+            place = None
+            if session is None and wants_to_wait(auth):
+                place = self.sessions.wait(request.sid, client_address(request.environ))
         if session is None:
-            place = self.sessions.wait(request.sid) if wants_to_wait(auth) else None
             if place is not None:
                 log.info("waiting %s: %d users already, place %d in line", request.sid, self.sessions.max_users, place)
-                self._after_handshake(self._tell_place, request.sid)
+                self._after_handshake(self._tell_own_place, request.sid)
                 if len(self.sessions) < self.sessions.max_users:  # a seat freed between open and wait
                     self._seat_waiting()
                 return
@@ -294,7 +299,8 @@ class FrontApp:
         self._seated(session)
 
     def _seated(self, session: Session) -> None:
-        """A session has its seat: its turn machine, and the status that tells its page to start."""
+        """A session has its seat: its turn machine, and the status that tells its page to start (on connect, or
+        when the line seats it: the first event it gets as a seated client)."""
         self.metrics.sessions_opened.inc()
         self.turns.attach(session)
         log.info("connected (%d/%d)", len(self.sessions), self.sessions.max_users, extra=turn_ids(session.sid))
@@ -307,22 +313,32 @@ class FrontApp:
 
     def _seat_waiting(self) -> None:
         """A seat freed (or the line changed): seat the head of the line, tell the others their new places."""
-        for session in self.sessions.seat_waiting():
-            log.info("seated from the line", extra=turn_ids(session.sid))
-            self._seated(session)
-        for sid, _ in self.sessions.places():
-            self._tell_place(sid)
+        with self._line_lock:
+            for session in self.sessions.seat_waiting():
+                log.info("seated from the line", extra=turn_ids(session.sid))
+                try:
+                    self._seated(session)
+                except Exception:  # its seat goes to the next in line; the client is told by its disconnect
+                    log.exception("seating from the line failed", extra=turn_ids(session.sid))
+                    self.sessions.close(session.sid)
+                    self.turns.detach(session)
+                    self._disconnect(session.sid)
+            for sid, place in self.sessions.places():
+                self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
 
-    def _tell_place(self, sid: str) -> None:
-        place = dict(self.sessions.places()).get(sid)
-        if place is not None:  # (seated meanwhile: its server_status says so)
-            self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
+    def _tell_own_place(self, sid: str) -> None:
+        """A client just put in line hears its place once its connection is acknowledged."""
+        with self._line_lock:
+            place = dict(self.sessions.places()).get(sid)
+            if place is not None:  # (seated meanwhile: its server_status said so)
+                self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
 
     def on_disconnect(self, *_) -> None:
-        if self.sessions.leave_line(request.sid):
-            log.info("left the line %s", request.sid)
-            return
-        session = self.sessions.close(request.sid)
+        with self._line_lock:  # (not seated from the line while it leaves)
+            if self.sessions.leave_line(request.sid):
+                log.info("left the line %s", request.sid)
+                return
+            session = self.sessions.close(request.sid)
         if session is None:
             return
         if self.rtc is not None:

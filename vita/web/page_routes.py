@@ -70,7 +70,7 @@ def install_routes(front: FrontHost) -> None:
             "status": "ready" if front.graph.ready() else "starting",
             "workers": workers,
             "sessions": len(front.sessions),
-            "waiting": len(front.sessions.places()),
+            "waiting": front.sessions.waiting_count(),
             "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
             **thread_counts(),
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
