@@ -122,7 +122,8 @@ class LlmConfig:
     load_format: str = "auto"
     prompt_style: str = "auto"
     persona: str = (
-        "Vita is a helpful, friendly voice assistant. Vita answers in one or two short, clear sentences."
+        "Vita is a helpful, friendly voice assistant. Vita answers in one or two short, clear sentences. "
+        "People hear Vita's answers spoken aloud."  # (its prompt fills one whole 32-token cache block: shared)
     )
     history_turns: int = 4
     history_tokens: int = 400

@@ -54,6 +54,7 @@ class PrefixWarming:
         async for _ in kit.engine.stream(kit.text_prompt(ConversationHistory(0), "Hello!", tools=tools),
                                          kit.sampling(), "warmup"):
             pass
+        self.say_what_sessions_share(tools)
         speed = await self.measure_speed(tools)
         if speed is None:
             self.log.warning("the engine's speed could not be measured (it counted too few tokens): "
@@ -82,6 +83,25 @@ class PrefixWarming:
             self.log.warning("warm-up of several questions at once failed: %r", failed[0])
         self.log.info("warmed up in %.1f s: two prompts, then %d at once", time.monotonic() - started, sessions)
         return speed
+
+    def say_what_sessions_share(self, tools: ToolBox | None) -> None:
+        """The log says how much of a first prompt the prefix cache shares between sessions: only whole blocks are
+        kept, so a persona a few tokens short of one has every session's first turn prefill it (0.65 against 0.28 s
+        to a first token with the 0.5B model on a Zen 1 EPYC)."""
+        kit = self.kit
+        if not isinstance(kit.engine, LocalVllmEngine) or kit.prompts is None or not kit.config.llm.prefix_caching:
+            return
+        fixed = kit.prompts.fixed_prefix_tokens(tools.schemas() if tools else None)
+        if fixed is None:
+            return
+        block = kit.config.llm.block_size
+        if fixed >= block:
+            self.log.info("every session's first prompt opens with the same %d tokens: %d cache block(s) of %d shared",
+                          fixed, fixed // block, block)
+        else:
+            self.log.warning("the persona's prompt is %d tokens, under one %d-token cache block: every session's first "
+                             "turn prefills it again (a persona %d tokens longer would be shared)",
+                             fixed, block, block - fixed)
 
     async def measure_speed(self, tools: ToolBox | None) -> MeasuredSpeed | None:
         """A question as a turn brings it, on the engine now warm: its first token and its decoding speed, with the

@@ -214,6 +214,25 @@ class PromptBuilder:
         other._sections = self._sections  # the same template: the same tool sections
         return other
 
+    def fixed_prefix_tokens(self, tools: list[dict[str, Any]] | None = None) -> int | None:
+        """How many of a session's first prompt's tokens are the same whatever it asks, with a word to the model
+        beside the question or not: what the engine's prefix cache can share between sessions, in whole blocks
+        (None without a tokenizer)."""
+        if self.tokenizer is None:
+            return None
+        empty = ConversationHistory(0)
+        renders = [self.build(empty, "What time is it?", tools=tools), self.build(empty, "Hello there.", tools=tools),
+                   self.build(empty, "What time is it?", tools=tools, note="(a word to the model)")]
+        token_lists = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in renders if text]
+        if len(token_lists) < 2:
+            return None
+        same = 0
+        for column in zip(*token_lists, strict=False):
+            if len(set(column)) > 1:
+                break
+            same += 1
+        return same
+
     def _count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
             return len(text) // CHARS_PER_TOKEN + 1

@@ -180,3 +180,19 @@ def test_a_template_that_drops_a_later_system_message_keeps_the_tools_where_it_p
         assert prompt.startswith("<|system|>Be brief. Tools: [") and '"stock_count"' in prompt  # ...kept there
     finally:
         base_tokenizer.chat_template = None
+
+
+def test_the_fixed_prefix_ends_where_a_first_prompt_starts_to_differ(chat_tokenizer):
+    builder = PromptBuilder(chat_tokenizer, "auto", "Vita is brief.")
+    fixed = builder.fixed_prefix_tokens()
+    prompt = builder.build(ConversationHistory(4), "Anything at all?")
+    ids = chat_tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert chat_tokenizer.decode(ids[:fixed]).endswith("Vita is brief.<|im_end|>\n<|im_start|>")
+    longer = PromptBuilder(chat_tokenizer, "auto", "Vita is brief and kind.").fixed_prefix_tokens()
+    assert longer == fixed + len(chat_tokenizer(" and kind", add_special_tokens=False)["input_ids"])
+
+
+def test_the_default_persona_fills_a_whole_cache_block_so_first_turns_share_it(chat_tokenizer):
+    config = Config()
+    builder = PromptBuilder(chat_tokenizer, config.llm.prompt_style, config.llm.persona)
+    assert builder.fixed_prefix_tokens() >= config.llm.block_size
