@@ -9,7 +9,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import numpy as np
 import psutil
@@ -143,22 +143,23 @@ def test_extra_client_is_told_and_disconnected(small_server):
     assert health["sessions"] == 0 and health["vad_threads"] == 0
 
 
-@contextlib.contextmanager
-def kept_active(client: RecordingClient) -> Iterator[None]:
-    """The client's session stays active (--timeout 3 would free its seat while a test looks at the line)."""
+def keep_active(client: RecordingClient) -> Callable[[], None]:
+    """The client's session stays active (--timeout 3 would free its seat while a test looks at the line) until
+    the function returned is called."""
     stop = threading.Event()
 
-    def keep_active() -> None:
-        while not stop.wait(1.0):
+    def keep() -> None:
+        while not stop.wait(1.0) and client.client.connected:
             client.sio.emit("recording-started")
 
-    keeper = threading.Thread(target=keep_active, daemon=True)
+    keeper = threading.Thread(target=keep, daemon=True)
     keeper.start()
-    try:
-        yield
-    finally:
+
+    def stop_keeping() -> None:
         stop.set()
         keeper.join(5)
+
+    return stop_keeping
 
 
 def test_clients_that_wait_are_seated_in_their_turn_and_nobody_jumps_the_line(small_server):
@@ -168,23 +169,25 @@ def test_clients_that_wait_are_seated_in_their_turn_and_nobody_jumps_the_line(sm
     second = RecordingClient(small_server.url)
     third = RecordingClient(small_server.url)
     newcomer = RecordingClient(small_server.url)
+    stop_keeping = keep_active(first)
     try:
-        with kept_active(first):
-            second.connect(auth={"wait": True})
-            assert second.wait_event("waiting", 5), second.events
-            third.connect(auth={"wait": True})
-            assert third.wait_event("waiting", 5), third.events
-            assert second.named("waiting")[-1] == {"place": 1, "users": 1}
-            assert third.named("waiting")[-1] == {"place": 2, "users": 1}
-            assert not second.named("server_status") and not third.named("too_many_users")
-            health = small_server.get("/health").json()
-            assert (health["sessions"], health["waiting"]) == (1, 2)
-            assert "vita_sessions_waiting 2.0" in small_server.get("/metrics").text
+        second.connect(auth={"wait": True})
+        assert second.wait_event("waiting", 5), second.events
+        third.connect(auth={"wait": True})
+        assert third.wait_event("waiting", 5), third.events
+        assert second.named("waiting")[-1] == {"place": 1, "users": 1}
+        assert third.named("waiting")[-1] == {"place": 2, "users": 1}
+        assert not second.named("server_status") and not third.named("too_many_users")
+        health = small_server.get("/health").json()
+        assert (health["sessions"], health["waiting"]) == (1, 2)
+        assert "vita_sessions_waiting 2.0" in small_server.get("/metrics").text
+        stop_keeping()
         first.close()
         assert second.wait_event("server_status", 10), second.events
         second.sio.emit("text_input", {"text": "Hello, how are you today?"})
         assert third.wait_for(lambda evs: any(n == "waiting" and d["place"] == 1 for _, n, d in evs), 5)
-        # A client that does not wait is refused while others wait, even when a seat is about to free.
+        # A client that does not ask to wait is refused (tests/turns/test_sessions.py: nor may one that finds a
+        # free seat while others wait take it).
         with contextlib.suppress(socketio.exceptions.ConnectionError):
             newcomer.connect()
         assert newcomer.wait_event("too_many_users", 5)
@@ -195,6 +198,7 @@ def test_clients_that_wait_are_seated_in_their_turn_and_nobody_jumps_the_line(sm
         assert third.wait_event("server_status", 10), third.events
         assert wait_health(small_server, lambda h: h["waiting"] == 0)["sessions"] == 1
     finally:
+        stop_keeping()
         for client in (first, second, third, newcomer):
             client.close()
     health = wait_health(small_server, lambda h: h["sessions"] == 0)
@@ -205,22 +209,24 @@ def test_the_page_shows_its_place_in_line_and_starts_by_itself_when_seated(small
     wait_ready(small_server)
     assert wait_health(small_server, lambda h: h["sessions"] == 0)["sessions"] == 0
     first = RecordingClient(small_server.url).connect()
+    stop_keeping = keep_active(first)
     try:
         with chromium() as browser, open_page(browser, small_server.url + "/") as page:
-            with kept_active(first):
-                page.wait_for_function("!document.querySelector('#banner').hidden && "
-                                       "document.querySelector('#banner').textContent.includes('next in line')",
-                                       timeout=10000)
-                assert page.inner_text("#connection") == "waiting"
-                assert page.get_attribute("#state", "data-state") == "waiting"
-                assert page.is_disabled("#talk")
-                page.screenshot(path=str(ARTIFACTS / "page-waiting.png"))
+            page.wait_for_function("!document.querySelector('#banner').hidden && "
+                                   "document.querySelector('#banner').textContent.includes('next in line')",
+                                   timeout=10000)
+            assert page.inner_text("#connection") == "waiting"
+            assert page.get_attribute("#state", "data-state") == "waiting"
+            assert page.is_disabled("#talk")
+            page.screenshot(path=str(ARTIFACTS / "page-waiting.png"))
+            stop_keeping()
             first.close()
             page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
             assert page.is_hidden("#banner") and page.inner_text("#connection") == "connected"
             assert page.is_enabled("#talk")
             assert not page.problems, page.problems
     finally:
+        stop_keeping()
         first.close()
 
 

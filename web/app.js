@@ -506,11 +506,14 @@ class App {
 
   serverStatus(status) {
     if (!this.socket.connected) return; // a late /health answer after the connection was lost
+    const seatedNow = !this.seated; // the first status of this connection: it has a seat from now on
     this.seated = true;
-    if (this.waiting) { // seated at last: what we chose while waiting was not heard
+    if (this.waiting) {
       this.waiting = false;
       $("connection").textContent = "connected";
       $("banner").hidden = true;
+    }
+    if (seatedNow) { // what was sent before the seat (on connect, or chosen while in line) was not heard
       this.sendSettings();
       if ($("voice").value) this.socket.emit("set_voice", { voice: $("voice").value });
     }

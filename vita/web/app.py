@@ -313,6 +313,7 @@ class FrontApp:
 
     def _seat_waiting(self) -> None:
         """A seat freed (or the line changed): seat the head of the line, tell the others their new places."""
+        failed: list[Session] = []
         with self._line_lock:
             for session in self.sessions.seat_waiting():
                 log.info("seated from the line", extra=turn_ids(session.sid))
@@ -320,18 +321,26 @@ class FrontApp:
                     self._seated(session)
                 except Exception:  # its seat goes to the next in line; the client is told by its disconnect
                     log.exception("seating from the line failed", extra=turn_ids(session.sid))
+                    failed.append(session)
                     self.sessions.close(session.sid)
-                    self.turns.detach(session)
-                    self._disconnect(session.sid)
             for sid, place in self.sessions.places():
-                self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
+                self._tell_place(sid, place)
+        for session in failed:  # (its thread is joined: not while the line waits on the lock)
+            self.turns.detach(session)
+            self._disconnect(session.sid)
 
     def _tell_own_place(self, sid: str) -> None:
         """A client just put in line hears its place once its connection is acknowledged."""
         with self._line_lock:
             place = dict(self.sessions.places()).get(sid)
             if place is not None:  # (seated meanwhile: its server_status said so)
-                self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid)
+                self._tell_place(sid, place)
+
+    def _tell_place(self, sid: str, place: int) -> None:
+        """(under the line's lock) A client in line is connected to this front: delivered here, never through
+        the scale-out channel, whose outage must not hold the line, nor a disconnect waiting on it."""
+        options = {"ignore_queue": True} if self.queue_probe is not None else {}
+        self.socketio.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid, **options)
 
     def on_disconnect(self, *_) -> None:
         with self._line_lock:  # (not seated from the line while it leaves)

@@ -223,7 +223,7 @@ class PromptBuilder:
         empty = ConversationHistory(0)
         renders = [self.build(empty, "What time is it?", tools=tools), self.build(empty, "Hello there.", tools=tools),
                    self.build(empty, "What time is it?", tools=tools, note="(a word to the model)")]
-        token_lists = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in renders if text]
+        token_lists = [self.tokenizer(text)["input_ids"] for text in renders if text]  # (as the engine does)
         if len(token_lists) < 2:
             return None
         same = 0

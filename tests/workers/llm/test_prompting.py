@@ -190,6 +190,17 @@ def test_the_fixed_prefix_ends_where_a_first_prompt_starts_to_differ(chat_tokeni
     assert chat_tokenizer.decode(ids[:fixed]).endswith("Vita is brief.<|im_end|>\n<|im_start|>")
     longer = PromptBuilder(chat_tokenizer, "auto", "Vita is brief and kind.").fixed_prefix_tokens()
     assert longer == fixed + len(chat_tokenizer(" and kind", add_special_tokens=False)["input_ids"])
+    with_tools = builder.fixed_prefix_tokens(STOCK_TOOL)  # tools in the prompt's usual place: part of the prefix
+    assert with_tools > fixed + len(chat_tokenizer('"stock_count"', add_special_tokens=False)["input_ids"])
+
+
+def test_a_transcript_prompts_fixed_prefix_is_its_persona_and_examples(base_tokenizer):
+    builder = PromptBuilder(base_tokenizer, "transcript", "Vita is brief.")
+    fixed = builder.fixed_prefix_tokens()
+    prompt = builder.build(ConversationHistory(4), "Anything at all?")
+    ids = base_tokenizer(prompt)["input_ids"]
+    assert "Vita is brief." in base_tokenizer.decode(ids[:fixed])
+    assert base_tokenizer.decode(ids[fixed:]).strip().startswith(("User: Anything", ": Anything", "Anything"))
 
 
 def test_the_default_persona_fills_a_whole_cache_block_so_first_turns_share_it(chat_tokenizer):
