@@ -217,10 +217,16 @@ def test_a_client_function_call_round_trip(rt):
                                                    "output_modalities": ["text"]}})
     assert rt.wait_type("session.updated")[0]["session"]["tools"][0]["name"] == "get_order_status"
     # Asked in so many words: what is tested is the call's round trip, not whether a 0.5B model chooses to call
-    # (it once answered in text instead, on a shared server busy with other sessions' batches).
-    typed(rt, "Please call get_order_status for my order 4512: what is its status?")
-    rt.send({"type": "response.create"})
-    first = rt.wait_type("response.done", timeout=REPLY)[0]["response"]
+    # (it has answered in text instead, on a shared server whose batches with other sessions change its numbers):
+    # asked twice at most.
+    done = 0
+    for _ in range(2):
+        typed(rt, "Please call get_order_status for my order 4512: what is its status?")
+        rt.send({"type": "response.create"})
+        done += 1
+        first = rt.wait_type("response.done", done, timeout=REPLY)[done - 1]["response"]
+        if rt.of("response.function_call_arguments.done"):
+            break
     (call,) = rt.of("response.function_call_arguments.done")
     assert call["name"] == "get_order_status" and json.loads(call["arguments"]) == {"order_id": "4512"}
     assert first["status"] == "completed" and first["output"][0]["type"] == "function_call"
@@ -229,7 +235,7 @@ def test_a_client_function_call_round_trip(rt):
                                                           "output": json.dumps({"status": "shipped",
                                                                                 "arrives": "Friday"})}})
     rt.send({"type": "response.create"})
-    rt.wait_type("response.done", 2, timeout=REPLY)
+    rt.wait_type("response.done", done + 1, timeout=REPLY)
     said = rt.of("response.output_text.done")[-1]["text"].lower()
     assert "friday" in said or "shipped" in said, said
     # The same call cannot be answered twice.
