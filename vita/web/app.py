@@ -137,15 +137,16 @@ class FrontApp:
         else:
             self.emit(*socketio_event(event), to=to)
 
-    def emit(self, event: str, payload: Any = None, to: str | None = None) -> None:
+    def emit(self, event: str, payload: Any = None, to: str | None = None, here: bool = False) -> None:
         """A Socket.IO event (the page's own: status, WebRTC signalling, settings); a Realtime session has its
-        own words for what it needs to know (``tell``) and is sent none of these."""
+        own words for what it needs to know (``tell``) and is sent none of these. here: `to` is connected to this
+        front without a session (a client in line)."""
         session = self.sessions.get(to) if to is not None else None
         if session is not None and session.channel is not None:
             return
         options: dict[str, Any] = {"to": to}
-        if self.queue_probe is not None and session is not None:
-            options["ignore_queue"] = True  # our own session: deliver here, no Redis round trip (see message_queue)
+        if self.queue_probe is not None and (session is not None or here):
+            options["ignore_queue"] = True  # our own client: deliver here, no Redis round trip (see message_queue)
         if payload is None:
             self.socketio.emit(event, **options)
         else:
@@ -337,10 +338,9 @@ class FrontApp:
                 self._tell_place(sid, place)
 
     def _tell_place(self, sid: str, place: int) -> None:
-        """(under the line's lock) A client in line is connected to this front: delivered here, never through
-        the scale-out channel, whose outage must not hold the line, nor a disconnect waiting on it."""
-        options = {"ignore_queue": True} if self.queue_probe is not None else {}
-        self.socketio.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid, **options)
+        """(under the line's lock) Delivered here, never through the scale-out channel, whose outage must not hold
+        the line, nor a disconnect waiting on it."""
+        self.emit("waiting", {"place": place, "users": self.sessions.max_users}, to=sid, here=True)
 
     def on_disconnect(self, *_) -> None:
         with self._line_lock:  # (not seated from the line while it leaves)
