@@ -176,6 +176,9 @@ def validate(config: Config) -> Config:
     _check(128 <= llm.max_model_len <= 1_048_576, "llm.max_model_len", "must be between 128 and 1048576")
     _check(llm.block_size in (16, 32, 64, 128), "llm.block_size", "must be 16, 32, 64 or 128")
     _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind", "must be all, vllm or a core list like 0-1")
+    if llm.device == "cpu" and llm.omp_threads_bind.strip():
+        _check(_cores_error(llm.omp_threads_bind) is None, "llm.omp_threads_bind",
+               _cores_error(llm.omp_threads_bind) or "")
     _check(llm.kv_cache_space_gib > 0, "llm.kv_cache_space_gib", "must be positive")
     _check(0 < llm.gpu_memory_utilization <= 1, "llm.gpu_memory_utilization", "must be in (0, 1]")
     _check(llm.tensor_parallel_size >= 1, "llm.tensor_parallel_size", "must be at least 1")
@@ -232,3 +235,14 @@ def validate(config: Config) -> Config:
     _check(lim.read_timeout_s >= 5, "limits.read_timeout_s", "must be at least 5")
     _check(2 <= lim.turn_stall_s <= 300, "limits.turn_stall_s", "must be between 2 and 300")
     return config
+
+
+def _cores_error(configured: str) -> str | None:
+    """Why a core list cannot be used on this machine (not a list; none of the cores this process may use)."""
+    from vita.machine.cpu import engine_cores, read_cpu
+
+    try:
+        engine_cores(configured, read_cpu())
+    except ValueError as error:
+        return str(error).removeprefix(f"llm.omp_threads_bind {configured!r}").lstrip(": ")
+    return None

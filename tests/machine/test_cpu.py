@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from vita.machine.cpu import ISA_CAP_ENV, choose_llm, cpu_dtype, int8_kernel, omp_threads_bind, read_cpu
+from vita.machine.cpu import (
+    ISA_CAP_ENV,
+    choose_llm,
+    cpu_dtype,
+    engine_cores,
+    int8_kernel,
+    omp_threads_bind,
+    read_cpu,
+)
 from vita.machine.models import LLM_NAMES
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -33,6 +43,19 @@ def test_thread_binding_all_lists_every_allowed_core_and_vllm_leaves_it_alone():
     assert cores and all(c.isdigit() for c in cores)
     assert omp_threads_bind("vllm", cpu) is None
     assert omp_threads_bind("0-1", cpu) == "0-1"
+
+
+def test_the_engines_cores_are_the_listed_ones_this_process_may_use():
+    cpu = dataclasses.replace(read_cpu(AVX2), cores=(0, 1, 2, 3))
+    assert engine_cores("all", cpu) == (0, 1, 2, 3)
+    assert engine_cores("1", cpu) == (1,)
+    assert engine_cores("0,2-3", cpu) == (0, 2, 3)
+    assert engine_cores("1-5", cpu) == (1, 2, 3)  # cores this process may not use are left out
+    assert engine_cores("vllm", cpu) is None  # torch's own thread count
+    with pytest.raises(ValueError, match="none of the cores"):
+        engine_cores("6-7", cpu)
+    with pytest.raises(ValueError, match="not a core list"):
+        engine_cores("first", cpu)
 
 
 VNNI = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: avx2 avx512f avx512_bf16 avx512_vnni\n"

@@ -124,6 +124,27 @@ def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
     return configured
 
 
+def engine_cores(configured: str, cpu: CpuFeatures) -> tuple[int, ...] | None:
+    """The cores an engine in this process runs its OpenMP threads on, one thread a core; None for 'vllm' (torch's
+    own default: a thread for every core). vLLM applies VLLM_CPU_OMP_THREADS_BIND only to worker processes it
+    spawns: an engine stepped in the LLM worker's own thread would otherwise take every core whatever the setting.
+    Raises ValueError for a list that is not one, or that names no core this process may use."""
+    bind = omp_threads_bind(configured, cpu)
+    if bind is None:
+        return None
+    cores: set[int] = set()
+    for part in bind.split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(f"llm.omp_threads_bind {configured!r}: not a core list such as 0-1 or 0,2")
+        cores.update(range(int(first), int(last or first) + 1))
+    usable = tuple(sorted(cores & set(cpu.cores)))
+    if not usable:
+        raise ValueError(f"llm.omp_threads_bind {configured!r} names none of the cores this process may use "
+                         f"({','.join(map(str, cpu.cores))})")
+    return usable
+
+
 def name_os_thread(name: str) -> None:
     """Give the calling thread its name where the OS shows it (/proc/PID/task/TID/comm, top -H), so the CPU
     budget can say which stage holds each core (scripts/bench/latency.py); threads it starts later (vLLM's OpenMP

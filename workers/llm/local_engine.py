@@ -18,6 +18,7 @@ from vita.machine.cpu import (
     CpuFeatures,
     apply_isa_cap,
     cpu_dtype,
+    engine_cores,
     int8_kernel,
     isa_cap_env,
     name_os_thread,
@@ -39,7 +40,8 @@ def device_env(config: Config) -> dict[str, str]:
     if llm.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["VLLM_CPU_KVCACHE_SPACE"] = str(llm.kv_cache_space_gib)
-        bind = omp_threads_bind(llm.omp_threads_bind, read_cpu())
+        cpu = read_cpu()
+        bind = omp_threads_bind(llm.omp_threads_bind, cpu)
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         env.update(isa_cap_env())  # read before torch / CTranslate2 are imported
@@ -48,6 +50,11 @@ def device_env(config: Config) -> dict[str, str]:
             # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's
             # imports cost ~10 s of every start), and more tokens/s.
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # vLLM binds only the worker processes it spawns, so here the binding is ours: one OpenMP thread a
+            # core (read when torch is imported), on those cores (the engine thread's affinity, LocalVllmEngine).
+            cores = engine_cores(llm.omp_threads_bind, cpu)
+            if cores is not None:
+                env["OMP_NUM_THREADS"] = str(len(cores))
     elif llm.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
     return env
@@ -182,6 +189,12 @@ class EngineFailed(RuntimeError):
 
 _STOP = object()
 IDLE_WAKE_S = 1.0  # an idle engine thread wakes this often to show it is alive
+def bind_engine_thread(cores: tuple[int, ...]) -> None:
+    """The calling thread runs on these cores only (Linux affinity is per thread); the OpenMP threads it starts for
+    the model's layers inherit that, while the LLM worker's other threads (ASR, the event loop) may use every core."""
+    os.sched_setaffinity(0, cores)
+
+
 STALL_S = 30.0  # a step (or idle wait) longer than this means the engine is stuck: heartbeats stop
 
 
@@ -218,8 +231,11 @@ class LocalVllmEngine:
         if config.bundled_llm():
             self.description += f" because {config.chosen_llm()[1]}"
         self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
+        in_process = config.llm.device == "cpu" and config.llm.tensor_parallel_size == 1
+        self.cores = engine_cores(config.llm.omp_threads_bind, self.cpu) if in_process else None
         if config.llm.device == "cpu":
-            threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
+            threads = (",".join(map(str, self.cores)) if self.cores is not None
+                       else os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default")
             self.description += f"; cores {threads}; CPU {self.cpu.summary()}"
         self.description += ")"
         if config.llm.load_format == "dummy":
@@ -243,6 +259,8 @@ class LocalVllmEngine:
             # the engine uses what they leave, llm.cpu_nice above the server's own niceness.
             set_nice(min(19, os.getpriority(os.PRIO_PROCESS, 0) + self.config.llm.cpu_nice))
         try:
+            if self.cores is not None:
+                bind_engine_thread(self.cores)
             apply_isa_cap()
             from vllm import EngineArgs
             from vllm.v1.engine.llm_engine import LLMEngine

@@ -3,6 +3,12 @@ runs it)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from vita.config import Config
@@ -19,6 +25,52 @@ def test_one_cpu_worker_runs_inside_the_engine_core():
     assert engine_kwargs(config, False, AVX2_ONLY)["distributed_executor_backend"] == "uni"
     # vLLM's CPU platform turns "uni" back into a process of its own unless this is off.
     assert device_env(config)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_the_in_process_engine_gets_one_openmp_thread_a_listed_core():
+    """vLLM binds only the worker processes it spawns; in-process the thread count is ours to set."""
+    config = Config()
+    config.llm.omp_threads_bind = str(min(os.sched_getaffinity(0)))
+    assert device_env(config)["OMP_NUM_THREADS"] == "1"
+    config.llm.omp_threads_bind = "vllm"
+    assert "OMP_NUM_THREADS" not in device_env(config)
+
+
+def test_torch_work_in_the_engine_thread_runs_on_its_cores_only():
+    """What LocalVllmEngine relies on: OMP_NUM_THREADS from device_env read at torch's import, the engine thread bound
+    to its cores (and any OpenMP thread it starts), the worker's other threads left on every core."""
+    core = min(os.sched_getaffinity(0))
+    script = textwrap.dedent(f"""
+        import json, os, threading
+        from vita.config import Config
+        from workers.llm.local_engine import bind_engine_thread, device_env
+        config = Config()
+        config.llm.omp_threads_bind = "{core}"
+        os.environ.update(device_env(config))
+        import torch
+        seen = {{}}
+        def engine():
+            bind_engine_thread(({core},))
+            a = torch.rand(512, 512)
+            for _ in range(20):
+                a = torch.tanh(a @ a)
+            seen["threads"] = torch.get_num_threads()
+            seen["engine"] = sorted(os.sched_getaffinity(0))
+        before = set(os.listdir("/proc/self/task"))
+        thread = threading.Thread(target=engine)
+        thread.start(); thread.join()
+        started = {{int(t) for t in set(os.listdir("/proc/self/task")) - before}}
+        print(json.dumps([seen["threads"], seen["engine"], sorted(os.sched_getaffinity(0)),
+                          sorted({{c for t in started for c in os.sched_getaffinity(t)}})]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    threads, engine, main, others = json.loads(out.stdout.strip().splitlines()[-1])
+    assert threads == 1
+    assert engine == [core]
+    assert main == sorted(os.sched_getaffinity(0))  # the worker's other threads keep every core
+    assert set(others) <= {core}, f"threads the engine thread started may run on {others}"
 
 
 def test_tensor_parallel_keeps_vllms_worker_processes():
