@@ -9,6 +9,7 @@ import pytest
 from tests.test_capacity import GPU, ZEN1_EPYC
 from vita.capacity import SEATS_BEFORE_MEASURED
 from vita.turns.sessions import Session, SessionRegistry
+from vita.web.http.access import client_key
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -63,6 +64,23 @@ def test_the_line_seats_waiting_clients_in_order_and_nobody_jumps_it():
     assert [s.sid for s in registry.seat_waiting()] == ["c"]
 
 
+def test_one_waiting_client_is_promised_one_idle_seat_not_every_idle_one():
+    registry = SessionRegistry(max_users=2, max_waiting=2)
+    registry.open("a"), registry.open("b")
+    assert not registry.give_seat_to_line("a")  # nobody waits
+    registry.wait("w")
+    assert registry.give_seat_to_line("a") and registry.give_seat_to_line("a")  # asked again: still promised
+    assert not registry.give_seat_to_line("b")  # one waiting client, one seat
+    registry.keep_seat("a")  # a was not idle after all
+    assert registry.give_seat_to_line("b")
+    registry.wait("x")
+    assert registry.give_seat_to_line("a")  # a second client waits: a second seat
+    registry.close("b")  # b's seat freed (the owner seats the line)...
+    assert [s.sid for s in registry.seat_waiting()] == ["w"]
+    assert not registry.give_seat_to_line("w")  # ...and a's promise covers the one left waiting
+    assert not registry.give_seat_to_line("nobody")  # only a seated session has a seat to give
+
+
 def test_one_address_holds_at_most_two_places_in_line():
     registry = SessionRegistry(max_users=1, max_waiting=8)
     registry.open("a")
@@ -71,6 +89,16 @@ def test_one_address_holds_at_most_two_places_in_line():
     assert registry.wait("e", "10.0.0.2") == 3
     registry.leave_line("b")
     assert registry.wait("d", "10.0.0.1") == 3
+
+
+def test_an_ipv6_client_is_one_address_by_its_64_as_the_front_counts_it():
+    registry = SessionRegistry(max_users=1, max_waiting=8, address_key=client_key)
+    registry.open("a")
+    assert registry.wait("b", "2001:db8:1:2::10") == 1 and registry.wait("c", "2001:db8:1:2:ffff::1") == 2
+    assert registry.wait("d", "2001:db8:1:2::abcd") is None  # a third address of the same /64
+    assert registry.wait("e", "2001:db8:1:3::10") == 3  # the next /64 is someone else
+    assert registry.wait("f", "::ffff:10.0.0.1") == 4 and registry.wait("g", "10.0.0.1") == 5  # one IPv4 client
+    assert registry.wait("h", "10.0.0.1") is None
 
 
 def test_a_failing_owner_does_not_undo_a_freed_seat():

@@ -23,7 +23,7 @@ from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
 from vita.turns.listener import SpeechListener
-from vita.turns.sessions import Session
+from vita.turns.sessions import Session, SessionRegistry
 from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import (
     Speech,
@@ -73,14 +73,14 @@ class Wire:
         return [p["state"] for e, p in self.sent if e == "state"]
 
 
-def controller(wire: Wire, ready: bool = True, others_waiting: bool = False, **limits) -> TurnController:
+def controller(wire: Wire, ready: bool = True, line: SessionRegistry | None = None, **limits) -> TurnController:
     config = Config()
     for key, value in limits.items():
         setattr(config.limits, key, value)
     config.server.timeout_when_waiting = 0.5
     return TurnController(config, deaf_ears(config), wire.emit, wire.put, lambda sid: wire.emit("__disconnect__", sid),
                           lambda: ready, FrontMetrics(lambda: 1, dict, lambda: 0), TurnLogger(None, 1),
-                          others_waiting=lambda: others_waiting)
+                          line=line)
 
 
 class SilentProbe(SileroVad):
@@ -342,12 +342,37 @@ def test_camera_frames_go_to_the_vision_stage_only_while_the_user_speaks():
 def test_an_idle_session_gives_its_seat_up_soon_while_others_wait_for_one():
     for waiting in (False, True):  # timeout_when_waiting 0.5 s (--timeout stays 600 s); ticks each second
         wire = Wire()
-        turns = controller(wire, others_waiting=waiting)
-        s = session(turns)
+        line = SessionRegistry(max_users=1, max_waiting=2)
+        turns = controller(wire, line=line)
+        s = line.open("s1")
+        turns.attach(s)
+        if waiting:
+            line.wait("w1")
         try:
             closed = wire.wait_for(lambda w=wire: any(e == "__disconnect__" for e, _ in w.sent), 2.5)
             assert closed == waiting, wire.sent
             assert (("out_time", None) in wire.sent) == waiting
         finally:
             turns.close()
+            turns.detach(s)
+
+
+def test_one_client_waiting_takes_one_idle_seat_even_when_several_are_idle():
+    wire = Wire()
+    line = SessionRegistry(max_users=3, max_waiting=2)
+    turns = controller(wire, line=line)
+    seated = [line.open(sid) for sid in ("s1", "s2", "s3")]
+    for s in seated:
+        turns.attach(s)
+    line.wait("w1")
+    try:
+        # Each session's clock ticks each second; all three are past timeout_when_waiting (0.5 s) together.
+        def closed() -> set[str]:  # (this test's disconnect leaves the session ticking: it may time out again)
+            return {sid for e, sid in wire.sent if e == "__disconnect__"}
+
+        assert wire.wait_for(lambda: len(closed()) == 1, 2.5), wire.sent
+        assert not wire.wait_for(lambda: len(closed()) > 1, 2.5), wire.sent
+    finally:
+        turns.close()
+        for s in seated:
             turns.detach(s)

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
 from vita.messages import MeasuredSpeed, ReplyText
@@ -58,6 +58,7 @@ class Session:
                                                                        time.monotonic()), repr=False)
     output: Any = field(default=None, repr=False)  # where its reply audio goes (vita/turns/reply_sinks.py)
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
+    timed_out: bool = False  # the turn machine closed it for being idle (its connection is being closed)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
     _events: RateBudget | None = field(default=None, repr=False)  # inbound events; made (full) on first use
@@ -81,15 +82,25 @@ class Session:
             return self._events.take(1.0, now)
 
 
+class SeatLine(Protocol):
+    """What a session's clock asks of the line for a seat (SessionRegistry)."""
+
+    def give_seat_to_line(self, sid: str) -> bool: ...
+
+    def keep_seat(self, sid: str) -> None: ...
+
+
 class SessionRegistry:
     """The seats (--max_users) and the line for them: a client that asks to wait when they are all taken is given
     the next free seat in turn, and nobody who arrives later takes it first."""
 
     PLACES_PER_ADDRESS = 2  # one address cannot fill the line (a page reloaded, a second tab: two)
 
-    def __init__(self, max_users: int | None, max_waiting: int = 0):
+    def __init__(self, max_users: int | None, max_waiting: int = 0,
+                 address_key: Callable[[str | None], str | None] = lambda address: address):
         """max_users None: auto, sized by `size` once the machine is measured. max_waiting: the line's length (0:
-        no line, a full server refuses)."""
+        no line, a full server refuses). address_key: what counts as one address (the front's: an IPv6 /64)."""
+        self.address_key = address_key
         self.auto = max_users is None
         self.max_users = SEATS_BEFORE_MEASURED if max_users is None else max_users
         self.max_waiting = max_waiting
@@ -99,6 +110,7 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         self._waiting: list[str] = []  # connections waiting for a seat, the next first
         self._addresses: dict[str, str | None] = {}  # each waiting connection's client address
+        self._giving_up: set[str] = set()  # seated sessions timing out for the line, until they are closed
         self._lock = threading.Lock()
 
     def size(self, speed: MeasuredSpeed) -> str | None:
@@ -134,6 +146,7 @@ class SessionRegistry:
     def close(self, sid: str) -> Session | None:
         with self._lock:
             session = self._sessions.pop(sid, None)
+            self._giving_up.discard(sid)
         if session is not None:
             self._line_may_move()
         return session
@@ -145,11 +158,12 @@ class SessionRegistry:
         with self._lock:
             if sid in self._waiting:
                 return self._waiting.index(sid) + 1
-            held = sum(1 for other in self._waiting if self._addresses.get(other) == address)
+            key = self.address_key(address)
+            held = sum(1 for other in self._waiting if self._addresses.get(other) == key)
             if len(self._waiting) >= self.max_waiting or held >= self.PLACES_PER_ADDRESS:
                 return None
             self._waiting.append(sid)
-            self._addresses[sid] = address
+            self._addresses[sid] = key
             return len(self._waiting)
 
     def leave_line(self, sid: str) -> bool:
@@ -171,6 +185,23 @@ class SessionRegistry:
                 self._addresses.pop(sid, None)
                 seated.append(self._seat(sid))
             return seated
+
+    def give_seat_to_line(self, sid: str) -> bool:
+        """May this idle session give its seat up for someone waiting? Yes while more wait than seats are already
+        being given up (a seat frees only once its connection is closed): one waiting client costs one seat, not
+        every idle session's whose clock passed the limit in the same second."""
+        with self._lock:
+            if sid in self._giving_up:
+                return True
+            if sid not in self._sessions or len(self._waiting) <= len(self._giving_up):
+                return False
+            self._giving_up.add(sid)
+            return True
+
+    def keep_seat(self, sid: str) -> None:
+        """The session asked to give its seat up and did not (it was no longer idle): the line may take another."""
+        with self._lock:
+            self._giving_up.discard(sid)
 
     def places(self) -> list[tuple[str, int]]:
         """Each waiting connection and its place in the line (1: next)."""

@@ -41,7 +41,7 @@ from vita.turns.end_of_turn import WINDOW_S
 from vita.turns.reply_pacer import Fate
 from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
-from vita.turns.sessions import Session
+from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
     STALLED,
     Action,
@@ -103,9 +103,9 @@ EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else 
 class TurnController:
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None, *,
-                 others_waiting: Callable[[], bool]):
+                 line: SeatLine | None):
         self.config = config
-        self.others_waiting = others_waiting  # someone waits for a seat: idle sessions give theirs up sooner
+        self.line = line  # clients waiting for a seat: an idle session gives its up sooner (None: no line)
         self.rtc = rtc  # the front's RtcHub (vita/web/webrtc/hub.py): a session with a connected peer hears
         # replies there
         self.metrics = metrics
@@ -253,7 +253,10 @@ class TurnController:
                 # never meant to finish): what was heard ends where its audio did, as silence would have ended it.
                 for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
                     session.actor.follow(event)
-            self._handle(session, Tick(now, self.workers_ready(), self.others_waiting()))
+            give_up = self._may_give_seat_up(session, now)
+            self._handle(session, Tick(now, self.workers_ready(), give_up))
+            if give_up and not session.timed_out:  # not idle after all: the line may ask another session
+                self.line.keep_seat(session.sid)
         elif isinstance(item, PaceDue):
             session.output.due(time.monotonic(), timer=item.timer)
         elif isinstance(item, EVENTS):
@@ -366,8 +369,14 @@ class TurnController:
         elif isinstance(action, ReleaseHeld):
             self._release_held(session)
         elif isinstance(action, CloseSession):
+            session.timed_out = True
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
+
+    def _may_give_seat_up(self, session: Session, now: float) -> bool:
+        """Idle past the line's limit, and a waiting client not yet promised another session's seat."""
+        return (self.line is not None and session.turns.idle_for(now) > self.config.server.timeout_when_waiting
+                and self.line.give_seat_to_line(session.sid))
 
     def _peer(self, session: Session) -> Any:
         """The session's connected WebRTC peer, or None (its audio goes over Socket.IO)."""

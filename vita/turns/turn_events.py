@@ -233,7 +233,7 @@ class TurnUnanswered:
 class Tick:
     now: float
     workers_ready: bool
-    others_waiting: bool = False  # clients wait in line for a seat: an idle one is given up sooner
+    others_waiting: bool = False  # a client waits in line for a seat this idle session may give up, sooner
 
 
 @dataclass(frozen=True)

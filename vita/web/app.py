@@ -27,7 +27,7 @@ from vita.turns.sessions import MIN_TEXT_COST, Session, SessionRegistry
 from vita.turns.turn_control import TurnController
 from vita.turns.turn_events import Connected, TextTyped
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
-from vita.web.http.access import AccessGuard, TokenThrottle
+from vita.web.http.access import AccessGuard, TokenThrottle, client_key
 from vita.web.http.connections import ConnectionTable
 from vita.web.http.socket_guard import SocketGuard
 from vita.web.http.web_root import WebRoot
@@ -79,7 +79,8 @@ class FrontApp:
     def __init__(self, config: Config, graph: Any):
         self.config = config
         self.graph = graph
-        self.sessions = SessionRegistry(config.server.max_users, config.server.max_waiting)
+        # An IPv6 client is counted by its /64, which one host usually holds whole (as the token's lockout counts it).
+        self.sessions = SessionRegistry(config.server.max_users, config.server.max_waiting, address_key=client_key)
         self.sessions.on_seat_freed = self._seat_waiting
         # Seating from the line, telling places, and a connection leaving: one at a time, so a client is never seated
         # after it left, nor told a place after it was seated (re-entered when a seat fails and frees the next).
@@ -120,7 +121,7 @@ class FrontApp:
         self.rtc = rtc_hub(config)
         self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, rtc=self.rtc,
-                                    others_waiting=lambda: self.sessions.waiting_count() > 0)
+                                    line=self.sessions)
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
         install_routes(self)
