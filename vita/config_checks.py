@@ -176,9 +176,10 @@ def validate(config: Config) -> Config:
     _check(128 <= llm.max_model_len <= 1_048_576, "llm.max_model_len", "must be between 128 and 1048576")
     _check(llm.block_size in (16, 32, 64, 128), "llm.block_size", "must be 16, 32, 64 or 128")
     _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind", "must be all, vllm or a core list like 0-1")
-    if llm.device == "cpu" and llm.omp_threads_bind.strip():
-        _check(_cores_error(llm.omp_threads_bind) is None, "llm.omp_threads_bind",
-               _cores_error(llm.omp_threads_bind) or "")
+    if llm.device == "cpu" and llm.tensor_parallel_size == 1 and llm.omp_threads_bind.strip():
+        # (in process: the front binds it; vLLM's own processes take its per-rank syntax, 0-1|2-3, as they are)
+        cores_error = _cores_error(llm.omp_threads_bind)
+        _check(cores_error is None, "llm.omp_threads_bind", cores_error or "")
     _check(llm.kv_cache_space_gib > 0, "llm.kv_cache_space_gib", "must be positive")
     _check(0 < llm.gpu_memory_utilization <= 1, "llm.gpu_memory_utilization", "must be in (0, 1]")
     _check(llm.tensor_parallel_size >= 1, "llm.tensor_parallel_size", "must be at least 1")

@@ -81,6 +81,16 @@ def test_one_waiting_client_is_promised_one_idle_seat_not_every_idle_one():
     assert not registry.give_seat_to_line("nobody")  # only a seated session has a seat to give
 
 
+def test_a_seat_freed_but_not_yet_taken_by_the_line_already_covers_a_waiting_client():
+    registry = SessionRegistry(max_users=2, max_waiting=2)
+    registry.open("a"), registry.open("b")
+    registry.wait("w")
+    assert registry.give_seat_to_line("a")
+    registry.close("a")  # a's seat is free; the owner seats the line just after (no owner here)
+    assert not registry.give_seat_to_line("b")  # w takes a's seat: b keeps its own
+    assert [s.sid for s in registry.seat_waiting()] == ["w"]
+
+
 def test_one_address_holds_at_most_two_places_in_line():
     registry = SessionRegistry(max_users=1, max_waiting=8)
     registry.open("a")

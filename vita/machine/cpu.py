@@ -115,8 +115,8 @@ def cpu_dtype(configured: str, cpu: CpuFeatures) -> str:
 
 
 def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
-    """VLLM_CPU_OMP_THREADS_BIND: 'all' binds every core this process may use; 'vllm' leaves vLLM's own choice
-    (one thread on 2 cores); anything else is passed through (e.g. '0-1')."""
+    """VLLM_CPU_OMP_THREADS_BIND, read by the engine processes vLLM spawns (tensor_parallel_size over 1): 'all'
+    binds every core this process may use; 'vllm' leaves vLLM's own choice; anything else is passed through."""
     if configured == "vllm":
         return None
     if configured == "all":
@@ -125,15 +125,15 @@ def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
 
 
 def engine_cores(configured: str, cpu: CpuFeatures) -> tuple[int, ...] | None:
-    """The cores an engine in this process runs its OpenMP threads on, one thread a core; None for 'vllm' (torch's
-    own default: a thread for every core). vLLM applies VLLM_CPU_OMP_THREADS_BIND only to worker processes it
-    spawns: an engine stepped in the LLM worker's own thread would otherwise take every core whatever the setting.
-    Raises ValueError for a list that is not one, or that names no core this process may use."""
-    bind = omp_threads_bind(configured, cpu)
-    if bind is None:
+    """The cores a listed omp_threads_bind puts the in-process engine on, one OpenMP thread a core; None for 'all'
+    and 'vllm': torch's own thread count, unbound, as it always was in process. vLLM applies
+    VLLM_CPU_OMP_THREADS_BIND only to worker processes it spawns: without this, an engine stepped in the LLM
+    worker's own thread ran on every core whatever the list. Raises ValueError for a list that is not one, or that
+    names no core this process may use."""
+    if configured in ("all", "vllm"):
         return None
     cores: set[int] = set()
-    for part in bind.split(","):
+    for part in configured.split(","):
         first, _, last = part.strip().partition("-")
         if not first.isdigit() or (last and not last.isdigit()):
             raise ValueError(f"llm.omp_threads_bind {configured!r}: not a core list such as 0-1 or 0,2")

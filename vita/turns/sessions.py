@@ -187,13 +187,14 @@ class SessionRegistry:
             return seated
 
     def give_seat_to_line(self, sid: str) -> bool:
-        """May this idle session give its seat up for someone waiting? Yes while more wait than seats are already
-        being given up (a seat frees only once its connection is closed): one waiting client costs one seat, not
-        every idle session's whose clock passed the limit in the same second."""
+        """May this idle session give its seat up for someone waiting? Yes while more wait than there are seats
+        free or being given up (a seat frees once its connection is closed, and the line is seated just after):
+        each waiting client takes one idle session's seat, not every one whose clock passed the limit together."""
         with self._lock:
             if sid in self._giving_up:
                 return True
-            if sid not in self._sessions or len(self._waiting) <= len(self._giving_up):
+            free = max(0, self.max_users - len(self._sessions))
+            if sid not in self._sessions or len(self._waiting) <= len(self._giving_up) + free:
                 return False
             self._giving_up.add(sid)
             return True

@@ -254,9 +254,12 @@ class TurnController:
                 for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
                     session.actor.follow(event)
             give_up = self._may_give_seat_up(session, now)
-            self._handle(session, Tick(now, self.workers_ready(), give_up))
-            if give_up and not session.timed_out:  # not idle after all: the line may ask another session
-                self.line.keep_seat(session.sid)
+            try:
+                self._handle(session, Tick(now, self.workers_ready(), give_up))
+            finally:
+                line = self.line
+                if give_up and line is not None and not session.timed_out:  # not idle after all: the line may
+                    line.keep_seat(session.sid)  # ask another session
         elif isinstance(item, PaceDue):
             session.output.due(time.monotonic(), timer=item.timer)
         elif isinstance(item, EVENTS):

@@ -55,6 +55,7 @@ def device_env(config: Config) -> dict[str, str]:
             cores = engine_cores(llm.omp_threads_bind, cpu)
             if cores is not None:
                 env["OMP_NUM_THREADS"] = str(len(cores))
+                env["KMP_AFFINITY"] = "disabled"  # a preloaded Intel OpenMP keeps the thread's binding as it is
     elif llm.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
     return env
@@ -183,18 +184,18 @@ class _Fault:
     error: BaseException
 
 
-class EngineFailed(RuntimeError):
-    """The engine thread ended with an error: nothing more can be generated until the worker is restarted."""
-
-
-_STOP = object()
-IDLE_WAKE_S = 1.0  # an idle engine thread wakes this often to show it is alive
 def bind_engine_thread(cores: tuple[int, ...]) -> None:
     """The calling thread runs on these cores only (Linux affinity is per thread); the OpenMP threads it starts for
     the model's layers inherit that, while the LLM worker's other threads (ASR, the event loop) may use every core."""
     os.sched_setaffinity(0, cores)
 
 
+class EngineFailed(RuntimeError):
+    """The engine thread ended with an error: nothing more can be generated until the worker is restarted."""
+
+
+_STOP = object()
+IDLE_WAKE_S = 1.0  # an idle engine thread wakes this often to show it is alive
 STALL_S = 30.0  # a step (or idle wait) longer than this means the engine is stuck: heartbeats stop
 
 
@@ -234,8 +235,12 @@ class LocalVllmEngine:
         in_process = config.llm.device == "cpu" and config.llm.tensor_parallel_size == 1
         self.cores = engine_cores(config.llm.omp_threads_bind, self.cpu) if in_process else None
         if config.llm.device == "cpu":
-            threads = (",".join(map(str, self.cores)) if self.cores is not None
-                       else os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default")
+            if self.cores is not None:
+                threads = ",".join(map(str, self.cores))
+            elif in_process:
+                threads = "all (torch's thread count, unbound)"
+            else:
+                threads = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or "vLLM's default"
             self.description += f"; cores {threads}; CPU {self.cpu.summary()}"
         self.description += ")"
         if config.llm.load_format == "dummy":

@@ -3,6 +3,7 @@ runs it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ import pytest
 
 from vita.config import Config
 from vita.machine.cpu import CpuFeatures
-from workers.llm.local_engine import TextAssembler, device_env, engine_kwargs, words_logprob
+from workers.llm import local_engine
+from workers.llm.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
 
 pytestmark = pytest.mark.fast
 
@@ -28,49 +30,64 @@ def test_one_cpu_worker_runs_inside_the_engine_core():
 
 
 def test_the_in_process_engine_gets_one_openmp_thread_a_listed_core():
-    """vLLM binds only the worker processes it spawns; in-process the thread count is ours to set."""
+    """vLLM binds only the worker processes it spawns; in process the thread count is ours to set."""
     config = Config()
     config.llm.omp_threads_bind = str(min(os.sched_getaffinity(0)))
-    assert device_env(config)["OMP_NUM_THREADS"] == "1"
-    config.llm.omp_threads_bind = "vllm"
+    env = device_env(config)
+    assert env["OMP_NUM_THREADS"] == "1" and env["KMP_AFFINITY"] == "disabled"
+    config.llm.omp_threads_bind = "all"  # torch's own thread count, as before
     assert "OMP_NUM_THREADS" not in device_env(config)
 
 
-def test_torch_work_in_the_engine_thread_runs_on_its_cores_only():
-    """What LocalVllmEngine relies on: OMP_NUM_THREADS from device_env read at torch's import, the engine thread bound
-    to its cores (and any OpenMP thread it starts), the worker's other threads left on every core."""
+def test_the_openmp_threads_the_engine_thread_starts_run_on_its_cores_only():
+    """What LocalVllmEngine relies on: the OpenMP threads torch starts for the thread that runs the model inherit its
+    binding (here two threads bound to one core, so that a thread left unbound shows), the worker's other threads
+    keep every core."""
     core = min(os.sched_getaffinity(0))
     script = textwrap.dedent(f"""
         import json, os, threading
-        from vita.config import Config
-        from workers.llm.local_engine import bind_engine_thread, device_env
-        config = Config()
-        config.llm.omp_threads_bind = "{core}"
-        os.environ.update(device_env(config))
+        os.environ["OMP_NUM_THREADS"] = "2"
         import torch
+        from workers.llm.local_engine import bind_engine_thread
         seen = {{}}
         def engine():
+            before = set(os.listdir("/proc/self/task"))
             bind_engine_thread(({core},))
             a = torch.rand(512, 512)
             for _ in range(20):
                 a = torch.tanh(a @ a)
+            started = set(os.listdir("/proc/self/task")) - before  # (while this thread and its team live)
+            seen["started"] = [sorted(os.sched_getaffinity(int(t))) for t in started]
             seen["threads"] = torch.get_num_threads()
-            seen["engine"] = sorted(os.sched_getaffinity(0))
-        before = set(os.listdir("/proc/self/task"))
         thread = threading.Thread(target=engine)
         thread.start(); thread.join()
-        started = {{int(t) for t in set(os.listdir("/proc/self/task")) - before}}
-        print(json.dumps([seen["threads"], seen["engine"], sorted(os.sched_getaffinity(0)),
-                          sorted({{c for t in started for c in os.sched_getaffinity(t)}})]))
+        print(json.dumps([seen["threads"], seen["started"], sorted(os.sched_getaffinity(0))]))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.returncode == 0, out.stderr[-2000:]
-    threads, engine, main, others = json.loads(out.stdout.strip().splitlines()[-1])
-    assert threads == 1
-    assert engine == [core]
+    threads, started, main = json.loads(out.stdout.strip().splitlines()[-1])
+    assert threads == 2 and started, "torch started no OpenMP thread: nothing was checked"
+    assert all(cores == [core] for cores in started), f"threads the engine thread started may run on {started}"
     assert main == sorted(os.sched_getaffinity(0))  # the worker's other threads keep every core
-    assert set(others) <= {core}, f"threads the engine thread started may run on {others}"
+
+
+def test_the_engine_thread_is_bound_before_the_engine_is_built(monkeypatch):
+    core = min(os.sched_getaffinity(0))
+    config = Config()
+    config.llm.omp_threads_bind, config.llm.cpu_nice = str(core), 0
+    seen = {}
+
+    def building():  # the first call of the engine thread's build: stop it there
+        seen["cores"] = sorted(os.sched_getaffinity(0))
+        raise RuntimeError("stopped before vLLM")
+
+    monkeypatch.setattr(local_engine, "apply_isa_cap", building)
+    engine = LocalVllmEngine(config)
+    assert engine.cores == (core,) and f"cores {core};" in engine.description
+    with pytest.raises(RuntimeError, match="stopped before vLLM"):
+        asyncio.run(engine.start(lambda *_: None))
+    assert seen["cores"] == [core]
 
 
 def test_tensor_parallel_keeps_vllms_worker_processes():
