@@ -89,6 +89,7 @@ class RtcAudio:
         self.thread.start()
         self.mic = self._run(self._track())
         self.heard: list[tuple[float, float]] = []  # (arrival, RMS) per received frame
+        self.sent_at: list[float] = []  # per received frame: its RTP time, in seconds, on the sender's clock
         self.changed = threading.Condition()  # notified on every frame heard and connection state change
         self.pc: RTCPeerConnection | None = None
 
@@ -150,7 +151,17 @@ class RtcAudio:
             samples = frame.to_ndarray().astype(np.float64)
             with self.changed:
                 self.heard.append((time.monotonic(), float(np.sqrt(np.mean(samples * samples)))))
+                self.sent_at.append(self._unwrapped(float(frame.pts * frame.time_base)) if frame.pts is not None
+                                    else float("nan"))
                 self.changed.notify_all()
+
+    def _unwrapped(self, rtp_s: float) -> float:
+        """RTP time runs on across the 32-bit wrap of its 48 kHz clock (it starts anywhere)."""
+        wrap = 2**32 / 48000
+        last = next((s for s in reversed(self.sent_at) if s == s), None)
+        while last is not None and rtp_s < last - wrap / 2:
+            rtp_s += wrap
+        return rtp_s
 
     def say(self, pcm: np.ndarray, rate: int = 16000) -> float:
         """Queue int16 speech on the microphone track (sent at real-time pace); when it starts to go out."""
@@ -162,6 +173,17 @@ class RtcAudio:
         """Arrival times of frames with speech in them."""
         with self.changed:
             return [t for t, rms in self.heard if after <= t < before and rms >= LOUD_RMS]
+
+    def loud_sent(self, after: float = 0.0, before: float = float("inf")) -> list[float]:
+        """Frames with speech in them by when they were sent, not heard: their RTP time put on this clock by the
+        frame that arrived soonest after it. A client starved of the CPU decodes late what was sent in time; these
+        times do not move with that."""
+        with self.changed:
+            frames = [(t, rms, s) for (t, rms), s in zip(self.heard, self.sent_at, strict=True) if s == s]
+        if not frames:
+            return []
+        offset = min(t - s for t, _, s in frames)
+        return [s + offset for _, rms, s in frames if rms >= LOUD_RMS and after <= s + offset < before]
 
     def wire_bytes(self) -> dict[str, int]:
         """Bytes on the wire so far, both ways (every datagram with its IP and UDP headers)."""
