@@ -6,6 +6,7 @@ records every 20 ms frame it hears with its arrival time and level. Runs on the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -151,17 +152,9 @@ class RtcAudio:
             samples = frame.to_ndarray().astype(np.float64)
             with self.changed:
                 self.heard.append((time.monotonic(), float(np.sqrt(np.mean(samples * samples)))))
-                self.sent_at.append(self._unwrapped(float(frame.pts * frame.time_base)) if frame.pts is not None
-                                    else float("nan"))
+                # (aiortc's receiver starts it at 0 and unwraps the 32-bit RTP clock)
+                self.sent_at.append(float(frame.pts * frame.time_base) if frame.pts is not None else float("nan"))
                 self.changed.notify_all()
-
-    def _unwrapped(self, rtp_s: float) -> float:
-        """RTP time runs on across the 32-bit wrap of its 48 kHz clock (it starts anywhere)."""
-        wrap = 2**32 / 48000
-        last = next((s for s in reversed(self.sent_at) if s == s), None)
-        while last is not None and rtp_s < last - wrap / 2:
-            rtp_s += wrap
-        return rtp_s
 
     def say(self, pcm: np.ndarray, rate: int = 16000) -> float:
         """Queue int16 speech on the microphone track (sent at real-time pace); when it starts to go out."""
@@ -183,7 +176,31 @@ class RtcAudio:
         if not frames:
             return []
         offset = min(t - s for t, _, s in frames)
-        return [s + offset for _, rms, s in frames if rms >= LOUD_RMS and after <= s + offset < before]
+        return sorted(s + offset for _, rms, s in frames if rms >= LOUD_RMS and after <= s + offset < before)
+
+    def speech_runs(self, gap_s: float) -> list[tuple[float, float]]:
+        """Stretches of speech by when they were sent (first and last loud frame), split where no speech was sent
+        for gap_s: a reply's sentences stay one stretch, the next reply (seconds later) makes another."""
+        runs: list[tuple[float, float]] = []
+        for at in self.loud_sent():
+            if runs and at - runs[-1][1] <= gap_s:
+                runs[-1] = (runs[-1][0], at)
+            else:
+                runs.append((at, at))
+        return runs
+
+    def rtp_clock_problem(self) -> str | None:
+        """Why the frames' RTP times cannot place them (None: they can): missing, going back, or spanning far
+        more or less than their arrivals did."""
+        with self.changed:
+            heard, sent = list(self.heard), list(self.sent_at)
+        if not sent or any(s != s for s in sent):
+            return f"frames without an RTP time: {sent[-20:]}"
+        if any(b < a for a, b in itertools.pairwise(sent)):
+            return f"RTP time goes back: {sent[-40:]}"
+        if abs((sent[-1] - sent[0]) - (heard[-1][0] - heard[0][0])) > 2.0:
+            return f"RTP times span {sent[-1] - sent[0]:.1f} s, arrivals {heard[-1][0] - heard[0][0]:.1f} s"
+        return None
 
     def wire_bytes(self) -> dict[str, int]:
         """Bytes on the wire so far, both ways (every datagram with its IP and UDP headers)."""

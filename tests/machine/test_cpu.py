@@ -37,12 +37,9 @@ def test_auto_dtype_is_bf16_only_where_the_cpu_has_bf16_instructions():
     assert cpu_dtype("bfloat16", read_cpu(AVX2)) == "bfloat16"  # an explicit choice stands
 
 
-def test_thread_binding_all_lists_every_allowed_core_and_vllm_leaves_it_alone():
-    cpu = read_cpu(AVX2)
-    cores = omp_threads_bind("all", cpu).split(",")
-    assert cores and all(c.isdigit() for c in cores)
-    assert omp_threads_bind("vllm", cpu) is None
-    assert omp_threads_bind("0-1", cpu) == "0-1"
+def test_vllms_own_processes_get_a_listed_binding_and_otherwise_their_own():
+    assert omp_threads_bind("all") is None and omp_threads_bind("vllm") is None
+    assert omp_threads_bind("0-1|2-3") == "0-1|2-3"
 
 
 def test_the_engines_cores_are_the_listed_ones_this_process_may_use():

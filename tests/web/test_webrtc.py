@@ -47,16 +47,14 @@ def test_speech_over_a_reply_silences_it_at_once(client, rtc):
     stopped = next(t for t, n, _ in client.events if n == "stop_tts")
     assert {"turn_id": 1, "reason": "barge-in"} in client.named("turn_cancelled")
     assert rtc.loud(before=stopped), "the reply was not heard before the interruption"
-    assert rtc.loud_sent(before=stopped), "no RTP times on the frames: the check below would pass on nothing"
-    # What the server had queued is dropped: after the jitter buffer drains, the reply is not heard again
-    # (the interruption's own turn may be answered later: only the time until then counts; its audio may come a
-    # little before its `state`, which travels on the other connection). Frames count by when they were sent: on a
-    # loaded machine this client may decode in one burst, late, what the server sent before it stopped.
+    # What the server had queued is dropped: the reply's speech ends within 0.3 s of the stop. Frames count by when
+    # they were sent (a loaded machine's client may decode late, in one burst, what was sent before the stop); the
+    # interruption's own turn may be answered later, seconds after the reply's end: a stretch of its own.
     client.wait_for(lambda evs: any(n == "state" and d["state"] == "speaking" and t > stopped for t, n, d in evs),
                     1.5)
-    answered_again = [t for t, n, d in client.events if n == "state" and d["state"] == "speaking" and t > stopped]
-    window_end = answered_again[0] - 0.2 if answered_again else stopped + 1.5
-    assert not rtc.loud_sent(after=stopped + 0.3, before=window_end), (rtc.heard[-80:], rtc.sent_at[-80:])
+    assert rtc.rtp_clock_problem() is None, rtc.rtp_clock_problem()
+    reply = [run for run in rtc.speech_runs(gap_s=0.8) if run[0] < stopped][-1]
+    assert reply[1] <= stopped + 0.3, (reply, stopped, rtc.heard[-80:], rtc.sent_at[-80:])
 
 
 def test_disconnect_frees_the_peer_connection(server):

@@ -114,14 +114,11 @@ def cpu_dtype(configured: str, cpu: CpuFeatures) -> str:
     return "bfloat16" if cpu.fast_bf16 else "float32"
 
 
-def omp_threads_bind(configured: str, cpu: CpuFeatures) -> str | None:
-    """VLLM_CPU_OMP_THREADS_BIND, read by the engine processes vLLM spawns (tensor_parallel_size over 1): 'all'
-    binds every core this process may use; 'vllm' leaves vLLM's own choice; anything else is passed through."""
-    if configured == "vllm":
-        return None
-    if configured == "all":
-        return ",".join(str(c) for c in cpu.cores)
-    return configured
+def omp_threads_bind(configured: str) -> str | None:
+    """VLLM_CPU_OMP_THREADS_BIND, read by the engine processes vLLM spawns (tensor_parallel_size over 1), one core
+    list a rank ('0-1|2-3'): 'all' and 'vllm' leave vLLM its own binding (a rank a NUMA node); a list is passed
+    through."""
+    return None if configured in ("all", "vllm") else configured
 
 
 def engine_cores(configured: str, cpu: CpuFeatures) -> tuple[int, ...] | None:

@@ -372,9 +372,9 @@ class TurnController:
         elif isinstance(action, ReleaseHeld):
             self._release_held(session)
         elif isinstance(action, CloseSession):
-            session.timed_out = True
             log.info("idle for %.0f s: timing out", session.turns.idle_for(time.monotonic()), extra=turn_ids(sid))
             self.disconnect(sid)
+            session.timed_out = True  # (not if the disconnect failed: its seat promise goes back to the line)
 
     def _may_give_seat_up(self, session: Session, now: float) -> bool:
         """Idle past the line's limit, and a waiting client not yet promised another session's seat."""

@@ -40,19 +40,19 @@ def device_env(config: Config) -> dict[str, str]:
     if llm.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["VLLM_CPU_KVCACHE_SPACE"] = str(llm.kv_cache_space_gib)
-        cpu = read_cpu()
-        bind = omp_threads_bind(llm.omp_threads_bind, cpu)
-        if bind:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = bind
         env.update(isa_cap_env())  # read before torch / CTranslate2 are imported
-        if llm.tensor_parallel_size == 1:
+        if llm.tensor_parallel_size > 1:
+            bind = omp_threads_bind(llm.omp_threads_bind)
+            if bind:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        else:
             # The engine core runs in this process, in local_engine's engine thread, with its one model worker
             # ("uni" executor, see local_engine.engine_kwargs): no process to spawn for either (each one's
             # imports cost ~10 s of every start), and more tokens/s.
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             # vLLM binds only the worker processes it spawns, so here the binding is ours: one OpenMP thread a
             # core (read when torch is imported), on those cores (the engine thread's affinity, LocalVllmEngine).
-            cores = engine_cores(llm.omp_threads_bind, cpu)
+            cores = engine_cores(llm.omp_threads_bind, read_cpu())
             if cores is not None:
                 env["OMP_NUM_THREADS"] = str(len(cores))
                 env["KMP_AFFINITY"] = "disabled"  # a preloaded Intel OpenMP keeps the thread's binding as it is

@@ -95,6 +95,10 @@ def test_tensor_parallel_keeps_vllms_worker_processes():
     config.llm.tensor_parallel_size = 2
     assert "distributed_executor_backend" not in engine_kwargs(config, False, AVX2_ONLY)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in device_env(config)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in device_env(config)  # 'all': vLLM binds a rank a NUMA node
+    config.llm.omp_threads_bind = "0-1|2-3"
+    assert device_env(config)["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+    assert "OMP_NUM_THREADS" not in device_env(config)
 
 
 def test_the_words_are_read_where_the_engine_computed_them():
