@@ -245,5 +245,5 @@ def _cores_error(configured: str) -> str | None:
     try:
         engine_cores(configured, read_cpu())
     except ValueError as error:
-        return str(error).removeprefix(f"llm.omp_threads_bind {configured!r}").lstrip(": ")
+        return str(error)
     return None

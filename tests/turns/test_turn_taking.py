@@ -293,11 +293,11 @@ def test_idle_timeout_fires_on_ticks_while_nothing_the_user_does_arrives():
 def test_an_idle_seat_is_given_up_sooner_while_someone_waits_for_one():
     m = TurnTaking(idle_timeout_s=600, now=0.0, idle_when_waiting_s=120)
     assert m.handle(Tick(300.0, workers_ready=True)) == []  # nobody waits: the usual limit
-    assert m.handle(Tick(301.0, workers_ready=True, others_waiting=True)) == [Send(OutOfTime()),
+    assert m.handle(Tick(301.0, workers_ready=True, give_seat_up=True)) == [Send(OutOfTime()),
                                                                              CloseSession("idle")]
     active = TurnTaking(idle_timeout_s=600, now=0.0, idle_when_waiting_s=120)
     active.handle(Connected(250.0))
-    assert active.handle(Tick(300.0, workers_ready=True, others_waiting=True)) == []  # not idle that long
+    assert active.handle(Tick(300.0, workers_ready=True, give_seat_up=True)) == []  # not idle that long
 
 
 def test_the_idle_clock_starts_when_the_client_is_told_it_is_connected():

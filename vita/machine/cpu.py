@@ -114,30 +114,33 @@ def cpu_dtype(configured: str, cpu: CpuFeatures) -> str:
     return "bfloat16" if cpu.fast_bf16 else "float32"
 
 
+UNBOUND = ("all", "vllm")  # omp_threads_bind values that bind nothing of ours (see engine_cores, omp_threads_bind)
+
+
 def omp_threads_bind(configured: str) -> str | None:
     """VLLM_CPU_OMP_THREADS_BIND, read by the engine processes vLLM spawns (tensor_parallel_size over 1), one core
     list a rank ('0-1|2-3'): 'all' and 'vllm' leave vLLM its own binding (a rank a NUMA node); a list is passed
     through."""
-    return None if configured in ("all", "vllm") else configured
+    return None if configured in UNBOUND else configured
 
 
 def engine_cores(configured: str, cpu: CpuFeatures) -> tuple[int, ...] | None:
     """The cores a listed omp_threads_bind puts the in-process engine on, one OpenMP thread a core; None for 'all'
     and 'vllm': torch's own thread count, unbound, as it always was in process. vLLM applies
     VLLM_CPU_OMP_THREADS_BIND only to worker processes it spawns: without this, an engine stepped in the LLM
-    worker's own thread ran on every core whatever the list. Raises ValueError for a list that is not one, or that
-    names no core this process may use."""
-    if configured in ("all", "vllm"):
+    worker's own thread ran on every core whatever the list. Raises ValueError, saying why, for a list that is not
+    one or that names no core this process may use."""
+    if configured in UNBOUND:
         return None
     cores: set[int] = set()
     for part in configured.split(","):
         first, _, last = part.strip().partition("-")
         if not first.isdigit() or (last and not last.isdigit()):
-            raise ValueError(f"llm.omp_threads_bind {configured!r}: not a core list such as 0-1 or 0,2")
+            raise ValueError(f"{configured!r} is not a core list such as 0-1 or 0,2")
         cores.update(range(int(first), int(last or first) + 1))
     usable = tuple(sorted(cores & set(cpu.cores)))
     if not usable:
-        raise ValueError(f"llm.omp_threads_bind {configured!r} names none of the cores this process may use "
+        raise ValueError(f"{configured!r} names none of the cores this process may use "
                          f"({','.join(map(str, cpu.cores))})")
     return usable
 

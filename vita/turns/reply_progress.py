@@ -121,7 +121,7 @@ class ReplyProgress:
             self.last_activity = e.now  # waiting for the models or for an answer is not the user being idle
             return []
         limit = self.idle_timeout_s
-        if e.others_waiting and self.idle_when_waiting_s is not None:
+        if e.give_seat_up and self.idle_when_waiting_s is not None:
             limit = min(limit, self.idle_when_waiting_s)
         if self.idle_for(e.now) > limit:
             return [Send(OutOfTime()), CloseSession("idle")]

@@ -233,7 +233,7 @@ class TurnUnanswered:
 class Tick:
     now: float
     workers_ready: bool
-    others_waiting: bool = False  # a client waits in line for a seat this idle session may give up, sooner
+    give_seat_up: bool = False  # a client waits in line, promised this idle session's seat: it is given up sooner
 
 
 @dataclass(frozen=True)
