@@ -212,41 +212,34 @@ def test_response_cancel_from_the_client(rt):
                                        for e in evs), 5)
 
 
-ORDER_QUESTIONS = ["Please call get_order_status for my order 4512: what is its status?",
-                   "Where is my order 4512? Please look it up with get_order_status.",
-                   "Check the status of order number 4512 for me."]
-
-
-def calling_session(server) -> tuple[RealtimeClient, dict, dict]:
-    """A session with the order tool whose model called it: the client, the call, and the response that made it.
-    What is tested is the call's round trip, not whether a 0.5B model chooses to call: greedy as it is, its choice
-    follows the numbers of the prefix cache the earlier tests left, and it has answered in text instead (in the
-    suite, twice in one conversation). So each try is a fresh conversation, worded another way."""
-    for question in ORDER_QUESTIONS:
-        wait_no_sessions(server)
-        rt = RealtimeClient(server.url, model="gpt-realtime")
-        try:
-            rt.wait_type("session.created")
-            rt.send({"type": "session.update", "session": {"type": "realtime", "instructions": SHOP,
-                                                           "tools": [ORDER_TOOL], "output_modalities": ["text"]}})
-            assert rt.wait_type("session.updated")[0]["session"]["tools"][0]["name"] == "get_order_status"
-            typed(rt, question)
-            rt.send({"type": "response.create"})
-            response = rt.wait_type("response.done", timeout=REPLY)[0]["response"]
-            calls = rt.of("response.function_call_arguments.done")
-        except BaseException:
-            rt.close()
-            raise
-        if calls:
-            return rt, calls[0], response
+def tool_session(server, tools: list[dict], **settings) -> RealtimeClient:
+    """A text-only session of the shop whose functions are `tools` (and other `settings`), as it was updated."""
+    rt = RealtimeClient(server.url, model="gpt-realtime")
+    try:
+        rt.wait_type("session.created")
+        rt.send({"type": "session.update", "session": {"type": "realtime", "instructions": SHOP, "tools": tools,
+                                                       "output_modalities": ["text"], **settings}})
+        shown = rt.wait_type("session.updated")[0]["session"]
+        assert [t["name"] for t in shown["tools"]] == [t["name"] for t in tools]
+        assert shown["tool_choice"] == settings.get("tool_choice", "auto")
+    except BaseException:
         rt.close()
-    raise AssertionError(f"the model answered in text to all {len(ORDER_QUESTIONS)} wordings")
+        raise
+    return rt
 
 
 def test_a_client_function_call_round_trip(server):
-    rt, call, first = calling_session(server)
+    """The response is asked to call the function (tool_choice on response.create): what is tested is the call's
+    round trip, not whether a 0.5B model would choose to call (greedy as it is, its choice follows the numbers of
+    the prefix cache earlier tests left; it has answered in text instead)."""
+    wait_no_sessions(server)
+    rt = tool_session(server, [ORDER_TOOL])
+    typed(rt, "Where is my order 4512?")
+    rt.send({"type": "response.create", "response": {"tool_choice": {"type": "function",
+                                                                     "name": "get_order_status"}}})
     try:
-        assert len(rt.of("response.function_call_arguments.done")) == 1
+        first = rt.wait_type("response.done", timeout=REPLY)[0]["response"]
+        (call,) = rt.of("response.function_call_arguments.done")
         assert call["name"] == "get_order_status" and json.loads(call["arguments"]) == {"order_id": "4512"}
         assert first["status"] == "completed" and first["output"][0]["type"] == "function_call"
         assert first["output"][0]["call_id"] == call["call_id"]
@@ -255,13 +248,38 @@ def test_a_client_function_call_round_trip(server):
                                                               "output": json.dumps({"status": "shipped",
                                                                                     "arrives": "Friday"})}})
         rt.send({"type": "response.create"})
-        rt.wait_type("response.done", 2, timeout=REPLY)
+        second = rt.wait_type("response.done", 2, timeout=REPLY)[1]["response"]
+        assert [o["type"] for o in second["output"]] == ["message"], second
         said = rt.of("response.output_text.done")[-1]["text"].lower()
         assert "friday" in said or "shipped" in said, said
         # The same call cannot be answered twice.
         rt.send({"type": "conversation.item.create", "item": {"type": "function_call_output",
                                                               "call_id": call["call_id"], "output": "again"}})
         assert rt.wait_for(lambda evs: any(e.get("error", {}).get("param") == "item.call_id" for e in evs), 5)
+    finally:
+        rt.close()
+
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Today's weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def test_tool_choice_required_makes_even_a_greeting_a_call_of_one_of_the_functions(server):
+    """Left to itself the model answers a greeting in words; "required" makes every response a call (as OpenAI's
+    does), of a declared function, with arguments its schema takes."""
+    import jsonschema
+
+    wait_no_sessions(server)
+    rt = tool_session(server, [ORDER_TOOL, WEATHER_TOOL], tool_choice="required")
+    try:
+        typed(rt, "Hello there! How are you today?")
+        rt.send({"type": "response.create"})
+        done = rt.wait_type("response.done", timeout=REPLY)[0]["response"]
+        (call,) = rt.of("response.function_call_arguments.done")
+        schemas = {t["name"]: t["parameters"] for t in (ORDER_TOOL, WEATHER_TOOL)}
+        assert call["name"] in schemas
+        jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
+        assert [o["type"] for o in done["output"]] == ["function_call"] and not rt.of("response.output_text.done")
     finally:
         rt.close()
 

@@ -31,6 +31,7 @@ from vita.web.realtime.protocol import (
     Settings,
     decode_audio,
     encode_g711,
+    read_response_options,
     session_json,
     updated,
 )
@@ -96,10 +97,48 @@ def test_turn_detection_null_is_push_to_talk_and_vad_settings_are_checked():
     ({"audio": {"input": {"format": {"type": [1]}}}}, "invalid_value"),
     ({"tools": [{"type": "mcp", "server_url": "https://example.com"}]}, "unsupported"),
     ({"tools": [{"type": "function", "name": f"t{n}"} for n in range(65)]}, "invalid_value"),
-    ({"tool_choice": "required"}, "unsupported"),
+    ({"tool_choice": "required"}, "invalid_value"),  # with no function to call
+    ({"tool_choice": {"type": "function", "name": "nowhere"}}, "invalid_value"),
+    ({"tool_choice": {"type": "function"}}, "invalid_value"),
+    ({"tool_choice": {"type": "mcp", "server_label": "x"}}, "unsupported"),
+    ({"tool_choice": "always"}, "invalid_value"),
+    ({"tools": [{"type": "function", "name": "lookup"}], "tool_choice": {"type": "function", "name": "look"}},
+     "invalid_value"),
 ])
 def test_a_bad_update_is_refused_whole(session, code):
     assert refused(session).code == code
+
+
+LOOKUP = {"type": "function", "name": "lookup",
+          "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+WEATHER = {"type": "function", "name": "weather"}
+
+
+def test_tool_choice_required_or_named_says_what_each_reply_must_call_and_shows_as_given():
+    tools = updated(Settings(), {"tools": [LOOKUP, WEATHER]}, VOICES)
+    assert tools.tool_choice.must_call(tools.tools) == ()  # auto: the model decides
+    required = updated(tools, {"tool_choice": "required"}, VOICES)
+    assert required.tool_choice.must_call(required.tools) == ("lookup", "weather")
+    assert session_json(required, "rt_1", "qwen", "whisper-base", 48, 60)["tool_choice"] == "required"
+    named = updated(tools, {"tool_choice": {"type": "function", "name": "weather"}}, VOICES)
+    assert named.tool_choice.must_call(named.tools) == ("weather",)
+    assert session_json(named, "rt_1", "qwen", "whisper-base", 48, 60)["tool_choice"] == {"type": "function",
+                                                                                         "name": "weather"}
+    chat_shape = updated(tools, {"tool_choice": {"type": "function", "function": {"name": "lookup"}}}, VOICES)
+    assert chat_shape.tool_choice.must_call(chat_shape.tools) == ("lookup",)
+    # Taking the named function away while it is required is refused, and the settings stay as they were.
+    with pytest.raises(ProtocolError) as caught:
+        updated(named, {"tools": [LOOKUP]}, VOICES)
+    assert caught.value.param == "session.tool_choice"
+
+
+def test_a_response_may_choose_its_own_tool_choice():
+    options = read_response_options({"tool_choice": {"type": "function", "name": "lookup"}}, 48)
+    assert options.tool_choice.must_call(()) == ("lookup",)
+    assert read_response_options({}, 48).tool_choice is None
+    with pytest.raises(ProtocolError) as caught:
+        read_response_options({"tool_choice": 3}, 48)
+    assert caught.value.param == "response.tool_choice"
 
 
 def test_client_tools_keep_their_schema_as_json_and_show_in_the_session():

@@ -37,6 +37,7 @@ class Session:
     instructions: str | None = None  # a Realtime client's system prompt (None: the configured persona)
     client_tools: tuple = ()  # functions a Realtime client runs itself (vita.messages.ClientTool)
     tool_outputs: tuple = ()  # its results for the calls of its turn before, taken by the next committed turn
+    must_call: tuple[str, ...] = ()  # its replies must call one of these client_tools (tool_choice); (): any reply
     output_audio: bool = True  # False: a text-only Realtime client (no voice is synthesized)
     channel: Any = field(default=None, repr=False)  # where its events go when it is not a Socket.IO client
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)

@@ -406,7 +406,7 @@ class TurnController:
             speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else (),
             timezone=session.timezone, tools=session.tools, instructions=session.instructions,
             client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
-            output_audio=session.output_audio, max_tokens=session.max_tokens))
+            output_audio=session.output_audio, max_tokens=session.max_tokens, must_call=session.must_call))
         if not session.output_audio:  # (a Realtime response's own modality lasts its turn: the session's may change)
             session.silent_turns.add(action.turn_id)
             if len(session.silent_turns) > MAX_SILENT_TURNS:  # a discarded turn never reaches TurnDone

@@ -55,6 +55,10 @@ class SamplingSettings:
     max_tokens: int
     temperature: float
     judge_words: bool = False  # read the prompt's words too (EnginePrompt.words_from_end): Delta.words_logprob
+    # The reply must be JSON of this schema (JSON text): a tool call the client required, written by the model
+    # under the engine's grammar. None: free text. An engine that cannot constrain ignores it (the prompt's own
+    # opening still asks for the call).
+    json_schema: str | None = None
 
 
 class TextEngine(Protocol):

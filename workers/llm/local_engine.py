@@ -359,7 +359,7 @@ class LocalVllmEngine:
     async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
                      request_id: str) -> AsyncIterator[Delta]:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         # The words are read as the reply's prompt is prefilled: no prefill of their own. vLLM skips its prefix
         # cache for a request with prompt log-probabilities unless told not to; the persona and history before the
@@ -370,6 +370,8 @@ class LocalVllmEngine:
                    and not prompt.has_media and self.tokenizer is not None)
         params = SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_tokens,
                                 stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA,
+                                structured_outputs=(StructuredOutputsParams(json=sampling.json_schema)
+                                                    if sampling.json_schema else None),
                                 **({"prompt_logprobs": 0, "skip_reading_prefix_cache": False, "detokenize": False}
                                    if reading else {}))
         assembler = TextAssembler(self.tokenizer) if reading else None

@@ -135,6 +135,8 @@ class RemoteEngine:
         if prompt.stop:
             body["stop"] = list(prompt.stop)
         if prompt.text is not None and not prompt.has_media:
+            if sampling.json_schema:  # a vLLM server's own extension (a required tool call)
+                body["structured_outputs"] = {"json": json.loads(sampling.json_schema)}
             return "completions", {**body, "prompt": prompt.text}
         return "chat/completions", {**body, "messages": openai_messages(prompt)}
 

@@ -58,9 +58,12 @@ class ReplyGeneration:
         tokens = 0
         calls_left = kit.config.tools.max_calls if run.tools else 0
         offered = run.offered
-        # The call detector is on when tools are offered, or the history shows calls the model may copy; on to the
-        # end: a call past the limit is not spoken.
-        detect = bool(offered) or bool(run.tools) and any(ex.tool_messages for ex in (history or ()))
+        # The call detector is on when tools are offered, or the prompt shows calls the model may copy (its history,
+        # this turn's calls so far), even where no tool may be called now (tool_choice "none"); on to the end: a call
+        # past the limit is not spoken (the 0.5B model, its client's result before it, wrote the same call again as
+        # its answer).
+        detect = (bool(offered) or bool(run.tool_messages)
+                  or any(ex.tool_messages for ex in (history or ())))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             cues, camera_note = kit.camera_words(run)
@@ -69,12 +72,14 @@ class ReplyGeneration:
 
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
-        planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left else []
+        # A client that requires a call of its functions gets one: no call planned for it, no camera answer.
+        forced = self.tools.forced(req, run, prompt) if calls_left else None
+        planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left and forced is None else []
         # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
         shown = {*(offered.tools if offered else ()), *(c.name for c in planned), *called_in(history)}
         callable_tools = run.tools.only(list(shown)) if run.tools else None
-        if run.direct and not planned:  # "What does the sign say?": the camera's answer, said as it is
+        if run.direct and not planned and forced is None:  # "What does the sign say?": the camera's answer, as it is
             held += out.say_as_is(sid, tid, [run.direct])
             answered = True
         if planned:  # "What time is it?": called for the model, and said as it is when the calls worked
@@ -92,12 +97,18 @@ class ReplyGeneration:
             else:
                 prompt = next_prompt()
         while not answered:
-            detector = CallDetector(enabled=detect)
+            detector = CallDetector(enabled=detect or forced is not None)
             round_tokens = 0
             run.generating = True
-            reading = run.reading if prompt.words_from_end is not None else None
-            settings = dataclasses.replace(sampling, judge_words=reading is not None)
-            async for delta in kit.engine.stream(prompt, settings, run.request_id):
+            round_prompt, settings = prompt, sampling
+            if forced is not None:  # this round writes the call: its opening ends the prompt, the rest is the grammar's
+                round_prompt = dataclasses.replace(prompt, text=f"{prompt.text}{forced.opening}", words_from_end=None)
+                settings = dataclasses.replace(sampling, json_schema=forced.schema)
+                detector.feed(forced.opening)
+                forced = None
+            reading = run.reading if round_prompt.words_from_end is not None else None
+            settings = dataclasses.replace(settings, judge_words=reading is not None)
+            async for delta in kit.engine.stream(round_prompt, settings, run.request_id):
                 tokens += delta.tokens
                 round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:

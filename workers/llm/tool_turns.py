@@ -13,6 +13,7 @@ from vita.messages import (
     TurnRequest,
 )
 from vita.words import FILLER
+from workers.llm.generation import EnginePrompt
 from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import SpeechClock
@@ -20,6 +21,7 @@ from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
+from workers.tools.forced_calls import ForcedCall, forced_call
 from workers.tools.intents import spoken_answer
 from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant
@@ -70,6 +72,15 @@ class ToolTurns:
         if req.client_tools and self.kit.prompts.style == "chat":  # run by the client: safe in a speculative turn too
             box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
         return box or None
+
+    def forced(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt) -> ForcedCall | None:
+        """How this turn is made to call one of the client's functions it requires (req.must_call), or None: none
+        required, or a prompt this worker does not render (a remote chat model's messages), or a model that does
+        not write calls in tags (then the model decides)."""
+        if not req.must_call or not run.tools or prompt.text is None or self.kit.prompts.style != "chat":
+            return None
+        template = getattr(self.kit.prompts.tokenizer, "chat_template", None)
+        return forced_call(req.must_call, req.client_tools, template if isinstance(template, str) else None)
 
     def for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
         """Calls of the client's own tools go to the client (the others in the same reply are left out: the

@@ -676,3 +676,57 @@ def test_a_sum_the_calculator_refuses_is_said_so_without_asking_the_model():
     run_turn(worker, TurnRequest("s", 1, text="What is 5 divided by 0?"))
     assert engine.prompts == []  # no generation for it
     assert spoken_text(drained(worker.out.tts)) == "Sorry, I can't work that out: division by zero."
+
+
+class HermesTokenizer(WordTokenizer):
+    """WordTokenizer with a template that writes tool calls in <tool_call> tags, as Qwen's does."""
+
+    chat_template = "words, calls in <tool_call> tags"
+
+
+class SamplingRounds(RoundsEngine):
+    def __init__(self, rounds: list[list[str]]):
+        super().__init__(rounds)
+        self.samplings: list[SamplingSettings] = []
+
+    async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings, request_id: str):
+        self.samplings.append(sampling)
+        async for delta in super().stream(prompt, sampling, request_id):
+            yield delta
+
+
+def test_a_required_call_is_written_from_the_calls_opening_under_a_grammar_of_the_clients_functions():
+    import jsonschema
+
+    worker, _ = tool_worker([])
+    worker.kit.prompts = PromptBuilder(HermesTokenizer(), "chat", worker.config.llm.persona)
+    # What the model writes after the opening the prompt ends with: the call's JSON, under the grammar.
+    worker.kit.engine = engine = SamplingRounds([['{"name":', '"order_status",', '"arguments":', '{"id":', '"9"}}']])
+    # "What time is it?" would have the time tool called for the model: a required call comes first.
+    run_turn(worker, TurnRequest("s", 1, text="What time is it?", client_tools=(ORDER,), must_call=("order_status",)))
+    assert engine.prompts[0].text.endswith("<assistant><tool_call>\n")
+    schema = json.loads(engine.samplings[0].json_schema)
+    jsonschema.validate({"name": "order_status", "arguments": {"id": "9"}}, schema)
+    for wrong in ({"name": "get_time", "arguments": {}}, {"name": "order_status", "arguments": {"id": 9}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(wrong, schema)
+    outputs = drained(worker.outbox)
+    (asked,) = [m for m in outputs if isinstance(m, ToolCallRequested)]
+    assert (asked.name, json.loads(asked.arguments)) == ("order_status", {"id": "9"})
+    assert not [m for m in outputs if isinstance(m, ToolUsed)]  # the time tool was not called for it
+    assert spoken_text(drained(worker.out.tts)) == ""
+
+    # Nothing required: the model decides, free of any grammar, and the time is told.
+    worker.kit.engine = engine = SamplingRounds([])
+    run_turn(worker, TurnRequest("t", 1, text="What time is it?", client_tools=(ORDER,)))
+    assert engine.samplings == [] and [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)]
+
+
+def test_a_call_written_where_no_tool_may_be_called_is_never_spoken():
+    """tool_choice "none" after the client's result: the model, shown its own call, may write it again."""
+    worker, engine = tool_worker([ORDER_CALL, ['{"name":', '"order_status",', '"arguments":', '{"id":', '"4512"}}']])
+    run_turn(worker, TurnRequest("s", 1, text="Where is order 4512?", client_tools=(ORDER,)))
+    (asked,) = [m for m in drained(worker.outbox) if isinstance(m, ToolCallRequested)]
+    run_turn(worker, TurnRequest("s", 2, tools=(), tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
+    assert spoken_text(drained(worker.out.tts)) == APOLOGY
+    assert "order_status" not in "".join(m.delta for m in drained(worker.outbox) if isinstance(m, ReplyText))

@@ -95,7 +95,8 @@ def parse_event(data: str | bytes) -> Any:
 
 
 # --- a response's own options -----------------------------------------------------------------------------------
-RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities"}
+RESPONSE_OPTIONS = {"instructions", "conversation", "metadata", "max_output_tokens", "output_modalities",
+                    "tool_choice"}
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class ResponseOptions:
     audio: bool | None = None
     max_tokens: int | None = None
     instructions: str | None = None
+    tool_choice: ToolChoice | None = None
 
 
 def read_response_options(options: Any, server_max_tokens: int) -> ResponseOptions:
@@ -131,7 +133,8 @@ def read_response_options(options: Any, server_max_tokens: int) -> ResponseOptio
     if override is not None and (not isinstance(override, str) or len(override) > MAX_INSTRUCTIONS_CHARS):
         raise ProtocolError("invalid_value", f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS} "
                             "characters", "response.instructions")
-    return ResponseOptions(None if modalities is None else "audio" in modalities, limit, override or None)
+    choice = read_tool_choice(options["tool_choice"], "response.tool_choice") if "tool_choice" in options else None
+    return ResponseOptions(None if modalities is None else "audio" in modalities, limit, override or None, choice)
 
 
 # --- audio -----------------------------------------------------------------------------------------------------
@@ -201,6 +204,52 @@ def decode_audio(b64: Any, kind: str, max_bytes: int) -> np.ndarray:
 
 # --- the session's settings ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class ToolChoice:
+    """tool_choice: "auto" (the model decides), "none" (no tool, nor the server's own), "required" (a call of one of
+    the session's functions), or the one function every response calls (`function`)."""
+
+    mode: str = "auto"
+    function: str = ""
+
+    def as_json(self) -> str | dict[str, str]:
+        return {"type": "function", "name": self.function} if self.function else self.mode
+
+    def must_call(self, tools: tuple[ClientTool, ...]) -> tuple[str, ...]:
+        """The functions a reply must call one of ((): the model decides, or calls none)."""
+        if self.function:
+            return (self.function,)
+        return tuple(t.name for t in tools) if self.mode == "required" else ()
+
+
+def read_tool_choice(value: Any, param: str) -> ToolChoice:
+    """GA's tool_choice: a mode, or {"type": "function", "name": ...} (the Chat Completions shape, with the name
+    under "function", is taken too)."""
+    if value in ("auto", "none", "required"):
+        return ToolChoice(value)
+    if isinstance(value, dict) and value.get("type") == "function":
+        inner = value.get("function")
+        name = value.get("name", inner.get("name") if isinstance(inner, dict) else None)
+        if isinstance(name, str) and TOOL_NAME.fullmatch(name):
+            return ToolChoice("function", name)
+        raise ProtocolError("invalid_value", "a function tool_choice needs the function's name", f"{param}.name")
+    if isinstance(value, dict) and value.get("type") == "mcp":
+        raise ProtocolError("unsupported", "this server's own MCP tools are its operator's to choose; tool_choice may "
+                            "name a function of session.tools", param)
+    raise ProtocolError("invalid_value", 'tool_choice must be "auto", "none", "required" or {"type": "function", '
+                        '"name": ...}', param)
+
+
+def check_tool_choice(choice: ToolChoice, tools: tuple[ClientTool, ...], param: str) -> None:
+    """A choice that requires a call must have a function to call."""
+    if choice.function and choice.function not in {t.name for t in tools}:
+        raise ProtocolError("invalid_value", f"tool_choice names {choice.function!r}, which is not a function of "
+                            "session.tools", param)
+    if choice.mode == "required" and not tools:
+        raise ProtocolError("invalid_value", 'tool_choice "required" needs at least one function in session.tools',
+                            param)
+
+
+@dataclass(frozen=True)
 class TurnDetection:
     """server_vad / semantic_vad, as far as they mean something here (None in Settings: push-to-talk)."""
 
@@ -227,7 +276,7 @@ class Settings:
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     voice: str = ""
     tools: tuple[ClientTool, ...] = ()
-    tool_choice: str = "auto"
+    tool_choice: ToolChoice = ToolChoice()
     max_output_tokens: int | None = None  # None ("inf"): the server's own cap (llm.max_tokens)
 
     @property
@@ -356,13 +405,12 @@ def updated(settings: Settings, session: Any, voices: list[str]) -> Settings:
     if "tools" in session:
         changes["tools"] = _tools(session["tools"])
     if "tool_choice" in session:
-        choice = session["tool_choice"]
-        if choice not in ("auto", "none"):
-            raise ProtocolError("unsupported", 'tool_choice must be "auto" or "none" here', "session.tool_choice")
-        changes["tool_choice"] = choice
+        changes["tool_choice"] = read_tool_choice(session["tool_choice"], "session.tool_choice")
     if "max_output_tokens" in session:
         changes["max_output_tokens"] = max_output_tokens(session["max_output_tokens"], "session.max_output_tokens")
-    return dataclasses.replace(settings, **changes)
+    after = dataclasses.replace(settings, **changes)
+    check_tool_choice(after.tool_choice, after.tools, "session.tool_choice")
+    return after
 
 
 def session_json(settings: Settings, session_id: str, model: str, transcriber: str, max_tokens: int,
@@ -377,7 +425,7 @@ def session_json(settings: Settings, session_id: str, model: str, transcriber: s
         "output_modalities": list(settings.output_modalities), "instructions": settings.instructions,
         "tools": [{"type": "function", "name": t.name, "description": t.description,
                    "parameters": json.loads(t.parameters)} for t in settings.tools],
-        "tool_choice": settings.tool_choice, "tracing": None, "truncation": "auto",
+        "tool_choice": settings.tool_choice.as_json(), "tracing": None, "truncation": "auto",
         "max_output_tokens": max_tokens if settings.max_output_tokens is None else min(settings.max_output_tokens,
                                                                                        max_tokens),
         "prompt": None, "include": None, "expires_at": int(time.time() + expires_in_s),

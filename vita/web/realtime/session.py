@@ -37,13 +37,14 @@ from vita.web.realtime.protocol import (
     Settings,
     TurnDetection,
     audio_seconds,
+    check_tool_choice,
     decode_audio,
     new_id,
     parse_event,
     read_response_options,
     updated,
 )
-from vita.web.realtime.settings import first_settings, refuse_push_to_talk, session_summary
+from vita.web.realtime.settings import choose_tools, first_settings, refuse_push_to_talk, session_summary
 
 if TYPE_CHECKING:
     from vita.web.front_host import SessionHost
@@ -196,8 +197,7 @@ class RealtimeSession:
         def apply() -> None:  # on the session's thread, in order with the turns it starts
             session.voice, session.output_audio = after.voice, after.audio_out
             session.instructions = after.instructions or None
-            session.client_tools = after.tools if after.tool_choice == "auto" else ()
-            session.tools = () if after.tool_choice == "none" else None  # "none": nor the server's own
+            choose_tools(session, after.tool_choice, after.tools)
             session.max_tokens = after.max_output_tokens
 
         session.actor.call(apply)
@@ -389,6 +389,9 @@ class RealtimeSession:
         asked = read_response_options(event.get("response"), self.front.config.llm.max_tokens)
         audio, override = asked.audio, asked.instructions  # this response's, else the session's
         limit = self.settings.max_output_tokens if asked.max_tokens is None else asked.max_tokens
+        choice, tools = asked.tool_choice, self.settings.tools
+        if choice is not None:
+            check_tool_choice(choice, tools, "response.tool_choice")
         if self.requested or self.conversation.active():
             raise ProtocolError("conversation_already_has_active_response",
                                 "a response is in progress; cancel it or wait for response.done")
@@ -426,15 +429,18 @@ class RealtimeSession:
             if audio is not None:  # a text-only answer in a voice session synthesizes no voice (and the reverse)
                 session.output_audio = audio
             session.max_tokens = limit
+            if choice is not None:
+                choose_tools(session, choice, tools)
 
         def end() -> None:  # after the turn has started: the session's own settings again
             session.instructions = self.settings.instructions or None
             session.output_audio = self.settings.audio_out
             session.max_tokens = self.settings.max_output_tokens
+            choose_tools(session, self.settings.tool_choice, self.settings.tools)
 
         session.actor.call(begin)
         self.front.turns.post(session, InputCommitted(time.monotonic(), speech, text))
-        if override or audio is not None or limit != self.settings.max_output_tokens:
+        if override or audio is not None or limit != self.settings.max_output_tokens or choice is not None:
             session.actor.call(end)
 
     def _charge_text(self, chars: int) -> None:

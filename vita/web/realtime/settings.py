@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vita.web.realtime.protocol import ProtocolError, Settings, TurnDetection, session_json
+from vita.web.realtime.protocol import ProtocolError, Settings, ToolChoice, TurnDetection, session_json
 
 if TYPE_CHECKING:
+    from vita.messages import ClientTool
+    from vita.turns.sessions import Session
     from vita.web.front_host import SessionHost
 
 SESSION_EXPIRES_S = 3600.0
@@ -19,6 +21,15 @@ def refuse_push_to_talk(settings: Settings) -> None:
         raise ProtocolError("unsupported", "push-to-talk (turn_detection: null) is not served on a call: the "
                             "microphone is on the track (use the WebSocket to commit audio yourself)",
                             "session.audio.input.turn_detection")
+
+
+def choose_tools(session: Session, choice: ToolChoice, tools: tuple[ClientTool, ...]) -> None:
+    """What the session's turns may and must call under `choice` (on the session's thread): "none" takes every tool
+    away, the server's own too; "required" or a named function makes each reply a call of the client's."""
+    none = choice.mode == "none"
+    session.client_tools = () if none else tools
+    session.tools = () if none else None
+    session.must_call = choice.must_call(tools)
 
 
 def first_settings(front: SessionHost) -> Settings:
