@@ -179,3 +179,28 @@ def test_media_placeholders_become_openai_parts_in_order():
     wav = base64.b64decode(sound["input_audio"]["data"])
     assert wav[:4] == b"RIFF" and len(wav) == 44 + 2 * 1600
     assert text == {"type": "text", "text": "and this?"}
+
+
+def test_a_required_call_is_written_under_the_servers_grammar(vllm_api):
+    """A vLLM server constrains a completion to the call's JSON schema (its `structured_outputs`), as in process:
+    a greeting, which the model answers in words, becomes a call of the one function required."""
+    import json
+
+    from vita.messages import ClientTool
+    from workers.tools.forced_calls import call_schema
+
+    tool = ClientTool("get_weather", "Today's weather in a city.",
+                      json.dumps({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))
+    schema = json.dumps(call_schema([tool]))
+
+    async def scenario() -> str:
+        engine = RemoteEngine(vllm_api.url, None, None, 30)
+        await engine.start(lambda *_: None)
+        prompt = EnginePrompt("User: Hello there! How are you today?\nVita: <tool_call>\n")
+        text = "".join([d.text async for d in engine.stream(prompt, SamplingSettings(48, 0.0, json_schema=schema),
+                                                              "forced-1")])
+        await engine.aclose()
+        return text
+
+    call = json.loads(run(scenario()))
+    assert call["name"] == "get_weather" and isinstance(call["arguments"].get("city"), str), call
