@@ -115,6 +115,8 @@ class LlmConfig:
     prefix_caching: bool = True
     warm_prefix: bool = True
     max_model_len: int = 2048
+    prefill_chunk_tokens: int | None = None  # None: 128 on a CPU (text models), else 0: vLLM's own
+    prefill_share_tokens: int | None = None  # None: 32 on a CPU with a chunk, else 0: no cap
     kv_cache_space_gib: int = 1
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1

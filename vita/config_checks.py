@@ -175,6 +175,12 @@ def validate(config: Config) -> Config:
            f"must be one of {', '.join(_PROMPT_STYLES)}")
     _check(128 <= llm.max_model_len <= 1_048_576, "llm.max_model_len", "must be between 128 and 1048576")
     _check(llm.block_size in (16, 32, 64, 128), "llm.block_size", "must be 16, 32, 64 or 128")
+    _check(llm.prefill_chunk_tokens is None or llm.prefill_chunk_tokens == 0
+           or 32 <= llm.prefill_chunk_tokens <= llm.max_model_len, "llm.prefill_chunk_tokens",
+           "must be 0 (vLLM's own steps) or between 32 and llm.max_model_len")
+    _check(llm.prefill_share_tokens is None or 0 <= llm.prefill_share_tokens <= (llm.prefill_chunk_tokens
+                                                                                 or llm.max_model_len),
+           "llm.prefill_share_tokens", "must be between 0 (no cap) and llm.prefill_chunk_tokens")
     _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind", "must be all, vllm or a core list like 0-1")
     if llm.device == "cpu" and llm.tensor_parallel_size == 1 and llm.omp_threads_bind.strip():
         # (in process: the front binds it; vLLM's own processes take its per-rank syntax, 0-1|2-3, as they are)

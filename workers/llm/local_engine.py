@@ -75,6 +75,7 @@ def engine_kwargs(config: Config, omni: bool, cpu: CpuFeatures | None = None) ->
         enforce_eager=llm.enforce_eager, tensor_parallel_size=llm.tensor_parallel_size, disable_log_stats=True,
         block_size=llm.block_size, enable_prefix_caching=llm.prefix_caching,
     )
+    kwargs.update(prefill_steps(config, omni))
     if llm.device == "cpu" and llm.tensor_parallel_size == 1:
         kwargs["distributed_executor_backend"] = "uni"  # the model runs in the engine core's process
     if llm.load_format != "auto":
@@ -84,6 +85,33 @@ def engine_kwargs(config: Config, omni: bool, cpu: CpuFeatures | None = None) ->
     if omni:
         kwargs["limit_mm_per_prompt"] = {"audio": llm.limit_audios_per_prompt,
                                          "image": llm.limit_images_per_prompt}
+    return kwargs
+
+
+# A CPU prefills ~80 (Zen 1, 0.5B fp32) to a few hundred tokens a second, and vLLM schedules a whole prompt in one
+# step by default: a 720-token prompt held every other session's next token for 8 s. In steps of at most this many
+# tokens, another session's turn joins the next step: its first token 1.7 s after it came, against 8.4 s; the long
+# prompt itself 3-9 % slower alone; short turns are unchanged (scripts/bench/prefill_steps.py, Zen 1).
+CPU_PREFILL_CHUNK = 128
+# While others wait, a long prompt takes at most this many of a step's tokens (vLLM's long_prefill_token_threshold:
+# alone, it takes them all), so another turn prefills in the same step and decodes beside it.
+CPU_PREFILL_SHARE = 32
+
+
+def prefill_steps(config: Config, omni: bool) -> dict[str, Any]:
+    """The engine's step limits for prompts (0: vLLM's own): the configured ones, else a CPU's (above); vLLM's own
+    for a model that hears or sees (an image's or an utterance's tokens must fit one step) or on a GPU."""
+    llm = config.llm
+    ours = llm.device == "cpu" and not omni
+    chunk = llm.prefill_chunk_tokens if llm.prefill_chunk_tokens is not None else (CPU_PREFILL_CHUNK if ours else 0)
+    share = llm.prefill_share_tokens if llm.prefill_share_tokens is not None else (
+        min(CPU_PREFILL_SHARE, chunk) if ours and chunk else 0)
+    kwargs: dict[str, Any] = {}
+    if chunk:
+        kwargs["max_num_batched_tokens"] = chunk
+        kwargs["max_num_seqs"] = min(128, chunk)  # vLLM: at most one sequence a token of the step
+    if share:
+        kwargs["long_prefill_token_threshold"] = share
     return kwargs
 
 

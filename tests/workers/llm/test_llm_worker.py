@@ -298,6 +298,21 @@ def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
     assert [ex.user for ex in histories["bob"]] == [SHORT_REPLY]
 
 
+def test_a_long_prompt_is_prefilled_in_steps_that_a_short_turn_beside_it_joins(llm):
+    """A CPU prefills some 80-300 tokens a second: a 700-token prompt in one engine step would hold every other
+    session's turn until it was all read. In steps (llm.prefill_chunk_tokens), a short question asked once the long
+    one is in the engine is answered first."""
+    long_text = ("Please read this list carefully. " + " ".join(f"Item {i} is a small blue box with a red lid and a "
+                                                                 "label." for i in range(40)) + " Which item is last?")
+    llm.inbox.put(TurnRequest("reader", 1, text=long_text))
+    engine = llm.worker.kit.engine
+    assert wait_until(lambda: engine.in_engine >= 1, 30)  # its first step is under way (a count, not an event)
+    llm.inbox.put(TurnRequest("asker", 1, text=SHORT_REPLY))
+    assert llm.wait_ended("asker", 120).reason == "done" and llm.wait_ended("reader", 120).reason == "done"
+    first = {s: min(t for t, m in llm.of(s, ReplyText) if m.delta) for s in ("reader", "asker")}
+    assert first["asker"] < first["reader"], first
+
+
 def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     llm.inbox.put(TurnRequest("cut", 1, text=LONG_REPLY))
     # Cancel as soon as the first piece is out: mid-generation, with something said to keep in history.

@@ -29,6 +29,24 @@ def test_one_cpu_worker_runs_inside_the_engine_core():
     assert device_env(config)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
+def test_a_cpu_prefills_a_long_prompt_in_steps_others_can_join():
+    config = Config()
+    steps = {k: v for k, v in engine_kwargs(config, False, AVX2_ONLY).items() if k in STEP_KEYS}
+    assert steps == {"max_num_batched_tokens": 128, "max_num_seqs": 128, "long_prefill_token_threshold": 32}
+    assert not STEP_KEYS & set(engine_kwargs(config, True, AVX2_ONLY))  # an image's tokens must fit one step
+    config.llm.prefill_chunk_tokens, config.llm.prefill_share_tokens = 64, None
+    steps = {k: v for k, v in engine_kwargs(config, False, AVX2_ONLY).items() if k in STEP_KEYS}
+    assert steps == {"max_num_batched_tokens": 64, "max_num_seqs": 64, "long_prefill_token_threshold": 32}
+    config.llm.prefill_chunk_tokens, config.llm.prefill_share_tokens = 0, 0  # vLLM's own steps
+    assert not STEP_KEYS & set(engine_kwargs(config, False, AVX2_ONLY))
+    gpu = Config()
+    gpu.llm.device = "cuda"
+    assert not STEP_KEYS & set(engine_kwargs(gpu, False, AVX2_ONLY))
+
+
+STEP_KEYS = {"max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold"}
+
+
 def test_the_in_process_engine_gets_one_openmp_thread_a_listed_core():
     """vLLM binds only the worker processes it spawns; in process the thread count is ours to set."""
     config = Config()
