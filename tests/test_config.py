@@ -89,12 +89,14 @@ def test_a_beam_redecode_out_of_range_is_refused(key, value):
     validate(config)
 
 
-@pytest.mark.parametrize(("chunk", "share"), [(16, None), (4096, None), (-1, None), (128, 256), (None, -1)])
+@pytest.mark.parametrize(("chunk", "share"), [(16, None), (4096, None), (-1, None), (128, 256), (None, -1),
+                                              (None, 500)])  # (the CPU's steps are of 128)
 def test_prefill_steps_out_of_range_are_refused(chunk, share):
     config = Config()
     config.llm.prefill_chunk_tokens, config.llm.prefill_share_tokens = chunk, share
     with pytest.raises(ConfigError, match="llm.prefill_"):
         validate(config)
-    for chunk, share in ((0, 0), (None, None), (256, 64), (0, 128)):  # vLLM's own; the CPU's; set; a cap alone
+    # vLLM's own; the CPU's; set; a cap alone; the CPU's steps with another cap
+    for chunk, share in ((0, 0), (None, None), (256, 64), (0, 128), (None, 128)):
         config.llm.prefill_chunk_tokens, config.llm.prefill_share_tokens = chunk, share
         validate(config)

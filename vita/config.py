@@ -96,6 +96,16 @@ class AsrConfig:
     # model is told the words may be misheard and says it did not catch them if they make no sense (None: never)
 
 
+# A CPU prefills ~80 (Zen 1, 0.5B fp32) to a few hundred tokens a second, and vLLM schedules a whole prompt in one
+# step by default: a 720-token prompt held every other session's next token for 8 s. In steps of at most this many
+# tokens, another session's turn joins the next step: its first token 1.7 s after it came, against 8.4 s; the long
+# prompt itself 3-9 % slower alone; short turns are unchanged (scripts/bench/prefill_steps.py, Zen 1).
+CPU_PREFILL_CHUNK = 128
+# While others wait, a long prompt takes at most this many of a step's tokens (vLLM's long_prefill_token_threshold:
+# alone, it takes them all), so another turn prefills in the same step and decodes beside it.
+CPU_PREFILL_SHARE = 32
+
+
 @dataclass
 class LlmConfig:
     model: str = "auto"
@@ -135,6 +145,16 @@ class LlmConfig:
     first_piece_wait_ms: int = 150
     temperature: float = 0.0
     ready_timeout_s: float = 600.0
+
+    def prefill_steps(self) -> tuple[int, int]:
+        """(tokens a step prefills, a long prompt's tokens a step while others wait); 0: vLLM's own. The configured
+        ones, else a CPU's (above); on a GPU, vLLM's own."""
+        cpu = self.device == "cpu"
+        chunk = self.prefill_chunk_tokens if self.prefill_chunk_tokens is not None else (
+            CPU_PREFILL_CHUNK if cpu else 0)
+        share = self.prefill_share_tokens if self.prefill_share_tokens is not None else (
+            min(CPU_PREFILL_SHARE, chunk) if cpu and chunk else 0)
+        return chunk, share
 
 
 @dataclass

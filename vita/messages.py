@@ -55,8 +55,9 @@ class TurnRequest:
     instructions: str | None = None  # the session's own system prompt (a Realtime client's), else the persona
     client_tools: tuple[ClientTool, ...] = ()  # functions the client runs itself (a Realtime client's session.tools)
     tool_outputs: tuple[ToolOutput, ...] = ()  # the client's results for the calls the previous turn asked of it
-    must_call: tuple[str, ...] = ()  # the reply must call one of these client_tools (a Realtime client's
-    # tool_choice "required" or a named function); empty: the model decides
+    # The reply must call one of these client_tools (a Realtime client's tool_choice "required" or a named
+    # function); empty: the model decides
+    must_call: tuple[str, ...] = ()
     output_audio: bool = True  # False: a text-only client (no voice)
     max_tokens: int | None = None  # the client's cap on the reply's tokens (a Realtime client's max_output_tokens)
 

@@ -74,6 +74,9 @@ def main() -> int:
         config.llm.prefill_chunk_tokens = args.chunk
     if args.share is not None:
         config.llm.prefill_share_tokens = args.share
+    from vita.config_checks import validate
+
+    validate(config)  # (a step vLLM refuses is said here, by its option's name)
     os.environ.update(device_env(config))  # before vLLM is imported: threads, KV cache space
     asyncio.run(measure(config, args.rounds))
     return 0

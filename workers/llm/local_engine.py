@@ -88,24 +88,12 @@ def engine_kwargs(config: Config, omni: bool, cpu: CpuFeatures | None = None) ->
     return kwargs
 
 
-# A CPU prefills ~80 (Zen 1, 0.5B fp32) to a few hundred tokens a second, and vLLM schedules a whole prompt in one
-# step by default: a 720-token prompt held every other session's next token for 8 s. In steps of at most this many
-# tokens, another session's turn joins the next step: its first token 1.7 s after it came, against 8.4 s; the long
-# prompt itself 3-9 % slower alone; short turns are unchanged (scripts/bench/prefill_steps.py, Zen 1).
-CPU_PREFILL_CHUNK = 128
-# While others wait, a long prompt takes at most this many of a step's tokens (vLLM's long_prefill_token_threshold:
-# alone, it takes them all), so another turn prefills in the same step and decodes beside it.
-CPU_PREFILL_SHARE = 32
-
-
 def prefill_steps(config: Config, omni: bool) -> dict[str, Any]:
-    """The engine's step limits for prompts (0: vLLM's own): the configured ones, else a CPU's (above); vLLM's own
-    for a model that hears or sees (an image's or an utterance's tokens must fit one step) or on a GPU."""
-    llm = config.llm
-    ours = llm.device == "cpu" and not omni
-    chunk = llm.prefill_chunk_tokens if llm.prefill_chunk_tokens is not None else (CPU_PREFILL_CHUNK if ours else 0)
-    share = llm.prefill_share_tokens if llm.prefill_share_tokens is not None else (
-        min(CPU_PREFILL_SHARE, chunk) if ours and chunk else 0)
+    """The engine's step limits for prompts (LlmConfig.prefill_steps); vLLM's own for a model that hears or sees
+    (an image's or an utterance's tokens must fit one step)."""
+    if omni:
+        return {}
+    chunk, share = config.llm.prefill_steps()
     kwargs: dict[str, Any] = {}
     if chunk:
         kwargs["max_num_batched_tokens"] = chunk
@@ -218,12 +206,18 @@ def bind_engine_thread(cores: tuple[int, ...]) -> None:
     os.sched_setaffinity(0, cores)
 
 
+class EngineRequestFailed(RuntimeError):
+    """The engine ended one request with an error; the engine itself goes on."""
+
+
 class EngineFailed(RuntimeError):
     """The engine thread ended with an error: nothing more can be generated until the worker is restarted."""
 
 
 _STOP = object()
 IDLE_WAKE_S = 1.0  # an idle engine thread wakes this often to show it is alive
+EMPTY_STEP_S = 0.001  # a step this short with no output ran nothing: the next waits GRAMMAR_WAIT_S for a command
+GRAMMAR_WAIT_S = 0.005
 STALL_S = 30.0  # a step (or idle wait) longer than this means the engine is stuck: heartbeats stop
 
 
@@ -332,6 +326,7 @@ class LocalVllmEngine:
 
     def _step_until_stopped(self, engine: Any) -> None:
         turns = self.turns
+        waiting = False  # the last step had nothing to run (a request waits for its grammar, built aside)
         while True:
             # Between steps take every waiting command; with nothing to generate, wait for one (waking now and
             # then, so that progress_at shows an idle engine is alive).
@@ -339,10 +334,15 @@ class LocalVllmEngine:
             while True:
                 self.progress_at = time.monotonic()
                 try:
-                    command = self.commands.get(timeout=IDLE_WAKE_S) if block else self.commands.get_nowait()
+                    if block:
+                        command = self.commands.get(timeout=IDLE_WAKE_S)
+                    elif waiting:  # not a spin against the grammar's thread for the cores
+                        command = self.commands.get(timeout=GRAMMAR_WAIT_S)
+                    else:
+                        command = self.commands.get_nowait()
                 except queue.Empty:
                     break
-                block = False
+                block = waiting = False
                 if command is _STOP:
                     return
                 if isinstance(command, _Fault):
@@ -359,8 +359,10 @@ class LocalVllmEngine:
             self.in_engine = engine.get_num_unfinished_requests()
             if not engine.has_unfinished_requests():
                 continue
+            stepped = time.monotonic()
             outputs = engine.step()
             self.progress_at = time.monotonic()
+            waiting = not outputs and self.progress_at - stepped < EMPTY_STEP_S
             for output in outputs:
                 turn = turns.get(output.request_id)
                 if turn is None:
@@ -398,7 +400,10 @@ class LocalVllmEngine:
                    and not prompt.has_media and self.tokenizer is not None)
         params = SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_tokens,
                                 stop=list(prompt.stop), output_kind=RequestOutputKind.DELTA,
-                                structured_outputs=(StructuredOutputsParams(json=sampling.json_schema)
+                                # (compact JSON: under a grammar that lets whitespace in anywhere, a small model
+                                # may write it instead of the call, up to the token limit)
+                                structured_outputs=(StructuredOutputsParams(json=sampling.json_schema,
+                                                                            disable_any_whitespace=True)
                                                     if sampling.json_schema else None),
                                 **({"prompt_logprobs": 0, "skip_reading_prefix_cache": False, "detokenize": False}
                                    if reading else {}))
@@ -421,6 +426,8 @@ class LocalVllmEngine:
                 read = (words_logprob(output.prompt_logprobs, output.prompt_token_ids, cached, prompt.words_from_end)
                         if first and reading else None)
                 first = False
+                if completion.finish_reason == "error":  # vLLM ended this request only (a grammar that failed)
+                    raise EngineRequestFailed("the language model could not finish this reply")
                 text = assembler.feed(completion.token_ids) if assembler is not None else completion.text
                 yield Delta(text, len(completion.token_ids), prompt_tokens, cached, read)
         finally:

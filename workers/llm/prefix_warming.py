@@ -4,17 +4,19 @@ its question; and warming the engine up before the first."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
 from vita.capacity import seats_for
-from vita.messages import MeasuredSpeed
+from vita.messages import ClientTool, MeasuredSpeed
 from workers.llm.generation import SamplingSettings
 from workers.llm.kit import LlmKit
 from workers.llm.local_engine import EngineFailed, LocalVllmEngine
 from workers.llm.prompting import ConversationHistory
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_run import WARM_DELAY_S
+from workers.tools.forced_calls import forced_call
 from workers.tools.registry import ToolBox
 
 # Questions of different lengths, as several users' first turns would bring (their answers are not kept). Each
@@ -82,7 +84,33 @@ class PrefixWarming:
         if failed:  # only an optimisation: the first turns then pay for these shapes themselves
             self.log.warning("warm-up of several questions at once failed: %r", failed[0])
         self.log.info("warmed up in %.1f s: two prompts, then %d at once", time.monotonic() - started, sessions)
+        if kit.config.tools.max_calls:
+            await self.warm_grammar()
         return speed
+
+    async def warm_grammar(self) -> None:
+        """vLLM starts its JSON grammar backend with the first constrained request, on the engine's thread: a
+        client's first required tool call (forced_calls.py) held every session for a second. Started here; only an
+        optimisation, so a failure is logged, and the engine's own failure is the worker's."""
+        probe = ClientTool("probe")
+        forced = forced_call((probe.name,), (probe,), self.tools.chat_template())
+        if forced is None:
+            return
+        started = time.monotonic()
+        prompt = self.kit.text_prompt(ConversationHistory(0), WARM_UP_QUESTIONS[0])
+        prompt = dataclasses.replace(prompt, text=f"{prompt.text}{forced.opening}")
+        try:
+            async for _ in self.kit.engine.stream(prompt, SamplingSettings(2, 0.0, json_schema=forced.schema),
+                                                  "warmup-grammar"):
+                pass
+        except (EngineFailed, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            self.log.warning("the engine's grammar could not be warmed up (a client's first required tool call "
+                             "will start it): %r", exc)
+            return
+        self.log.info("the engine's JSON grammar started in %.1f s (for required tool calls)",
+                      time.monotonic() - started)
 
     def say_what_sessions_share(self, tools: ToolBox | None) -> None:
         """The log says how much of a first prompt the prefix cache shares between sessions: only whole blocks are

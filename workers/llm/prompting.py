@@ -233,6 +233,10 @@ class PromptBuilder:
             same += 1
         return same
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` as this model's tokenizer counts them (an estimate without one)."""
+        return self._count_tokens(text)
+
     def _count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
             return len(text) // CHARS_PER_TOKEN + 1

@@ -17,6 +17,7 @@ from workers.llm.speech_pieces import ReplyShaper, SpeechClock
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import ImplausibleWords, TurnRun
+from workers.tools.forced_calls import FORCED_CALL_TOKENS, RequiredCallFailed
 from workers.tools.in_turn import CallDetector
 from workers.tools.intents import planned_calls
 from workers.tools.registry import ToolCall, parse_calls
@@ -100,10 +101,14 @@ class ReplyGeneration:
             detector = CallDetector(enabled=detect or forced is not None)
             round_tokens = 0
             run.generating = True
-            round_prompt, settings = prompt, sampling
+            round_prompt, settings, forcing = prompt, sampling, forced is not None
             if forced is not None:  # this round writes the call: its opening ends the prompt, the rest is the grammar's
-                round_prompt = dataclasses.replace(prompt, text=f"{prompt.text}{forced.opening}", words_from_end=None)
-                settings = dataclasses.replace(sampling, json_schema=forced.schema)
+                words = prompt.words_from_end  # (the words are still read: a misheard question is asked again)
+                if words is not None:
+                    words = (words[0], words[1] + kit.prompts.count_tokens(forced.opening))
+                round_prompt = dataclasses.replace(prompt, text=f"{prompt.text}{forced.opening}", words_from_end=words)
+                settings = dataclasses.replace(sampling, json_schema=forced.schema, max_tokens=FORCED_CALL_TOKENS
+                                               if req.max_tokens is None else min(req.max_tokens, FORCED_CALL_TOKENS))
                 detector.feed(forced.opening)
                 forced = None
             reading = run.reading if round_prompt.words_from_end is not None else None
@@ -145,6 +150,9 @@ class ReplyGeneration:
             if calls_left <= 0:  # yet another call after the last allowed: the apology below
                 break
             calls = parse_calls(detector.pending)[:calls_left] or [ToolCall("", error="the tool call was empty")]
+            if forcing and any(c.error for c in calls):  # required: never words instead, nor another try unforced
+                raise RequiredCallFailed(f"its call of {' or '.join(req.must_call)} could not be read "
+                                         f"({calls[0].error or calls[-1].error})")
             if self.tools.for_the_client(req, run, calls):
                 return False
             outcomes = await self.tools.run_calls(req, run, calls, detector.pending, clock, gen_started,

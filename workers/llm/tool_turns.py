@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from vita.messages import (
@@ -26,12 +27,15 @@ from workers.tools.intents import spoken_answer
 from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant
 
+log = logging.getLogger(__name__)
+
 
 class ToolTurns:
     """awaited: session -> the turn waiting for its client's tool results (the worker's: it forgets a session's)."""
 
     def __init__(self, kit: LlmKit, out: TurnOutput, awaited: dict[str, AwaitedCalls]):
         self.kit, self.out, self.awaited = kit, out, awaited
+        self.unforced_said = False  # the log has said once that required calls cannot be forced here
 
     @staticmethod
     def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
@@ -77,10 +81,24 @@ class ToolTurns:
         """How this turn is made to call one of the client's functions it requires (req.must_call), or None: none
         required, or a prompt this worker does not render (a remote chat model's messages), or a model that does
         not write calls in tags (then the model decides)."""
-        if not req.must_call or not run.tools or prompt.text is None or self.kit.prompts.style != "chat":
+        if not req.must_call:
             return None
-        template = getattr(self.kit.prompts.tokenizer, "chat_template", None)
-        return forced_call(req.must_call, req.client_tools, template if isinstance(template, str) else None)
+        forced = (forced_call(req.must_call, req.client_tools, self.chat_template())
+                  if run.tools and prompt.text is not None and not prompt.has_media else None)
+        if forced is None and not self.unforced_said:
+            self.unforced_said = True
+            log.warning("a client requires its functions to be called (tool_choice), but this model's "
+                                 "prompts cannot be made to: its template writes no <tool_call> tags, it renders on "
+                                 "a remote server, or tools.max_calls is 0; the model decides, as with auto")
+        return forced
+
+    def chat_template(self) -> str | None:
+        """The template a prompt is rendered with here (None: not a chat prompt rendered here)."""
+        prompts = self.kit.prompts
+        if prompts is None or prompts.style != "chat" or prompts.tokenizer is None:
+            return None
+        template = getattr(prompts.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) else None
 
     def for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
         """Calls of the client's own tools go to the client (the others in the same reply are left out: the

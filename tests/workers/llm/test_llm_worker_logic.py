@@ -38,6 +38,7 @@ from workers.llm.prompting import PromptBuilder
 from workers.llm.turn_run import SENSE_CHECK, asks_again
 from workers.llm.worker import MAILBOX_BOUND, LlmWorker
 from workers.tools.builtin import builtin_tools
+from workers.tools.forced_calls import FORCED_CALL_TOKENS
 from workers.tools.registry import Tool, ToolBox
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -705,6 +706,7 @@ def test_a_required_call_is_written_from_the_calls_opening_under_a_grammar_of_th
     # "What time is it?" would have the time tool called for the model: a required call comes first.
     run_turn(worker, TurnRequest("s", 1, text="What time is it?", client_tools=(ORDER,), must_call=("order_status",)))
     assert engine.prompts[0].text.endswith("<assistant><tool_call>\n")
+    assert engine.samplings[0].max_tokens == FORCED_CALL_TOKENS  # a call's JSON, not a spoken reply's length
     schema = json.loads(engine.samplings[0].json_schema)
     jsonschema.validate({"name": "order_status", "arguments": {"id": "9"}}, schema)
     for wrong in ({"name": "get_time", "arguments": {}}, {"name": "order_status", "arguments": {"id": 9}}):
@@ -730,3 +732,18 @@ def test_a_call_written_where_no_tool_may_be_called_is_never_spoken():
     run_turn(worker, TurnRequest("s", 2, tools=(), tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
     assert spoken_text(drained(worker.out.tts)) == APOLOGY
     assert "order_status" not in "".join(m.delta for m in drained(worker.outbox) if isinstance(m, ReplyText))
+
+
+def test_a_required_call_cut_short_fails_the_turn_instead_of_answering_in_words():
+    worker, _ = tool_worker([])
+    worker.kit.prompts = PromptBuilder(HermesTokenizer(), "chat", worker.config.llm.persona)
+    worker.kit.engine = engine = SamplingRounds([['{"name":', '"order_status",', '"arguments":', '{"id":'],
+                                                 ["It", "is", "on", "its", "way."]])
+    run_turn(worker, TurnRequest("s", 1, text="Where is order 4512?", client_tools=(ORDER,),
+                                 must_call=("order_status",), max_tokens=4))
+    assert engine.samplings[0].max_tokens == 4  # the client's own cap holds
+    outputs = drained(worker.outbox)
+    (error,) = [m for m in outputs if isinstance(m, SessionError)]
+    assert error.code == "llm_failed" and "order_status could not be read" in error.message
+    assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["error"]
+    assert len(engine.prompts) == 1 and spoken_text(drained(worker.out.tts)) == ""  # no unforced second round

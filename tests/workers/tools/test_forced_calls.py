@@ -1,11 +1,13 @@
-"""A required call's opening and grammar (pure: no model)."""
+"""A required call's opening and grammar (pure: no model; the grammar built as vLLM's xgrammar backend builds it)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import jsonschema
 import pytest
+import xgrammar
 
 from vita.messages import ClientTool
 from workers.tools.forced_calls import call_schema, forced_call
@@ -40,3 +42,54 @@ def test_a_call_is_forced_only_of_declared_functions_and_where_the_template_writ
     assert forced_call(("lookup",), (ORDER,), QWEN_TEMPLATE) is None  # not declared
     assert forced_call(("order_status",), (ORDER,), "{{ messages }}") is None  # a template without tagged calls
     assert forced_call(("order_status",), (ORDER,), None) is None
+
+
+def grammar_of(schema: dict) -> None:
+    xgrammar.Grammar.from_json_schema(json.dumps(schema))  # raises what vLLM would refuse the request with
+
+
+def test_a_schema_with_defs_and_refs_keeps_its_shape_where_the_call_nests_it():
+    """Pydantic writes nested models as $defs; nested under the call's "arguments", "#/$defs/..." would point
+    nowhere (vLLM refused every such request)."""
+    cart = ClientTool("add_to_cart", "", json.dumps({
+        "$defs": {"Item": {"type": "object", "properties": {"sku": {"type": "string"},
+                                                              "count": {"type": "integer"}},
+                           "required": ["sku"]}},
+        "type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}},
+                                         "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+        "required": ["items"]}))
+    schema = call_schema([cart])
+    assert "$ref" not in json.dumps(schema)
+    grammar_of(schema)
+    jsonschema.validate({"name": "add_to_cart", "arguments": {"items": [{"sku": "a1", "count": 2}], "note": None}},
+                        schema)
+    with pytest.raises(jsonschema.ValidationError):  # an item without its required sku
+        jsonschema.validate({"name": "add_to_cart", "arguments": {"items": [{"count": 2}]}}, schema)
+
+
+def test_what_makes_a_grammar_slow_or_large_is_left_to_the_client():
+    """A pattern with a long repeat took xgrammar 20 s to build, on the engine's thread; a recursive schema, or
+    one of thousands of nodes, would grow without end when inlined."""
+    slow = ClientTool("slow", "", json.dumps({"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "(a|b|c|d|e|f|g|h){1,4000}", "minLength": 3, "format": "uuid"}}}))
+    recursive = ClientTool("tree", "", json.dumps({"type": "object", "properties": {
+        "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}))
+    wide = ClientTool("wide", "", json.dumps({"type": "object", "properties": {
+        f"p{i}": {"type": "object", "properties": {f"q{j}": {"type": "string"} for j in range(50)}}
+        for i in range(50)}}))
+    for tool in (slow, recursive, wide):
+        started = time.monotonic()
+        schema = call_schema([tool])
+        grammar_of(schema)
+        assert time.monotonic() - started < 1.0, tool.name
+        assert "pattern" not in json.dumps(schema) and "format" not in json.dumps(schema)
+    assert call_schema([wide])["properties"]["arguments"] == {"type": "object"}  # too large: any object
+    jsonschema.validate({"name": "tree", "arguments": {"name": "a", "children": [{"name": "b", "children": []}]}},
+                        call_schema([recursive]))
+
+
+def test_a_schema_that_is_not_one_takes_any_arguments_object():
+    for parameters in ("", "not json", "[1, 2]", json.dumps({"type": "array"})):
+        schema = call_schema([ClientTool("f", "", parameters)])
+        grammar_of(schema)
+        jsonschema.validate({"name": "f", "arguments": {"x": 1}}, schema)
