@@ -235,15 +235,12 @@ class PromptBuilder:
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` as this model's tokenizer counts them (an estimate without one)."""
-        return self._count_tokens(text)
-
-    def _count_tokens(self, text: str) -> int:
         if self.tokenizer is None:
             return len(text) // CHARS_PER_TOKEN + 1
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _bounded(self, history: ConversationHistory) -> ConversationHistory:
-        return history.recent(self.history_tokens, self._count_tokens)
+        return history.recent(self.history_tokens, self.count_tokens)
 
     @property
     def stop(self) -> list[str]:
@@ -288,8 +285,8 @@ class PromptBuilder:
         at = rendered.rfind(content)  # this turn's message: the last (a history may hold the same words)
         if at < 0:
             return None
-        after = self._count_tokens(rendered[at + len(words):])
-        return self._count_tokens(rendered[at:]) - after, after
+        after = self.count_tokens(rendered[at + len(words):])
+        return self.count_tokens(rendered[at:]) - after, after
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:
         lines = [f"Below is a transcript of a friendly phone call with {ASSISTANT}, a helpful voice assistant. "

@@ -74,7 +74,7 @@ class ReplyGeneration:
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
         # A client that requires a call of its functions gets one: no call planned for it, no camera answer.
-        forced = self.tools.forced(req, run, prompt) if calls_left else None
+        forced = self.tools.forced(req, run, prompt)  # (None without a call left: no tools this turn)
         planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left and forced is None else []
         # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).

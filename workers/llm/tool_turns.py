@@ -87,9 +87,9 @@ class ToolTurns:
                   if run.tools and prompt.text is not None and not prompt.has_media else None)
         if forced is None and not self.unforced_said:
             self.unforced_said = True
-            log.warning("a client requires its functions to be called (tool_choice), but this model's "
-                                 "prompts cannot be made to: its template writes no <tool_call> tags, it renders on "
-                                 "a remote server, or tools.max_calls is 0; the model decides, as with auto")
+            log.warning("a client requires its functions to be called (tool_choice), but this model's prompts "
+                        "cannot be made to: its template writes no <tool_call> tags, it renders on a remote server, "
+                        "or tools.max_calls is 0; the model decides, as with auto")
         return forced
 
     def chat_template(self) -> str | None:

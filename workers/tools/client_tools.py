@@ -19,16 +19,20 @@ def _runs_on_the_client(**_: Any) -> str:
     raise RuntimeError("a client's tool runs on the client")  # never called: its calls are forwarded
 
 
+def parameters_of(spec: ClientTool) -> dict[str, Any]:
+    """A declared function's parameters schema ({} when it has none, or it is not a JSON object)."""
+    try:
+        parameters = json.loads(spec.parameters) if spec.parameters else {}
+    except ValueError:
+        return {}
+    return parameters if isinstance(parameters, dict) else {}
+
+
 def as_tools(declared: tuple[ClientTool, ...]) -> list[Tool]:
     """The client's declarations as tools the model is shown (a schema that is not JSON becomes an open one)."""
     tools = []
     for spec in declared:
-        try:
-            parameters = json.loads(spec.parameters) if spec.parameters else {}
-        except ValueError:
-            parameters = {}
-        if not isinstance(parameters, dict):
-            parameters = {}
+        parameters = parameters_of(spec)
         tools.append(Tool(spec.name, spec.description, parameters or {"type": "object", "properties": {}},
                           _runs_on_the_client, source=SOURCE, read_only=True))  # nothing runs here, even speculatively
     return tools

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vita.messages import ClientTool
+from workers.tools.client_tools import parameters_of
 from workers.tools.registry import OPENING
 
 FORCED_CALL_TOKENS = 256  # a call's JSON, whatever llm.max_tokens keeps spoken replies to (a client's cap still holds)
@@ -107,15 +108,10 @@ def _shape(schema: Any, root: dict[str, Any], budget: _Budget, refs: int = 0) ->
     return out
 
 
-def arguments_schema(parameters: str, budget: _Budget) -> dict[str, Any]:
-    """What a grammar makes of one function's parameters (JSON text): their shape, or any object when there is
-    none to follow or it is too large."""
-    try:
-        schema = json.loads(parameters) if parameters else {}
-    except ValueError:
-        schema = {}
-    if not isinstance(schema, dict):
-        schema = {}
+def arguments_schema(tool: ClientTool, budget: _Budget) -> dict[str, Any]:
+    """What a grammar makes of one function's parameters: their shape, or any object when there is none to follow
+    or it is too large."""
+    schema = parameters_of(tool)
     saved = budget.nodes
     try:
         shape = _shape(schema, schema, budget)
@@ -131,7 +127,7 @@ def call_schema(tools: list[ClientTool]) -> dict[str, Any]:
     """A call of one of `tools` as Qwen's (Hermes') template writes it: {"name": ..., "arguments": {...}}."""
     budget = _Budget(MAX_NODES)
     options = [{"type": "object", "properties": {"name": {"const": tool.name},
-                                                 "arguments": arguments_schema(tool.parameters, budget)},
+                                                 "arguments": arguments_schema(tool, budget)},
                 "required": ["name", "arguments"], "additionalProperties": False} for tool in tools]
     return options[0] if len(options) == 1 else {"anyOf": options}
 
