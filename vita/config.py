@@ -173,6 +173,7 @@ class LimitsConfig:
     max_frame_bytes: int = 2_000_000
     max_text_chars: int = 2000
     max_events_per_s: float = 400.0
+    max_refused_events: int = 2000
     max_socket_bytes_per_s: int = 1_000_000
     max_image_pixels: int = 12_000_000
     max_attachments: int = 2

@@ -232,6 +232,8 @@ def validate(config: Config) -> Config:
     _check(lim.max_frame_bytes >= 1024, "limits.max_frame_bytes", "must be at least 1024")
     _check(lim.max_text_chars >= 1, "limits.max_text_chars", "must be at least 1")
     _check(lim.max_events_per_s >= 10, "limits.max_events_per_s", "must be at least 10")
+    _check(lim.max_refused_events == 0 or lim.max_refused_events >= 100, "limits.max_refused_events",
+           "must be 0 (never close) or at least 100")
     _check(lim.max_socket_bytes_per_s == 0 or lim.max_socket_bytes_per_s >= 100_000, "limits.max_socket_bytes_per_s",
            "must be 0 (unpaced) or at least 100000")
     _check(lim.max_image_pixels >= 64 * 64, "limits.max_image_pixels", "must be at least 4096")

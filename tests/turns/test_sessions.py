@@ -8,7 +8,7 @@ import pytest
 
 from tests.test_capacity import GPU, ZEN1_EPYC
 from vita.capacity import SEATS_BEFORE_MEASURED
-from vita.turns.sessions import Session, SessionRegistry
+from vita.turns.sessions import REFUSED_PER_S, Session, SessionRegistry
 from vita.web.http.access import client_key
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -21,6 +21,17 @@ def test_repeated_errors_are_rate_limited_per_code():
     assert s.should_report("bad_frame", every_s=0.2)
     time.sleep(0.25)
     assert s.should_report("bad_audio", every_s=0.2)
+
+
+def test_a_session_is_closed_once_for_refusals_beyond_its_burst_and_rate(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("vita.turns.sessions.time.monotonic", lambda: clock[0])
+    s = Session("a")
+    for _ in range(30):  # a person's page: a refusal now and then, for as long as it likes
+        assert not s.refused(burst=100)
+        clock[0] += 1 / REFUSED_PER_S
+    assert [s.refused(burst=100) for _ in range(101)].count(True) == 1  # a flood: closed once, at the burst
+    assert s.flooding and not s.refused(burst=100)
 
 
 def test_registry_enforces_max_users():

@@ -103,6 +103,30 @@ def test_extra_arguments_are_an_error_counted_by_the_rate_limit(server):
     assert len(log) < 20_000, len(log)
 
 
+def test_a_client_that_ignores_its_refusals_is_closed_and_the_others_go_on(server):
+    """Every refused event still costs the front its reading and parsing, taken from everyone's voice: a client that
+    goes on sending what is refused (here empty texts, at the event rate) is told `refused_too_often` and closed,
+    and a session beside it carries on."""
+    quiet(server)
+    other = RecordingClient(server.url).connect()
+    flooder = RawSocketIO(server.url)
+    try:
+        flooder.until(lambda packet: "server_status" in packet)
+        with contextlib.suppress(OSError, websocket.WebSocketException):  # closed while still sending
+            for _ in range(4000):
+                flooder.emit("text_input", {"text": " "})
+        flooder.wait_error("refused_too_often", 30)
+        assert flooder.error_codes().count("bad_text") < 30  # told once a second until then
+        assert flooder.closed_within(10)
+        other.sio.emit("reply_mode", {"mode": "full"})
+        assert other.wait_event("reply_mode", 5) and other.sio.connected
+        assert not any(n == "error" for _, n, _ in other.events)
+    finally:
+        flooder.close()
+        other.close()
+    assert wait_health(server, lambda h: h["sessions"] == 0)["sessions"] == 0
+
+
 def test_an_image_bomb_is_refused_from_its_header(server):
     before = quiet(server)
     for kind, media in ((".png", "image/png"), (".jpg", "image/jpeg")):

@@ -48,9 +48,14 @@ class Front:
         self.turns = SimpleNamespace(posted=[], post=lambda _session, event: self.turns.posted.append(event),
                                      interrupt=lambda _session, _reason: None)
         self.heard: list[np.ndarray] = []
+        self.refusals = 0
 
     def session_allows_event(self, _session) -> bool:
         return True
+
+    def refused_too_often(self, _session) -> bool:
+        self.refusals += 1
+        return False
 
     def admit_audio(self, _session, pcm, _rate) -> bool:
         self.heard.append(pcm)
@@ -117,6 +122,7 @@ def test_push_to_talk_appends_are_charged_to_the_sessions_audio_budget():
     (error,) = c.send({"type": "input_audio_buffer.append", "audio": clip(2.5), "event_id": "a2"})
     assert error["code"] == "audio_overrun" and error["event_id"] == "a2" and error["type"] == "invalid_request_error"
     assert c.front.metrics.audio_dropped.value == 1
+    assert c.front.refusals == 1  # counted: a client that goes on drawing refusals is closed
     assert c.rt.audio.waiting / 16000 == pytest.approx(2.5, abs=0.05)  # the refused audio is not in the buffer
     assert c.send({"type": "input_audio_buffer.commit"}) == []
     assert c.of("input_audio_buffer.committed")
@@ -292,3 +298,9 @@ def test_a_responses_own_modality_and_token_cap_apply_to_its_turn_only():
     assert c.of("session.updated")[-1]["session"]["max_output_tokens"] == 40 and c.rt.session.max_tokens == 40
     (error,) = c.send({"type": "session.update", "session": {"max_output_tokens": -1}})
     assert error["param"] == "session.max_output_tokens"
+
+
+def test_a_malformed_event_is_answered_but_not_counted_as_a_refusal():
+    c = Client()
+    (error,) = c.send({"type": "no.such.event"})
+    assert error["code"] == "invalid_event" and c.front.refusals == 0

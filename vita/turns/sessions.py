@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
 TEXT_BURST_CHARS = 4000.0
+# Refused events a client may go on drawing, a second, once its burst (limits.max_refused_events) is spent. A
+# person's page draws a few (a paste too many, late ICE candidates); a client that ignores its errors draws its
+# whole event rate.
+REFUSED_PER_S = 20.0
 
 @dataclass
 class Session:
@@ -63,6 +67,8 @@ class Session:
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)
     _reported: dict[str, float] = field(default_factory=dict, repr=False)
     _events: RateBudget | None = field(default=None, repr=False)  # inbound events; made (full) on first use
+    _refusals: RateBudget | None = field(default=None, repr=False)  # refused events; made (full) on first use
+    flooding: bool = False  # it drew more refusals than its budget: its connection is being closed
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def should_report(self, code: str, every_s: float = 1.0) -> bool:
@@ -81,6 +87,18 @@ class Session:
             if self._events is None:
                 self._events = RateBudget(per_s, per_s, now)
             return self._events.take(1.0, now)
+
+    def refused(self, burst: float) -> bool:
+        """Count one refused event. True once (the first time) the client has drawn `burst` refusals beyond
+        REFUSED_PER_S a second: it ignores its errors, and its connection is to be closed."""
+        now = time.monotonic()
+        with self.lock:
+            if self.flooding:
+                return False
+            if self._refusals is None:
+                self._refusals = RateBudget(REFUSED_PER_S, burst, now)
+            self.flooding = not self._refusals.take(1.0, now)
+            return self.flooding
 
 
 class SeatLine(Protocol):

@@ -167,11 +167,41 @@ class FrontApp:
 
     def session_allows_event(self, session: Session) -> bool:
         """Within the session's event rate; else the event is dropped, with a (rate-limited) error."""
+        if session.flooding:
+            return False
         if session.take_event(self.config.limits.max_events_per_s):
             return True
         self.metrics.events_dropped.inc()
-        self.turns.report(session, "rate_limited", "Too many messages per second; some were dropped.")
+        self.refuse(session, "rate_limited", "Too many messages per second; some were dropped.")
         return False
+
+    def refuse(self, session: Session, code: str, message: str) -> None:
+        """A client's event refused: the client is told (each code once a second), and the refusal counted."""
+        if not self.refused_too_often(session):
+            self.turns.report(session, code, message)
+
+    def refused_too_often(self, session: Session) -> bool:
+        """Count a refused event. A client that draws refusals on and on (limits.max_refused_events beyond
+        REFUSED_PER_S a second) ignores its errors, and each refused event still costs the front its reading and
+        parsing, taken from everyone's voice: it is told why, then closed. True once it is being closed."""
+        burst = self.config.limits.max_refused_events
+        if session.flooding:
+            return True
+        if not burst or not session.refused(burst):
+            return False
+        log.warning("closing a session that kept sending what was refused", extra=turn_ids(session.sid))
+        notice = ErrorNotice("refused_too_often", "This connection kept sending what the server refused (too fast, "
+                             "too much, or malformed); it is closed. Wait between messages, then reconnect.")
+
+        def close() -> None:
+            self.tell(notice, to=session.sid)
+            self._disconnect(session.sid)
+
+        if session.actor is not None:  # in order after what its thread already has to send
+            session.actor.call(close)
+        else:
+            close()
+        return True
 
     def notify_shutdown(self) -> None:
         """SIGTERM: end every turn in flight with a notice before the workers go (each session's cancel, then its
@@ -206,7 +236,7 @@ class FrontApp:
         """A rejected event (socket_guard): counted by the session's rate limit, then answered with an error."""
         session = self._session(sid)
         if session is not None:
-            self.turns.report(session, code, message)
+            self.refuse(session, code, message)
 
     def on_measured(self, worker: str, speed: MeasuredSpeed) -> None:
         """The LLM worker measured this machine (as it became ready): --max_users auto takes its seats from that, and
@@ -364,7 +394,7 @@ class FrontApp:
         try:
             pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
         except AudioFormatError as exc:
-            self.turns.report(session, "bad_audio", str(exc))
+            self.refuse(session, "bad_audio", str(exc))
             return
         self.admit_audio(session, pcm, rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
@@ -381,7 +411,7 @@ class FrontApp:
 
     def _overrun(self, session: Session) -> None:
         self.metrics.audio_dropped.inc()
-        self.turns.report(session, "audio_overrun",
+        self.refuse(session, "audio_overrun",
                           "Audio is arriving faster than it can be processed; some was dropped.")
 
     def on_rtc_offer(self, session: Session, data: Any) -> None:
@@ -423,7 +453,7 @@ class FrontApp:
                 raise ValueError("rtc_candidate needs an object")
             self.rtc.add_candidate(session.sid, data)
         except Exception as exc:  # a malformed candidate: this one is ignored, the call goes on
-            self.turns.report(session, "bad_rtc_candidate", f"ICE candidate ignored: {exc}")
+            self.refuse(session, "bad_rtc_candidate", f"ICE candidate ignored: {exc}")
 
     def on_rtc_close(self, session: Session, _data: Any) -> None:
         if self.rtc is not None and self.rtc.close(session.sid):
@@ -449,23 +479,23 @@ class FrontApp:
         try:
             image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
         except FrameError as exc:
-            self.turns.report(session, "bad_frame", str(exc))
+            self.refuse(session, "bad_frame", str(exc))
             return
         self.turns.camera_frame(session, image)
 
     def on_text_input(self, session: Session, data: Any) -> None:
         text = data.get("text") if isinstance(data, dict) else None
         if not isinstance(text, str) or not text.strip():
-            self.error("bad_text", "text_input needs {\"text\": \"...\"} with some text")
+            self.refuse(session, "bad_text", "text_input needs {\"text\": \"...\"} with some text")
             return
         if len(text) > self.config.limits.max_text_chars:
-            self.error("text_too_long", f"text is longer than {self.config.limits.max_text_chars} characters")
+            self.refuse(session, "text_too_long", f"text is longer than {self.config.limits.max_text_chars} characters")
             return
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
         if not session.text_budget.take(max(len(text), MIN_TEXT_COST), time.monotonic()):
-            self.turns.report(session, "rate_limited", "Too many typed messages; wait a moment between them.")
+            self.refuse(session, "rate_limited", "Too many typed messages; wait a moment between them.")
             return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))
 

@@ -41,6 +41,10 @@ class SessionHost(Protocol):
         """The session's event rate: False for an event over it (drop the event)."""
         ...
 
+    def refused_too_often(self, session: Session) -> bool:
+        """Count an event refused by a budget; True once the session is being closed for drawing too many."""
+        ...
+
 
 class FrontHost(SessionHost, Protocol):
     flask: Flask

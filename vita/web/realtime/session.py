@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vita.web.realtime.session")
 MAX_PENDING_ITEMS = 64  # client items waiting for one response
+# Refusals a client draws by sending more than its budgets allow: counted, as on the Socket.IO door, and a client
+# that goes on drawing them is closed (App.refused_too_often). A malformed event is answered and not counted: an
+# SDK exploring the protocol sends those, and they are rate-limited as events.
+OVER_BUDGET = frozenset({"audio_overrun", "rate_limited", "too_many_items"})
 
 
 class RealtimeSession:
@@ -173,6 +177,8 @@ class RealtimeSession:
                                     "type")
             handler(event)
         except ProtocolError as exc:
+            if exc.code in OVER_BUDGET and self.front.refused_too_often(self.session):
+                return
             self.conversation.error(exc.code, exc.message, exc.param, event_id, exc.kind)
         except (ValueError, UnicodeDecodeError):
             self.conversation.error("invalid_json", "the event is not valid JSON", None, event_id)
