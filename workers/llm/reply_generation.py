@@ -17,6 +17,7 @@ from workers.llm.speech_pieces import ReplyShaper, SpeechClock
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import ImplausibleWords, TurnRun
+from workers.tools.client_tools import SOURCE as CLIENT
 from workers.tools.forced_calls import FORCED_CALL_TOKENS, RequiredCallFailed
 from workers.tools.in_turn import CallDetector
 from workers.tools.intents import planned_calls
@@ -75,7 +76,9 @@ class ReplyGeneration:
         answered = False  # by the tools' results, said as they are: no (more) generation
         # A client that requires a call of its functions gets one: no call planned for it, no camera answer.
         forced = self.tools.forced(req, run, prompt)  # (None without a call left: no tools this turn)
-        planned = planned_calls(run.user_text, set(run.tools.tools)) if calls_left and forced is None else []
+        # Planned calls are the server's own tools': never a client's function that took a built-in's name.
+        own = {name for name, tool in run.tools.tools.items() if tool.source != CLIENT} if run.tools else set()
+        planned = planned_calls(run.user_text, own) if calls_left and forced is None else []
         # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
         shown = {*(offered.tools if offered else ()), *(c.name for c in planned), *called_in(history)}

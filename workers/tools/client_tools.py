@@ -11,6 +11,7 @@ from typing import Any
 
 from vita.messages import ClientTool, ToolOutput
 from workers.tools.registry import Tool, ToolCall
+from workers.tools.schema_shape import arguments_shape
 
 SOURCE = "client"
 
@@ -29,12 +30,15 @@ def parameters_of(spec: ClientTool) -> dict[str, Any]:
 
 
 def as_tools(declared: tuple[ClientTool, ...]) -> list[Tool]:
-    """The client's declarations as tools the model is shown (a schema that is not JSON becomes an open one)."""
+    """The client's declarations as tools the model is shown (a schema that is not JSON becomes an open one). The
+    model's arguments are checked against each schema's shape only (schema_shape.py): a client's pattern could
+    stall the worker's event loop in Python's regex engine."""
     tools = []
     for spec in declared:
         parameters = parameters_of(spec)
         tools.append(Tool(spec.name, spec.description, parameters or {"type": "object", "properties": {}},
-                          _runs_on_the_client, source=SOURCE, read_only=True))  # nothing runs here, even speculatively
+                          _runs_on_the_client, source=SOURCE, read_only=True,  # nothing runs here, even speculatively
+                          check=arguments_shape(parameters)))
     return tools
 
 

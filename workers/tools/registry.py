@@ -38,6 +38,7 @@ class Tool:
     timeout_s: float = DEFAULT_TIMEOUT_S
     source: str = "builtin"  # or "mcp:<server>"
     read_only: bool = True  # changes nothing (MCP: the tool's readOnlyHint): may run in a speculative turn
+    check: dict[str, Any] | None = None  # what arguments are checked against, where not `parameters` (a client's)
 
     def schema(self) -> dict[str, Any]:
         """As chat templates and OpenAI-compatible servers take it."""
@@ -128,6 +129,9 @@ def parse_calls(text: str) -> list[ToolCall]:
         except json.JSONDecodeError as exc:
             calls.append(ToolCall("", error=f"the tool call is not valid JSON ({exc.msg})"))
             continue
+        except RecursionError:  # nested a thousand deep: only this turn's call fails
+            calls.append(ToolCall("", error="the tool call is nested too deeply"))
+            continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             calls.append(ToolCall("", error='a tool call needs {"name": ..., "arguments": {...}}'))
             continue
@@ -135,7 +139,7 @@ def parse_calls(text: str) -> list[ToolCall]:
         if isinstance(arguments, str):  # some models write the arguments as a JSON string
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 arguments = None
         if not isinstance(arguments, dict):
             calls.append(ToolCall(data["name"], error="the arguments must be a JSON object"))
@@ -179,7 +183,7 @@ class ToolBox:
             return outcome(f"there is no tool named {request.name!r}; the tools are: {', '.join(self.tools)}",
                            "unknown_tool")
         try:
-            jsonschema.validate(request.arguments, tool.parameters)
+            jsonschema.validate(request.arguments, tool.parameters if tool.check is None else tool.check)
         except jsonschema.ValidationError as exc:
             return outcome(f"bad arguments for {tool.name}: {exc.message}", "bad_arguments")
         except jsonschema.exceptions.SchemaError as exc:  # the tool's own schema is broken (an MCP server's)

@@ -88,6 +88,22 @@ def test_what_makes_a_grammar_slow_or_large_is_left_to_the_client():
                         call_schema([recursive]))
 
 
+def test_refs_copied_out_where_they_are_used_do_not_make_the_grammar_large():
+    """20 $refs to one enum of 60 long strings (a 30 KB event) once became a 3.5 MB grammar schema."""
+    values = [f"{i:03d}" + "v" * 477 for i in range(60)]
+    bomb = ClientTool("bomb", "", json.dumps({
+        "type": "object", "$defs": {"e": {"enum": values}},
+        "properties": {**{f"p{i}": {"$ref": "#/$defs/e"} for i in range(20)}, "again": {"$ref": "#"}}}))
+    started = time.monotonic()
+    schema = call_schema([bomb, ORDER])
+    assert len(json.dumps(schema)) < 20_000
+    grammar_of(schema)
+    assert time.monotonic() - started < 2.0
+    jsonschema.validate({"name": "order_status", "arguments": {"id": "7"}}, schema)  # the small one keeps its shape
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "order_status", "arguments": {}}, schema)
+
+
 def test_a_schema_that_is_not_one_takes_any_arguments_object():
     for parameters in ("", "not json", "[1, 2]", json.dumps({"type": "array"})):
         schema = call_schema([ClientTool("f", "", parameters)])

@@ -55,3 +55,12 @@ def test_a_planned_calls_result_is_said_plainly():
     assert spoken_answer(ToolCall("calculate", {"expression": "15 / 100 * 260"}), "39") == "15 percent of 260 is 39."
     assert spoken_answer(ToolCall("get_current_time", {}), "Wednesday, November 25, 2026, 7:48 PM") == (
         "It's Wednesday, November 25, 2026, 7:48 PM.")
+
+
+def test_a_long_text_is_left_to_the_model_at_once():
+    """The expression pattern is quadratic in a run of digits: a question is short, a paste is not one."""
+    import time
+
+    started = time.monotonic()
+    assert planned_calls("what is " + "1" * 4000, {"calculate"}) == []
+    assert time.monotonic() - started < 0.05

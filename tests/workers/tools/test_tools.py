@@ -138,3 +138,29 @@ def test_a_tool_call_after_spoken_words_is_cut_even_split_across_deltas():
     assert detector.feed("Let me see.") == "Let me see." and not detector.is_call
     assert detector.feed(" Now <tool") == " Now <tool"  # cannot be told yet
     assert detector.feed('_call>{"name": "x"}') == "" and detector.cut  # the rest is never spoken
+
+
+def test_a_client_functions_arguments_are_checked_by_shape_never_by_its_pattern():
+    """A client's pattern is run by nobody here: one crafted pattern took Python's regex engine ~40 s on a
+    30-character argument, on the worker's event loop (every session's turn waiting)."""
+    import json
+
+    from vita.messages import ClientTool
+    from workers.tools.client_tools import as_tools
+
+    schema = {"type": "object", "properties": {"expression": {"type": "string", "pattern": "^([0-9 +]+)+x$"}},
+              "required": ["expression"]}
+    (tool,) = as_tools((ClientTool("calculate", "", json.dumps(schema)),))
+    assert tool.parameters == schema  # the model is shown the client's own schema
+    box = ToolBox([tool])
+    started = time.monotonic()
+    outcome = asyncio.run(box.call(ToolCall("calculate", {"expression": "1" * 40 + " + 1"})))
+    assert time.monotonic() - started < 0.5
+    assert outcome.outcome != "bad_arguments"  # the shape holds: it goes to the client, which checks its own pattern
+    wrong = asyncio.run(box.call(ToolCall("calculate", {"expression": 7})))
+    assert wrong.outcome == "bad_arguments"
+
+
+def test_a_call_nested_a_thousand_deep_fails_only_itself():
+    (call,) = parse_calls("<tool_call>" + '{"name": "f", "arguments": ' + "[" * 5000 + "]" * 5000 + "}</tool_call>")
+    assert call.error
