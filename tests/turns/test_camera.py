@@ -98,3 +98,19 @@ def test_no_frames_from_a_camera_that_stopped_long_ago():
     buffer = FrameBuffer()
     buffer.add(b"old", 1.0)
     assert buffer.sample(20.0, 22.0) == ()
+
+
+def test_a_sessions_images_are_charged_their_pixels_before_they_are_decoded():
+    """Checking that an image decodes costs ~3 ms a megapixel: small files of many pixels could take a core."""
+    import time
+
+    from vita.rate_budget import RateBudget
+    from vita.turns.camera import FrameOverBudget
+
+    ok, png = cv2.imencode(".png", np.zeros((1000, 1000), np.uint8))  # 1 MP, a few KB
+    url = "data:image/png;base64," + base64.b64encode(png.tobytes()).decode()
+    budget = RateBudget(0.5, 2.0, time.monotonic())  # megapixels: a second's worth, then 0.5 a second
+    assert decode_frame(url, 10**7, budget=budget) and decode_frame(url, 10**7, budget=budget)
+    with pytest.raises(FrameOverBudget):
+        decode_frame(url, 10**7, budget=budget)
+    assert decode_frame(url, 10**7)  # without a budget (an operator's own check), as before

@@ -14,6 +14,9 @@ def test_the_prefix_caches_count_stays_in_the_server():
     """The cache is shared by every session: its count would tell a user about another's conversation."""
     event = client_event_for(messages.TurnTimings("s", 3, "llm", {"first_token_s": 0.2, "cached_tokens": 41.0}))
     assert event == client_events.Timings(3, "llm", {"first_token_s": 0.2})
+    for key in ("words_unread", "words_logprob"):  # set by whether the cache held the words
+        event = client_event_for(messages.TurnTimings("s", 3, "llm", {"first_token_s": 0.2, key: 1.0}))
+        assert event == client_events.Timings(3, "llm", {"first_token_s": 0.2})
 
 
 def test_a_scene_carries_its_picture_as_a_data_url_and_the_reply_itself_is_not_told_here():

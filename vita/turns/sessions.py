@@ -26,6 +26,9 @@ TEXT_BURST_CHARS = 4000.0
 # person's page draws a few (a paste too many, late ICE candidates); a client that ignores its errors draws its
 # whole event rate.
 REFUSED_PER_S = 20.0
+# Camera and image megapixels a second (after a burst): a page's camera at 2 fps is 0.6-1.8, a 12 MP photo fits the
+# burst twice over.
+IMAGE_MP_PER_S, IMAGE_BURST_MP = 4.0, 24.0
 
 @dataclass
 class Session:
@@ -61,6 +64,9 @@ class Session:
     # the one before. Its rate is the registry's, from this machine's measured prefill speed.
     text_budget: RateBudget = field(default_factory=lambda: RateBudget(MOST_TEXT_CHARS_S, TEXT_BURST_CHARS,
                                                                        time.monotonic()), repr=False)
+    # Images it sends (camera frames, a Realtime client's input_image), in megapixels: each is decoded to be checked.
+    image_budget: RateBudget = field(default_factory=lambda: RateBudget(IMAGE_MP_PER_S, IMAGE_BURST_MP,
+                                                                        time.monotonic()), repr=False)
     output: Any = field(default=None, repr=False)  # where its reply audio goes (vita/turns/reply_sinks.py)
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     timed_out: bool = False  # the turn machine closed it for being idle (its connection is being closed)

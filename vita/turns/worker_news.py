@@ -10,7 +10,10 @@ from typing import Any
 from vita import client_events, messages
 from vita.client_events import ClientEvent
 
-SERVER_ONLY_TIMINGS = frozenset({"cached_tokens"})  # timings the turn log keeps but no client is sent
+# Timings the turn log keeps but no client is sent: the prefix cache is shared by every session, and each of these
+# tells whether it held a prompt's opening (another user's words): the count, and whether the reading of unsure
+# words found them already cached.
+SERVER_ONLY_TIMINGS = frozenset({"cached_tokens", "words_unread", "words_logprob"})
 
 
 def client_event_for(message: Any) -> ClientEvent | None:

@@ -21,7 +21,7 @@ from vita.messages import REPLY_MODES, MeasuredSpeed, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
-from vita.turns.camera import FrameError, decode_frame
+from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.turns.ears import Ears
 from vita.turns.sessions import MIN_TEXT_COST, Session, SessionRegistry
 from vita.turns.turn_control import TurnController
@@ -477,7 +477,11 @@ class FrontApp:
 
     def on_video_frame(self, session: Session, data: Any) -> None:
         try:
-            image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels)
+            image = decode_frame(data, self.config.limits.max_frame_bytes, self.config.limits.max_image_pixels,
+                                 session.image_budget)
+        except FrameOverBudget as exc:
+            self.refuse(session, "rate_limited", str(exc))
+            return
         except FrameError as exc:
             self.refuse(session, "bad_frame", str(exc))
             return

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vita.turns.camera import FrameError, decode_frame
+from vita.rate_budget import RateBudget
+from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.web.realtime.protocol import MAX_CONTENT_PARTS, ProtocolError
 
 MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is decoded on the connection's thread)
@@ -24,7 +25,7 @@ class MessageContent:
 
 
 def read_message_content(content: Any, images_waiting: int, max_frame_bytes: int,
-                         max_image_pixels: int) -> MessageContent:
+                         max_image_pixels: int, image_budget: RateBudget | None = None) -> MessageContent:
     """A user message's parts, each checked (a readable error naming the part otherwise); images decoded (at most
     MAX_IMAGES_PER_ITEM with those already waiting for the response)."""
     if not isinstance(content, list) or not content:
@@ -54,7 +55,9 @@ def read_message_content(content: Any, images_waiting: int, max_frame_bytes: int
                 raise ProtocolError("too_many_images", f"at most {MAX_IMAGES_PER_ITEM} images may wait for one "
                                     "response", f"item.content[{n}]")
             try:
-                read.images.append(decode_frame(url, max_frame_bytes, max_image_pixels))
+                read.images.append(decode_frame(url, max_frame_bytes, max_image_pixels, image_budget))
+            except FrameOverBudget as exc:
+                raise ProtocolError("rate_limited", str(exc), f"item.content[{n}].image_url") from None
             except FrameError as exc:
                 raise ProtocolError("invalid_value", str(exc).replace("video_frame", "input_image"),
                                     f"item.content[{n}].image_url") from None

@@ -317,7 +317,7 @@ class RealtimeSession:
     def _user_message(self, item: dict, item_id: str) -> None:
         limits = self.front.config.limits
         read = read_message_content(item.get("content"), sum(len(i.images) for i in self.pending),
-                                    limits.max_frame_bytes, limits.max_image_pixels)
+                                    limits.max_frame_bytes, limits.max_image_pixels, self.session.image_budget)
         kind_in, parts, clips, images = self.settings.input_format, read.parts, read.clips, read.images
         text = read.text
         limit = limits.max_text_chars
