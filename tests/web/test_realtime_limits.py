@@ -304,3 +304,34 @@ def test_a_malformed_event_is_answered_but_not_counted_as_a_refusal():
     c = Client()
     (error,) = c.send({"type": "no.such.event"})
     assert error["code"] == "invalid_event" and c.front.refusals == 0
+
+
+class Channel:
+    """What DataChannelWire uses of an aiortc data channel: its label, its handlers, close."""
+
+    label, readyState, bufferedAmount = "oai-events", "open", 0
+
+    def __init__(self):
+        self.handlers, self.closed = {}, False
+
+    def on(self, name):
+        def register(handler):
+            self.handlers[name] = handler
+            return handler
+        return register
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_calls_events_are_paced_in_bytes_and_a_caller_that_floods_on_is_hung_up():
+    """The data channel is a WebSocket's equal: the same bytes a second; past them events are dropped, and a caller
+    that goes on sending that fast is hung up (each message was decrypted on the loop that carries every call)."""
+    from vita.web.realtime.call import DROPS_BEFORE_HANG_UP, DataChannelWire
+
+    wire, channel = DataChannelWire(None, lambda: None, 10**6, 1.0, bytes_per_s=1000), Channel()
+    wire.attach(channel)
+    for _ in range(2 + DROPS_BEFORE_HANG_UP):
+        channel.handlers["message"]("x" * 1000)
+    assert [wire.inbox.get_nowait() for _ in range(2)] == ["x" * 1000] * 2  # the burst: two seconds' worth
+    assert channel.closed and wire.inbox.get_nowait() is None  # then hung up: the session's reader sees the end

@@ -6,13 +6,22 @@ Realtime events on the data channel the caller opened, ``oai-events``: the same 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from vita.rate_budget import RateBudget
+
+log = logging.getLogger(__name__)
+
 EVENTS_CHANNEL = "oai-events"
 INBOX_BOUND = 256  # events read from the channel and not yet handled (a flood beyond is dropped, as over its rate)
+# Events dropped for the byte budget before the call is hung up: a caller that goes on sending that fast ignores
+# it (and each message was decrypted and reassembled on the loop that carries every call's audio).
+DROPS_BEFORE_HANG_UP = 64
 MAX_BUFFERED_BYTES = 2 << 20  # events sent and not yet taken by the caller: past this it stopped reading
 
 
@@ -22,9 +31,13 @@ class DataChannelWire:
     back through a bounded queue. `hang_up` ends the call (its peer connection); `attach_within` is how long the
     caller has to connect and open the channel."""
 
-    def __init__(self, loop: Any, hang_up: Callable[[], None], max_message_bytes: int, attach_within: float):
+    def __init__(self, loop: Any, hang_up: Callable[[], None], max_message_bytes: int, attach_within: float,
+                 bytes_per_s: float = 0.0):
         self.loop, self.hang_up = loop, hang_up
         self.max_message_bytes, self.attach_within = max_message_bytes, attach_within
+        # The caller's events in bytes, as a WebSocket's are read (limits.max_socket_bytes_per_s; 0: unpaced).
+        self.budget = RateBudget(bytes_per_s, 2 * bytes_per_s, time.monotonic()) if bytes_per_s else None
+        self.dropped = 0
         self.inbox: queue.Queue[str | bytes | None] = queue.Queue(INBOX_BOUND)
         self.channel: Any = None
         self.waiting: list[str] = []  # sent before the channel was open (session.created): sent when it is
@@ -40,9 +53,18 @@ class DataChannelWire:
 
         @channel.on("message")
         def on_message(message: str | bytes) -> None:
-            if len(message) <= self.max_message_bytes:  # (a larger one, or one beyond the bound, is dropped)
-                with contextlib.suppress(queue.Full):
-                    self.inbox.put_nowait(message)
+            if len(message) > self.max_message_bytes:  # (a larger one, or one beyond the bound, is dropped)
+                return
+            if self.budget is not None and not self.budget.admit(len(message), time.monotonic()):
+                self.dropped += 1
+                if self.dropped == DROPS_BEFORE_HANG_UP:
+                    log.warning("hanging up a call whose events keep coming faster than %g bytes a second",
+                                self.budget.rate)
+                    channel.close()  # (on the loop's thread: the session's reader wakes, then hangs up)
+                    self._end()
+                return
+            with contextlib.suppress(queue.Full):
+                self.inbox.put_nowait(message)
 
         @channel.on("close")
         def on_close() -> None:

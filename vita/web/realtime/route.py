@@ -146,7 +146,8 @@ class RealtimeRoute:
             return _json_response(start_response, "400 Bad Request", exc.code, str(exc), exc.param)
         rt: RealtimeSession | None = None
         wire = DataChannelWire(rtc.loop, lambda: rtc.close(rt.sid) if rt is not None else None,
-                               self.max_message_bytes, CALL_CONNECT_S)
+                               self.max_message_bytes, CALL_CONNECT_S,
+                               self.front.config.limits.max_socket_bytes_per_s)
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
         rt = RealtimeSession(self.front, wire, model, environ, settings)
         rt.conversation.webrtc = True
