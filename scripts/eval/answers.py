@@ -105,8 +105,7 @@ def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
                     result.first_token_s = stages.get("llm", {}).get("first_token_s")
                     result.voice_to_voice_s = stages.get("front", {}).get("voice_to_voice_s")
                     result.extra = {k: stages.get("llm", {}).get(k)
-                                    for k in ("asr_s", "first_piece_s", "asr_logprob", "asr_beam", "asked_again",
-                                              "words_logprob")}
+                                    for k in ("asr_s", "first_piece_s", "asr_logprob", "asr_beam", "asked_again")}
                 except TimeoutError:
                     result.heard = ""
                 results.append(result)

@@ -127,6 +127,23 @@ def test_a_client_that_ignores_its_refusals_is_closed_and_the_others_go_on(serve
     assert wait_health(server, lambda h: h["sessions"] == 0)["sessions"] == 0
 
 
+def test_audio_refused_unparsed_while_its_budget_cools_does_not_close_the_client(server):
+    """A page's audio buffered through a reconnect arrives all at once: refused unparsed while the budget cools,
+    cheaply, and not held against the client (96 s of it here would otherwise draw ~3,000 refusals)."""
+    quiet(server)
+    client = RecordingClient(server.url).connect()
+    try:
+        frame = np.zeros(512, np.int16).astype("<i2").tobytes()  # 32 ms
+        for _ in range(3000):
+            client.sio.emit("audio", frame)
+        client.sio.emit("reply_mode", {"mode": "full"})  # after all of it
+        assert client.wait_event("reply_mode", 30)
+        codes = [d["code"] for _, n, d in client.events if n == "error"]
+        assert "audio_overrun" in codes and "refused_too_often" not in codes and client.sio.connected
+    finally:
+        client.close()
+
+
 def test_an_image_bomb_is_refused_from_its_header(server):
     before = quiet(server)
     for kind, media in ((".png", "image/png"), (".jpg", "image/jpeg")):

@@ -26,9 +26,9 @@ TEXT_BURST_CHARS = 4000.0
 # person's page draws a few (a paste too many, late ICE candidates); a client that ignores its errors draws its
 # whole event rate.
 REFUSED_PER_S = 20.0
-# Camera and image megapixels a second (after a burst): a page's camera at 2 fps is 0.6-1.8, a 12 MP photo fits the
-# burst twice over.
-IMAGE_MP_PER_S, IMAGE_BURST_MP = 4.0, 24.0
+# Camera and image megapixels a second (after a burst): a camera at 2 fps is 0.5 (our page's 640x384) to 4.2
+# (1920x1080); a Realtime message's four images of 12 MP at most fit the burst.
+IMAGE_MP_PER_S, IMAGE_BURST_MP = 5.0, 48.0
 
 @dataclass
 class Session:

@@ -199,8 +199,8 @@ class FrontApp:
 
         if session.actor is not None:  # in order after what its thread already has to send
             session.actor.call(close)
-        else:
-            close()
+        else:  # (not on the caller's thread: it may be the WebRTC loop, which a disconnect waits on)
+            threading.Timer(0.0, close).start()
         return True
 
     def notify_shutdown(self) -> None:
@@ -389,7 +389,9 @@ class FrontApp:
     def on_audio(self, session: Session, data: Any) -> None:
         started = time.perf_counter()
         if not session.audio_budget.open(time.monotonic()):
-            self._overrun(session)  # a flood is refused before its text is parsed: parsing it was the cost
+            # A flood is refused before its text is parsed (parsing it was the cost), and not counted against the
+            # client: audio a page buffered through a reconnect comes all at once, and is refused so.
+            self._overrun(session, counted=False)
             return
         try:
             pcm, rate = decode_audio_message(data, session.audio_rate, self.config.limits.max_audio_message_bytes)
@@ -402,17 +404,20 @@ class FrontApp:
     def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
         the session's real-time budget."""
-        heard = not pcm.size or (session.audio_budget.take(pcm.size / rate, time.monotonic())
-                                 and self.turns.post_audio(session, pcm, rate))
-        if not heard:
-            self._overrun(session)
+        within = not pcm.size or session.audio_budget.take(pcm.size / rate, time.monotonic())
+        heard = within and (not pcm.size or self.turns.post_audio(session, pcm, rate))
+        if not heard:  # over the client's budget, or its session's thread behind (the server's doing: not counted)
+            self._overrun(session, counted=not within)
         self.metrics.audio_seconds.inc(pcm.size / rate)
         return heard
 
-    def _overrun(self, session: Session) -> None:
+    def _overrun(self, session: Session, counted: bool) -> None:
         self.metrics.audio_dropped.inc()
-        self.refuse(session, "audio_overrun",
-                          "Audio is arriving faster than it can be processed; some was dropped.")
+        message = "Audio is arriving faster than it can be processed; some was dropped."
+        if counted:
+            self.refuse(session, "audio_overrun", message)
+        else:
+            self.turns.report(session, "audio_overrun", message)
 
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 MAX_NODES = 400  # schema nodes kept over all the functions: beyond, a function takes any arguments object
 # Characters of names, enum values and constants kept over all the functions: $refs are copied out where they are
 # used, so nodes alone did not bound the grammar (20 refs to one enum of long strings made a 3.5 MB schema that
@@ -20,7 +20,7 @@ MAX_REF_DEPTH = 6  # $refs followed inside each other (a recursive schema ends t
 
 
 class SchemaTooLarge(Exception):
-    pass
+    """Over the budget: the function then takes any arguments object."""
 
 
 class ShapeBudget:
@@ -58,6 +58,7 @@ def _resolve(ref: Any, root: dict[str, Any]) -> Any:
 
 
 def shape_of(schema: Any, root: dict[str, Any], budget: ShapeBudget, refs: int = 0) -> dict[str, Any]:
+    """`schema`'s shape, its local $refs resolved against `root`; SchemaTooLarge past the budget."""
     if not budget.take():
         raise SchemaTooLarge
     if not isinstance(schema, dict):

@@ -155,7 +155,7 @@ def test_a_client_functions_arguments_are_checked_by_shape_never_by_its_pattern(
     box = ToolBox([tool])
     started = time.monotonic()
     outcome = asyncio.run(box.call(ToolCall("calculate", {"expression": "1" * 40 + " + 1"})))
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 5.0  # (26 characters took 2.6 s; 40, hours)
     assert outcome.outcome != "bad_arguments"  # the shape holds: it goes to the client, which checks its own pattern
     wrong = asyncio.run(box.call(ToolCall("calculate", {"expression": 7})))
     assert wrong.outcome == "bad_arguments"

@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 
 EVENTS_CHANNEL = "oai-events"
 INBOX_BOUND = 256  # events read from the channel and not yet handled (a flood beyond is dropped, as over its rate)
-# Events dropped for the byte budget before the call is hung up: a caller that goes on sending that fast ignores
-# it (and each message was decrypted and reassembled on the loop that carries every call's audio).
+# Events dropped in a row for the byte budget before the call is hung up: a caller that goes on sending that fast
+# ignores it (and each message was decrypted and reassembled on the loop that carries every call's audio).
 DROPS_BEFORE_HANG_UP = 64
 MAX_BUFFERED_BYTES = 2 << 20  # events sent and not yet taken by the caller: past this it stopped reading
 
@@ -55,7 +55,8 @@ class DataChannelWire:
         def on_message(message: str | bytes) -> None:
             if len(message) > self.max_message_bytes:  # (a larger one, or one beyond the bound, is dropped)
                 return
-            if self.budget is not None and not self.budget.admit(len(message), time.monotonic()):
+            size = len(message.encode()) if isinstance(message, str) else len(message)
+            if self.budget is not None and not self.budget.admit(size, time.monotonic()):
                 self.dropped += 1
                 if self.dropped == DROPS_BEFORE_HANG_UP:
                     log.warning("hanging up a call whose events keep coming faster than %g bytes a second",
@@ -63,6 +64,7 @@ class DataChannelWire:
                     channel.close()  # (on the loop's thread: the session's reader wakes, then hangs up)
                     self._end()
                 return
+            self.dropped = 0
             with contextlib.suppress(queue.Full):
                 self.inbox.put_nowait(message)
 
