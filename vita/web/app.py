@@ -404,8 +404,10 @@ class FrontApp:
     def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
         the session's real-time budget."""
-        within = not pcm.size or session.audio_budget.take(pcm.size / rate, time.monotonic())
-        heard = within and (not pcm.size or self.turns.post_audio(session, pcm, rate))
+        if not pcm.size:
+            return True
+        within = session.audio_budget.take(pcm.size / rate, time.monotonic())
+        heard = within and self.turns.post_audio(session, pcm, rate)
         if not heard:  # over the client's budget, or its session's thread behind (the server's doing: not counted)
             self._overrun(session, counted=not within)
         self.metrics.audio_seconds.inc(pcm.size / rate)
