@@ -181,6 +181,28 @@ def test_a_response_is_charged_the_text_it_brings_and_new_instructions_with_it()
     assert [type(e) for e in c.front.turns.posted] == [InputCommitted, InputCommitted]
 
 
+def test_a_sessions_functions_are_charged_with_its_instructions_when_they_change():
+    """They are part of the prompt's cached prefix (workers/llm/kit.py): paid for once, again only when changed."""
+    def functions(description: str) -> dict:
+        return {"type": "session.update", "session": {"tools": [
+            {"type": "function", "name": f"tool_{n}", "description": description,
+             "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}} for n in range(3)]}}
+
+    c = Client()
+    assert c.send(functions("Looks something up in the shop's records. " * 20)) == []  # ~2,600 characters
+    c.send(text_item("Hello"))
+    assert c.send({"type": "response.create"}) == []
+    answered(c, 1)
+    c.send(text_item("Again"))
+    assert c.send({"type": "response.create"}) == []  # unchanged: only the text
+    answered(c, 2)
+    assert c.send(functions("Looks something else up in the shop's records. " * 20)) == []
+    c.send(text_item("Once more"))
+    (error,) = c.send({"type": "response.create"})
+    assert error["code"] == "rate_limited"
+    assert c.send({"type": "response.create", "response": {"tool_choice": "none"}}) == []  # none shown: none paid
+
+
 def test_a_response_with_the_longest_instructions_is_taken_once_then_paid_for():
     c = Client()
     c.send(text_item("Hello"))

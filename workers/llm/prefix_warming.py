@@ -53,7 +53,7 @@ class PrefixWarming:
         kit = self.kit
         started = time.monotonic()
         tools = self.tools.prefix_tools(kit.toolbox)
-        async for _ in kit.engine.stream(kit.text_prompt(ConversationHistory(0), "Hello!", tools=tools),
+        async for _ in kit.engine.stream(kit.text_prompt(ConversationHistory(0), "Hello!", fixed=tools),
                                          kit.sampling(), "warmup"):
             pass
         self.say_what_sessions_share(tools)
@@ -70,7 +70,7 @@ class PrefixWarming:
         reads = kit.engine.reads_words and kit.misheard_rule.reads
 
         async def one(question: str, read: bool, tokens: int, request_id: str) -> None:
-            prompt = kit.text_prompt(ConversationHistory(0), question, tools=tools, read_words=read)
+            prompt = kit.text_prompt(ConversationHistory(0), question, read_words=read, fixed=tools)
             async for _ in kit.engine.stream(prompt, SamplingSettings(tokens, 0.0, judge_words=read), request_id):
                 pass
 
@@ -142,7 +142,7 @@ class PrefixWarming:
         started = time.monotonic()
         first_at, first_tokens, tokens = None, 0, 0
         kit = self.kit
-        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), MEASURED_QUESTION, tools=tools),
+        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), MEASURED_QUESTION, fixed=tools),
                                              SamplingSettings(MEASURED_TOKENS, 0.0), "warmup-measured"):
             if first_at is None:
                 first_at, first_tokens = time.monotonic(), delta.tokens
@@ -161,7 +161,7 @@ class PrefixWarming:
         0 when it cannot say."""
         started, first_at, computed = time.monotonic(), None, 0
         kit = self.kit
-        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), PASTED_TEXT, tools=tools),
+        async for delta in kit.engine.stream(kit.text_prompt(ConversationHistory(0), PASTED_TEXT, fixed=tools),
                                              SamplingSettings(1, 0.0), "warmup-prefill"):
             if first_at is None:
                 first_at = time.monotonic()
@@ -179,7 +179,7 @@ class PrefixWarming:
         llm = kit.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(kit.engine, LocalVllmEngine)) or kit.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = kit.text_prompt(history, "", tools=self.tools.prefix_tools(tools), persona=persona)
+        prompt = kit.text_prompt(history, "", persona=persona, fixed=self.tools.prefix_tools(tools))
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)

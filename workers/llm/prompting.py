@@ -254,9 +254,10 @@ class PromptBuilder:
 
     def build(self, history: ConversationHistory, user_text: str, cues: str = "",
               tools: list[dict[str, Any]] | None = None, after: tuple[dict[str, Any], ...] = (),
-              note: str = "") -> str | None:
+              note: str = "", fixed_tools: list[dict[str, Any]] | None = None) -> str | None:
         """The rendered prompt; None for a chat model whose tokenizer is not here (a remote server renders).
-        `tools` (chat models only) are offered through the chat template; `after` is this turn's tool exchange;
+        `tools` (chat models only) are offered beside the question where the template allows, `fixed_tools` in
+        the template's own place (the system prompt: the cached prefix); `after` is this turn's tool exchange;
         `note`, a word to the model about this question, goes beside it like the tools (chat models only)."""
         user_text = _with_cues(user_text, cues)
         history = self._bounded(history)
@@ -265,14 +266,15 @@ class PromptBuilder:
                 return None
             tool_offer = self._offer(tools) if tools else ""
             offer = "\n\n".join(part for part in (tool_offer, note) if part)
+            every = [*(fixed_tools or ()), *(tools or ())] or None  # all in the template's place
             if offer:  # beside the question (after the history, which stays the cached prefix it was)
                 with contextlib.suppress(Exception):  # a template that takes no system message there: as it says
                     rendered = render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after,
-                                                                         offer), None if tool_offer else tools)
+                                                                         offer), fixed_tools if tool_offer else every)
                     if offer in rendered:  # (a template may also drop a later system message without a word)
                         return rendered
             # (a note is then left out: only a word to the model, it is not worth a prompt it was not made for)
-            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), tools)
+            return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), every)
         return self._transcript(history, user_text)
 
     def words_from_end(self, rendered: str | None, user_text: str, cues: str = "") -> tuple[int, int] | None:

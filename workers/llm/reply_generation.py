@@ -64,13 +64,13 @@ class ReplyGeneration:
         # this turn's calls so far), even where no tool may be called now (tool_choice "none"); on to the end: a call
         # past the limit is not spoken (the 0.5B model, its client's result before it, wrote the same call again as
         # its answer).
-        detect = (bool(offered) or bool(run.tool_messages)
+        detect = (bool(offered) or bool(run.fixed_tools) or bool(run.tool_messages)
                   or any(ex.tool_messages for ex in (history or ())))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             cues, camera_note = kit.camera_words(run)
             return kit.text_prompt(history or ConversationHistory(0), run.user_text, cues, offered,
-                                   tuple(run.tool_messages), req.instructions, camera_note)
+                                   tuple(run.tool_messages), req.instructions, camera_note, fixed=run.fixed_tools)
 
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation
@@ -81,7 +81,8 @@ class ReplyGeneration:
         planned = planned_calls(run.user_text, own) if calls_left and forced is None else []
         # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
-        shown = {*(offered.tools if offered else ()), *(c.name for c in planned), *called_in(history)}
+        shown = {*(offered.tools if offered else ()), *(run.fixed_tools.tools if run.fixed_tools else ()),
+                 *(c.name for c in planned), *called_in(history)}
         callable_tools = run.tools.only(list(shown)) if run.tools else None
         if run.direct and not planned and forced is None:  # "What does the sign say?": the camera's answer, as it is
             held += out.say_as_is(sid, tid, [run.direct])

@@ -28,6 +28,9 @@ from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant
 
 log = logging.getLogger(__name__)
+# What the tools beside a question may take, their schemas' characters: what is prefilled again each turn (a
+# client's functions may take 32,000 characters; those not shown beside it are in the prompt's prefix).
+MOST_BESIDE_CHARS = 2000
 
 
 class ToolTurns:
@@ -39,20 +42,26 @@ class ToolTurns:
 
     @staticmethod
     def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
-        """The tools the model itself is shown for this question: a client's own, and the operator's (MCP) that
-        share a word with it or were just used (relevance.py); all of the operator's when `question` is None
-        (a template that cannot offer them beside the question, or a language the word match does not know).
-        The built-ins are called for it when a question plainly needs them (intents.py): shown to the model
-        too, they cost the answer set 2-3 of 42 questions ("Yes, penguins can fly." became "Penguins can fly.")
-        and it called them for only half of the questions."""
+        """The tools the model itself is shown beside this question: a client's functions and the operator's (MCP)
+        tools that share a word with it or were just used (relevance.py), as many as fit MOST_BESIDE_CHARS; all of
+        them when `question` is None (a template that cannot offer them beside the question, or a language the
+        word match does not know). A client's functions are also in the prompt's prefix (prefix_tools): beside the
+        question, the bundled 1.5B model called them for 8 of 8 questions that needed one, from the system prompt
+        alone for 1 (scripts/eval/client_tools.py). The built-ins are called for it when a question plainly needs
+        them (intents.py): shown to the model too, they cost the answer set 2-3 of 42 questions ("Yes, penguins
+        can fly." became "Penguins can fly.") and it called them for only half of the questions."""
         if not tools:
             return None
-        theirs = [t for t in tools.tools.values() if t.source == CLIENT_TOOL]
-        operators = ToolBox([t for t in tools.tools.values() if t.source not in ("builtin", CLIENT_TOOL)])
-        if question is not None:
-            operators = relevant(question, operators, recent)
-        offered = ToolBox([*theirs, *operators.tools.values()])
-        return offered or None
+        shown = ToolBox([t for t in tools.tools.values() if t.source != "builtin"])
+        if question is None:
+            return shown or None
+        fitting, size = [], 0
+        for tool in relevant(question, shown, recent).tools.values():
+            chars = len(json.dumps(tool.schema()))
+            if size + chars <= MOST_BESIDE_CHARS:
+                fitting.append(tool)
+                size += chars
+        return ToolBox(fitting) or None
 
     def offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
         """`offered` for a turn of this worker: by relevance where the prompt can put them beside the question."""
@@ -63,9 +72,13 @@ class ToolTurns:
         return self.offered(tools, question, recent)
 
     def prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
-        """The tools that are part of every prompt's prefix: none where they are offered beside the question
-        (workers/tools/relevance.py), else all of the operator's."""
-        return None if self.kit.tools_beside() else self.offered(tools, None)
+        """The tools in every prompt's prefix, the same all session: where tools are offered beside the question,
+        a client's own functions (with its instructions: prefilled once, charged by the front when they change;
+        beside every question, four functions were 411 tokens prefilled again each response), else all of them."""
+        if not self.kit.tools_beside():
+            return self.offered(tools, None)
+        theirs = [t for t in tools.tools.values() if t.source == CLIENT_TOOL] if tools else []
+        return ToolBox(theirs) or None
 
     def session_tools(self, req: TurnRequest) -> ToolBox | None:
         """The tools this turn may call: the session's choice; in a speculative turn (which may yet be discarded)

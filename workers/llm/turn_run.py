@@ -58,7 +58,8 @@ class TurnRun:
     camera_note: str = ""  # the same, as a word to the model beside the question (camera_questions.py)
     direct: str = ""  # a plain camera question's answer, said as it is (workers/vision/answers.py)
     tools: ToolBox | None = None  # what this turn may call
-    offered: ToolBox | None = None  # what the model is shown of them (tools/relevance.py)
+    offered: ToolBox | None = None  # what the model is shown of them beside the question (tools/relevance.py)
+    fixed_tools: ToolBox | None = None  # ... and in the prompt's cached prefix, all session (ToolTurns.prefix_tools)
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
     planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
 

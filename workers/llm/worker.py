@@ -441,11 +441,16 @@ class LlmWorker:
                 return None
             await self.looking.look(req, run, scene)
             run.tools = self.tool_turns.session_tools(req)
-            run.offered = self.tool_turns.offered_for(run.tools, run.user_text, history)
+            run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
+            # (with the client's results in the turn, its functions are not offered beside the question again: the
+            # model called the same function again instead of answering from them)
+            run.offered = None if run.tool_messages else self.tool_turns.offered_for(run.tools, run.user_text,
+                                                                                    history)
             cues, camera_note = self.kit.camera_words(run)
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
             prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
-                                          req.instructions, notes, read_words=run.reading is not None)
+                                          req.instructions, notes, read_words=run.reading is not None,
+                                          fixed=run.fixed_tools)
             # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))

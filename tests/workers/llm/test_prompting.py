@@ -103,6 +103,25 @@ def test_tools_are_offered_in_the_templates_own_words_just_before_the_question(c
     assert "# Tools" not in plain and offered.count("# Tools") == 1
 
 
+ORDER_TOOL = [{"type": "function", "function": {
+    "name": "get_order_status", "description": "Where a customer's order is.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}}]
+
+
+def test_a_sessions_fixed_tools_are_in_its_system_prompt_every_turn_and_the_others_beside_the_question(
+        chat_tokenizer):
+    """A client's functions are the same all session: in the cached prefix, not prefilled again each turn."""
+    builder = PromptBuilder(chat_tokenizer, "auto", "Vita is brief.")
+    first = builder.build(ConversationHistory(4), "Hello!", fixed_tools=ORDER_TOOL)
+    history = ConversationHistory(4)
+    history.add(Exchange("Hello!", "Hi! How can I help?"))
+    later = builder.build(history, "How many widgets are in stock?", tools=STOCK_TOOL, fixed_tools=ORDER_TOOL)
+    system = first[:first.index("<|im_start|>user")]
+    assert '"get_order_status"' in system and later.startswith(system)  # the same prefix, whatever is asked
+    beside = later[len(system):]
+    assert '"get_order_status"' not in beside and beside.index('"stock_count"') < beside.index("How many widgets")
+
+
 def test_a_note_about_the_question_goes_just_before_it_after_any_tools(chat_tokenizer):
     builder = PromptBuilder(chat_tokenizer, "auto", "Vita is brief.")
     history = ConversationHistory(4)

@@ -1,4 +1,4 @@
-"""Which operator tools a question is shown: those that share a content word with it (pure logic)."""
+"""Which tools a question is shown beside it: those that share a content word with it (pure logic)."""
 
 from __future__ import annotations
 
@@ -47,14 +47,27 @@ def test_only_the_tools_that_share_a_word_with_the_question_are_offered(question
     assert list(relevant(question, SHOP).tools) == offered
 
 
-def test_the_model_is_shown_a_clients_tools_always_the_operators_when_relevant_and_the_builtins_never():
+def test_beside_a_question_a_clients_functions_and_the_operators_tools_are_shown_when_relevant_never_builtins():
+    """(A client's functions are also in the prompt's prefix, all session: ToolTurns.prefix_tools.)"""
     theirs = Tool("lookup_order", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
     builtin = Tool("get_current_time", "The current date and time.", {"type": "object"}, str)
     box = ToolBox([builtin, STOCK, HOURS, theirs])
-    assert list(ToolTurns.offered(box, "How many widgets are in stock?").tools) == ["lookup_order", "stock_count"]
-    assert list(ToolTurns.offered(box, "What time is it today?").tools) == ["lookup_order"]
+    assert list(ToolTurns.offered(box, "How many widgets are in stock?").tools) == ["stock_count"]
+    assert list(ToolTurns.offered(box, "Where is my order?").tools) == ["lookup_order"]
+    assert ToolTurns.offered(box, "What time is it today?") is None
     assert ToolTurns.offered(ToolBox([builtin, STOCK]), "What is the capital of Italy?") is None
     assert ToolTurns.offered(None, "How many widgets?") is None
+
+
+def test_what_is_shown_beside_a_question_is_bounded_whatever_a_client_declares():
+    """It is prefilled again every turn: a client's long functions stay in the prompt's prefix only."""
+    from workers.llm.tool_turns import MOST_BESIDE_CHARS
+
+    long = Tool("order_history", "Every order of the shop. " * 200, {"type": "object"}, str, source=CLIENT_TOOL)
+    short = Tool("order_status", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
+    assert len(str(long.schema())) > MOST_BESIDE_CHARS
+    assert list(ToolTurns.offered(ToolBox([long, short]), "Where is my order?").tools) == ["order_status"]
+    assert ToolTurns.offered(ToolBox([long]), "Where is my order?") is None
 
 
 def test_questions_are_not_matched_by_generic_words_examples_or_sums():

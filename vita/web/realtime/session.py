@@ -72,7 +72,7 @@ class RealtimeSession:
         self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
                                                  config.llm.max_tokens)
         self.audio = PushToTalkBuffer(config.vad.max_utterance_s)  # and the cap on what one response hears
-        self.prompted = ""  # the instructions of the latest response (unchanged ones cost no text budget again)
+        self.prompted = ""  # the instructions and functions of the latest response (unchanged: no text budget again)
         self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
         self.requested = False  # response.create sent, its turn not yet begun
         self.closed = False
@@ -409,9 +409,12 @@ class RealtimeSession:
         if speech is None and not text and not outputs:
             raise ProtocolError("no_input", "nothing new to respond to: add a user item, commit audio, or give a "
                                 "function call's output first")
-        prompt = override or self.settings.instructions
-        # A new prompt costs at most a whole burst: a client whose long prompt never changes pays once and is not
-        # locked out for minutes, and one that changes a long prompt each time gets one response a burst.
+        # The prompt's fixed part: the instructions and the functions (workers/llm/kit.py puts both in the cached
+        # prefix). A new one costs at most a whole burst: a client whose long prompt never changes pays once and is
+        # not locked out for minutes, and one that changes a long prompt each time gets one response a burst.
+        offered = () if (choice or self.settings.tool_choice).mode == "none" else tools
+        prompt = (override or self.settings.instructions) + "".join(
+            t.name + t.description + t.parameters for t in offered)
         new_prompt = min(len(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
         self._charge_text(len(text) + sum(len(o.output) for o in outputs) + new_prompt)
         self.prompted, self.pending = prompt, []
