@@ -8,7 +8,7 @@ import pytest
 
 from tests.test_capacity import GPU, ZEN1_EPYC
 from vita.capacity import SEATS_BEFORE_MEASURED
-from vita.turns.sessions import REFUSED_PER_S, Session, SessionRegistry
+from vita.turns.sessions import FREE_PREFILL_TOKENS, MIN_TEXT_COST, REFUSED_PER_S, Session, SessionRegistry
 from vita.web.http.access import client_key
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -32,6 +32,22 @@ def test_a_session_is_closed_once_for_refusals_beyond_its_burst_and_rate(monkeyp
         clock[0] += 1 / REFUSED_PER_S
     assert [s.refused(burst=100) for _ in range(101)].count(True) == 1  # a flood: closed once, at the burst
     assert s.flooding and not s.refused(burst=100)
+
+
+def test_what_the_engine_prefilled_beyond_what_the_text_paid_is_owed_and_holds_back_the_next_text():
+    """A 650-character message of rare CJK became ~1,960 prompt tokens: charged its characters up front, and the
+    rest once the engine has said what it prefilled."""
+    session = Session("s")
+    now = time.monotonic()
+    assert session.take_text(650, now)
+    session.settle_prefill(1961, now)  # ((1961 - 256) * 4 - 650 characters owed)
+    assert not session.take_text(MIN_TEXT_COST, now)  # in debt: refused until it is paid
+    owed = (1961 - FREE_PREFILL_TOKENS) * 4 - 650
+    assert session.text_budget.available(now) == pytest.approx(4000 - 650 - owed, abs=1)
+    plain = Session("t")
+    assert plain.take_text(MIN_TEXT_COST, now)
+    plain.settle_prefill(FREE_PREFILL_TOKENS, now)  # a spoken question's prompt costs nothing more
+    assert plain.take_text(MIN_TEXT_COST, now) and plain.text_unsettled == MIN_TEXT_COST
 
 
 def test_registry_enforces_max_users():

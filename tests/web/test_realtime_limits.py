@@ -46,7 +46,7 @@ class Front:
         self.voices, self.llm_choice = ["joe-us"], {"model": "vita"}
         self.metrics = SimpleNamespace(audio_dropped=Counter())
         self.turns = SimpleNamespace(posted=[], post=lambda _session, event: self.turns.posted.append(event),
-                                     interrupt=lambda _session, _reason: None)
+                                     interrupt=lambda _session, _reason: None, put=lambda _queue, _message: None)
         self.heard: list[np.ndarray] = []
         self.refusals = 0
 
@@ -196,11 +196,47 @@ def test_a_sessions_functions_are_charged_with_its_instructions_when_they_change
     c.send(text_item("Again"))
     assert c.send({"type": "response.create"}) == []  # unchanged: only the text
     answered(c, 2)
-    assert c.send(functions("Looks something else up in the shop's records. " * 20)) == []
+    (error,) = c.send(functions("Looks something else up in the shop's records. " * 20))
+    assert error["code"] == "rate_limited"  # (charged when set: a turn the VAD starts would use them)
     c.send(text_item("Once more"))
-    (error,) = c.send({"type": "response.create"})
+    (error,) = c.send({"type": "response.create", "response": {"instructions": "Be brief. " * 250}})
+    assert error["code"] == "rate_limited"  # the same for a response's own instructions
+
+
+def test_new_instructions_or_functions_are_charged_when_set_for_the_turns_the_vad_starts():
+    """A turn the server's VAD starts has no response.create to charge: a session.update that changes the prompt's
+    fixed part pays for it, leaving room for one response right after."""
+    c = Client()
+    assert c.send({"type": "session.update", "session": {"instructions": "Answer in French. " * 250}}) == []
+    c.send(text_item("Hello"))
+    assert c.send({"type": "response.create"}) == []  # the update's charge left room for it
+    answered(c, 1)
+    (error,) = c.send({"type": "session.update", "session": {"instructions": "Answer in German. " * 250}})
     assert error["code"] == "rate_limited"
-    assert c.send({"type": "response.create", "response": {"tool_choice": "none"}}) == []  # none shown: none paid
+    assert c.rt.settings.instructions.startswith("Answer in French.")  # refused: nothing of it applied
+
+
+def tiny_jpeg() -> bytes:
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", np.full((48, 64, 3), 120, np.uint8))
+    assert ok
+    return data.tobytes()
+
+
+def test_a_responses_audio_and_pictures_are_not_kept_with_its_items_and_an_images_detail_is_checked():
+    c = Client()
+    jpeg = "data:image/jpeg;base64," + base64.b64encode(tiny_jpeg()).decode()
+    (error,) = c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_image", "image_url": jpeg, "detail": "x" * 100_000}]}})
+    assert error["code"] == "invalid_value" and error["param"] == "item.content[0].detail"
+    assert c.send(audio_item(1.0)) == []
+    assert c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_image", "image_url": jpeg, "detail": "low"}]}}) == []
+    items = list(c.rt.pending)
+    assert items[0].speech is not None and items[1].images
+    assert c.send({"type": "response.create"}) == []
+    assert all(i.speech is None and not i.images for i in items)
 
 
 def test_a_response_with_the_longest_instructions_is_taken_once_then_paid_for():

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
+from vita.capacity import CHARS_PER_TOKEN, MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
 from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
@@ -21,6 +21,9 @@ from vita.turns.turn_taking import TurnTaking
 log = logging.getLogger(__name__)
 
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
+# New prompt tokens a turn prefills without a charge after the fact (Session.settle_prefill): a spoken question and
+# the reply before it, with the chat template's marks (75-120 measured under four users).
+FREE_PREFILL_TOKENS = 256
 TEXT_BURST_CHARS = 4000.0
 # Refused events a client may go on drawing, a second, once its burst (limits.max_refused_events) is spent. A
 # person's page draws a few (a paste too many, late ICE candidates); a client that ignores its errors draws its
@@ -64,6 +67,7 @@ class Session:
     # the one before. Its rate is the registry's, from this machine's measured prefill speed.
     text_budget: RateBudget = field(default_factory=lambda: RateBudget(MOST_TEXT_CHARS_S, TEXT_BURST_CHARS,
                                                                        time.monotonic()), repr=False)
+    text_unsettled: float = 0.0  # characters charged up front for turns whose prefill is not yet settled
     # Images it sends (camera frames, a Realtime client's input_image), in megapixels: each is decoded to be checked.
     image_budget: RateBudget = field(default_factory=lambda: RateBudget(IMAGE_MP_PER_S, IMAGE_BURST_MP,
                                                                         time.monotonic()), repr=False)
@@ -93,6 +97,24 @@ class Session:
             if self._events is None:
                 self._events = RateBudget(per_s, per_s, now)
             return self._events.take(1.0, now)
+
+    def take_text(self, chars: float, now: float, whole: bool = False) -> bool:
+        """Charge typed text (or a Realtime response's new text) before its turn: False when over the budget.
+        whole: more than a burst is admitted from a full budget (RateBudget.admit)."""
+        taken = (self.text_budget.admit if whole else self.text_budget.take)(chars, now)
+        if taken:
+            self.text_unsettled += chars
+        return taken
+
+    def settle_prefill(self, prefilled_tokens: float, now: float) -> None:
+        """What the engine prefilled for a turn (its new prompt tokens), charged after the fact beyond a spoken
+        question's share and what its text paid up front: characters are charged first, but one character can
+        be three tokens (rare CJK, emoji), four typed characters one. The debt holds back typed text and
+        responses until it is paid."""
+        owed = (prefilled_tokens - FREE_PREFILL_TOKENS) * CHARS_PER_TOKEN - self.text_unsettled
+        self.text_unsettled = 0.0
+        if owed > 0:
+            self.text_budget.spend(owed, now)
 
     def refused(self, burst: float) -> bool:
         """Count one refused event. True once (the first time) the client has drawn `burst` refusals beyond

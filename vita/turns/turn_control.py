@@ -32,7 +32,7 @@ from vita.client_events import (
 )
 from vita.config import Config
 from vita.machine.cpu import trim_heap
-from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
+from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -313,6 +313,9 @@ class TurnController:
             session.held.append(message)
             return
         self.record(message)
+        if isinstance(message, TurnTimings) and message.stage == "llm" and "prompt_tokens" in message.timings:
+            prefilled = message.timings["prompt_tokens"] - message.timings.get("cached_tokens", 0.0)
+            session.settle_prefill(prefilled, time.monotonic())
         if isinstance(message, SessionError):
             self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:

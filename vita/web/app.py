@@ -505,7 +505,7 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
-        if not session.text_budget.take(max(len(text), MIN_TEXT_COST), time.monotonic()):
+        if not session.take_text(max(len(text), MIN_TEXT_COST), time.monotonic()):
             self.refuse(session, "rate_limited", "Too many typed messages; wait a moment between them.")
             return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 from vita.messages import (
     ToolCallRequested,
@@ -16,7 +17,7 @@ from vita.messages import (
 from vita.words import FILLER
 from workers.llm.generation import EnginePrompt
 from workers.llm.kit import LlmKit
-from workers.llm.prompting import ConversationHistory
+from workers.llm.prompting import CHARS_PER_TOKEN, ConversationHistory
 from workers.llm.speech_pieces import SpeechClock
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
@@ -28,9 +29,14 @@ from workers.tools.registry import ToolBox, ToolCall, ToolOutcome
 from workers.tools.relevance import relevant
 
 log = logging.getLogger(__name__)
-# What the tools beside a question may take, their schemas' characters: what is prefilled again each turn (a
-# client's functions may take 32,000 characters; those not shown beside it are in the prompt's prefix).
-MOST_BESIDE_CHARS = 2000
+# What the tools beside a question may take, in tokens: it is prefilled again each turn (a client's functions may
+# take 32,000 characters; those not shown beside it are in the prompt's prefix). Four shop functions are ~300.
+MOST_BESIDE_TOKENS = 500
+
+
+def estimated_tokens(text: str) -> int:
+    """A token count where no tokenizer is at hand: a character can be a token or more (CJK, emoji, symbols)."""
+    return sum(1 if ord(c) > 127 or not c.isalnum() else 0 for c in text) + len(text) // CHARS_PER_TOKEN
 
 
 class ToolTurns:
@@ -41,9 +47,10 @@ class ToolTurns:
         self.unforced_said = False  # the log has said once that required calls cannot be forced here
 
     @staticmethod
-    def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = ()) -> ToolBox | None:
+    def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = (),
+                count_tokens: Callable[[str], int] = estimated_tokens) -> ToolBox | None:
         """The tools the model itself is shown beside this question: a client's functions and the operator's (MCP)
-        tools that share a word with it or were just used (relevance.py), as many as fit MOST_BESIDE_CHARS; all of
+        tools that share a word with it or were just used (relevance.py), as many as fit MOST_BESIDE_TOKENS; all of
         them when `question` is None (a template that cannot offer them beside the question, or a language the
         word match does not know). A client's functions are also in the prompt's prefix (prefix_tools): beside the
         question, the bundled 1.5B model called them for 8 of 8 questions that needed one, from the system prompt
@@ -57,10 +64,10 @@ class ToolTurns:
             return shown or None
         fitting, size = [], 0
         for tool in relevant(question, shown, recent).tools.values():
-            chars = len(json.dumps(tool.schema()))
-            if size + chars <= MOST_BESIDE_CHARS:
+            tokens = count_tokens(json.dumps(tool.schema(), ensure_ascii=False))
+            if size + tokens <= MOST_BESIDE_TOKENS:
                 fitting.append(tool)
-                size += chars
+                size += tokens
         return ToolBox(fitting) or None
 
     def offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
@@ -69,7 +76,7 @@ class ToolTurns:
             return self.offered(tools, None)
         recent = tuple(call["function"]["name"] for ex in list(history)[-2:] for m in ex.tool_messages
                        for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict))
-        return self.offered(tools, question, recent)
+        return self.offered(tools, question, recent, self.kit.prompts.count_tokens)
 
     def prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
         """The tools in every prompt's prefix, the same all session: where tools are offered beside the question,

@@ -61,11 +61,11 @@ def test_beside_a_question_a_clients_functions_and_the_operators_tools_are_shown
 
 def test_what_is_shown_beside_a_question_is_bounded_whatever_a_client_declares():
     """It is prefilled again every turn: a client's long functions stay in the prompt's prefix only."""
-    from workers.llm.tool_turns import MOST_BESIDE_CHARS
+    from workers.llm.tool_turns import MOST_BESIDE_TOKENS, estimated_tokens
 
     long = Tool("order_history", "Every order of the shop. " * 200, {"type": "object"}, str, source=CLIENT_TOOL)
     short = Tool("order_status", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
-    assert len(str(long.schema())) > MOST_BESIDE_CHARS
+    assert estimated_tokens(str(long.schema())) > MOST_BESIDE_TOKENS
     assert list(ToolTurns.offered(ToolBox([long, short]), "Where is my order?").tools) == ["order_status"]
     assert ToolTurns.offered(ToolBox([long]), "Where is my order?") is None
 

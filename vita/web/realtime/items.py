@@ -10,6 +10,7 @@ from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.web.realtime.protocol import MAX_CONTENT_PARTS, ProtocolError
 
+IMAGE_DETAILS = ("auto", "low", "high")
 MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is decoded on the connection's thread)
 
 
@@ -47,7 +48,10 @@ def read_message_content(content: Any, images_waiting: int, max_frame_bytes: int
             read.clips.append(part["audio"])
             read.parts.append({"type": "input_audio", "transcript": None})
         elif kind == "input_image":
-            url = part.get("image_url")
+            url, detail = part.get("image_url"), part.get("detail", "auto")
+            if detail not in IMAGE_DETAILS:  # (kept with the item: anything else was kept as sent, megabytes)
+                raise ProtocolError("invalid_value", f"detail must be one of {', '.join(IMAGE_DETAILS)}",
+                                    f"item.content[{n}].detail")
             if not isinstance(url, str) or not url.startswith("data:"):
                 raise ProtocolError("unsupported", "image_url must be a data URL (data:image/jpeg;base64,...): "
                                     "this server fetches no images", f"item.content[{n}].image_url")
@@ -61,7 +65,7 @@ def read_message_content(content: Any, images_waiting: int, max_frame_bytes: int
             except FrameError as exc:
                 raise ProtocolError("invalid_value", str(exc).replace("video_frame", "input_image"),
                                     f"item.content[{n}].image_url") from None
-            read.parts.append({"type": "input_image", "detail": part.get("detail", "auto")})
+            read.parts.append({"type": "input_image", "detail": detail})
         else:
             raise ProtocolError("unsupported", "content parts may be input_text, input_audio or input_image",
                                 f"item.content[{n}].type")

@@ -21,7 +21,7 @@ import numpy as np
 import soxr
 
 from vita.client_events import ClientEvent, TurnStarted
-from vita.messages import CameraFrame, ToolOutput
+from vita.messages import CameraFrame, ClientTool, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
@@ -35,6 +35,7 @@ from vita.web.realtime.protocol import (
     FORMATS,
     ProtocolError,
     Settings,
+    ToolChoice,
     TurnDetection,
     audio_seconds,
     check_tool_choice,
@@ -55,6 +56,13 @@ MAX_PENDING_ITEMS = 64  # client items waiting for one response
 # that goes on drawing them is closed (App.refused_too_often). A malformed event is answered and not counted: an
 # SDK exploring the protocol sends those, and they are rate-limited as events.
 OVER_BUDGET = frozenset({"audio_overrun", "rate_limited", "too_many_items"})
+
+
+def fixed_prompt(instructions: str, tools: tuple[ClientTool, ...], choice: ToolChoice) -> str:
+    """What a turn's prompt opens with, the same every turn: the instructions and the functions offered (both in
+    the engine's cached prefix: workers/llm/kit.py)."""
+    return instructions + "".join(t.name + t.description + t.parameters for t in (() if choice.mode == "none"
+                                                                                 else tools))
 
 
 class RealtimeSession:
@@ -192,6 +200,12 @@ class RealtimeSession:
         after = updated(before, event.get("session"), self.front.voices)
         if self.conversation.webrtc:
             refuse_push_to_talk(after)
+        # New instructions or functions are charged here: a turn the server's VAD starts uses them with no
+        # response.create to charge (leaving room for one least response after, as a client updates then asks).
+        prompt = fixed_prompt(after.instructions, after.tools, after.tool_choice)
+        if prompt != self.prompted:
+            self._charge_text(min(len(prompt), self.session.text_budget.burst - MIN_TEXT_COST))
+            self.prompted = prompt
         self.settings = after
         self._apply(before, after)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
@@ -412,9 +426,7 @@ class RealtimeSession:
         # The prompt's fixed part: the instructions and the functions (workers/llm/kit.py puts both in the cached
         # prefix). A new one costs at most a whole burst: a client whose long prompt never changes pays once and is
         # not locked out for minutes, and one that changes a long prompt each time gets one response a burst.
-        offered = () if (choice or self.settings.tool_choice).mode == "none" else tools
-        prompt = (override or self.settings.instructions) + "".join(
-            t.name + t.description + t.parameters for t in offered)
+        prompt = fixed_prompt(override or self.settings.instructions, tools, choice or self.settings.tool_choice)
         new_prompt = min(len(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
         self._charge_text(len(text) + sum(len(o.output) for o in outputs) + new_prompt)
         self.prompted, self.pending = prompt, []
@@ -426,8 +438,8 @@ class RealtimeSession:
         session = self.session
 
         images = [image for i in items for image in i.images]
-        for item in items:  # (kept no longer than this: the conversation keeps hundreds of items)
-            item.images = ()
+        for item in items:  # (their audio and pictures kept no longer than this: the conversation keeps hundreds of
+            item.images, item.speech = (), None  # items, and 300 responses of 30 s clips kept 288 MB)
 
         def begin() -> None:  # on the session's thread, right before the turn starts: its own outputs, instructions
             session.tool_outputs = outputs
@@ -458,9 +470,10 @@ class RealtimeSession:
         charged to the same budget, at the same least cost."""
 
         budget = self.session.text_budget
-        if not budget.admit(max(chars, MIN_TEXT_COST), time.monotonic()):
-            raise ProtocolError("rate_limited", f"responses may bring at most {budget.rate:g} characters of new text "
-                                f"a second ({budget.burst:g} at once; each costs at least {MIN_TEXT_COST}); this one "
+        if not self.session.take_text(max(chars, MIN_TEXT_COST), time.monotonic(), whole=True):
+            raise ProtocolError("rate_limited", f"new text for the model (typed items, function results, new "
+                                f"instructions or functions) may come at {budget.rate:g} characters a second "
+                                f"({budget.burst:g} at once; a response costs at least {MIN_TEXT_COST}); this "
                                 f"brings {chars}: wait a moment")
 
     def on_response_cancel(self, _event: dict) -> None:
