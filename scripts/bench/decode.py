@@ -1,7 +1,8 @@
 """Benchmark the LLM engine alone: first token and decode tokens/s with this config (dtype, compilation...).
 
-Usage: .venv/bin/python -m scripts.bench.decode [--config FILE] [--model NAME|DIR] [--dtype DTYPE]
-(a config file e.g. with `llm: {enforce_eager: false}`)
+Usage: .venv/bin/python -m scripts.bench.decode [--config FILE] [--model NAME|DIR] [--dtype DTYPE] [--streams N]
+(a config file e.g. with `llm: {enforce_eager: false}`; --streams: N requests at once, as N users asking together,
+each stream's first token and decode rate)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer da
            "Explain how a car engine works.", "What is the capital of France?"]
 
 
-async def measure(config) -> None:
+async def measure(config, streams: int = 1) -> None:
     from transformers import AutoTokenizer
 
     from workers.llm.generation import EnginePrompt, SamplingSettings
@@ -31,17 +32,22 @@ async def measure(config) -> None:
     builder = PromptBuilder(AutoTokenizer.from_pretrained(str(config.llm_model_path())), config.llm.prompt_style,
                             config.llm.persona)
     firsts, rates = [], []
-    for i, question in enumerate(PROMPTS * 2):
+
+    async def one(question: str, request_id: str, kept: bool) -> None:
         prompt = EnginePrompt(builder.build(ConversationHistory(0), question), None, tuple(builder.stop))
         sent, first, tokens = time.monotonic(), None, 0
-        async for delta in engine.stream(prompt, SamplingSettings(48, 0.0), f"bench-{i}"):
+        async for delta in engine.stream(prompt, SamplingSettings(48, 0.0), request_id):
             tokens += delta.tokens
             first = first if first is not None else time.monotonic() - sent
         total = time.monotonic() - sent
-        if i and tokens > 1:  # the first request warms up
+        if kept and tokens > 1:
             firsts.append(first)
             rates.append((tokens - 1) / (total - first))
-    print(f"first token p50 {statistics.median(firsts):.3f} s, decode p50 {statistics.median(rates):.1f} tokens/s")
+
+    for i in range(len(PROMPTS) * 2):  # the first round warms up
+        await asyncio.gather(*(one(PROMPTS[(i + k) % len(PROMPTS)], f"bench-{i}-{k}", i > 0) for k in range(streams)))
+    print(f"{streams} stream(s) at once: first token p50 {statistics.median(firsts):.3f} s, decode p50 "
+          f"{statistics.median(rates):.1f} tokens/s per stream")
     engine.close()
 
 
@@ -50,6 +56,7 @@ def main() -> int:
     parser.add_argument("--config", help="YAML config (default: configs/default.yaml)")
     parser.add_argument("--model", help="a bundled model's name or a model folder (default: the config's choice)")
     parser.add_argument("--dtype", help="override llm.dtype (auto, bfloat16, float32)")
+    parser.add_argument("--streams", type=int, default=1, help="requests at once (default 1)")
     args = parser.parse_args()
     from vita.config import load_config
     from workers.llm.local_engine import device_env
@@ -60,7 +67,7 @@ def main() -> int:
     if args.dtype:
         config.llm.dtype = args.dtype
     os.environ.update(device_env(config))  # before vLLM is imported: threads, KV cache space
-    asyncio.run(measure(config))
+    asyncio.run(measure(config, args.streams))
     return 0
 
 

@@ -30,6 +30,10 @@ class EnginePrompt:
     # Where the user's words are, counted in tokens from the end of the prompt: (their tokens, the tokens after
     # them). From the end, because an engine may add tokens at the start (a BOS) that the builder never sees.
     words_from_end: tuple[int, int] | None = None
+    # The prefix cache is shared by every session; a prompt that opens with what a client wrote (its instructions,
+    # its functions) is cached under its session's salt, or another client could time its first token to confirm a
+    # guess of them, a block at a time.
+    cache_salt: str | None = None
 
     @property
     def has_media(self) -> bool:

@@ -46,11 +46,11 @@ class LlmKit:
 
     def text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
-                    read_words: bool = False, fixed: ToolBox | None = None) -> EnginePrompt:
+                    read_words: bool = False, fixed: ToolBox | None = None, salt: str | None = None) -> EnginePrompt:
         """`tools` beside the question where the template allows, `fixed` in its usual place (the system prompt,
         part of the cached prefix: ToolTurns.prefix_tools); where it cannot, all of them there. read_words: where
         the user's words are goes with it, for the engine to read them (run.reading; not a transcript prompt: its
-        stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream)."""
+        stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream). salt: EnginePrompt.cache_salt."""
         p = self.prompts if persona is None else self.prompts.with_persona(persona)
         if not self.tools_beside():  # (the same tool once, in the template's place)
             tools, fixed = None, ToolBox([*(fixed.tools.values() if fixed else ()),
@@ -58,7 +58,8 @@ class LlmKit:
         text = p.build(history, user_text, cues, tools.schemas() if tools else None, after, note,
                        fixed.schemas() if fixed else None)
         words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
-        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words)
+        return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words,
+                            cache_salt=salt)
 
     def camera_words(self, run: TurnRun) -> tuple[str, str]:
         """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt

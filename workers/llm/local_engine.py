@@ -112,9 +112,10 @@ def weights_description(model_dir: Path, dtype: str, cpu: CpuFeatures) -> str:
 
 
 def vllm_input(prompt: EnginePrompt) -> Any:
-    """A plain string, or vLLM's multi-modal prompt dict (audio as (array, rate) pairs, images as PIL)."""
+    """A plain string, or vLLM's prompt dict (a cache salt; audio as (array, rate) pairs, images as PIL)."""
+    salted = {"cache_salt": prompt.cache_salt} if prompt.cache_salt else {}
     if not prompt.has_media:
-        return prompt.text
+        return {"prompt": prompt.text, **salted} if salted else prompt.text
     data: dict[str, list] = {}
     if prompt.audio:
         data["audio"] = list(prompt.audio)
@@ -122,7 +123,7 @@ def vllm_input(prompt: EnginePrompt) -> Any:
         from PIL import Image
 
         data["image"] = [Image.fromarray(image) for image in prompt.images]
-    return {"prompt": prompt.text, "multi_modal_data": data}
+    return {"prompt": prompt.text, "multi_modal_data": data, **salted}
 
 
 MIN_WORDS_READ = 2  # fewer log-probabilities than this (a one-token utterance, a prompt cut short): no reading

@@ -171,7 +171,7 @@ class PrefixWarming:
         return round(computed / (first_at - started), 1)
 
     def warm(self, session_id: str, turn_id: int, history: ConversationHistory, tools: ToolBox | None = None,
-             persona: str | None = None) -> None:
+             persona: str | None = None, salt: str | None = None) -> None:
         """Prefill the next turn's prompt up to its question while the user listens (a one-token request that
         fills the prefix cache): the previous reply, and after a history trim the whole history, is then no
         longer prefilled on the critical path."""
@@ -179,7 +179,7 @@ class PrefixWarming:
         llm = kit.config.llm
         if not (llm.warm_prefix and llm.prefix_caching and isinstance(kit.engine, LocalVllmEngine)) or kit.mode.omni:
             return  # (a remote server's cache is its own business: no extra request per reply)
-        prompt = kit.text_prompt(history, "", persona=persona, fixed=self.tools.prefix_tools(tools))
+        prompt = kit.text_prompt(history, "", persona=persona, fixed=self.tools.prefix_tools(tools), salt=salt)
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)

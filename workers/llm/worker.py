@@ -371,7 +371,7 @@ class LlmWorker:
                 history.add(Exchange(run.asked(), run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
             self.out.publish_answered(sid, tid, run)
             try:
-                self.warmer.warm(sid, tid, history, run.tools, req.instructions)
+                self.warmer.warm(sid, tid, history, run.tools, req.instructions, run.cache_salt)
             except Exception:  # only an optimisation: the turn is answered either way
                 self.report.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
         except asyncio.CancelledError:
@@ -442,6 +442,7 @@ class LlmWorker:
             await self.looking.look(req, run, scene)
             run.tools = self.tool_turns.session_tools(req)
             run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
+            run.cache_salt = req.session_id if req.instructions or req.client_tools else None
             # (with the client's results in the turn, its functions are not offered beside the question again: the
             # model called the same function again instead of answering from them)
             run.offered = None if run.tool_messages else self.tool_turns.offered_for(run.tools, run.user_text,
@@ -450,7 +451,7 @@ class LlmWorker:
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
             prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
                                           req.instructions, notes, read_words=run.reading is not None,
-                                          fixed=run.fixed_tools)
+                                          fixed=run.fixed_tools, salt=run.cache_salt)
             # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
             run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         run.timings["context_turns"] = float(len(history))

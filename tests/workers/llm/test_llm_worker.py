@@ -422,3 +422,18 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(llm):
     assert not engine.healthy()  # the heartbeats stopped with it
     assert engine_thread is not None and not engine_thread.is_alive()
     assert all(len(llm.of(s, TurnEnded)) == 1 for s in sessions)  # one end per turn
+
+
+def test_a_clients_own_instructions_are_cached_for_its_session_only(llm):
+    """Another session sending the same instructions finds none of them cached (it could otherwise time its first
+    token to confirm a guess of them); the session itself does, on its next turn."""
+    instructions = ("You are Ada, the voice of a small bakery in Lyon. You know its breads, its cakes and its opening "
+                    "hours, and you answer in one short sentence, warmly, without lists or numbers spelled out. ") * 2
+    tokens = len(llm.worker.kit.prompts.tokenizer(instructions, add_special_tokens=False)["input_ids"])
+    for session, turn in (("salted-a", 1), ("salted-b", 1), ("salted-a", 2)):
+        llm.inbox.put(TurnRequest(session, turn, text="Hello there.", instructions=instructions))
+        assert llm.wait(lambda s=session, t=turn: any(m.turn_id == t for _, m in llm.of(s, TurnEnded)), 60)
+    first_b = next(m.timings for _, m in llm.of("salted-b", TurnTimings))
+    second_a = next(m.timings for _, m in llm.of("salted-a", TurnTimings) if m.turn_id == 2)
+    assert first_b["cached_tokens"] < tokens / 2, first_b
+    assert second_a["cached_tokens"] >= tokens, second_a

@@ -109,3 +109,15 @@ def test_a_schema_that_is_not_one_takes_any_arguments_object():
         schema = call_schema([ClientTool("f", "", parameters)])
         grammar_of(schema)
         jsonschema.validate({"name": "f", "arguments": {"x": 1}}, schema)
+
+
+def test_an_object_of_hundreds_of_optional_properties_takes_any_arguments_object():
+    """The grammar compiler's time grows with the square of an object's optional properties (0.85 s for 390)."""
+    from workers.tools.schema_shape import MAX_PROPERTIES
+
+    wide = ClientTool("wide", "", json.dumps({"type": "object", "properties": {
+        f"p{i}": {"type": "string"} for i in range(MAX_PROPERTIES + 1)}}))
+    schema = call_schema([wide, ORDER])
+    assert len(json.dumps(schema)) < 1_000
+    jsonschema.validate({"name": "wide", "arguments": {"anything": 1}}, schema)
+    jsonschema.validate({"name": "order_status", "arguments": {"id": "7"}}, schema)
