@@ -119,7 +119,7 @@ class LlmConfig:
     device: str = "cpu"
     visible_devices: str | None = None
     dtype: str = "auto"
-    omp_threads_bind: str = "all"
+    omp_threads_bind: str = "auto"
     cpu_nice: int = 5
     block_size: int = 32
     prefix_caching: bool = True

@@ -182,7 +182,8 @@ def validate(config: Config) -> Config:
     steps = f"the {chunk} tokens a step prefills" if chunk else "llm.max_model_len (vLLM's own steps)"
     _check(llm.prefill_share_tokens is None or 0 <= llm.prefill_share_tokens <= (chunk or llm.max_model_len),
            "llm.prefill_share_tokens", f"must be between 0 (no cap) and {steps}")
-    _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind", "must be all, vllm or a core list like 0-1")
+    _check(bool(llm.omp_threads_bind.strip()), "llm.omp_threads_bind",
+           "must be auto, all, vllm or a core list like 0-1")
     if llm.device == "cpu" and llm.tensor_parallel_size == 1 and llm.omp_threads_bind.strip():
         # (in process: the front binds it; vLLM's own processes take its per-rank syntax, 0-1|2-3, as they are)
         cores_error = _cores_error(llm.omp_threads_bind)

@@ -52,6 +52,14 @@ NEEDING = [
     {"q": "Is it sunny in Berlin right now?", "tool": "get_weather", "accept": ["24"]},
     {"q": "Where is my order 4512?", "tool": "get_order_status", "accept": ["friday", "shipped"]},
     {"q": "When will order number 889 arrive?", "tool": "get_order_status", "accept": ["friday"]},
+    {"q": "How many sprockets do you have?", "tool": "stock_count", "accept": ["42"]},
+    {"q": "Are there any gadgets in stock?", "tool": "stock_count", "accept": ["42"]},
+    {"q": "What time does the shop open on Sunday?", "tool": "opening_hours", "accept": ["9", "nine"]},
+    {"q": "Are you open on Friday evening?", "tool": "opening_hours", "accept": ["6", "six"]},
+    {"q": "Will it rain in London today?", "tool": "get_weather", "accept": ["24", "sunny"]},
+    {"q": "How warm is it in Madrid?", "tool": "get_weather", "accept": ["24"]},
+    {"q": "Has my order 7731 shipped yet?", "tool": "get_order_status", "accept": ["shipped", "friday"]},
+    {"q": "Can you check the status of order 1200?", "tool": "get_order_status", "accept": ["shipped", "friday"]},
 ]
 
 

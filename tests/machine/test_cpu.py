@@ -10,6 +10,7 @@ from vita.machine.cpu import (
     ISA_CAP_ENV,
     choose_llm,
     cpu_dtype,
+    engine_bind,
     engine_cores,
     int8_kernel,
     omp_threads_bind,
@@ -40,6 +41,18 @@ def test_auto_dtype_is_bf16_only_where_the_cpu_has_bf16_instructions():
 def test_vllms_own_processes_get_a_listed_binding_and_otherwise_their_own():
     assert omp_threads_bind("all") is None and omp_threads_bind("vllm") is None
     assert omp_threads_bind("0-1|2-3") == "0-1|2-3"
+
+
+def test_auto_gives_the_engine_every_core_unless_more_users_are_seated_than_there_are_cores():
+    two = dataclasses.replace(read_cpu(AVX2), cores=(0, 1))
+    assert engine_bind("auto", 2, two) == "all" and engine_bind("auto", None, two) == "all"  # (auto seats: all)
+    assert engine_bind("auto", 4, two) == "1"  # the first core left to the voice, ASR and the front
+    assert engine_cores(engine_bind("auto", 4, two), two) == (1,)
+    four = dataclasses.replace(two, cores=(0, 1, 2, 3))
+    assert engine_bind("auto", 4, four) == "all" and engine_bind("auto", 6, four) == "1,2,3"
+    assert engine_bind("auto", 8, dataclasses.replace(two, cores=(0,))) == "all"  # one core: nothing to leave
+    assert engine_bind("0,2", 8, four) == "0,2"  # a list is the operator's
+    assert omp_threads_bind("auto") is None  # (vLLM's own processes: their own binding)
 
 
 def test_the_engines_cores_are_the_listed_ones_this_process_may_use():

@@ -18,6 +18,7 @@ from vita.machine.cpu import (
     CpuFeatures,
     apply_isa_cap,
     cpu_dtype,
+    engine_bind,
     engine_cores,
     int8_kernel,
     isa_cap_env,
@@ -52,7 +53,8 @@ def device_env(config: Config) -> dict[str, str]:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             # vLLM binds only the worker processes it spawns, so here the binding is ours: one OpenMP thread a
             # core (read when torch is imported), on those cores (the engine thread's affinity, LocalVllmEngine).
-            cores = engine_cores(llm.omp_threads_bind, read_cpu())
+            cpu = read_cpu()
+            cores = engine_cores(engine_bind(llm.omp_threads_bind, config.server.max_users, cpu), cpu)
             if cores is not None:
                 env["OMP_NUM_THREADS"] = str(len(cores))
                 env["KMP_AFFINITY"] = "disabled"  # a preloaded Intel OpenMP keeps the thread's binding as it is
@@ -256,7 +258,8 @@ class LocalVllmEngine:
             self.description += f" because {config.chosen_llm()[1]}"
         self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
         in_process = config.llm.device == "cpu" and config.llm.tensor_parallel_size == 1
-        self.cores = engine_cores(config.llm.omp_threads_bind, self.cpu) if in_process else None
+        bind = engine_bind(config.llm.omp_threads_bind, config.server.max_users, self.cpu)
+        self.cores = engine_cores(bind, self.cpu) if in_process else None
         if config.llm.device == "cpu":
             if self.cores is not None:
                 threads = ",".join(map(str, self.cores))
