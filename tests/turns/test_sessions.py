@@ -48,6 +48,22 @@ def test_what_the_engine_prefilled_beyond_what_the_text_paid_is_owed_and_holds_b
     assert plain.take_text(MIN_TEXT_COST, now)
     plain.settle_prefill(FREE_PREFILL_TOKENS, now)  # a spoken question's prompt costs nothing more
     assert plain.take_text(MIN_TEXT_COST, now) and plain.text_unsettled == MIN_TEXT_COST
+    spoken = Session("u")
+    spoken.settle_prefill(1900, now)  # no text of its own: its prompt was pushed out of the cache by others'
+    assert spoken.take_text(MIN_TEXT_COST, now)
+
+
+def test_a_client_that_reconnects_comes_back_to_its_spent_text_budget():
+    registry = SessionRegistry(max_users=2)
+    now = time.monotonic()
+    first = registry.open("a", "10.0.0.7")
+    first.take_text(3000, now)
+    first.settle_prefill(2000, now)  # in debt
+    registry.close("a")
+    again = registry.open("b", "10.0.0.7")
+    assert not again.take_text(MIN_TEXT_COST, time.monotonic())
+    other = registry.open("c", "10.0.0.8")
+    assert other.take_text(MIN_TEXT_COST, time.monotonic())  # another client: its own full burst
 
 
 def test_registry_enforces_max_users():

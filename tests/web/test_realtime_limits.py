@@ -393,3 +393,15 @@ def test_a_calls_events_are_paced_in_bytes_and_a_caller_that_floods_on_is_hung_u
         channel.handlers["message"]("x" * 1000)
     assert [wire.inbox.get_nowait() for _ in range(2)] == ["x" * 1000] * 2  # the burst: two seconds' worth
     assert channel.closed and wire.inbox.get_nowait() is None  # then hung up: the session's reader sees the end
+
+
+def test_instructions_and_functions_that_read_the_same_run_together_are_still_a_change():
+    """Moved from a function into the instructions, the same characters make another prompt: charged."""
+    c = Client()
+    function = {"type": "function", "name": "f", "description": "D" * 1500, "parameters": {"type": "object"}}
+    as_function = {"type": "session.update", "session": {"instructions": "", "tools": [function]}}
+    as_instructions = {"type": "session.update", "session": {
+        "instructions": "f" + "D" * 1500 + json.dumps({"type": "object"}), "tools": []}}
+    assert c.send(as_function) == [] and c.send(as_instructions) == []
+    (error,) = c.send(as_function)
+    assert error["code"] == "rate_limited"

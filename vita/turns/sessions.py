@@ -24,6 +24,8 @@ MIN_TEXT_COST = 200  # characters a typed message costs against the session's te
 # New prompt tokens a turn prefills without a charge after the fact (Session.settle_prefill): a spoken question and
 # the reply before it, with the chat template's marks (75-120 measured under four users).
 FREE_PREFILL_TOKENS = 256
+DENSEST_CHARS = 16  # what one character can cost, in the budget's characters: four tokens of four characters
+OWED_KEPT = 4096  # addresses whose text budget is remembered after their session closed (the oldest forgotten)
 TEXT_BURST_CHARS = 4000.0
 # Refused events a client may go on drawing, a second, once its burst (limits.max_refused_events) is spent. A
 # person's page draws a few (a paste too many, late ICE candidates); a client that ignores its errors draws its
@@ -68,6 +70,7 @@ class Session:
     text_budget: RateBudget = field(default_factory=lambda: RateBudget(MOST_TEXT_CHARS_S, TEXT_BURST_CHARS,
                                                                        time.monotonic()), repr=False)
     text_unsettled: float = 0.0  # characters charged up front for turns whose prefill is not yet settled
+    address: str | None = None  # its client's address, as the registry counts addresses
     # Images it sends (camera frames, a Realtime client's input_image), in megapixels: each is decoded to be checked.
     image_budget: RateBudget = field(default_factory=lambda: RateBudget(IMAGE_MP_PER_S, IMAGE_BURST_MP,
                                                                         time.monotonic()), repr=False)
@@ -109,9 +112,12 @@ class Session:
     def settle_prefill(self, prefilled_tokens: float, now: float) -> None:
         """What the engine prefilled for a turn (its new prompt tokens), charged after the fact beyond a spoken
         question's share and what its text paid up front: characters are charged first, but one character can
-        be three tokens (rare CJK, emoji), four typed characters one. The debt holds back typed text and
-        responses until it is paid."""
+        be four tokens (private-use and rare CJK characters), four typed characters one. Only text the client
+        brought is settled, at most DENSEST_CHARS times what it paid: a spoken turn owes nothing, nor a prompt
+        re-prefilled because other sessions' prompts pushed it out of the cache. The debt holds back typed text,
+        responses and prompt changes until it is paid."""
         owed = (prefilled_tokens - FREE_PREFILL_TOKENS) * CHARS_PER_TOKEN - self.text_unsettled
+        owed = min(owed, (DENSEST_CHARS - 1) * self.text_unsettled)
         self.text_unsettled = 0.0
         if owed > 0:
             self.text_budget.spend(owed, now)
@@ -158,6 +164,7 @@ class SessionRegistry:
         self._waiting: list[str] = []  # connections waiting for a seat, the next first
         self._addresses: dict[str, str | None] = {}  # each waiting connection's client address
         self._giving_up: set[str] = set()  # seated sessions timing out for the line, until they are closed
+        self._owed: dict[str, tuple[float, float]] = {}  # address -> its text budget when it left, and when
         self._lock = threading.Lock()
 
     def size(self, speed: MeasuredSpeed) -> str | None:
@@ -177,23 +184,34 @@ class SessionRegistry:
             self.text_chars_s = text_chars_per_s(speed)
             return self.text_chars_s
 
-    def open(self, sid: str) -> Session | None:
+    def open(self, sid: str, address: str | None = None) -> Session | None:
         """Register a session, or None when the server is full (or others are waiting for a seat)."""
         with self._lock:
             if len(self._sessions) >= self.max_users or self._waiting:
                 return None
-            return self._seat(sid)
+            return self._seat(sid, self.address_key(address))
 
-    def _seat(self, sid: str) -> Session:
-        """(under the lock)"""
+    def _seat(self, sid: str, key: str | None) -> Session:
+        """(under the lock) A client that left with its text budget spent (or in debt) comes back to it: a new
+        connection is no fresh burst."""
         session = self._sessions[sid] = Session(sid)
         session.text_budget.rate = self.text_chars_s
+        session.address = key
+        if key is not None and key in self._owed:
+            session.text_budget.left, session.text_budget.at = self._owed.pop(key)
         return session
 
     def close(self, sid: str) -> Session | None:
         with self._lock:
             session = self._sessions.pop(sid, None)
             self._giving_up.discard(sid)
+            if session is not None and session.address is not None:
+                budget = session.text_budget
+                if budget.available(time.monotonic()) < budget.burst:
+                    self._owed.pop(session.address, None)
+                    self._owed[session.address] = (budget.left, budget.at)
+                    while len(self._owed) > OWED_KEPT:
+                        self._owed.pop(next(iter(self._owed)))
         if session is not None:
             self._line_may_move()
         return session
@@ -229,8 +247,7 @@ class SessionRegistry:
             seated = []
             while self._waiting and len(self._sessions) < self.max_users:
                 sid = self._waiting.pop(0)
-                self._addresses.pop(sid, None)
-                seated.append(self._seat(sid))
+                seated.append(self._seat(sid, self._addresses.pop(sid, None)))
             return seated
 
     def give_seat_to_line(self, sid: str) -> bool:

@@ -313,9 +313,8 @@ class TurnController:
             session.held.append(message)
             return
         self.record(message)
-        if isinstance(message, TurnTimings) and message.stage == "llm" and "prompt_tokens" in message.timings:
-            prefilled = message.timings["prompt_tokens"] - message.timings.get("cached_tokens", 0.0)
-            session.settle_prefill(prefilled, time.monotonic())
+        if isinstance(message, TurnTimings) and message.stage == "llm" and "prefilled_tokens" in message.timings:
+            session.settle_prefill(message.timings["prefilled_tokens"], time.monotonic())
         if isinstance(message, SessionError):
             self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:

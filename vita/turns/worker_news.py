@@ -13,7 +13,7 @@ from vita.client_events import ClientEvent
 # Timings the turn log keeps but no client is sent: the prefix cache is shared by every session, and each of these
 # tells whether it held a prompt's opening (another user's words): the count, and whether the reading of unsure
 # words found them already cached.
-SERVER_ONLY_TIMINGS = frozenset({"cached_tokens", "words_unread", "words_logprob"})
+SERVER_ONLY_TIMINGS = frozenset({"cached_tokens", "prefilled_tokens", "words_unread", "words_logprob"})
 
 
 def client_event_for(message: Any) -> ClientEvent | None:
@@ -34,5 +34,5 @@ def client_event_for(message: Any) -> ClientEvent | None:
         # The prefix cache is shared by every session: how much of a prompt it held would tell this user whether
         # another began a conversation the same way. It stays in the turn log and metrics.
         shown = {k: v for k, v in message.timings.items() if k not in SERVER_ONLY_TIMINGS}
-        return client_events.Timings(turn_id, message.stage, shown)
+        return client_events.Timings(turn_id, message.stage, shown) if shown else None
     return None

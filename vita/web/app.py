@@ -312,7 +312,7 @@ class FrontApp:
             self._after_handshake(self._disconnect, request.sid)
             return
         with self._line_lock:
-            session = self.sessions.open(request.sid)
+            session = self.sessions.open(request.sid, client_address(request.environ))
             place = None
             if session is None and wants_to_wait(auth):
                 place = self.sessions.wait(request.sid, client_address(request.environ))

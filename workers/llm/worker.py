@@ -379,6 +379,8 @@ class LlmWorker:
                 with contextlib.suppress(Exception):
                     await self.kit.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
+            if "prefilled_tokens" in run.timings:  # what it made the engine do is settled all the same
+                self.out.publish(TurnTimings(sid, tid, NAME, {"prefilled_tokens": run.timings["prefilled_tokens"]}))
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
                 self.histories[sid].add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
                                                  tool_messages=run.kept_tool_messages))

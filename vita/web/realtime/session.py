@@ -27,6 +27,7 @@ from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
+from vita.web.http.web_security import client_address
 from vita.web.realtime.audio_buffer import PushToTalkBuffer
 from vita.web.realtime.conversation import Item, RealtimeConversation
 from vita.web.realtime.items import heard_part, read_message_content
@@ -61,8 +62,8 @@ OVER_BUDGET = frozenset({"audio_overrun", "rate_limited", "too_many_items"})
 def fixed_prompt(instructions: str, tools: tuple[ClientTool, ...], choice: ToolChoice) -> str:
     """What a turn's prompt opens with, the same every turn: the instructions and the functions offered (both in
     the engine's cached prefix: workers/llm/kit.py)."""
-    return instructions + "".join(t.name + t.description + t.parameters for t in (() if choice.mode == "none"
-                                                                                 else tools))
+    offered = () if choice.mode == "none" else tools
+    return json.dumps([instructions, [[t.name, t.description, t.parameters] for t in offered]], ensure_ascii=False)
 
 
 class RealtimeSession:
@@ -75,12 +76,14 @@ class RealtimeSession:
         config = front.config
         self.settings = first_settings(front)
         self.bound = bound
+        self.environ = environ
         self.sid = new_id("rt")
         self.received_ms = 0  # input audio received so far (the VAD events' audio_start_ms / audio_end_ms)
         self.conversation = RealtimeConversation(self._write, lambda: self.settings, lambda: self.received_ms,
                                                  config.llm.max_tokens)
         self.audio = PushToTalkBuffer(config.vad.max_utterance_s)  # and the cap on what one response hears
-        self.prompted = ""  # the instructions and functions of the latest response (unchanged: no text budget again)
+        # The instructions and functions last charged (fixed_prompt): unchanged ones cost no text budget again.
+        self.prompted = fixed_prompt("", (), ToolChoice())
         self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
         self.requested = False  # response.create sent, its turn not yet begun
         self.closed = False
@@ -118,7 +121,7 @@ class RealtimeSession:
     def open(self) -> bool:
         """Take a seat of --max_users; False when there is none."""
         front = self.front
-        session = front.sessions.open(self.sid)
+        session = front.sessions.open(self.sid, client_address(self.environ))
         if session is None:
             front.metrics.sessions_refused.inc()
             return False
