@@ -12,18 +12,11 @@ from workers.llm.asr import MisheardRule
 from workers.llm.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.llm.omni import InputMode
 from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
-from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.registry import ToolBox
 
 if TYPE_CHECKING:
     from vita.config import Config
     from workers.llm.turn_run import TurnRun
-
-
-# Beside a question shown a client's functions: in a long session the bundled 1.5B model answered from its own
-# imagination ("The shop has 100 sprockets in stock.") once an earlier call had been answered.
-CALL_NOTE = ("If the question needs what one of these functions returns, call it; never make up what a function "
-             "would return.")
 
 
 class LlmKit:
@@ -62,8 +55,6 @@ class LlmKit:
         if not self.tools_beside():  # (the same tool once, in the template's place)
             tools, fixed = None, ToolBox([*(fixed.tools.values() if fixed else ()),
                                           *(tools.tools.values() if tools else ())])
-        if tools and any(t.source == CLIENT_TOOL for t in tools.tools.values()):
-            note = "\n\n".join(part for part in (CALL_NOTE, note) if part)
         text = p.build(history, user_text, cues, tools.schemas() if tools else None, after, note,
                        fixed.schemas() if fixed else None)
         words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
