@@ -53,17 +53,33 @@ def test_what_the_engine_prefilled_beyond_what_the_text_paid_is_owed_and_holds_b
     assert spoken.take_text(MIN_TEXT_COST, now)
 
 
-def test_a_client_that_reconnects_comes_back_to_its_spent_text_budget():
+def test_a_client_that_reconnects_comes_back_to_its_spent_text_budget_whichever_connection_comes_first():
+    registry = SessionRegistry(max_users=3)
+    now = time.monotonic()
+    indebted, light = registry.open("a", "10.0.0.7"), registry.open("b", "10.0.0.7")
+    indebted.take_text(3000, now)
+    indebted.settle_prefill(2000, now)  # in debt
+    light.take_text(MIN_TEXT_COST, now)
+    registry.close("a")
+    registry.close("b")  # the connection that paid least does not wipe the other's debt
+    throwaway = registry.open("c", "10.0.0.7")
+    again = registry.open("d", "10.0.0.7")  # nor does a connection opened first to take it
+    assert not throwaway.take_text(MIN_TEXT_COST, time.monotonic())
+    assert not again.take_text(MIN_TEXT_COST, time.monotonic())
+    assert again.text_budget.available(time.monotonic()) >= -again.text_budget.burst  # (a neighbour's: a burst)
+    registry.close("c")
+    other = registry.open("e", "10.0.0.8")
+    assert other.take_text(MIN_TEXT_COST, time.monotonic())  # another client: its own full burst
+
+
+def test_a_turns_settlement_that_comes_after_its_session_closed_is_owed_by_the_next():
     registry = SessionRegistry(max_users=2)
     now = time.monotonic()
-    first = registry.open("a", "10.0.0.7")
-    first.take_text(3000, now)
-    first.settle_prefill(2000, now)  # in debt
+    gone = registry.open("a", "10.0.0.7")
+    gone.take_text(480, now)
     registry.close("a")
-    again = registry.open("b", "10.0.0.7")
-    assert not again.take_text(MIN_TEXT_COST, time.monotonic())
-    other = registry.open("c", "10.0.0.8")
-    assert other.take_text(MIN_TEXT_COST, time.monotonic())  # another client: its own full burst
+    gone.settle_prefill(1949, now)  # (the worker's timings arrive after the close)
+    assert not registry.open("b", "10.0.0.7").take_text(MIN_TEXT_COST, time.monotonic())
 
 
 def test_registry_enforces_max_users():

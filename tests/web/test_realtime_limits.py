@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -405,3 +406,32 @@ def test_instructions_and_functions_that_read_the_same_run_together_are_still_a_
     assert c.send(as_function) == [] and c.send(as_instructions) == []
     (error,) = c.send(as_function)
     assert error["code"] == "rate_limited"
+
+
+def test_a_client_keys_instructions_are_charged_when_its_session_opens():
+    """Settings bound at the start (a client key's, a call's offer) are what the VAD's turns use: charged as a
+    session.update would be, and a client in debt cannot open sessions with new ones for free."""
+    import dataclasses
+
+    from vita.turns.sessions import SessionRegistry
+    from vita.web.realtime.protocol import ProtocolError
+    from vita.web.realtime.settings import first_settings
+
+    front = Front()
+    front.sessions = SessionRegistry(max_users=4)
+    front.metrics = SimpleNamespace(audio_dropped=Counter(), sessions_opened=Counter(), sessions_refused=Counter())
+    front.turns.attach = lambda session: setattr(session, "actor", SimpleNamespace(call=lambda _fn: None))
+    front.turns.detach = lambda _session: None
+    environ = {"REMOTE_ADDR": "10.0.0.9"}
+
+    def keyed(instructions: str) -> RealtimeSession:
+        bound = dataclasses.replace(first_settings(front), instructions=instructions)
+        return RealtimeSession(front, SimpleNamespace(send=lambda _text: None), "gpt-realtime", environ, bound)
+
+    first = keyed("Answer in French. " * 200)  # 3,600 characters
+    assert first.open() and first.session.text_budget.available(time.monotonic()) < 1000
+    first.session.settle_prefill(2000, time.monotonic())
+    first.end()
+    with pytest.raises(ProtocolError, match="wait a moment"):
+        keyed("Answer in German. " * 200).open()
+    assert len(front.sessions) == 0  # the seat given back

@@ -164,7 +164,7 @@ class SessionRegistry:
         self._waiting: list[str] = []  # connections waiting for a seat, the next first
         self._addresses: dict[str, str | None] = {}  # each waiting connection's client address
         self._giving_up: set[str] = set()  # seated sessions timing out for the line, until they are closed
-        self._owed: dict[str, tuple[float, float]] = {}  # address -> its text budget when it left, and when
+        self._owed: dict[str, RateBudget] = {}  # address -> the text budget its last indebted session left with
         self._lock = threading.Lock()
 
     def size(self, speed: MeasuredSpeed) -> str | None:
@@ -192,13 +192,19 @@ class SessionRegistry:
             return self._seat(sid, self.address_key(address))
 
     def _seat(self, sid: str, key: str | None) -> Session:
-        """(under the lock) A client that left with its text budget spent (or in debt) comes back to it: a new
-        connection is no fresh burst."""
+        """(under the lock) A client that left with its text budget spent (or in debt) comes back to it, whichever
+        connection of its address comes first or next: a new connection is no fresh burst. (The debt a neighbour
+        behind the same address inherits is at most a burst.)"""
         session = self._sessions[sid] = Session(sid)
         session.text_budget.rate = self.text_chars_s
         session.address = key
-        if key is not None and key in self._owed:
-            session.text_budget.left, session.text_budget.at = self._owed.pop(key)
+        left = self._owed.get(key) if key is not None else None
+        if left is not None:
+            now = time.monotonic()
+            if left.available(now) >= left.burst:
+                del self._owed[key]  # paid off meanwhile
+            else:
+                session.text_budget.left, session.text_budget.at = max(left.left, -left.burst), now
         return session
 
     def close(self, sid: str) -> Session | None:
@@ -206,15 +212,24 @@ class SessionRegistry:
             session = self._sessions.pop(sid, None)
             self._giving_up.discard(sid)
             if session is not None and session.address is not None:
-                budget = session.text_budget
-                if budget.available(time.monotonic()) < budget.burst:
-                    self._owed.pop(session.address, None)
-                    self._owed[session.address] = (budget.left, budget.at)
-                    while len(self._owed) > OWED_KEPT:
-                        self._owed.pop(next(iter(self._owed)))
+                self._keep_owed(session)
         if session is not None:
             self._line_may_move()
         return session
+
+    def _keep_owed(self, session: Session) -> None:
+        """(under the lock) A closing session's text budget, kept for its address when spent or still to be
+        settled (its turn's settlement may come after the close: it lands on the budget kept here), unless the
+        address already left one more in debt (two connections: the one that paid least does not wipe the other's
+        debt)."""
+        now, budget = time.monotonic(), session.text_budget
+        if budget.available(now) >= budget.burst and not session.text_unsettled:
+            return
+        kept = self._owed.pop(session.address, None)
+        self._owed[session.address] = kept if kept is not None and kept.available(now) < budget.available(now) \
+            else budget
+        while len(self._owed) > OWED_KEPT:
+            self._owed.pop(next(iter(self._owed)))
 
     # --- the line --------------------------------------------------------------------------------------------
     def wait(self, sid: str, address: str | None = None) -> int | None:

@@ -360,6 +360,7 @@ class LlmWorker:
                 await self.hearing.ask_again(req, run)
                 return
             if not generated:  # it called the client's tools: theirs to run
+                run.timings_sent = True
                 self.out.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
                 self.out.publish(TurnEnded(sid, tid, NAME, "tool_call"))
                 return
@@ -379,8 +380,6 @@ class LlmWorker:
                 with contextlib.suppress(Exception):
                     await self.kit.engine.abort(run.request_id)
             forgotten = (sid, tid) in self.forgotten
-            if "prefilled_tokens" in run.timings:  # what it made the engine do is settled all the same
-                self.out.publish(TurnTimings(sid, tid, NAME, {"prefilled_tokens": run.timings["prefilled_tokens"]}))
             if run.user_text and run.spoken and sid in self.histories and not forgotten:  # nothing said: nothing kept
                 self.histories[sid].add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
                                                  tool_messages=run.kept_tool_messages))
@@ -396,6 +395,9 @@ class LlmWorker:
                 reason = "its language model stopped and is being restarted; please ask again in a moment"
             self.out.publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self.out.publish(TurnEnded(sid, tid, NAME, "error"))
+        finally:
+            if "prefilled_tokens" in run.timings and not run.timings_sent:  # (cancelled, failed: its work was done)
+                self.out.publish(TurnTimings(sid, tid, NAME, {"prefilled_tokens": run.timings["prefilled_tokens"]}))
 
     async def _take_fair_share(self, sid: str, run: TurnRun) -> None:
         """A session over its share of the worker lets the turns other sessions have in flight now finish first

@@ -151,7 +151,11 @@ class RealtimeRoute:
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
         rt = RealtimeSession(self.front, wire, model, environ, settings)
         rt.conversation.webrtc = True
-        if not rt.open():
+        try:
+            opened = rt.open()
+        except ProtocolError as exc:
+            return _json_response(start_response, "429 Too Many Requests", exc.code, exc.message, exc.param)
+        if not opened:
             return _json_response(start_response, "429 Too Many Requests", "too_many_users",
                                   f"The server is full ({self.front.sessions.max_users} users); try again later.")
         from vita.web.http.web_security import client_address

@@ -111,7 +111,13 @@ class RealtimeSession:
 
     def serve(self) -> None:
         """A WebSocket client: its seat (or `too_many_users` on its own wire), then its events until it goes."""
-        if not self.open():
+        try:
+            opened = self.open()
+        except ProtocolError as exc:  # its client key's prompt, over what its address may still spend
+            self.conversation.error(exc.code, exc.message, exc.param, kind=exc.kind)
+            self.close()
+            return
+        if not opened:
             self.conversation.error("too_many_users", f"The server is full ({self.front.sessions.max_users} users); "
                                     "try again later.", kind="server_error")
             self.close()
@@ -119,7 +125,8 @@ class RealtimeSession:
         self.run()
 
     def open(self) -> bool:
-        """Take a seat of --max_users; False when there is none."""
+        """Take a seat of --max_users; False when there is none. ProtocolError (rate_limited, the seat given back)
+        when the settings it is bound to bring a prompt its client's text budget cannot pay for."""
         front = self.front
         session = front.sessions.open(self.sid, client_address(self.environ))
         if session is None:
@@ -132,8 +139,13 @@ class RealtimeSession:
         try:
             front.turns.attach(session)
             if self.bound is not None:  # the client key's settings, before anything of the session happens
-                before, self.settings = self.settings, self.bound
-                self._apply(before, self.bound)
+                bound = self.bound
+                prompt = fixed_prompt(bound.instructions, bound.tools, bound.tool_choice)
+                if prompt != self.prompted:  # charged as a session.update would be (its VAD turns use them)
+                    self._charge_text(min(len(prompt), session.text_budget.burst - MIN_TEXT_COST))
+                    self.prompted = prompt
+                before, self.settings = self.settings, bound
+                self._apply(before, bound)
         except Exception:
             self.end()
             raise
