@@ -8,7 +8,7 @@ import pytest
 
 from tests.test_capacity import GPU, ZEN1_EPYC
 from vita.capacity import SEATS_BEFORE_MEASURED
-from vita.turns.sessions import FREE_PREFILL_TOKENS, MIN_TEXT_COST, REFUSED_PER_S, Session, SessionRegistry
+from vita.turns.sessions import MIN_TEXT_COST, REFUSED_PER_S, Session, SessionRegistry
 from vita.web.http.access import client_key
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
@@ -34,31 +34,11 @@ def test_a_session_is_closed_once_for_refusals_beyond_its_burst_and_rate(monkeyp
     assert s.flooding and not s.refused(burst=100)
 
 
-def test_what_the_engine_prefilled_beyond_what_the_text_paid_is_owed_and_holds_back_the_next_text():
-    """A 650-character message of rare CJK became ~1,960 prompt tokens: charged its characters up front, and the
-    rest once the engine has said what it prefilled."""
-    session = Session("s")
-    now = time.monotonic()
-    assert session.take_text(650, now)
-    session.settle_prefill(1961, now)  # ((1961 - 256) * 4 - 650 characters owed)
-    assert not session.take_text(MIN_TEXT_COST, now)  # in debt: refused until it is paid
-    owed = (1961 - FREE_PREFILL_TOKENS) * 4 - 650
-    assert session.text_budget.available(now) == pytest.approx(4000 - 650 - owed, abs=1)
-    plain = Session("t")
-    assert plain.take_text(MIN_TEXT_COST, now)
-    plain.settle_prefill(FREE_PREFILL_TOKENS, now)  # a spoken question's prompt costs nothing more
-    assert plain.take_text(MIN_TEXT_COST, now) and plain.text_unsettled == MIN_TEXT_COST
-    spoken = Session("u")
-    spoken.settle_prefill(1900, now)  # no text of its own: its prompt was pushed out of the cache by others'
-    assert spoken.take_text(MIN_TEXT_COST, now)
-
-
 def test_a_client_that_reconnects_comes_back_to_its_spent_text_budget_whichever_connection_comes_first():
     registry = SessionRegistry(max_users=3)
     now = time.monotonic()
     indebted, light = registry.open("a", "10.0.0.7"), registry.open("b", "10.0.0.7")
-    indebted.take_text(3000, now)
-    indebted.settle_prefill(2000, now)  # in debt
+    assert indebted.take_text(7000, now, whole=True)  # (a Realtime response's text over a burst) in debt
     light.take_text(MIN_TEXT_COST, now)
     registry.close("a")
     registry.close("b")  # the connection that paid least does not wipe the other's debt
@@ -70,16 +50,6 @@ def test_a_client_that_reconnects_comes_back_to_its_spent_text_budget_whichever_
     registry.close("c")
     other = registry.open("e", "10.0.0.8")
     assert other.take_text(MIN_TEXT_COST, time.monotonic())  # another client: its own full burst
-
-
-def test_a_turns_settlement_that_comes_after_its_session_closed_is_owed_by_the_next():
-    registry = SessionRegistry(max_users=2)
-    now = time.monotonic()
-    gone = registry.open("a", "10.0.0.7")
-    gone.take_text(480, now)
-    registry.close("a")
-    gone.settle_prefill(1949, now)  # (the worker's timings arrive after the close)
-    assert not registry.open("b", "10.0.0.7").take_text(MIN_TEXT_COST, time.monotonic())
 
 
 def test_registry_enforces_max_users():

@@ -17,6 +17,7 @@ import vita.web.realtime.session as realtime
 from vita.client_events import StateChanged, TurnStarted
 from vita.config import Config
 from vita.rate_budget import RateBudget
+from vita.text_cost import TextCost, local_tokenizer_file
 from vita.turns.sessions import Session
 from vita.turns.turn_events import InputCommitted
 from vita.web.realtime.protocol import (
@@ -49,6 +50,7 @@ class Front:
         self.turns = SimpleNamespace(posted=[], post=lambda _session, event: self.turns.posted.append(event),
                                      interrupt=lambda _session, _reason: None, put=lambda _queue, _message: None)
         self.heard: list[np.ndarray] = []
+        self.text_cost = TextCost(local_tokenizer_file(self.config))
         self.refusals = 0
 
     def session_allows_event(self, _session) -> bool:
@@ -399,10 +401,11 @@ def test_a_calls_events_are_paced_in_bytes_and_a_caller_that_floods_on_is_hung_u
 def test_instructions_and_functions_that_read_the_same_run_together_are_still_a_change():
     """Moved from a function into the instructions, the same characters make another prompt: charged."""
     c = Client()
-    function = {"type": "function", "name": "f", "description": "D" * 1500, "parameters": {"type": "object"}}
+    words = "Looks up the shop's records. " * 50  # 1,450 characters
+    function = {"type": "function", "name": "f", "description": words, "parameters": {"type": "object"}}
     as_function = {"type": "session.update", "session": {"instructions": "", "tools": [function]}}
     as_instructions = {"type": "session.update", "session": {
-        "instructions": "f" + "D" * 1500 + json.dumps({"type": "object"}), "tools": []}}
+        "instructions": "f" + words + json.dumps({"type": "object"}), "tools": []}}
     assert c.send(as_function) == [] and c.send(as_instructions) == []
     (error,) = c.send(as_function)
     assert error["code"] == "rate_limited"
@@ -430,8 +433,21 @@ def test_a_client_keys_instructions_are_charged_when_its_session_opens():
 
     first = keyed("Answer in French. " * 200)  # 3,600 characters
     assert first.open() and first.session.text_budget.available(time.monotonic()) < 1000
-    first.session.settle_prefill(2000, time.monotonic())
+    first.session.text_budget.spend(2000, time.monotonic())
     first.end()
     with pytest.raises(ProtocolError, match="wait a moment"):
         keyed("Answer in German. " * 200).open()
     assert len(front.sessions) == 0  # the seat given back
+
+
+def test_a_responses_text_is_charged_in_the_models_tokens_not_its_characters():
+    """300 private-use characters are 1,200 tokens: charged as 4,800 of the budget's characters, not 300."""
+    c = Client()
+    dense = chr(0xF0000) * 300
+    assert c.front.text_cost(dense) == 300 * 16
+    c.send(text_item(dense))
+    assert c.send({"type": "response.create"}) == []  # (over a burst: taken from a full budget, then paid off)
+    answered(c, 1)
+    c.send(text_item("Hello"))
+    (error,) = c.send({"type": "response.create"})
+    assert error["code"] == "rate_limited"

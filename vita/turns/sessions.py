@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vita.capacity import CHARS_PER_TOKEN, MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
+from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
 from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
@@ -21,10 +21,6 @@ from vita.turns.turn_taking import TurnTaking
 log = logging.getLogger(__name__)
 
 MIN_TEXT_COST = 200  # characters a typed message costs against the session's text budget, however short
-# New prompt tokens a turn prefills without a charge after the fact (Session.settle_prefill): a spoken question and
-# the reply before it, with the chat template's marks (75-120 measured under four users).
-FREE_PREFILL_TOKENS = 256
-DENSEST_CHARS = 16  # what one character can cost, in the budget's characters: four tokens of four characters
 OWED_KEPT = 4096  # addresses whose text budget is remembered after their session closed (the oldest forgotten)
 TEXT_BURST_CHARS = 4000.0
 # Refused events a client may go on drawing, a second, once its burst (limits.max_refused_events) is spent. A
@@ -69,7 +65,6 @@ class Session:
     # the one before. Its rate is the registry's, from this machine's measured prefill speed.
     text_budget: RateBudget = field(default_factory=lambda: RateBudget(MOST_TEXT_CHARS_S, TEXT_BURST_CHARS,
                                                                        time.monotonic()), repr=False)
-    text_unsettled: float = 0.0  # characters charged up front for turns whose prefill is not yet settled
     address: str | None = None  # its client's address, as the registry counts addresses
     # Images it sends (camera frames, a Realtime client's input_image), in megapixels: each is decoded to be checked.
     image_budget: RateBudget = field(default_factory=lambda: RateBudget(IMAGE_MP_PER_S, IMAGE_BURST_MP,
@@ -104,23 +99,7 @@ class Session:
     def take_text(self, chars: float, now: float, whole: bool = False) -> bool:
         """Charge typed text (or a Realtime response's new text) before its turn: False when over the budget.
         whole: more than a burst is admitted from a full budget (RateBudget.admit)."""
-        taken = (self.text_budget.admit if whole else self.text_budget.take)(chars, now)
-        if taken:
-            self.text_unsettled += chars
-        return taken
-
-    def settle_prefill(self, prefilled_tokens: float, now: float) -> None:
-        """What the engine prefilled for a turn (its new prompt tokens), charged after the fact beyond a spoken
-        question's share and what its text paid up front: characters are charged first, but one character can
-        be four tokens (private-use and rare CJK characters), four typed characters one. Only text the client
-        brought is settled, at most DENSEST_CHARS times what it paid: a spoken turn owes nothing, nor a prompt
-        re-prefilled because other sessions' prompts pushed it out of the cache. The debt holds back typed text,
-        responses and prompt changes until it is paid."""
-        owed = (prefilled_tokens - FREE_PREFILL_TOKENS) * CHARS_PER_TOKEN - self.text_unsettled
-        owed = min(owed, (DENSEST_CHARS - 1) * self.text_unsettled)
-        self.text_unsettled = 0.0
-        if owed > 0:
-            self.text_budget.spend(owed, now)
+        return (self.text_budget.admit if whole else self.text_budget.take)(chars, now)
 
     def refused(self, burst: float) -> bool:
         """Count one refused event. True once (the first time) the client has drawn `burst` refusals beyond
@@ -218,12 +197,10 @@ class SessionRegistry:
         return session
 
     def _keep_owed(self, session: Session) -> None:
-        """(under the lock) A closing session's text budget, kept for its address when spent or still to be
-        settled (its turn's settlement may come after the close: it lands on the budget kept here), unless the
-        address already left one more in debt (two connections: the one that paid least does not wipe the other's
-        debt)."""
+        """(under the lock) A closing session's text budget, kept for its address when spent, unless the address
+        already left one more spent (two connections: the one that paid least does not wipe the other's debt)."""
         now, budget = time.monotonic(), session.text_budget
-        if budget.available(now) >= budget.burst and not session.text_unsettled:
+        if budget.available(now) >= budget.burst:
             return
         kept = self._owed.pop(session.address, None)
         self._owed[session.address] = kept if kept is not None and kept.available(now) < budget.available(now) \

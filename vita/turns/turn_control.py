@@ -32,7 +32,7 @@ from vita.client_events import (
 )
 from vita.config import Config
 from vita.machine.cpu import trim_heap
-from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded, TurnTimings
+from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -308,10 +308,6 @@ class TurnController:
         turn_id = getattr(message, "turn_id", None)
         if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
             self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
-        if isinstance(message, TurnTimings) and message.stage == "llm" and "prefilled_tokens" in message.timings:
-            # (before it may be held: a held turn's messages are dropped if it is withdrawn, its work done all the
-            # same; settled twice if delivered later, the second owes nothing)
-            session.settle_prefill(message.timings["prefilled_tokens"], time.monotonic())
         decision = session.turns.route(turn_id)
         if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
             session.held.append(message)

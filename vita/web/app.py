@@ -21,6 +21,7 @@ from vita.messages import REPLY_MODES, MeasuredSpeed, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
+from vita.text_cost import TextCost, local_tokenizer_file
 from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.turns.ears import Ears
 from vita.turns.sessions import MIN_TEXT_COST, Session, SessionRegistry
@@ -81,6 +82,7 @@ class FrontApp:
         self.graph = graph
         # An IPv6 client is counted by its /64, which one host usually holds whole (as the token's lockout counts it).
         self.sessions = SessionRegistry(config.server.max_users, config.server.max_waiting, address_key=client_key)
+        self.text_cost = TextCost(local_tokenizer_file(config)).load()  # what typed text costs: the model's tokens
         self.sessions.on_seat_freed = self._seat_waiting
         # Seating from the line, telling places, and a connection leaving: one at a time, so a client is never seated
         # after it left, nor told a place after it was seated (re-entered when a seat fails and frees the next).
@@ -505,7 +507,7 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
-        if not session.take_text(max(len(text), MIN_TEXT_COST), time.monotonic()):
+        if not session.take_text(max(self.text_cost(text), MIN_TEXT_COST), time.monotonic()):
             self.refuse(session, "rate_limited", "Too many typed messages; wait a moment between them.")
             return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from vita.config import Config
     from vita.ops.metrics import FrontMetrics
     from vita.ops.turn_log import TurnLogger
+    from vita.text_cost import TextCost
     from vita.turns.sessions import Session, SessionRegistry
     from vita.turns.turn_control import TurnController
     from vita.web.http.access import AccessGuard
@@ -32,6 +33,7 @@ class SessionHost(Protocol):
     metrics: FrontMetrics
     voices: list[str]
     llm_choice: dict[str, str | None]
+    text_cost: TextCost
 
     def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
         """Microphone audio to the session's VAD, within its real-time budget; False when refused."""

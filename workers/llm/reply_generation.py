@@ -123,7 +123,7 @@ class ReplyGeneration:
                 round_tokens += delta.tokens
                 if delta.prompt_tokens is not None:
                     timings["prompt_tokens"] = float(delta.prompt_tokens)
-                    # every round's, for the front to settle what the session's text made the engine do
+                    # every round's (the turn log's: what the turn made the engine do)
                     timings["prefilled_tokens"] = (timings.get("prefilled_tokens", 0.0) + delta.prompt_tokens
                                                    - (delta.cached_tokens or 0))
                 if delta.cached_tokens is not None:

@@ -65,6 +65,5 @@ class TurnOutput:
     def publish_answered(self, sid: str, tid: int, run: TurnRun) -> None:
         """An answered turn's last messages: the reply as spoken, the timings, the end."""
         self.publish(ReplyText(sid, tid, "", done=True, text=run.said))
-        run.timings_sent = True
         self.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
         self.publish(TurnEnded(sid, tid, NAME, spoken=run.said))

@@ -61,7 +61,6 @@ class TurnRun:
     offered: ToolBox | None = None  # what the model is shown of them beside the question (tools/relevance.py)
     fixed_tools: ToolBox | None = None  # ... and in the prompt's cached prefix, all session (ToolTurns.prefix_tools)
     cache_salt: str | None = None  # its prompts' (EnginePrompt.cache_salt): a client wrote their opening
-    timings_sent: bool = False  # its timings went to the front (else what it prefilled goes when it ends)
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
     planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
 

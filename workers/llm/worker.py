@@ -360,7 +360,6 @@ class LlmWorker:
                 await self.hearing.ask_again(req, run)
                 return
             if not generated:  # it called the client's tools: theirs to run
-                run.timings_sent = True
                 self.out.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
                 self.out.publish(TurnEnded(sid, tid, NAME, "tool_call"))
                 return
@@ -395,9 +394,6 @@ class LlmWorker:
                 reason = "its language model stopped and is being restarted; please ask again in a moment"
             self.out.publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self.out.publish(TurnEnded(sid, tid, NAME, "error"))
-        finally:
-            if "prefilled_tokens" in run.timings and not run.timings_sent:  # (cancelled, failed: its work was done)
-                self.out.publish(TurnTimings(sid, tid, NAME, {"prefilled_tokens": run.timings["prefilled_tokens"]}))
 
     async def _take_fair_share(self, sid: str, run: TurnRun) -> None:
         """A session over its share of the worker lets the turns other sessions have in flight now finish first

@@ -142,7 +142,7 @@ class RealtimeSession:
                 bound = self.bound
                 prompt = fixed_prompt(bound.instructions, bound.tools, bound.tool_choice)
                 if prompt != self.prompted:  # charged as a session.update would be (its VAD turns use them)
-                    self._charge_text(min(len(prompt), session.text_budget.burst - MIN_TEXT_COST))
+                    self._charge_text(min(self.front.text_cost(prompt), session.text_budget.burst - MIN_TEXT_COST))
                     self.prompted = prompt
                 before, self.settings = self.settings, bound
                 self._apply(before, bound)
@@ -219,7 +219,7 @@ class RealtimeSession:
         # response.create to charge (leaving room for one least response after, as a client updates then asks).
         prompt = fixed_prompt(after.instructions, after.tools, after.tool_choice)
         if prompt != self.prompted:
-            self._charge_text(min(len(prompt), self.session.text_budget.burst - MIN_TEXT_COST))
+            self._charge_text(min(self.front.text_cost(prompt), self.session.text_budget.burst - MIN_TEXT_COST))
             self.prompted = prompt
         self.settings = after
         self._apply(before, after)
@@ -442,8 +442,9 @@ class RealtimeSession:
         # prefix). A new one costs at most a whole burst: a client whose long prompt never changes pays once and is
         # not locked out for minutes, and one that changes a long prompt each time gets one response a burst.
         prompt = fixed_prompt(override or self.settings.instructions, tools, choice or self.settings.tool_choice)
-        new_prompt = min(len(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
-        self._charge_text(len(text) + sum(len(o.output) for o in outputs) + new_prompt)
+        cost = self.front.text_cost
+        new_prompt = min(cost(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
+        self._charge_text(cost(text) + sum(cost(o.output) for o in outputs) + new_prompt)
         self.prompted, self.pending = prompt, []
         self.audio.release(sum(len(s.pcm) // 2 for s in speeches))
         self.requested = True
