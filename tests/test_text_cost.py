@@ -18,8 +18,18 @@ def test_english_costs_its_length_and_dense_characters_their_tokens():
     assert cost("") == 0
 
 
-def test_without_a_tokenizer_a_character_outside_ascii_counts_as_a_token():
+def test_without_a_tokenizer_a_character_other_than_a_letter_counts_as_a_token():
     cost = TextCost(None)
     assert cost("plain text") == len("plain text")
-    assert cost("日本語") == pytest.approx(3 * 4 + 3 / 4 * 4)
+    assert cost("日本語") == 3 * 4
+    assert cost("1234567890") == 10 * 4  # digits: a token each, at most
     assert TextCost(Config().state_path() / "no-such-tokenizer.json")("abc") == 3
+
+
+def test_a_long_or_capped_text_is_not_read_past_what_it_can_cost():
+    cost = TextCost(local_tokenizer_file(Config()))
+    assert cost(chr(0xF0000) * 5000, cap=1200) == 1200  # (as long as the cap: not read at all)
+    assert cost(chr(0xF0000) * 100, cap=1200) == 1200
+    huge = "word " * 10_000  # past TOKENIZED_MOST: the rest priced by its bytes, four tokens a byte at most
+    assert cost(huge) >= len(huge)
+    assert cost("\ud800 lone surrogate") > 0  # not UTF-8: priced by its bytes, never an error

@@ -16,6 +16,11 @@ from typing import Any
 from vita.capacity import CHARS_PER_TOKEN
 
 log = logging.getLogger(__name__)
+# What the functions shown beside a question may take, in tokens: read again each turn, never cached, so each
+# response of a session with functions is charged this much (workers/llm/tool_turns.py keeps to it). Four shop
+# functions are ~300.
+FUNCTIONS_BESIDE_TOKENS = 300
+TOKENIZED_MOST = 16_000  # characters of one text read by the tokenizer (the rest priced by its bytes)
 
 
 def local_tokenizer_file(config: Any) -> Path | None:
@@ -52,13 +57,28 @@ class TextCost:
                                     self.tokenizer_file, exc)
             return self._tokenizer
 
-    def __call__(self, text: str) -> float:
-        """The budget's characters `text` costs: its tokens at CHARS_PER_TOKEN each, never less than its length."""
+    def __call__(self, text: str, cap: float | None = None) -> float:
+        """The budget's characters `text` costs: its tokens at CHARS_PER_TOKEN each, never less than its length;
+        at most `cap` (then a text as long as the cap is not read at all). At most TOKENIZED_MOST characters are
+        tokenized (22 ms at worst, holding the GIL): the rest counts four tokens a UTF-8 byte's worth, what a
+        byte-level tokenizer can make of it at most."""
         if not text:
             return 0.0
+        if cap is not None and len(text) >= cap:
+            return float(cap)
+        head, rest = text[:TOKENIZED_MOST], text[TOKENIZED_MOST:]
+        tokens = self._tokens(head) + len(rest.encode("utf-8", "surrogatepass"))
+        cost = max(float(len(text)), tokens * CHARS_PER_TOKEN)
+        return min(cost, cap) if cap is not None else cost
+
+    def _tokens(self, text: str) -> float:
         tokenizer = self._tokenizer if self._loaded else self._load()
         if tokenizer is not None:
-            tokens = len(tokenizer.encode(text, add_special_tokens=False).ids)
-        else:
-            tokens = sum(1 for c in text if ord(c) > 127) + len(text) / CHARS_PER_TOKEN
-        return max(float(len(text)), tokens * CHARS_PER_TOKEN)
+            try:
+                return float(len(tokenizer.encode(text, add_special_tokens=False).ids))
+            except Exception:  # (a lone surrogate: not UTF-8) what a byte-level tokenizer makes of it at most
+                return float(len(text.encode("utf-8", "surrogatepass")))
+        # An estimate: four ASCII letters or spaces a token; any other character (digits, symbols, anything
+        # outside ASCII) can be a token of its own.
+        words = sum(1 for c in text if c.isascii() and (c.isalpha() or c == " "))
+        return (len(text) - words) + words / CHARS_PER_TOKEN

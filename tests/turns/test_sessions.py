@@ -172,3 +172,22 @@ def test_more_seats_once_measured_seat_the_line():
     registry.size(GPU)  # (more seats than SEATS_BEFORE_MEASURED)
     assert registry.max_users > SEATS_BEFORE_MEASURED and registry.places() == []
     assert registry.get("c") is not None and registry.get("d") is not None
+
+
+def test_texts_that_cannot_fit_are_refused_before_they_are_read():
+    """Reading (tokenizing) a text is what a client flooding refused texts makes the front pay: not while the
+    budget cools after a refusal, nor for texts whose length alone is over what is left."""
+    read: list[str] = []
+
+    def cost(text: str, cap: float | None) -> float:
+        read.append(text)
+        return 16.0 * len(text)
+
+    session = Session("s")
+    now = time.monotonic()
+    assert session.charge_texts([("a" * 230, None)], cost, now)  # 3,680 of 4,000
+    assert not session.charge_texts([("b" * 100, None)], cost, now)  # 1,600: read, refused
+    assert not session.charge_texts([("short", None)], cost, now + 1)  # cooling: not read
+    assert not session.charge_texts([("c" * 2500, None)], cost, now + 20)  # (cooled) its length alone is over
+    assert read == ["a" * 230, "b" * 100]
+    assert session.charge_texts([("fits", None)], cost, now + 20, least=MIN_TEXT_COST)

@@ -184,26 +184,39 @@ def test_a_response_is_charged_the_text_it_brings_and_new_instructions_with_it()
     assert [type(e) for e in c.front.turns.posted] == [InputCommitted, InputCommitted]
 
 
-def test_a_sessions_functions_are_charged_with_its_instructions_when_they_change():
-    """They are part of the prompt's cached prefix (workers/llm/kit.py): paid for once, again only when changed."""
+def test_a_sessions_functions_are_charged_when_they_change_and_what_is_shown_beside_a_question_each_time():
+    """They are part of the prompt's cached prefix (workers/llm/kit.py): paid for once, again only when changed;
+    those shown beside a question are read again each response: charged each time, at most
+    FUNCTIONS_BESIDE_TOKENS."""
+    from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
+
     def functions(description: str) -> dict:
         return {"type": "session.update", "session": {"tools": [
             {"type": "function", "name": f"tool_{n}", "description": description,
              "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}} for n in range(3)]}}
 
     c = Client()
-    assert c.send(functions("Looks something up in the shop's records. " * 20)) == []  # ~2,600 characters
+    budget = c.rt.session.text_budget
+    budget.burst = budget.left = 100_000.0  # (room to see each charge)
+
+    def spent_by(event: dict) -> float:
+        before = budget.available(time.monotonic())
+        assert c.send(event) == []
+        return before - budget.available(time.monotonic())
+
+    assert spent_by(functions("Looks something up in the shop's records. " * 20)) > 2000  # ~2,600 characters
+    beside = FUNCTIONS_BESIDE_TOKENS * 4
     c.send(text_item("Hello"))
-    assert c.send({"type": "response.create"}) == []
+    assert spent_by({"type": "response.create"}) == pytest.approx(len("Hello") + beside, abs=5)
     answered(c, 1)
     c.send(text_item("Again"))
-    assert c.send({"type": "response.create"}) == []  # unchanged: only the text
+    assert spent_by({"type": "response.create"}) == pytest.approx(len("Again") + beside, abs=5)  # no new prompt
     answered(c, 2)
-    (error,) = c.send(functions("Looks something else up in the shop's records. " * 20))
-    assert error["code"] == "rate_limited"  # (charged when set: a turn the VAD starts would use them)
-    c.send(text_item("Once more"))
-    (error,) = c.send({"type": "response.create", "response": {"instructions": "Be brief. " * 250}})
-    assert error["code"] == "rate_limited"  # the same for a response's own instructions
+    c.send(text_item("And without them"))
+    assert spent_by({"type": "response.create", "response": {"tool_choice": "none"}}) < 200 + 5  # (the
+    # functions are not shown: the prompt without them is a new one, but shorter than the least cost)
+    answered(c, 3)
+    assert spent_by(functions("Looks something else up in the shop's records. " * 20)) > 2000  # changed
 
 
 def test_new_instructions_or_functions_are_charged_when_set_for_the_turns_the_vad_starts():

@@ -507,7 +507,7 @@ class FrontApp:
         if not self.graph.ready():
             self.error("not_ready", "The assistant is still loading its models; try again in a moment.")
             return
-        if not session.take_text(max(self.text_cost(text), MIN_TEXT_COST), time.monotonic()):
+        if not session.charge_texts([(text, None)], self.text_cost, time.monotonic(), least=MIN_TEXT_COST):
             self.refuse(session, "rate_limited", "Too many typed messages; wait a moment between them.")
             return
         self.turns.post(session, TextTyped(time.monotonic(), text.strip()))

@@ -14,6 +14,7 @@ from vita.messages import (
     ToolUsed,
     TurnRequest,
 )
+from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
 from vita.words import FILLER
 from workers.llm.generation import EnginePrompt
 from workers.llm.kit import LlmKit
@@ -30,8 +31,8 @@ from workers.tools.relevance import relevant
 
 log = logging.getLogger(__name__)
 # What the tools beside a question may take, in tokens: it is prefilled again each turn (a client's functions may
-# take 32,000 characters; those not shown beside it are in the prompt's prefix). Four shop functions are ~300.
-MOST_BESIDE_TOKENS = 500
+# take 32,000 characters; those not shown beside it are in the prompt's prefix), so the front charges it.
+MOST_BESIDE_TOKENS = FUNCTIONS_BESIDE_TOKENS
 
 
 def estimated_tokens(text: str) -> int:

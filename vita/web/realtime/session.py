@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soxr
 
+from vita.capacity import CHARS_PER_TOKEN
 from vita.client_events import ClientEvent, TurnStarted
 from vita.messages import CameraFrame, ClientTool, ToolOutput
 from vita.ops.logs import turn_ids
+from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
@@ -142,7 +144,7 @@ class RealtimeSession:
                 bound = self.bound
                 prompt = fixed_prompt(bound.instructions, bound.tools, bound.tool_choice)
                 if prompt != self.prompted:  # charged as a session.update would be (its VAD turns use them)
-                    self._charge_text(min(self.front.text_cost(prompt), session.text_budget.burst - MIN_TEXT_COST))
+                    self._charge_text([(prompt, session.text_budget.burst - MIN_TEXT_COST)])
                     self.prompted = prompt
                 before, self.settings = self.settings, bound
                 self._apply(before, bound)
@@ -219,7 +221,7 @@ class RealtimeSession:
         # response.create to charge (leaving room for one least response after, as a client updates then asks).
         prompt = fixed_prompt(after.instructions, after.tools, after.tool_choice)
         if prompt != self.prompted:
-            self._charge_text(min(self.front.text_cost(prompt), self.session.text_budget.burst - MIN_TEXT_COST))
+            self._charge_text([(prompt, self.session.text_budget.burst - MIN_TEXT_COST)])
             self.prompted = prompt
         self.settings = after
         self._apply(before, after)
@@ -442,9 +444,15 @@ class RealtimeSession:
         # prefix). A new one costs at most a whole burst: a client whose long prompt never changes pays once and is
         # not locked out for minutes, and one that changes a long prompt each time gets one response a burst.
         prompt = fixed_prompt(override or self.settings.instructions, tools, choice or self.settings.tool_choice)
-        cost = self.front.text_cost
-        new_prompt = min(cost(prompt), self.session.text_budget.burst) if prompt != self.prompted else 0
-        self._charge_text(cost(text) + sum(cost(o.output) for o in outputs) + new_prompt)
+        # Its texts, a new fixed prompt (at most a burst), and the functions shown beside its question: never
+        # cached, read again each response (at most FUNCTIONS_BESIDE_TOKENS: workers/llm/tool_turns.py).
+        texts: list[tuple[str, float | None]] = [(text, None), *((o.output, None) for o in outputs)]
+        if prompt != self.prompted:
+            texts.append((prompt, self.session.text_budget.burst))
+        if tools and (choice or self.settings.tool_choice).mode != "none":
+            texts.append(("".join(t.name + t.description + t.parameters for t in tools),
+                          FUNCTIONS_BESIDE_TOKENS * CHARS_PER_TOKEN))
+        self._charge_text(texts)
         self.prompted, self.pending = prompt, []
         self.audio.release(sum(len(s.pcm) // 2 for s in speeches))
         self.requested = True
@@ -480,17 +488,18 @@ class RealtimeSession:
         if override or audio is not None or limit != self.settings.max_output_tokens or choice is not None:
             session.actor.call(end)
 
-    def _charge_text(self, chars: int) -> None:
+    def _charge_text(self, texts: list[tuple[str, float | None]]) -> None:
         """A response starts a turn, as a typed Socket.IO message does: the text it brings the prompt (typed items,
-        tool results, and its instructions when they are new; unchanged ones are the engine's cached prefix) is
-        charged to the same budget, at the same least cost."""
-
+        tool results, its instructions and functions when they are new; unchanged ones are the engine's cached
+        prefix) is charged to the same budget, in the model's tokens (vita/text_cost.py), at the same least
+        cost; (text, cap): a text charged at most its cap."""
         budget = self.session.text_budget
-        if not self.session.take_text(max(chars, MIN_TEXT_COST), time.monotonic(), whole=True):
+        if not self.session.charge_texts(texts, self.front.text_cost, time.monotonic(), whole=True,
+                                         least=MIN_TEXT_COST):
             raise ProtocolError("rate_limited", f"new text for the model (typed items, function results, new "
                                 f"instructions or functions) may come at {budget.rate:g} characters a second "
-                                f"({budget.burst:g} at once; a response costs at least {MIN_TEXT_COST}); this "
-                                f"brings {chars}: wait a moment")
+                                f"({budget.burst:g} at once, counted four to a token; a response costs at least "
+                                f"{MIN_TEXT_COST}): wait a moment")
 
     def on_response_cancel(self, _event: dict) -> None:
         if not self.conversation.active() and not self.requested:
