@@ -33,3 +33,13 @@ def test_a_long_or_capped_text_is_not_read_past_what_it_can_cost():
     huge = "word " * 10_000  # past TOKENIZED_MOST: the rest priced by its bytes, four tokens a byte at most
     assert cost(huge) >= len(huge)
     assert cost("\ud800 lone surrogate") > 0  # not UTF-8: priced by its bytes, never an error
+
+
+def test_at_most_so_many_characters_of_an_events_texts_are_tokenized_the_rest_priced_by_their_bytes():
+    from vita.text_cost import TOKENIZED_MOST
+
+    cost = TextCost(local_tokenizer_file(Config()))
+    outputs = [("word " * 1600, None)] * 4  # 32,000 characters: half tokenized, half priced by bytes
+    assert cost.of(outputs) == 2 * 8000 + 2 * 8000 * 4
+    assert TOKENIZED_MOST == 16_000
+    assert cost.of([(chr(0xF0000) * 100, 1200.0), ("x" * 5000, 1200.0)]) == 2 * 1200

@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 # response of a session with functions is charged this much (workers/llm/tool_turns.py keeps to it). Four shop
 # functions are ~300.
 FUNCTIONS_BESIDE_TOKENS = 300
+# ...and what they are charged, as the template shows them (its "# Tools ... <tools>" section, ~80 tokens, and
+# each schema's JSON wrapping): 300 tokens of schemas rendered as ~380.
+FUNCTIONS_SHOWN_TOKENS = 400
 TOKENIZED_MOST = 16_000  # characters of one text read by the tokenizer (the rest priced by its bytes)
 
 
@@ -70,6 +73,23 @@ class TextCost:
         tokens = self._tokens(head) + len(rest.encode("utf-8", "surrogatepass"))
         cost = max(float(len(text)), tokens * CHARS_PER_TOKEN)
         return min(cost, cap) if cap is not None else cost
+
+    def of(self, texts: list[tuple[str, float | None]]) -> float:
+        """The cost of (text, cap) pairs together, at most TOKENIZED_MOST characters of them tokenized in all: past
+        that, a text counts four tokens a UTF-8 byte's worth (an event of 64 long function results was 0.65 s
+        of tokenizing on the socket thread)."""
+        total, left = 0.0, TOKENIZED_MOST
+        for text, cap in texts:
+            if cap is not None and len(text) >= cap:
+                total += cap
+                continue
+            if len(text) <= left:
+                left -= len(text)
+                total += self(text, cap)
+            else:
+                priced = max(float(len(text)), len(text.encode("utf-8", "surrogatepass")) * CHARS_PER_TOKEN)
+                total += min(priced, cap) if cap is not None else priced
+        return total
 
     def _tokens(self, text: str) -> float:
         tokenizer = self._tokenizer if self._loaded else self._load()

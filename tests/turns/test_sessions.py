@@ -176,18 +176,24 @@ def test_more_seats_once_measured_seat_the_line():
 
 def test_texts_that_cannot_fit_are_refused_before_they_are_read():
     """Reading (tokenizing) a text is what a client flooding refused texts makes the front pay: not while the
-    budget cools after a refusal, nor for texts whose length alone is over what is left."""
+    budget cools after a refusal, nor for texts whose length alone is over what is left; and a text read and
+    refused spends its length, so that it is not read again and again."""
+    from types import SimpleNamespace
+
     read: list[str] = []
 
-    def cost(text: str, cap: float | None) -> float:
-        read.append(text)
-        return 16.0 * len(text)
+    def of(texts: list[tuple[str, float | None]]) -> float:
+        read.extend(t for t, _ in texts)
+        return sum(16.0 * len(t) for t, _ in texts)
 
+    cost = SimpleNamespace(of=of)
     session = Session("s")
     now = time.monotonic()
-    assert session.charge_texts([("a" * 230, None)], cost, now)  # 3,680 of 4,000
-    assert not session.charge_texts([("b" * 100, None)], cost, now)  # 1,600: read, refused
+    assert not session.charge_texts([("b" * 300, None)], cost, now)  # 4,800 from a full budget: read, refused
+    assert session.text_budget.available(now) == pytest.approx(4000 - 300)
+    assert session.charge_texts([("a" * 200, None)], cost, now)  # 3,200 of the 3,700 left
+    assert not session.charge_texts([("d" * 100, None)], cost, now)  # 1,600 of 500: read, refused
     assert not session.charge_texts([("short", None)], cost, now + 1)  # cooling: not read
-    assert not session.charge_texts([("c" * 2500, None)], cost, now + 20)  # (cooled) its length alone is over
-    assert read == ["a" * 230, "b" * 100]
-    assert session.charge_texts([("fits", None)], cost, now + 20, least=MIN_TEXT_COST)
+    assert not session.charge_texts([("c" * 2500, None)], cost, now + 16)  # its length alone is over what is left
+    assert read == ["b" * 300, "a" * 200, "d" * 100]
+    assert session.charge_texts([("fits", None)], cost, now + 16, least=MIN_TEXT_COST)

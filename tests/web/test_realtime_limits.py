@@ -186,9 +186,8 @@ def test_a_response_is_charged_the_text_it_brings_and_new_instructions_with_it()
 
 def test_a_sessions_functions_are_charged_when_they_change_and_what_is_shown_beside_a_question_each_time():
     """They are part of the prompt's cached prefix (workers/llm/kit.py): paid for once, again only when changed;
-    those shown beside a question are read again each response: charged each time, at most
-    FUNCTIONS_BESIDE_TOKENS."""
-    from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
+    those shown beside a question are read again each response: charged each time, a whole section's worth."""
+    from vita.text_cost import FUNCTIONS_SHOWN_TOKENS
 
     def functions(description: str) -> dict:
         return {"type": "session.update", "session": {"tools": [
@@ -205,7 +204,7 @@ def test_a_sessions_functions_are_charged_when_they_change_and_what_is_shown_bes
         return before - budget.available(time.monotonic())
 
     assert spent_by(functions("Looks something up in the shop's records. " * 20)) > 2000  # ~2,600 characters
-    beside = FUNCTIONS_BESIDE_TOKENS * 4
+    beside = FUNCTIONS_SHOWN_TOKENS * 4
     c.send(text_item("Hello"))
     assert spent_by({"type": "response.create"}) == pytest.approx(len("Hello") + beside, abs=5)
     answered(c, 1)

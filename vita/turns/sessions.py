@@ -102,20 +102,24 @@ class Session:
         return (self.text_budget.admit if whole else self.text_budget.take)(chars, now)
 
     def charge_texts(self, texts: list[tuple[str, float | None]], cost: Any, now: float, whole: bool = False,
-                     least: float = 0.0) -> bool:
+                     least: float = 0.0, extra: float = 0.0) -> bool:
         """take_text for (text, cap) pairs priced by `cost` (vita/text_cost.TextCost), refused before any is read
         when they cannot fit: while the budget cools after a refusal, or when their length alone (what they cost
         at least) is over what is left. Reading them is the cost a client flooding refused texts would otherwise
-        make the front pay. `least`: what the whole costs at least."""
+        make the front pay. `least`: what the whole costs at least; `extra`: budget characters on top, priced."""
         budget = self.text_budget
         if not budget.open(now):
             return False
-        lower = max(least, sum(min(len(t), cap) if cap is not None else len(t) for t, cap in texts))
+        lower = max(least, extra + sum(min(len(t), cap) if cap is not None else len(t) for t, cap in texts))
         available = budget.available(now)
         if lower > available and not (whole and available >= budget.burst):
             budget.cooling = True
             return False
-        return self.take_text(max(least, sum(cost(t, cap) for t, cap in texts)), now, whole)
+        if self.take_text(max(least, extra + cost.of(texts)), now, whole):
+            return True
+        budget.spend(lower, now)  # read and refused: its length is spent, so the same text is not read again
+        budget.cooling = True
+        return False
 
     def refused(self, burst: float) -> bool:
         """Count one refused event. True once (the first time) the client has drawn `burst` refusals beyond

@@ -24,7 +24,7 @@ from vita.capacity import CHARS_PER_TOKEN
 from vita.client_events import ClientEvent, TurnStarted
 from vita.messages import CameraFrame, ClientTool, ToolOutput
 from vita.ops.logs import turn_ids
-from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
+from vita.text_cost import FUNCTIONS_SHOWN_TOKENS
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
@@ -445,14 +445,14 @@ class RealtimeSession:
         # not locked out for minutes, and one that changes a long prompt each time gets one response a burst.
         prompt = fixed_prompt(override or self.settings.instructions, tools, choice or self.settings.tool_choice)
         # Its texts, a new fixed prompt (at most a burst), and the functions shown beside its question: never
-        # cached, read again each response (at most FUNCTIONS_BESIDE_TOKENS: workers/llm/tool_turns.py).
+        # cached, read again each response (vita/text_cost.FUNCTIONS_SHOWN_TOKENS).
         texts: list[tuple[str, float | None]] = [(text, None), *((o.output, None) for o in outputs)]
         if prompt != self.prompted:
             texts.append((prompt, self.session.text_budget.burst))
-        if tools and (choice or self.settings.tool_choice).mode != "none":
-            texts.append(("".join(t.name + t.description + t.parameters for t in tools),
-                          FUNCTIONS_BESIDE_TOKENS * CHARS_PER_TOKEN))
-        self._charge_text(texts)
+        # (a whole section's worth, whatever their size: what the worker may show, in the template's words)
+        shown = FUNCTIONS_SHOWN_TOKENS * CHARS_PER_TOKEN if tools and (choice or self.settings.tool_choice).mode \
+            != "none" else 0.0
+        self._charge_text(texts, shown)
         self.prompted, self.pending = prompt, []
         self.audio.release(sum(len(s.pcm) // 2 for s in speeches))
         self.requested = True
@@ -488,14 +488,14 @@ class RealtimeSession:
         if override or audio is not None or limit != self.settings.max_output_tokens or choice is not None:
             session.actor.call(end)
 
-    def _charge_text(self, texts: list[tuple[str, float | None]]) -> None:
+    def _charge_text(self, texts: list[tuple[str, float | None]], extra: float = 0.0) -> None:
         """A response starts a turn, as a typed Socket.IO message does: the text it brings the prompt (typed items,
         tool results, its instructions and functions when they are new; unchanged ones are the engine's cached
         prefix) is charged to the same budget, in the model's tokens (vita/text_cost.py), at the same least
         cost; (text, cap): a text charged at most its cap."""
         budget = self.session.text_budget
         if not self.session.charge_texts(texts, self.front.text_cost, time.monotonic(), whole=True,
-                                         least=MIN_TEXT_COST):
+                                         least=MIN_TEXT_COST, extra=extra):
             raise ProtocolError("rate_limited", f"new text for the model (typed items, function results, new "
                                 f"instructions or functions) may come at {budget.rate:g} characters a second "
                                 f"({budget.burst:g} at once, counted four to a token; a response costs at least "
