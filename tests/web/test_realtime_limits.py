@@ -463,3 +463,18 @@ def test_a_responses_text_is_charged_in_the_models_tokens_not_its_characters():
     c.send(text_item("Hello"))
     (error,) = c.send({"type": "response.create"})
     assert error["code"] == "rate_limited"
+
+
+def test_a_refused_response_does_not_join_its_pending_audio(monkeypatch):
+    """Joining many items' audio is quadratic in their number: done only once the response is charged, so a
+    response refused again and again costs nothing more."""
+    joins = []
+    monkeypatch.setattr(realtime, "joined", lambda a, b: joins.append(1) or a)
+    c = Client()
+    for _ in range(3):
+        assert c.send(audio_item(0.5)) == []
+    c.rt.session.text_budget.spend(10_000, time.monotonic())  # in debt
+    (error,) = c.send({"type": "response.create"})
+    assert error["code"] == "rate_limited" and joins == []
+    c.rt.session.text_budget.left = c.rt.session.text_budget.burst
+    assert c.send({"type": "response.create"}) == [] and len(joins) == 2

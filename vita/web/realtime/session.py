@@ -434,10 +434,9 @@ class RealtimeSession:
                                 "a response is in progress; cancel it or wait for response.done")
         items = self.pending
         speeches = [i.speech for i in items if i.speech is not None]
-        speech = functools.reduce(joined, speeches) if speeches else None
         text = " ".join(t for t in (i.text for i in items) if t)
         outputs = tuple(i.tool_output for i in items if i.tool_output is not None)
-        if speech is None and not text and not outputs:
+        if not speeches and not text and not outputs:
             raise ProtocolError("no_input", "nothing new to respond to: add a user item, commit audio, or give a "
                                 "function call's output first")
         # The prompt's fixed part: the instructions and the functions (workers/llm/kit.py puts both in the cached
@@ -453,6 +452,8 @@ class RealtimeSession:
         shown = FUNCTIONS_SHOWN_TOKENS * CHARS_PER_TOKEN if tools and (choice or self.settings.tool_choice).mode \
             != "none" else 0.0
         self._charge_text(texts, shown)
+        # (joined only once charged: a refused response, sent again and again, must cost nothing more)
+        speech = functools.reduce(joined, speeches) if speeches else None
         self.prompted, self.pending = prompt, []
         self.audio.release(sum(len(s.pcm) // 2 for s in speeches))
         self.requested = True
