@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.eval.questions import load_questions
-from scripts.eval.scoring import is_right
+from scripts.eval.questions import plain_questions
+from scripts.eval.scoring import is_right, share
 from tests.harness.realtime_client import RealtimeClient
 from tests.harness.server import start_server, stop_server, wait_ready
 
@@ -115,9 +115,6 @@ def run_set(url: str, questions: list[dict]) -> list[dict]:
 
 
 def report(needing: list[dict], plain: list[dict]) -> dict:
-    def share(rows: list[dict], test) -> float:
-        return round(100 * sum(1 for r in rows if test(r)) / len(rows), 1) if rows else 0.0
-
     summary = {
         "needing_function": len(needing),
         "right_call_pct": share(needing, lambda r: r["tool"] in r["calls"]),
@@ -160,14 +157,14 @@ def main() -> int:
         print("questions that need one of the client's functions:")
         needing = run_set(url, NEEDING)
         print("questions that do not (the answer evaluation's report set):")
-        plain = run_set(url, [q for q in load_questions("report") if not q.get("after") and not q.get("camera")])
+        plain = run_set(url, plain_questions())
         summary = report(needing, plain)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"summary": summary, "needing": needing, "plain": plain}, indent=1))
         if server is not None:
             time.sleep(1.0)  # (the turn log writes on a thread of its own)
             summary["prefill"] = prefilled(server.state_dir)
             print(json.dumps(summary["prefill"]))
-        if args.json:
-            Path(args.json).write_text(json.dumps({"summary": summary, "needing": needing, "plain": plain}, indent=1))
     finally:
         if server is not None:
             stop_server(server)

@@ -15,6 +15,11 @@ def load_questions(which: str) -> list[dict]:
     return [q for q in qs if which == "all" or q["set"] == which]
 
 
+def plain_questions() -> list[dict]:
+    """The report set's questions that stand alone: no follow-up, no camera (what a tool must leave alone)."""
+    return [q for q in load_questions("report") if not q.get("after") and not q.get("camera")]
+
+
 # --- typed: the LLM alone -------------------------------------------------------------------------------------
 def chains(questions: list[dict]) -> list[list[dict]]:
     """Questions grouped so each follow-up comes right after the question it needs."""

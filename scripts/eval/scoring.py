@@ -51,6 +51,11 @@ def _has(text: str, phrase: str) -> bool:
     return all(f" {norm(part).strip()} " in text for part in phrase.split("|"))
 
 
+def share(rows: list[dict], test) -> float:
+    """The percentage of `rows` that pass `test` (0 for none)."""
+    return round(100 * sum(1 for r in rows if test(r)) / len(rows), 1) if rows else 0.0
+
+
 def is_right(question: dict, reply: str) -> bool:
     text = norm(reply)
     if any(_has(text, r) for r in question.get("reject", ())):

@@ -27,8 +27,8 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from scripts.bench.measure import answered_turn, open_mic, send_speech
-from scripts.eval.questions import load_questions
-from scripts.eval.scoring import is_right
+from scripts.eval.questions import plain_questions
+from scripts.eval.scoring import is_right, share
 from scripts.eval.voices import synthesize
 from tests.harness.client import RecordingClient
 from tests.harness.server import ROOT, start_server, stop_server, wait_ready
@@ -117,9 +117,6 @@ def run_set(url: str, questions: list[dict], voice: str | None = None) -> list[d
 
 
 def report(needing: list[dict], plain: list[dict]) -> dict:
-    def share(rows: list[dict], test) -> float:
-        return round(100 * sum(1 for r in rows if test(r)) / len(rows), 1) if rows else 0.0
-
     def called(row: dict) -> bool:
         return any(c["name"] == row["tool"] for c in row["calls"])
 
@@ -168,8 +165,7 @@ def main() -> int:
         print("questions that need a tool:")
         needing = run_set(url, tool_questions(now), args.voice)
         print("questions that do not (the answer evaluation's report set):")
-        plain = [q for q in load_questions("report") if not q.get("after") and not q.get("camera")]
-        plain_rows = run_set(url, plain, args.voice)
+        plain_rows = run_set(url, plain_questions(), args.voice)
         summary = report(needing, plain_rows)
         if args.json:
             Path(args.json).write_text(json.dumps({"summary": summary, "needing": needing, "plain": plain_rows},
