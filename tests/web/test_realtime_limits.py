@@ -478,3 +478,14 @@ def test_a_refused_response_does_not_join_its_pending_audio(monkeypatch):
     assert error["code"] == "rate_limited" and joins == []
     c.rt.session.text_budget.left = c.rt.session.text_budget.burst
     assert c.send({"type": "response.create"}) == [] and len(joins) == 2
+
+
+def test_session_updates_are_paced_and_the_refusals_counted():
+    """Each is read, checked, applied and its whole session sent back: a client may not send hundreds a second."""
+    from vita.web.realtime.session import UPDATES_BURST
+
+    c = Client()
+    refused = [c.send({"type": "session.update", "session": {}}) for _ in range(int(UPDATES_BURST) + 5)]
+    assert all(r == [] for r in refused[:int(UPDATES_BURST)])
+    assert all(r and r[0]["code"] == "rate_limited" for r in refused[int(UPDATES_BURST):])
+    assert c.front.refusals == 5  # counted towards closing a client that ignores them

@@ -24,6 +24,7 @@ from vita.capacity import CHARS_PER_TOKEN
 from vita.client_events import ClientEvent, TurnStarted
 from vita.messages import CameraFrame, ClientTool, ToolOutput
 from vita.ops.logs import turn_ids
+from vita.rate_budget import RateBudget
 from vita.text_cost import FUNCTIONS_SHOWN_TOKENS
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
@@ -58,6 +59,7 @@ MAX_PENDING_ITEMS = 64  # client items waiting for one response
 # Refusals a client draws by sending more than its budgets allow: counted, as on the Socket.IO door, and a client
 # that goes on drawing them is closed (App.refused_too_often). A malformed event is answered and not counted: an
 # SDK exploring the protocol sends those, and they are rate-limited as events.
+UPDATES_PER_S, UPDATES_BURST = 2.0, 20.0
 OVER_BUDGET = frozenset({"audio_overrun", "rate_limited", "too_many_items"})
 
 
@@ -86,6 +88,9 @@ class RealtimeSession:
         self.audio = PushToTalkBuffer(config.vad.max_utterance_s)  # and the cap on what one response hears
         # The instructions and functions last charged (fixed_prompt): unchanged ones cost no text budget again.
         self.prompted = fixed_prompt("", (), ToolChoice())
+        # session.update: each is read whole, checked, applied and its whole session (64 functions' schemas) sent
+        # back, ~1 ms and up to 50 KB for a 38-byte event; an app updates now and then, not hundreds of times a second.
+        self.updates = RateBudget(UPDATES_PER_S, UPDATES_BURST, time.monotonic())
         self.pending: list[Item] = []  # the client's items (speech, text, tool results) the next response answers
         self.requested = False  # response.create sent, its turn not yet begun
         self.closed = False
@@ -213,6 +218,9 @@ class RealtimeSession:
                                     "server_error")
 
     def on_session_update(self, event: dict) -> None:
+        if not self.updates.take(1.0, time.monotonic()):
+            raise ProtocolError("rate_limited", f"session.update may come {UPDATES_PER_S:g} times a second "
+                                f"({UPDATES_BURST:g} at once): wait a moment")
         before = self.settings
         after = updated(before, event.get("session"), self.front.voices)
         if self.conversation.webrtc:
