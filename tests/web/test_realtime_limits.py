@@ -489,3 +489,12 @@ def test_session_updates_are_paced_and_the_refusals_counted():
     assert all(r == [] for r in refused[:int(UPDATES_BURST)])
     assert all(r and r[0]["code"] == "rate_limited" for r in refused[int(UPDATES_BURST):])
     assert c.front.refusals == 5  # counted towards closing a client that ignores them
+
+
+def test_a_text_part_is_kept_as_the_model_reads_it_not_with_its_padding():
+    """Its length is checked as the model reads it (stripped): kept so too, or 512 items of 1.9 MB of spaces
+    around one letter were ~1 GB of the front's memory, and a retrieve sent each back whole."""
+    c = Client()
+    assert c.send(text_item(" " * 100_000 + "a" + "\n" * 100_000)) == []
+    (item,) = c.rt.pending
+    assert item.content == [{"type": "input_text", "text": "a"}] and item.text == "a"

@@ -41,7 +41,9 @@ def read_message_content(content: Any, images_waiting: int, max_frame_bytes: int
             text = part.get("text")
             if not isinstance(text, str) or not text.strip():
                 raise ProtocolError("invalid_value", "input_text needs some text", f"item.content[{n}].text")
-            read.parts.append({"type": "input_text", "text": text})
+            # (kept stripped: the item is kept, echoed and retrievable, and 1.9 MB of spaces around one letter
+            # passed the length check, which counts what the model reads)
+            read.parts.append({"type": "input_text", "text": text.strip()})
         elif kind == "input_audio":
             if not isinstance(part.get("audio"), str):
                 raise ProtocolError("invalid_value", "audio must be a base64 string", f"item.content[{n}].audio")
