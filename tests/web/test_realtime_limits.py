@@ -498,3 +498,22 @@ def test_a_text_part_is_kept_as_the_model_reads_it_not_with_its_padding():
     assert c.send(text_item(" " * 100_000 + "a" + "\n" * 100_000)) == []
     (item,) = c.rt.pending
     assert item.content == [{"type": "input_text", "text": "a"}] and item.text == "a"
+
+
+def test_a_response_that_brings_function_results_is_not_charged_the_functions_section():
+    """The worker shows no functions beside a turn that brings the client's results: a call's round trip (an
+    update, the question, the result) fits the budget at once."""
+    c = Client()
+    function = {"type": "function", "name": "get_order_status", "description": "Where an order is.",
+                "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}
+    assert c.send({"type": "session.update", "session": {"instructions": "You are a shop. " * 30,
+                                                         "tools": [function]}}) == []
+    c.send(text_item("Where is my order 4512?"))
+    assert c.send({"type": "response.create"}) == []
+    answered(c, 1)
+    budget = c.rt.session.text_budget
+    before = budget.available(time.monotonic())
+    c.rt.pending.append(realtime.Item("item_x", "function_call_output", tool_output=realtime.ToolOutput(
+        "call_1", "Shipped; it arrives on Friday.")))
+    assert c.send({"type": "response.create"}) == []
+    assert before - budget.available(time.monotonic()) == pytest.approx(200, abs=5)  # the least cost only

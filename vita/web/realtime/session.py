@@ -456,9 +456,10 @@ class RealtimeSession:
         texts: list[tuple[str, float | None]] = [(text, None), *((o.output, None) for o in outputs)]
         if prompt != self.prompted:
             texts.append((prompt, self.session.text_budget.burst))
-        # (a whole section's worth, whatever their size: what the worker may show, in the template's words)
-        shown = FUNCTIONS_SHOWN_TOKENS * CHARS_PER_TOKEN if tools and (choice or self.settings.tool_choice).mode \
-            != "none" else 0.0
+        # (a whole section's worth, whatever their size: what the worker may show, in the template's words; none
+        # beside a turn that brings the client's results: the worker shows none there)
+        shown = FUNCTIONS_SHOWN_TOKENS * CHARS_PER_TOKEN if tools and not outputs and (
+            choice or self.settings.tool_choice).mode != "none" else 0.0
         self._charge_text(texts, shown)
         # (joined only once charged: a refused response, sent again and again, must cost nothing more)
         speech = functools.reduce(joined, speeches) if speeches else None
