@@ -444,9 +444,10 @@ class LlmWorker:
             run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
             run.cache_salt = req.session_id if req.instructions or req.client_tools else None
             # (with the client's results in the turn, its functions are not offered beside the question again: the
-            # model called the same function again instead of answering from them)
-            run.offered = None if run.tool_messages else self.tool_turns.offered_for(run.tools, run.user_text,
-                                                                                    history)
+            # model called the same function again instead of answering from them; nor with results it no longer
+            # waits for, as the front charges no functions' section for a response that brings any)
+            run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
+                run.tools, run.user_text, history)
             cues, camera_note = self.kit.camera_words(run)
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
             prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
