@@ -191,7 +191,7 @@ class SessionRegistry:
             return self._seat(sid, self.address_key(address))
 
     def _seat(self, sid: str, key: str | None) -> Session:
-        """(under the lock) A client that left with its text budget spent (or in debt) comes back to it, whichever
+        """(under the lock) A client that left its text budget in debt comes back to it, whichever
         connection of its address comes first or next: a new connection is no fresh burst. (The debt a neighbour
         behind the same address inherits is at most a burst.)"""
         session = self._sessions[sid] = Session(sid)
@@ -200,7 +200,7 @@ class SessionRegistry:
         left = self._owed.get(key) if key is not None else None
         if left is not None:
             now = time.monotonic()
-            if left.available(now) >= left.burst:
+            if left.available(now) >= 0:
                 del self._owed[key]  # paid off meanwhile
             else:
                 session.text_budget.left, session.text_budget.at = max(left.left, -left.burst), now
@@ -217,10 +217,12 @@ class SessionRegistry:
         return session
 
     def _keep_owed(self, session: Session) -> None:
-        """(under the lock) A closing session's text budget, kept for its address when spent, unless the address
-        already left one more spent (two connections: the one that paid least does not wipe the other's debt)."""
+        """(under the lock) A closing session's text budget, kept for its address when in debt (a text over a burst
+        taken from a full budget), unless the address already left a deeper one (two connections: the one that
+        paid least does not wipe the other's debt). A budget only spent is not kept: the next session from the
+        same machine, or behind the same NAT, starts afresh."""
         now, budget = time.monotonic(), session.text_budget
-        if budget.available(now) >= budget.burst:
+        if budget.available(now) >= 0:
             return
         kept = self._owed.pop(session.address, None)
         self._owed[session.address] = kept if kept is not None and kept.available(now) < budget.available(now) \
