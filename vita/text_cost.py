@@ -26,6 +26,13 @@ FUNCTIONS_SHOWN_TOKENS = 400
 TOKENIZED_MOST = 16_000  # characters of one text read by the tokenizer (the rest priced by its bytes)
 
 
+def estimated_tokens(text: str) -> float:
+    """Tokens where no tokenizer is at hand: four ASCII letters or spaces a token; any other character (digits,
+    symbols, anything outside ASCII) can be a token of its own."""
+    words = sum(1 for c in text if c.isascii() and (c.isalpha() or c == " "))
+    return (len(text) - words) + words / CHARS_PER_TOKEN
+
+
 def local_tokenizer_file(config: Any) -> Path | None:
     """The served model's tokenizer.json, where the model is on this machine (None: a remote engine's)."""
     try:
@@ -98,7 +105,4 @@ class TextCost:
                 return float(len(tokenizer.encode(text, add_special_tokens=False).ids))
             except Exception:  # (a lone surrogate: not UTF-8) what a byte-level tokenizer makes of it at most
                 return float(len(text.encode("utf-8", "surrogatepass")))
-        # An estimate: four ASCII letters or spaces a token; any other character (digits, symbols, anything
-        # outside ASCII) can be a token of its own.
-        words = sum(1 for c in text if c.isascii() and (c.isalpha() or c == " "))
-        return (len(text) - words) + words / CHARS_PER_TOKEN
+        return estimated_tokens(text)

@@ -14,11 +14,11 @@ from vita.messages import (
     ToolUsed,
     TurnRequest,
 )
-from vita.text_cost import FUNCTIONS_BESIDE_TOKENS
+from vita.text_cost import FUNCTIONS_BESIDE_TOKENS, estimated_tokens
 from vita.words import FILLER
 from workers.llm.generation import EnginePrompt
 from workers.llm.kit import LlmKit
-from workers.llm.prompting import CHARS_PER_TOKEN, ConversationHistory
+from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import SpeechClock
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
@@ -35,11 +35,6 @@ log = logging.getLogger(__name__)
 MOST_BESIDE_TOKENS = FUNCTIONS_BESIDE_TOKENS
 
 
-def estimated_tokens(text: str) -> int:
-    """A token count where no tokenizer is at hand: a character can be a token or more (CJK, emoji, symbols)."""
-    return sum(1 if ord(c) > 127 or not c.isalnum() else 0 for c in text) + len(text) // CHARS_PER_TOKEN
-
-
 class ToolTurns:
     """awaited: session -> the turn waiting for its client's tool results (the worker's: it forgets a session's)."""
 
@@ -49,7 +44,7 @@ class ToolTurns:
 
     @staticmethod
     def offered(tools: ToolBox | None, question: str | None, recent: tuple[str, ...] = (),
-                count_tokens: Callable[[str], int] = estimated_tokens) -> ToolBox | None:
+                count_tokens: Callable[[str], float] = estimated_tokens) -> ToolBox | None:
         """The tools the model itself is shown beside this question: a client's functions and the operator's (MCP)
         tools that share a word with it or were just used (relevance.py), as many as fit MOST_BESIDE_TOKENS; all of
         them when `question` is None (a template that cannot offer them beside the question, or a language the

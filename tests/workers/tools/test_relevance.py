@@ -61,7 +61,8 @@ def test_beside_a_question_a_clients_functions_and_the_operators_tools_are_shown
 
 def test_what_is_shown_beside_a_question_is_bounded_whatever_a_client_declares():
     """It is prefilled again every turn: a client's long functions stay in the prompt's prefix only."""
-    from workers.llm.tool_turns import MOST_BESIDE_TOKENS, estimated_tokens
+    from vita.text_cost import estimated_tokens
+    from workers.llm.tool_turns import MOST_BESIDE_TOKENS
 
     long = Tool("order_history", "Every order of the shop. " * 200, {"type": "object"}, str, source=CLIENT_TOOL)
     short = Tool("order_status", "An order's status.", {"type": "object"}, str, source=CLIENT_TOOL)
