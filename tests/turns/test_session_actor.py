@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
+from vita.turns.session_actor import AudioGatherer, AudioIn, ClockTick, SessionActor
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -114,13 +114,13 @@ def test_ticks_come_while_idle_and_while_mail_keeps_arriving():
 
 def test_a_full_audio_backlog_drops_audio_but_other_mail_still_gets_in():
     target, recorder = actor(max_audio=4)  # never started: nothing drains it
-    results = [target.post_audio(np.zeros(160, np.int16), 16000) for _ in range(6)]
+    results = [target.post_audio(np.zeros(512, np.int16), 16000) for _ in range(6)]  # a VAD step each
     assert results == [True] * 4 + [False] * 2
     target.post("an output")  # worker outputs and events are never dropped for the audio's sake
     target.start()
     assert recorder.wait_for(lambda seen: "an output" in seen)
     assert sum(isinstance(s, AudioIn) for s in recorder.seen) == 4
-    assert target.post_audio(np.zeros(160, np.int16), 16000)  # drained: room again
+    assert target.post_audio(np.zeros(512, np.int16), 16000)  # drained: room again
     target.stop()
 
 
@@ -135,3 +135,53 @@ def test_call_and_wait_returns_once_run_and_runs_inline_on_its_own_thread():
     target.stop()
     target.join(2)
     assert not target.call_and_wait(lambda: None, 0.1)  # stopped: nothing runs it
+
+
+def test_vita_s_8_ms_messages_reach_the_vad_one_step_at_a_time_as_each_step_completes():
+    gatherer = AudioGatherer()
+    posted = []
+    for i in range(12):  # 12 x 128 samples: three 512-sample steps
+        due = gatherer.add(np.full(128, i, np.int16), 16000, arrived=float(i))
+        posted.append(due)
+    assert [len(d) for d in posted] == [0, 0, 0, 1] * 3  # posted the moment a step is complete, not later
+    first = posted[3][0]
+    assert first.pcm.tolist() == [0] * 128 + [1] * 128 + [2] * 128 + [3] * 128 and first.arrived == 3.0
+    assert gatherer.take() == []
+
+
+def test_steps_are_counted_from_the_first_sample_whatever_the_message_sizes():
+    gatherer = AudioGatherer()
+    sizes = [300, 300, 100, 400, 1200, 10]  # ends at 300, 600, 700, 1100, 2300, 2310
+    due = [len(gatherer.add(np.zeros(n, np.int16), 16000, 0.0)) for n in sizes]
+    assert due == [0, 1, 0, 1, 1, 0]  # past 512, past 1024, past 1536 (and 2048)
+    assert sum(m.pcm.size for m in gatherer.take()) == 10
+
+
+def test_a_new_rate_posts_what_was_gathered_at_the_old_one_first():
+    gatherer = AudioGatherer()
+    assert gatherer.add(np.zeros(100, np.int16), 16000, 1.0) == []
+    due = gatherer.add(np.ones(800, np.int16), 24000, 2.0)  # 800 at 24 kHz: past a 768-sample step
+    assert [(m.rate, m.pcm.size, m.arrived) for m in due] == [(16000, 100, 1.0), (24000, 800, 2.0)]
+
+
+def test_other_mail_and_stop_come_after_the_audio_gathered_before_them():
+    target, recorder = actor()
+    target.post_audio(np.full(128, 7, np.int16), 16000)  # less than a step: gathered, not yet posted
+    target.post("recording stopped")
+    target.post_audio(np.full(64, 8, np.int16), 16000)
+    target.start()
+    target.stop()
+    target.join(2)
+    kinds = [s.pcm.tolist() if isinstance(s, AudioIn) else s for s in recorder.seen]
+    assert kinds == [[7] * 128, "recording stopped", [8] * 64]
+
+
+def test_a_microphone_that_stops_mid_step_still_reaches_the_vad_by_the_next_tick():
+    target, recorder = actor(tick_s=0.05)
+    target.start()
+    target.post_audio(np.full(100, 3, np.int16), 16000)
+    assert recorder.wait_for(lambda seen: any(isinstance(s, AudioIn) for s in seen), 2)
+    audio = [s for s in recorder.seen if isinstance(s, AudioIn)]
+    assert [a.pcm.size for a in audio] == [100]
+    target.stop()
+    target.join(2)
