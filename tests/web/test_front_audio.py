@@ -34,10 +34,10 @@ def jpeg_data_url(shade: int) -> str:
 
 
 def unheard(url: str) -> float:
-    """Audio messages the handler took that no VAD step has finished: a shared server's earlier sessions leave
-    some for good (an overrun, a session closed with audio still queued), so tests compare with their start."""
+    """Seconds of audio the handler took that the VAD has not: a shared server's earlier sessions leave some for
+    good (an overrun, a session closed with audio still queued), so tests compare with their start."""
     text = requests.get(url + "/metrics", verify=False, timeout=5).text
-    return metric(text, "vita_audio_handler_seconds_count") - metric(text, "vita_vad_lag_seconds_count")
+    return metric(text, "vita_audio_received_seconds_total") - metric(text, "vita_vad_audio_seconds_total")
 
 
 @pytest.fixture
@@ -52,9 +52,9 @@ def heard_everything(client: RecordingClient, timeout: float = 10) -> None:
     /metrics counters are as far apart as when the test began), and every event that caused has reached the
     client (an echo sent after them)."""
     deadline = time.monotonic() + timeout
-    while (behind := unheard(client.url) - client.unheard_before) > 0 and time.monotonic() < deadline:
+    while (behind := unheard(client.url) - client.unheard_before) > 1e-6 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert behind <= 0, f"{behind:.0f} audio messages still not through the VAD after {timeout} s"
+    assert behind <= 1e-6, f"{behind:.3f} s of audio still not through the VAD after {timeout} s"
     echoes = len(client.named("reply_mode"))
     client.sio.emit("reply_mode", {"mode": "stream"})
     assert client.wait_for(lambda evs: sum(n == "reply_mode" for _, n, _ in evs) > echoes, 5)

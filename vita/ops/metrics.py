@@ -64,6 +64,9 @@ class FrontMetrics:
                                  "Audio message arrival to the end of its VAD step (lag behind real time)",
                                  buckets=FAST_BUCKETS, registry=r)
         self.audio_seconds = Counter("vita_audio_received_seconds", "Microphone audio received", registry=r)
+        self.vad_audio_seconds = Counter("vita_vad_audio_seconds", "Microphone audio through the VAD (its messages "
+                                         "are joined up to whole VAD steps: compare seconds, not messages)",
+                                         registry=r)
         self.audio_dropped = Counter("vita_audio_dropped_messages",
                                      "Audio messages dropped because a session's VAD buffer was full",
                                      registry=r)

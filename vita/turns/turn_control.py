@@ -281,6 +281,7 @@ class TurnController:
         for event in events:
             session.actor.follow(event)
         self.metrics.vad_lag.observe(time.monotonic() - audio.arrived)
+        self.metrics.vad_audio_seconds.inc(audio.pcm.size / audio.rate)
 
     def _handle(self, session: Session, event: Event) -> list[Action]:
         if session.handling:  # the mailbox makes this impossible; a bug that breaks it must not go unseen
