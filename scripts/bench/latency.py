@@ -14,11 +14,12 @@ The microphone stays open throughout (silence between questions), questions are 
 
 Several users (`--users N`): N sessions, each its own connection and open microphone, ask the same question at the
 same moment, question after question (the first round is the first turns of a fresh server); the rows say which
-user, and the summary gives p50, p90 and max over all of them. The server it starts gets `--max_users` N (at
-least 2); a server of your own (`--url`) needs the seats.
+user, and the summary gives p50, p90 and max over all of them. `--stagger S` has user i start S × i seconds after
+the first instead (a question that lands while another user's reply is spoken). The server it starts gets
+`--max_users` N (at least 2); a server of your own (`--url`) needs the seats.
 
 Usage: .venv/bin/python -m scripts.bench.latency [--url URL] [--transport vita|binary] [--voice hibari|piper]
-       [--users 1] [--rounds 1] [--questions 20] [--barge 4] [--json out.json] [-- server flags]
+       [--users 1] [--stagger 0] [--rounds 1] [--questions 20] [--barge 4] [--json out.json] [-- server flags]
 """
 
 from __future__ import annotations
@@ -77,11 +78,13 @@ def stats(rows: list[dict], key: str) -> str:
 
 
 def ask_together(clients: list[RecordingClient], mics: list[Microphone], voice: str, text: str,
-                 speech: np.ndarray) -> list[dict | None]:
-    """Every user says the same question at the same moment; each one's row (None: not answered)."""
+                 speech: np.ndarray, stagger_s: float = 0.0) -> list[dict | None]:
+    """Every user says the same question at the same moment (or user i `stagger_s` × i later: one person's
+    question lands while another's reply is being spoken); each one's row (None: not answered)."""
     rows: list[dict | None] = [None] * len(clients)
 
     def one(user: int) -> None:
+        time.sleep(user * stagger_s)  # the scenario's offset, not a wait for anything
         rows[user] = ask(clients[user], mics[user], voice, text, speech)
         if rows[user] is not None:
             rows[user]["user"] = user
@@ -100,6 +103,8 @@ def main() -> int:
     parser.add_argument("--transport", choices=("vita", "binary"), default="vita")
     parser.add_argument("--voice", choices=("hibari", "piper"), default="hibari")
     parser.add_argument("--users", type=int, default=1, help="sessions asking each question at the same moment")
+    parser.add_argument("--stagger", type=float, default=0.0,
+                        help="seconds between one user's question and the next user's (0: all at once)")
     parser.add_argument("--rounds", type=int, default=1, help="times through the questions, in one session")
     parser.add_argument("--questions", type=int, default=20,
                         help="the first this many of the 20 questions (3: a fresh server's first turns)")
@@ -132,7 +137,7 @@ def main() -> int:
     try:
         for _ in range(args.rounds):
             for text in questions:
-                for row in ask_together(clients, mics, args.voice, text, speech[text]):
+                for row in ask_together(clients, mics, args.voice, text, speech[text], args.stagger):
                     print(json.dumps(row), flush=True)
                     if row:
                         rows.append(row)

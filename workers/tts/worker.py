@@ -34,6 +34,7 @@ from vita.words import STOCK_PHRASES
 from workers.common import StatusReporter, install_fault_signal, prepare_process
 from workers.stage import CancelLedger, run_stage
 from workers.tts.phrase_cache import PhraseCache, StockPhrases
+from workers.tts.piece_queue import PieceQueue
 from workers.tts.text import normalize_for_speech
 
 NAME = "tts"
@@ -94,7 +95,7 @@ class TtsWorker:
         self.engines: dict[str, PiperEngine] = {}
         # Bounded: a synthesis loop that falls behind stops the reader, so the Manager queue fills and the LLM
         # worker's put times out (its drop policy) instead of pieces piling up here.
-        self.pieces: queue.Queue = queue.Queue(maxsize=LOCAL_BOUND)
+        self.pieces = PieceQueue(maxsize=LOCAL_BOUND)  # a reply's first piece before other replies' later ones
         self.cancelled = CancelLedger()
         self.turns: dict[tuple[str, int], TurnAudio] = {}
         self.stop = threading.Event()
