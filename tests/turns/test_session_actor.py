@@ -185,3 +185,61 @@ def test_a_microphone_that_stops_mid_step_still_reaches_the_vad_by_the_next_tick
     assert [a.pcm.size for a in audio] == [100]
     target.stop()
     target.join(2)
+
+
+def test_after_a_vad_reset_the_audio_is_posted_where_the_vad_s_new_steps_end():
+    gatherer = AudioGatherer()
+    gatherer.add(np.zeros(128, np.int16), 16000, 0.0)
+    gatherer.vad_at(handled=0, needed=256)  # e.g. the VAD was reset with 256 samples of a step already read
+    due = [len(gatherer.add(np.zeros(128, np.int16), 16000, 0.0)) for _ in range(5)]
+    assert due == [1, 0, 0, 0, 1]  # at 256, then at 256 + 512 = 768
+
+
+def test_audio_at_another_rate_is_not_gathered():
+    gatherer = AudioGatherer()
+    assert [m.pcm.size for m in gatherer.add(np.zeros(960, np.int16), 48000, 0.0)] == [960]  # resampled later
+
+
+class SteppedVad(Recorder):
+    """The VAD's part in this: it reads 512-sample steps, keeps the rest, and forgets it on "reset"."""
+
+    def __init__(self):
+        super().__init__()
+        self.pending = 0
+        self.sizes: list[int] = []
+
+    def receive(self, item):
+        if isinstance(item, AudioIn):
+            self.pending = (self.pending + item.pcm.size) % 512
+            self.sizes.append(item.pcm.size)
+        elif item == "reset":
+            self.pending = 0
+        super().receive(item)
+
+
+def test_the_actor_follows_the_vad_s_steps_through_a_reset():
+    vad = SteppedVad()
+    target = SessionActor("test", vad.receive, tick_s=60.0, vad_needs=lambda: 512 - vad.pending)
+    vad.actor = target
+    target.start()
+    for _ in range(6):  # 768 samples: one step read, 256 left
+        target.post_audio(np.zeros(128, np.int16), 16000)
+    target.post("reset")  # posts the 256 gathered, then the reset drops them from the VAD
+    assert target.call_and_wait(lambda: None, 2)  # (the reset's iteration has told the actor where steps lie)
+    assert vad.pending == 0 and vad.sizes == [512, 256]
+    for _ in range(4):
+        target.post_audio(np.zeros(128, np.int16), 16000)
+    assert vad.wait_for(lambda seen: len(vad.sizes) == 3)
+    assert vad.sizes[2] == 512  # one step exactly: steps count from the reset, not from the session's start
+    target.stop()
+    target.join(2)
+
+
+def test_the_backlog_counts_the_client_s_messages_not_the_joined_ones():
+    target, recorder = actor(max_audio=4)  # never started
+    results = [target.post_audio(np.zeros(160, np.int16), 16000) for _ in range(6)]
+    assert results == [True] * 4 + [False] * 2  # 2000 of VITA's 8 ms messages are still 16 s, not 64
+    target.start()
+    target.stop()
+    target.join(2)
+    assert sum(s.parts for s in recorder.seen if isinstance(s, AudioIn)) == 4

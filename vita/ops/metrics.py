@@ -61,7 +61,8 @@ class FrontMetrics:
                                        "Time in the `audio` event handler (decode + enqueue)",
                                        buckets=FAST_BUCKETS, registry=r)
         self.vad_lag = Histogram("vita_vad_lag_seconds",
-                                 "Audio message arrival to the end of its VAD step (lag behind real time)",
+                                 "Arrival of audio (the newest of the messages joined up to a VAD step) to the end "
+                                 "of its VAD step (lag behind real time)",
                                  buckets=FAST_BUCKETS, registry=r)
         self.audio_seconds = Counter("vita_audio_received_seconds", "Microphone audio received", registry=r)
         self.vad_audio_seconds = Counter("vita_vad_audio_seconds", "Microphone audio through the VAD (its messages "

@@ -21,7 +21,7 @@ from vita.turns.turn_events import (
     SpeechStarted,
     UtteranceEnded,
 )
-from vita.turns.vad import SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
+from vita.turns.vad import CHUNK, SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
 
 
 def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
@@ -49,6 +49,10 @@ class SpeechListener:
     def carry(self, speech: Speech | None) -> None:
         """The utterance being heard continues `speech` (a request the user went on with); None: it does not."""
         self.segmenter.carried = Utterance(speech.pcm, *speech.samples) if speech and speech.samples else None
+
+    def samples_to_next_step(self) -> int:
+        """16 kHz samples the VAD needs before it reads its next step."""
+        return CHUNK - self.segmenter.pending.size
 
     def end_now(self, now: float) -> list[Event]:
         """End the utterance being heard here (the end-of-turn model says the user has finished)."""

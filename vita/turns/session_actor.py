@@ -10,8 +10,8 @@ This thread is also the session's VAD thread (the listener runs inside it), as t
 
 Microphone audio is gathered before it is posted: VITA's page sends a message every 8 ms, the VAD reads 32 ms
 steps, and waking this thread for each message cost a sixth of the front's CPU with four users (~7 % of a core).
-A message is posted once the audio gathered reaches the end of a VAD step (counted from the session's first
-sample, where the VAD's steps lie), so the VAD reads each step as soon as it would have otherwise.
+A message is posted once the audio gathered reaches the end of the VAD's next step (the session's thread says
+where that is after each item), so the VAD reads each step as soon as it would have otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from vita.machine.cpu import name_os_thread
+from vita.turns.vad import CHUNK, SAMPLE_RATE
 
 log = logging.getLogger("vita.session")
 
@@ -41,6 +42,7 @@ class AudioIn:
     pcm: np.ndarray
     rate: int
     arrived: float
+    parts: int = 1  # the client's messages joined in it (the backlog is counted in those)
 
 
 @dataclass(frozen=True)
@@ -59,52 +61,72 @@ class ClockTick:
 _STOP = object()
 _NOTHING = object()
 
-STEP_S = 0.032  # the VAD's step (vad.CHUNK at 16 kHz): audio is gathered up to the end of one before it is posted
+GATHERED_RATE = SAMPLE_RATE  # the VAD's own rate; audio at another rate is resampled first and is not gathered
+STEP = CHUNK  # the VAD's step at that rate (32 ms)
 
 
 class AudioGatherer:
-    """Microphone messages joined up to the end of a VAD step. Not thread-safe: SessionActor holds its lock."""
+    """16 kHz microphone messages joined up to the end of the VAD's next step. Where that lies, the session's
+    thread says (`vad_at`): after each item it handles, how many samples its VAD needs for the next step, which
+    also covers a VAD that was reset (recording restarted) or fed audio at another rate. Not thread-safe:
+    SessionActor holds its lock."""
 
-    def __init__(self, step_s: float = STEP_S):
-        self.step_s = step_s
+    def __init__(self, step: int = STEP):
+        self.step = step
         self.parts: list[np.ndarray] = []
-        self.rate = 0
+        self.gathered = 0  # samples in parts
         self.arrived = 0.0  # when the newest part arrived
-        self.position = 0  # samples at `rate` since the first (or since the rate changed)
+        self.posted = 0  # 16 kHz samples posted so far
+        self.boundary = step  # the count of posted samples at which the VAD completes a step (then every `step`)
 
     def add(self, pcm: np.ndarray, rate: int, arrived: float) -> list[AudioIn]:
-        """The audio now due to the VAD: at most two messages (what was gathered at another rate, then this)."""
-        due = self.take() if self.parts and rate != self.rate else []
-        if rate != self.rate:
-            self.rate, self.position = rate, 0
-        step = max(1, round(rate * self.step_s))
-        before, self.position = self.position, self.position + pcm.size
+        """The audio now due to the VAD: none, the gathered audio as one message, or (another rate) what was
+        gathered and then this message as it came."""
+        if rate != GATHERED_RATE:
+            return [*self.take(), AudioIn(pcm, rate, arrived)]
+        end = self.posted + self.gathered
         self.parts.append(pcm)
+        self.gathered += pcm.size
         self.arrived = arrived
-        if self.position // step != before // step:  # a step of the VAD is complete
-            due += self.take()
-        return due
+        return self.take() if self.next_boundary(end) <= end + pcm.size else []
+
+    def next_boundary(self, end: int) -> int:
+        """The first end of a VAD step after `end` samples."""
+        if end < self.boundary:
+            return self.boundary
+        return self.boundary + ((end - self.boundary) // self.step + 1) * self.step
+
+    def vad_at(self, handled: int, needed: int) -> None:
+        """After the first `handled` 16 kHz samples, the VAD needs `needed` more to complete a step."""
+        self.boundary = handled + needed
 
     def take(self) -> list[AudioIn]:
         """What is gathered, as one message (none if nothing is)."""
         if not self.parts:
             return []
         pcm = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-        self.parts = []
-        return [AudioIn(pcm, self.rate, self.arrived)]
+        message = AudioIn(pcm, GATHERED_RATE, self.arrived, parts=len(self.parts))
+        self.posted += self.gathered
+        self.parts, self.gathered = [], 0
+        return [message]
 
 
 class SessionActor:
     """The mailbox and its thread. `receive(item)` is the session's behaviour (the turn controller's); it may
     call `follow` and `after` while it runs, and nothing else of this class needs a lock."""
 
-    def __init__(self, name: str, receive: Callable[[Any], None], tick_s: float, max_audio: int = 2000):
+    def __init__(self, name: str, receive: Callable[[Any], None], tick_s: float, max_audio: int = 2000,
+                 vad_needs: Callable[[], int] | None = None):
+        """vad_needs: on this thread, the 16 kHz samples the VAD needs to complete its next step (None: steps
+        counted from the first sample)."""
         self.receive = receive
+        self.vad_needs = vad_needs
+        self._handled = 0  # 16 kHz samples of audio handled (this thread only)
         self.tick_s = tick_s
         self.max_audio = max_audio
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._audio_lock = threading.Lock()
-        self._audio_queued = 0  # audio messages in the inbox: bounded, the rest of the mail is not
+        self._audio_queued = 0  # the client's audio messages waiting: bounded, the rest of the mail is not
         self._gathered = AudioGatherer()  # under _audio_lock
         self._followups: deque = deque()  # this thread only
         self._timers: list[tuple[float, int, Any]] = []  # (due, order, item), a heap; this thread only
@@ -123,20 +145,20 @@ class SessionActor:
     def post_audio(self, pcm: np.ndarray, rate: int) -> bool:
         """Never blocks; False when `max_audio` messages are already waiting (the audio is dropped)."""
         with self._audio_lock:
-            if self._audio_queued >= self.max_audio:
+            if self._audio_queued + len(self._gathered.parts) >= self.max_audio:
                 return False
-            due = self._gathered.add(pcm, rate, time.monotonic())
-            self._audio_queued += len(due)
-            for message in due:  # (under the lock: two posters' messages stay in the order they were gathered)
-                self.inbox.put(message)
+            self._put_audio(self._gathered.add(pcm, rate, time.monotonic()))
         return True
 
     def _post_gathered(self) -> None:
         with self._audio_lock:
-            due = self._gathered.take()
-            self._audio_queued += len(due)
-            for message in due:
-                self.inbox.put(message)
+            self._put_audio(self._gathered.take())
+
+    def _put_audio(self, due: list[AudioIn]) -> None:
+        """(Under the lock: two posters' messages stay in the order they were gathered.)"""
+        for message in due:
+            self._audio_queued += message.parts
+            self.inbox.put(message)
 
     def call(self, fn: Callable[[], None]) -> None:
         self.post(Call(fn))
@@ -190,18 +212,35 @@ class SessionActor:
             now = time.monotonic()
             if now >= next_tick:  # whether or not mail keeps arriving (a microphone streaming room noise)
                 next_tick = now + self.tick_s
-                self._post_gathered()  # a client that stopped sending mid-step: its last few ms, before the tick
+                self._post_gathered()  # a client that stopped sending mid-step: its last few ms (after this tick)
                 self._handle(ClockTick())
             while self._timers and self._timers[0][0] <= now:
                 self._handle(heapq.heappop(self._timers)[2])
             if item is _NOTHING:
+                self._tell_vad_steps()
                 continue
             if item is _STOP:
                 break
             if isinstance(item, AudioIn):
                 with self._audio_lock:
-                    self._audio_queued -= 1
+                    self._audio_queued -= item.parts
+                if item.rate == GATHERED_RATE:
+                    self._handled += item.pcm.size
             self._handle(item)
+            self._tell_vad_steps()
+
+    def _tell_vad_steps(self) -> None:
+        """Where the VAD's next step ends, for the audio gathered from now on (after anything handled: a reset of
+        the VAD moves its steps)."""
+        if self.vad_needs is None:
+            return
+        try:
+            needed = self.vad_needs()
+        except Exception:  # only the gathering's timing: the steps stay where they were
+            log.exception("session %s: could not read the VAD's next step", self.thread.name)
+            return
+        with self._audio_lock:
+            self._gathered.vad_at(self._handled, needed)
 
     def _handle(self, item: Any) -> None:
         self._followups.append(item)

@@ -140,7 +140,8 @@ class TurnController:
         session.output = self._output(session)
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
-        session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick)
+        session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick,
+                                     vad_needs=lambda: session.listener.samples_to_next_step())
         session.actor.start()
 
     def _output(self, session: Session) -> ReplyOutput:

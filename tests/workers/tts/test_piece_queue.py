@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from vita.messages import CancelTurn, TtsPiece
-from workers.tts.piece_queue import PieceQueue
+from vita.messages import CancelTurn, Shutdown, TtsPiece
+from workers.tts.piece_queue import MAX_PASSED, PieceQueue
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -74,3 +74,23 @@ def test_get_times_out_when_empty_and_put_waits_while_full():
     assert put_done.wait(2)
     waiter.join(2)
     assert [p.seq for p in drain(pieces)] == [2, 3]
+
+
+def test_a_waiting_piece_lets_at_most_a_few_first_pieces_pass():
+    pieces = PieceQueue(maxsize=20)
+    waiting = piece("a", 1, 1)
+    pieces.put(waiting)
+    firsts = [piece(f"s{i}", i, 0) for i in range(MAX_PASSED + 2)]
+    for message in firsts:
+        pieces.put(message)
+    got = drain(pieces)
+    assert got.index(waiting) == MAX_PASSED  # then its turn, whoever else is waiting to start
+    assert [p for p in got if p is not waiting] == firsts
+
+
+def test_no_first_piece_passes_a_shutdown():
+    pieces = PieceQueue(maxsize=10)
+    sent = [piece("a", 1, 1), Shutdown(), piece("b", 2, 0)]
+    for message in sent:
+        pieces.put(message)
+    assert drain(pieces) == sent
