@@ -1,6 +1,8 @@
 """Benchmark ASR: Whisper base and tiny.en — speed (30 s window against the short window) and accuracy.
 
 speed: six Piper-spoken questions, per-model medians and what each heard.
+batch: utterances that end together (1, 2, 4), Whisper base on the short window: one after another, as the server
+runs them, against one batched encode and decode; when each would be heard.
 accuracy: the spoken questions of scripts/eval/questions.json in evaluation voices (hibari natural, piper and
 espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
 transcripts (WER > 0.5, numbers compared as digits), and the server's "say it again" rule (Whisper's confidence
@@ -14,7 +16,7 @@ log-probability of the words, workers/llm/local_engine.words_logprob, as a first
 and judged by the server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the
 rest.
 
-Usage: .venv/bin/python -m scripts.bench.asr [speed|accuracy|sense|reading] [--voices hibari,piper,espeak]
+Usage: .venv/bin/python -m scripts.bench.asr [speed|batch|accuracy|sense|reading] [--voices hibari,piper,espeak]
        [--models ...] [--json transcripts.json] [--out judged.json]
 """
 
@@ -33,7 +35,15 @@ from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
 from scripts.eval.voices import synthesize
 from tests.harness.speech import silence, spoken
 from vita.config import Config
-from workers.llm.asr import MisheardRule, Transcription, WhisperTranscriber, word_error_rate
+from workers.llm.asr import (
+    MIN_WINDOW_S,
+    WHISPER_RATE,
+    MisheardRule,
+    Transcription,
+    WhisperTranscriber,
+    pcm16_to_float,
+    word_error_rate,
+)
 
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "Who wrote Romeo and Juliet?",
              "What do bees make?", "Can you tell me a joke about cats?", "What is seven times eight?"]
@@ -58,6 +68,39 @@ def speed(models: Path) -> None:
                 times.append(time.perf_counter() - started)
             window = "short window" if short else "30 s window"
             print(f"{name:<16} {window:<13} median {statistics.median(times[1:]):.3f} s  {heard}")
+
+
+def batch(models: Path, runs: int = 3) -> None:
+    """Whether one batch beats one after another for utterances that end together: each utterance's time until
+    it is heard, medians of `runs` (the first run of each warms up and is left out)."""
+    asr = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1)
+    asr.warm_up()
+    model = asr.model
+    prompt = model.get_prompt(asr._tokenizer, [], without_timestamps=True)
+    frames = int(MIN_WINDOW_S * 100)
+    clips = [pcm16_to_float(np.concatenate([silence(0.2), spoken(q), silence(0.3)]).tobytes(), WHISPER_RATE)
+             for q in QUESTIONS[:4]]
+
+    def batched(n: int) -> float:
+        started = time.perf_counter()
+        features = [model.feature_extractor(np.pad(c, (0, int(MIN_WINDOW_S * WHISPER_RATE) - c.size)), padding=0)
+                    [:, :frames] for c in clips[:n]]
+        encoded = model.encode(np.stack(features))
+        model.model.generate(encoded, [prompt] * n, beam_size=1, max_length=len(prompt) + 128)
+        return time.perf_counter() - started
+
+    def in_turn(n: int) -> list[float]:
+        started, done = time.perf_counter(), []
+        for clip in clips[:n]:
+            asr.hear((clip * 32768).astype(np.int16).tobytes())
+            done.append(time.perf_counter() - started)
+        return done
+
+    for n in (1, 2, 4):
+        together = statistics.median([batched(n) for _ in range(runs + 1)][1:])
+        each = [statistics.median(t) for t in zip(*[in_turn(n) for _ in range(runs + 1)][1:], strict=True)]
+        print(f"{n} at once: one batch heard all at {together:.3f} s (mean {together:.3f}); one after another at "
+              f"{' / '.join(f'{t:.3f}' for t in each)} s (mean {statistics.mean(each):.3f})")
 
 
 def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
@@ -201,7 +244,8 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", nargs="?", choices=("speed", "accuracy", "sense", "reading"), default="speed")
+    parser.add_argument("what", nargs="?", choices=("speed", "batch", "accuracy", "sense", "reading"),
+                        default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
                         help="accuracy: evaluation voices (scripts/eval/voices.py), '+noise' for 10 dB SNR")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
@@ -213,6 +257,8 @@ def main() -> int:
     models = Config().models_path()
     if args.what == "speed":
         speed(models)
+    elif args.what == "batch":
+        batch(models)
     elif args.what == "sense":
         below = (Config().asr.sense_check_below if args.sense_below == "config"
                  else None if args.sense_below == "all" else float(args.sense_below))

@@ -243,3 +243,13 @@ def test_the_backlog_counts_the_client_s_messages_not_the_joined_ones():
     target.stop()
     target.join(2)
     assert sum(s.parts for s in recorder.seen if isinstance(s, AudioIn)) == 4
+
+
+def test_audio_gathered_while_the_vad_was_reset_is_posted_once_the_new_step_end_is_known():
+    gatherer = AudioGatherer()
+    for _ in range(6):  # one step posted at 512, 256 gathered
+        gatherer.add(np.zeros(128, np.int16), 16000, 0.0)
+    assert gatherer.gathered == 256
+    assert gatherer.vad_at(handled=512, needed=512) == []  # the step ends at 1024: not yet
+    due = gatherer.vad_at(handled=256, needed=512)  # (reset after 256: the step ends at 768, already gathered)
+    assert [m.pcm.size for m in due] == [256] and gatherer.gathered == 0

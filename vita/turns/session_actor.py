@@ -96,9 +96,11 @@ class AudioGatherer:
             return self.boundary
         return self.boundary + ((end - self.boundary) // self.step + 1) * self.step
 
-    def vad_at(self, handled: int, needed: int) -> None:
-        """After the first `handled` 16 kHz samples, the VAD needs `needed` more to complete a step."""
+    def vad_at(self, handled: int, needed: int) -> list[AudioIn]:
+        """After the first `handled` 16 kHz samples, the VAD needs `needed` more to complete a step: what is
+        gathered, if that already reaches the step's end (the VAD was reset while this audio came)."""
         self.boundary = handled + needed
+        return self.take() if self.parts and self.next_boundary(self.posted) <= self.posted + self.gathered else []
 
     def take(self) -> list[AudioIn]:
         """What is gathered, as one message (none if nothing is)."""
@@ -240,7 +242,7 @@ class SessionActor:
             log.exception("session %s: could not read the VAD's next step", self.thread.name)
             return
         with self._audio_lock:
-            self._gathered.vad_at(self._handled, needed)
+            self._put_audio(self._gathered.vad_at(self._handled, needed))
 
     def _handle(self, item: Any) -> None:
         self._followups.append(item)

@@ -11,6 +11,7 @@ passes a Shutdown.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections import deque
@@ -32,15 +33,14 @@ class PieceQueue:
 
     def __init__(self, maxsize: int):
         self.maxsize = maxsize
-        self._items: deque = deque()
+        self._items: deque[list] = deque()  # [message, first pieces that have passed it]
         self._changed = threading.Condition()
-        self._head_passed = 0  # first pieces taken from behind the oldest message
 
     def put(self, message: Any, timeout: float | None = None) -> None:
         with self._changed:
             if not self._changed.wait_for(lambda: len(self._items) < self.maxsize, timeout):
                 raise queue.Full
-            self._items.append(message)
+            self._items.append([message, 0])
             self._changed.notify_all()
 
     def get(self, timeout: float | None = None) -> Any:
@@ -56,13 +56,12 @@ class PieceQueue:
             return len(self._items)
 
     def _take(self) -> Any:
-        if not urgent(self._items[0]) and self._head_passed < MAX_PASSED:
-            for i, message in enumerate(self._items):
-                if isinstance(message, Shutdown):
-                    break
-                if urgent(message):
-                    del self._items[i]
-                    self._head_passed += 1
-                    return message
-        self._head_passed = 0
-        return self._items.popleft()
+        for i, (message, passed) in enumerate(self._items):
+            if isinstance(message, Shutdown) or (not urgent(message) and passed >= MAX_PASSED):
+                break  # nothing passes it
+            if urgent(message):
+                for waiting in itertools.islice(self._items, i):
+                    waiting[1] += 1
+                del self._items[i]
+                return message
+        return self._items.popleft()[0]

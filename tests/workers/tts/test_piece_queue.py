@@ -94,3 +94,13 @@ def test_no_first_piece_passes_a_shutdown():
     for message in sent:
         pieces.put(message)
     assert drain(pieces) == sent
+
+
+def test_every_waiting_piece_is_passed_at_most_a_few_times_not_only_the_oldest():
+    pieces = PieceQueue(maxsize=20)
+    a, b = piece("a", 1, 1), piece("b", 2, 1)
+    firsts = [piece(f"s{i}", i, 0) for i in range(6)]
+    for message in [a, b, *firsts]:
+        pieces.put(message)
+    got = drain(pieces)
+    assert got.index(a) == MAX_PASSED and got.index(b) == MAX_PASSED + 1  # b too waits behind three, not six
