@@ -84,23 +84,22 @@ class AudioGatherer:
         gathered and then this message as it came."""
         if rate != GATHERED_RATE:
             return [*self.take(), AudioIn(pcm, rate, arrived)]
-        end = self.posted + self.gathered
         self.parts.append(pcm)
         self.gathered += pcm.size
         self.arrived = arrived
-        return self.take() if self.next_boundary(end) <= end + pcm.size else []
-
-    def next_boundary(self, end: int) -> int:
-        """The first end of a VAD step after `end` samples."""
-        if end < self.boundary:
-            return self.boundary
-        return self.boundary + ((end - self.boundary) // self.step + 1) * self.step
+        return self._due()
 
     def vad_at(self, handled: int, needed: int) -> list[AudioIn]:
         """After the first `handled` 16 kHz samples, the VAD needs `needed` more to complete a step: what is
         gathered, if that already reaches the step's end (the VAD was reset while this audio came)."""
         self.boundary = handled + needed
-        return self.take() if self.parts and self.next_boundary(self.posted) <= self.posted + self.gathered else []
+        return self._due()
+
+    def _due(self) -> list[AudioIn]:
+        """What is gathered, once it reaches the end of the VAD's next step after what was posted."""
+        after = self.boundary if self.posted < self.boundary else \
+            self.boundary + ((self.posted - self.boundary) // self.step + 1) * self.step
+        return self.take() if after <= self.posted + self.gathered else []
 
     def take(self) -> list[AudioIn]:
         """What is gathered, as one message (none if nothing is)."""
