@@ -147,10 +147,7 @@ class RealtimeSession:
             front.turns.attach(session)
             if self.bound is not None:  # the client key's settings, before anything of the session happens
                 bound = self.bound
-                prompt = fixed_prompt(bound.instructions, bound.tools, bound.tool_choice)
-                if prompt != self.prompted:  # charged as a session.update would be (its VAD turns use them)
-                    self._charge_text([(prompt, session.text_budget.burst - MIN_TEXT_COST)])
-                    self.prompted = prompt
+                self._charge_settings(bound)  # as a session.update would be (its VAD turns use them)
                 before, self.settings = self.settings, bound
                 self._apply(before, bound)
         except Exception:
@@ -225,15 +222,19 @@ class RealtimeSession:
         after = updated(before, event.get("session"), self.front.voices)
         if self.conversation.webrtc:
             refuse_push_to_talk(after)
-        # New instructions or functions are charged here: a turn the server's VAD starts uses them with no
-        # response.create to charge (leaving room for one least response after, as a client updates then asks).
-        prompt = fixed_prompt(after.instructions, after.tools, after.tool_choice)
-        if prompt != self.prompted:
-            self._charge_text([(prompt, self.session.text_budget.burst - MIN_TEXT_COST)])
-            self.prompted = prompt
+        self._charge_settings(after)
         self.settings = after
         self._apply(before, after)
         self.conversation.send({"type": "session.updated", "session": self._session_json()})
+
+    def _charge_settings(self, settings: Settings) -> None:
+        """New instructions or functions are charged when they are set: a turn the server's VAD starts uses them
+        with no response.create to charge (leaving room for one least response after, as a client updates then
+        asks). ProtocolError (rate_limited) when the budget cannot pay."""
+        prompt = fixed_prompt(settings.instructions, settings.tools, settings.tool_choice)
+        if prompt != self.prompted:
+            self._charge_text([(prompt, self.session.text_budget.burst - MIN_TEXT_COST)])
+            self.prompted = prompt
 
     def _apply(self, before: Settings, after: Settings) -> None:
         """New settings, to the session (on its thread, in order with the turns it starts) and its ears."""
