@@ -53,14 +53,19 @@ def device_env(config: Config) -> dict[str, str]:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             # vLLM binds only the worker processes it spawns, so here the binding is ours: one OpenMP thread a
             # core (read when torch is imported), on those cores (the engine thread's affinity, LocalVllmEngine).
-            cpu = read_cpu()
-            cores = engine_cores(engine_bind(llm.omp_threads_bind, config.server.max_users, cpu), cpu)
+            cores = in_process_cores(config, read_cpu())
             if cores is not None:
                 env["OMP_NUM_THREADS"] = str(len(cores))
                 env["KMP_AFFINITY"] = "disabled"  # a preloaded Intel OpenMP keeps the thread's binding as it is
     elif llm.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = llm.visible_devices
     return env
+
+
+def in_process_cores(config: Config, cpu: CpuFeatures) -> tuple[int, ...] | None:
+    """The cores the in-process engine's OpenMP threads are bound to, one a core (llm.omp_threads_bind, 'auto'
+    resolved for the seats); None: unbound."""
+    return engine_cores(engine_bind(config.llm.omp_threads_bind, config.server.max_users, cpu), cpu)
 
 
 def engine_kwargs(config: Config, omni: bool, cpu: CpuFeatures | None = None) -> dict[str, Any]:
@@ -258,8 +263,7 @@ class LocalVllmEngine:
             self.description += f" because {config.chosen_llm()[1]}"
         self.description += f"; {weights_description(config.llm_model_path(), self.kwargs['dtype'], self.cpu)}"
         in_process = config.llm.device == "cpu" and config.llm.tensor_parallel_size == 1
-        bind = engine_bind(config.llm.omp_threads_bind, config.server.max_users, self.cpu)
-        self.cores = engine_cores(bind, self.cpu) if in_process else None
+        self.cores = in_process_cores(config, self.cpu) if in_process else None
         if config.llm.device == "cpu":
             if self.cores is not None:
                 threads = ",".join(map(str, self.cores))
