@@ -33,6 +33,11 @@ def estimated_tokens(text: str) -> float:
     return (len(text) - words) + words / CHARS_PER_TOKEN
 
 
+def utf8_bytes(text: str) -> float:
+    """Its UTF-8 bytes (a lone surrogate too): the most tokens a byte-level tokenizer can make of it."""
+    return float(len(text.encode("utf-8", "surrogatepass")))
+
+
 def local_tokenizer_file(config: Any) -> Path | None:
     """The served model's tokenizer.json, where the model is on this machine (None: a remote engine's)."""
     try:
@@ -72,14 +77,7 @@ class TextCost:
         at most `cap` (then a text as long as the cap is not read at all). At most TOKENIZED_MOST characters are
         tokenized (22 ms at worst, holding the GIL): the rest counts four tokens a UTF-8 byte's worth, what a
         byte-level tokenizer can make of it at most."""
-        if not text:
-            return 0.0
-        if cap is not None and len(text) >= cap:
-            return float(cap)
-        head, rest = text[:TOKENIZED_MOST], text[TOKENIZED_MOST:]
-        tokens = self._tokens(head) + len(rest.encode("utf-8", "surrogatepass"))
-        cost = max(float(len(text)), tokens * CHARS_PER_TOKEN)
-        return min(cost, cap) if cap is not None else cost
+        return self._priced(text, cap, TOKENIZED_MOST)
 
     def of(self, texts: list[tuple[str, float | None]]) -> float:
         """The cost of (text, cap) pairs together, at most TOKENIZED_MOST characters of them tokenized in all: past
@@ -87,16 +85,21 @@ class TextCost:
         of tokenizing on the socket thread)."""
         total, left = 0.0, TOKENIZED_MOST
         for text, cap in texts:
-            if cap is not None and len(text) >= cap:
-                total += cap
-                continue
-            if len(text) <= left:
-                left -= len(text)
-                total += self(text, cap)
-            else:
-                priced = max(float(len(text)), len(text.encode("utf-8", "surrogatepass")) * CHARS_PER_TOKEN)
-                total += min(priced, cap) if cap is not None else priced
+            whole = (cap is None or len(text) < cap) and len(text) <= left  # read whole, or not at all
+            total += self._priced(text, cap, len(text) if whole else 0)
+            left -= len(text) if whole else 0
         return total
+
+    def _priced(self, text: str, cap: float | None, tokenized: int) -> float:
+        """Its first `tokenized` characters counted by the tokenizer, the rest by their bytes."""
+        if not text:
+            return 0.0
+        if cap is not None and len(text) >= cap:
+            return float(cap)
+        head, rest = text[:tokenized], text[tokenized:]
+        tokens = (self._tokens(head) if head else 0.0) + utf8_bytes(rest)
+        cost = max(float(len(text)), tokens * CHARS_PER_TOKEN)
+        return min(cost, cap) if cap is not None else cost
 
     def _tokens(self, text: str) -> float:
         tokenizer = self._tokenizer if self._loaded else self._load()
@@ -104,5 +107,5 @@ class TextCost:
             try:
                 return float(len(tokenizer.encode(text, add_special_tokens=False).ids))
             except Exception:  # (a lone surrogate: not UTF-8) what a byte-level tokenizer makes of it at most
-                return float(len(text.encode("utf-8", "surrogatepass")))
+                return utf8_bytes(text)
         return estimated_tokens(text)
