@@ -3,6 +3,7 @@ app (the rest is exercised against a live server in test_hardening)."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -61,6 +62,26 @@ def test_a_held_socket_reads_nothing_until_its_hold_is_over():
     started = time.monotonic()
     sock.recv(100)
     assert time.monotonic() - started < 0.1 and sock._sock.closed
+
+
+def test_a_read_with_a_timeout_returns_nothing_while_held_and_reads_once_the_hold_is_over():
+    server, client = socket.socketpair()
+    sock = MeteredSocket(server, bytes_per_s=1_000_000, burst=100_000)
+    client.sendall(b"ready")
+    sock.hold(30.0)
+    started = time.monotonic()
+    assert sock.recv_within(100, 0.1) is None  # still held: the reader looks again (its connection may be closed)
+    assert 0.09 <= time.monotonic() - started < 1
+    sock.hold_until = 0.0
+    assert sock.recv_within(100, 0.1) == b"ready"
+    assert sock.recv_within(100, 0.05) is None  # nothing sent
+    sock.hold(30.0)
+    sock.shutdown(socket.SHUT_RDWR)  # ends the hold at once: the read goes on to see the end of the stream
+    started = time.monotonic()
+    assert sock.recv_within(100, 5.0) == b""
+    assert time.monotonic() - started < 0.1
+    sock.close()
+    client.close()
 
 
 class Messages:

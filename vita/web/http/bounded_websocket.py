@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
 import ssl
 import threading
 import time
@@ -20,6 +19,7 @@ import simple_websocket
 from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
 
 from vita.rate_budget import RateBudget
+from vita.web.http.inline_websocket import InlineWebSocket, read_within
 from vita.web.http.shared_tls import SharedTlsSocket
 
 log = logging.getLogger("vita.socket")
@@ -37,8 +37,8 @@ class WebSocketLimits(Protocol):
 
 
 class MeteredSocket:
-    """A WebSocket's socket whose reads are paced to a byte rate: once a client has sent more than its burst, its
-    reader thread sleeps until the rate has paid for what came, and TCP backs the client off. A flood then costs
+    """A WebSocket's socket whose reads are paced to a byte rate: once a client has sent more than its burst, the
+    thread reading it sleeps until the rate has paid for what came, and TCP backs the client off. A flood then costs
     the front the work of `bytes_per_s`, not whatever the client's link carries (a JSON audio flood took 0.8 of
     the two cores in TLS, WebSocket framing and packet parsing before any of it was refused)."""
 
@@ -53,13 +53,26 @@ class MeteredSocket:
         self.hold_until = max(self.hold_until, time.monotonic() + seconds)
 
     def recv(self, size: int) -> bytes:
+        data = None
+        while data is None:
+            data = self.recv_within(size, None)
+        return data
+
+    def recv_within(self, size: int, timeout: float | None) -> bytes | None:
+        """As ``read_within`` (None: nothing within `timeout`, or still held then)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         held = self.hold_until - time.monotonic()
-        if held > 0:
-            self._released.wait(held)
-        data = self._sock.recv(size)
-        wait = self.budget.spend(len(data), time.monotonic())
-        if wait:
-            time.sleep(wait)
+        if held > 0 and not self._released.is_set():
+            if deadline is not None and held > timeout:
+                if not self._released.wait(timeout):
+                    return None
+            else:
+                self._released.wait(held)
+        data = read_within(self._sock, size, None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if data:
+            wait = self.budget.spend(len(data), time.monotonic())
+            if wait:
+                time.sleep(wait)
         return data
 
     def shutdown(self, how: int) -> None:
@@ -98,7 +111,7 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)  # offer no extension: wsproto then accepts none
-        if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # a reader and a writer thread share it
+        if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # its handler reads, writer threads send
             environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
         if self.guard is not None and self.guard.read_bytes_per_s and environ.get("werkzeug.socket") is not None:
             rate = self.guard.read_bytes_per_s
@@ -108,31 +121,21 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
         upgrading = parse_qs(environ.get("QUERY_STRING", "")).get("sid", [None])[0]
         seat = self.guard.moving_to_websocket(upgrading) if self.guard and upgrading else None
         try:
-            return super().__call__(environ, start_response)
+            self.ws = InlineWebSocket(environ, **self.server_args)
+            result = self.app(self)
+            if self.ws.mode == "werkzeug":  # as engine.io's threading WebSocket ends it: the server drops it
+                raise ConnectionError()
+            return result
         finally:
-            self._end_reader()
+            ws = getattr(self, "ws", None)
+            if ws is not None:
+                ws.finish(self.CLOSE_REPLY_S)
             if seat is not None:
                 self.guard.websocket_ended(upgrading, seat)
 
-    def _end_reader(self) -> None:
-        """simple-websocket's reader thread can still be inside a read on this socket when engine.io is done with
-        it (waiting for the client's reply to our close). The HTTP server closes the socket next, and the OS
-        gives that descriptor number to the next connection: a TLS read still in flight then takes bytes from,
-        and sends alerts to, a stranger (a client's handshake failed with "unexpected message"). So the reader
-        ends before anyone closes: the client has a moment to answer the close, then the stream is shut."""
-        ws = getattr(self, "ws", None)
-        reader = getattr(ws, "thread", None)
-        if reader is None or reader is threading.current_thread():
-            return
-        reader.join(self.CLOSE_REPLY_S)
-        if reader.is_alive():
-            with contextlib.suppress(OSError):
-                ws.sock.shutdown(socket.SHUT_RDWR)  # wakes the read; closing stays with the reader
-            reader.join(self.CLOSE_REPLY_S)
-
     def wait(self) -> Any:
-        # Wake up every second: when simple-websocket refuses a message over its limit it wakes the reader
-        # before it marks the socket closed, and a reader waiting without a timeout then sleeps forever.
+        # Look up every second: another thread may have closed the connection (engine.io's writer, a Realtime
+        # session's idle timeout) while the client stays quiet.
         while True:
             try:
                 data = self.ws.receive(timeout=1.0)

@@ -52,7 +52,7 @@ class FrontRequestHandler(WSGIRequestHandler):
         if ok:  # a whole request's headers: busy until it is answered (a WebSocket, for its life)
             self.server.connections.set_busy(self._key, True)
             if self.headers.get("Upgrade", "").lower() == "websocket":
-                # No read clock: simple-websocket's reader waits as long as the client is quiet (over TLS the
+                # No read clock: the WebSocket's reader (its handler) waits as long as the client is quiet (over TLS the
                 # socket is shared through vita.web.http.shared_tls, which sets its own). A silent WebSocket is
                 # closed by engine.io's ping timeout instead (20 s).
                 self.connection.settimeout(None)

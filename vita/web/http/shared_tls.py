@@ -1,13 +1,13 @@
-"""A TLS socket that a WebSocket's reader thread and its writer threads share safely.
+"""A TLS socket that a WebSocket's reading thread and its writer threads share safely.
 
-OpenSSL allows one call at a time on a connection. simple-websocket reads in its own thread while engine.io's
-writer thread sends, and concurrent TLS reads and writes corrupted the front's heap (glibc aborted the whole
-process: "double free or corruption") or sent one connection's TLS records to another (a client's handshake got
-"unexpected message"), with sessions closing while others connected. Here every OpenSSL call holds one lock and
-never waits inside it: the socket is non-blocking, and a call that cannot go on gives the lock back and waits
-for the socket outside it. So a reader waiting for a quiet client never holds up a writer, a writer waiting for
-a slow client never holds up the reader, and a close (which takes the lock too) never frees the descriptor
-under a call in flight.
+OpenSSL allows one call at a time on a connection. A WebSocket's handler thread reads while engine.io's writer
+thread (or a Realtime session's output) sends, and concurrent TLS reads and writes corrupted the front's heap
+(glibc aborted the whole process: "double free or corruption") or sent one connection's TLS records to another (a
+client's handshake got "unexpected message"), with sessions closing while others connected. Here every OpenSSL
+call holds one lock and never waits inside it: the socket is non-blocking, and a call that cannot go on gives the
+lock back and waits for the socket outside it. So a reader waiting for a quiet client never holds up a writer, a
+writer waiting for a slow client never holds up the reader, and a close (which takes the lock too) never frees
+the descriptor under a call in flight.
 """
 
 from __future__ import annotations
@@ -36,11 +36,23 @@ class SharedTlsSocket:
 
     def recv(self, size: int) -> bytes:
         """Blocks until data or the end of the stream (b""), like a blocking socket's recv."""
+        data = None
+        while data is None:
+            data = self.recv_within(size, None)
+        return data
+
+    def recv_within(self, size: int, timeout: float | None) -> bytes | None:
+        """Data, b"" at the end of the stream, or None when no whole TLS record came within `timeout` seconds
+        (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             data, wait = self._attempt(self._sock.recv, size)
             if wait is None:
                 return data
-            self._wait(*wait, self.WAIT_S)
+            left = self.WAIT_S if deadline is None else min(self.WAIT_S, deadline - time.monotonic())
+            if left <= 0:
+                return None
+            self._wait(*wait, left)
 
     def send(self, data: bytes) -> int:
         """Sends everything or raises: a send that cannot finish within ``write_timeout_s`` of its turn is to a
