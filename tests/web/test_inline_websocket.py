@@ -93,15 +93,40 @@ def over_tls(certificate):
     shared.close()
 
 
-def test_messages_are_read_in_the_callers_thread_and_no_reader_thread_is_started(plain):
-    before = threading.active_count()
+def test_messages_are_read_in_the_callers_thread_and_no_reader_thread_is_started():
+    server_sock, client_sock = socket.socketpair()
+    threads_before = set(threading.enumerate())
+    ws, client = opened(server_sock, client_sock)
+    try:
+        client.send(TextMessage("one"))
+        client.send(BytesMessage(b"two"))
+        assert ws.receive(timeout=2) == "one"
+        assert ws.receive(timeout=2) == b"two"
+        assert set(threading.enumerate()) == threads_before  # simple-websocket would have started its reader
+    finally:
+        client_sock.close()
+        server_sock.close()
+
+
+def test_a_timeout_of_zero_takes_what_has_come_without_waiting(plain):
     ws, client = plain
-    client.send(TextMessage("one"))
-    client.send(BytesMessage(b"two"))
-    assert ws.receive(timeout=2) == "one"
-    assert ws.receive(timeout=2) == b"two"
-    assert ws.thread is None
-    assert threading.active_count() == before
+    assert ws.receive(timeout=0) is None
+    client.send(TextMessage("here"))
+    deadline = time.monotonic() + 2
+    got = None
+    while got is None and time.monotonic() < deadline:  # the bytes cross the socket pair
+        got = ws.receive(timeout=0)
+    assert got == "here"
+
+
+def test_a_close_by_another_thread_ends_reading_once_the_read_in_progress_times_out(plain):
+    ws, _client = plain
+    closer = threading.Timer(0.1, ws.close)
+    closer.start()
+    assert ws.receive(timeout=0.5) is None  # the client is quiet
+    closer.join()
+    with pytest.raises(simple_websocket.ConnectionClosed):
+        ws.receive(timeout=0.5)
 
 
 def test_a_quiet_client_times_a_read_out_and_a_later_message_still_comes(plain):
@@ -159,9 +184,11 @@ def test_finish_waits_for_the_answer_to_our_close_then_closes_the_socket(plain):
         client.send(CloseConnection(code=1000))
         answered.set()
 
-    threading.Thread(target=answer).start()
+    answering = threading.Thread(target=answer)
+    answering.start()
     started = time.monotonic()
     ws.finish(close_reply_s=3.0)
+    answering.join(5)
     assert answered.is_set()
     assert time.monotonic() - started < 2.5  # it did not sit out its whole allowance
     assert ws.sock.fileno() == -1  # closed here
@@ -174,6 +201,16 @@ def test_finish_gives_up_on_a_client_that_never_answers(plain):
     ws.finish(close_reply_s=0.3)  # nobody closed yet: finish sends the close itself
     assert 0.25 <= time.monotonic() - started < 2
     assert ws.sock.fileno() == -1
+
+
+def test_read_within_refuses_a_bare_tls_socket(certificate):
+    raw = socket.socket()
+    try:
+        bare = server_context(*certificate).wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        with pytest.raises(TypeError):
+            read_within(bare, 10, 0.1)  # its decrypted bytes would not wake a poll
+    finally:
+        raw.close()
 
 
 def test_read_within_a_plain_socket_waits_no_longer_than_asked():

@@ -192,6 +192,26 @@ def test_a_closed_socket_raises_instead_of_reading(tls_pair):
         shared.send(b"late")
 
 
+def test_no_openssl_call_follows_a_close_while_the_server_still_holds_the_descriptor(tls_pair):
+    """werkzeug keeps a file object on the connection, so closing the socket leaves its descriptor (and its TLS
+    state) open until werkzeug lets go, outside our lock: a writer must not touch it after our close."""
+    shared, client = tls_pair
+    held = shared._sock.makefile("rb")  # as werkzeug's rfile
+    try:
+        shared.close()
+        assert shared._sock.fileno() >= 0  # still open underneath
+        assert shared.fileno() == -1
+        with pytest.raises(OSError):
+            shared.send(b"late")
+        with pytest.raises(OSError):
+            shared.recv_within(100, 0.1)
+        client.settimeout(0.2)
+        with pytest.raises((TimeoutError, socket.timeout)):
+            client.recv(100)  # nothing was sent after the close
+    finally:
+        held.close()
+
+
 def test_the_socket_mode_is_set_once_not_on_every_call(tls_pair):
     """Non-blocking from the start; the calls themselves do not set it again (two fcntl calls per OpenSSL
     call, each of them able to undo another thread's setting)."""

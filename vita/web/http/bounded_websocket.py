@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,8 @@ from vita.web.http.inline_websocket import InlineWebSocket, read_within
 from vita.web.http.shared_tls import SharedTlsSocket
 
 log = logging.getLogger("vita.socket")
+
+SEND_TIMEOUT_S = 30.0  # a send to a client that reads nothing for this long fails (TLS or not)
 
 
 class WebSocketLimits(Protocol):
@@ -111,8 +115,13 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         environ.pop("HTTP_SEC_WEBSOCKET_EXTENSIONS", None)  # offer no extension: wsproto then accepts none
-        if isinstance(environ.get("werkzeug.socket"), ssl.SSLSocket):  # its handler reads, writer threads send
-            environ["werkzeug.socket"] = SharedTlsSocket(environ["werkzeug.socket"])
+        raw = environ.get("werkzeug.socket")
+        if isinstance(raw, ssl.SSLSocket):  # its handler reads, writer threads send
+            environ["werkzeug.socket"] = SharedTlsSocket(raw, write_timeout_s=SEND_TIMEOUT_S)
+        elif isinstance(raw, socket.socket):
+            # A client that stops reading must not block a sender for ever (a writer, or the handler answering a
+            # ping): a send that cannot go on for this long fails, and the connection ends.
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT_S), 0))
         if self.guard is not None and self.guard.read_bytes_per_s and environ.get("werkzeug.socket") is not None:
             rate = self.guard.read_bytes_per_s
             self.metered = MeteredSocket(environ["werkzeug.socket"], rate, max(2 * rate, self.limit))
@@ -127,11 +136,13 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
                 raise ConnectionError()
             return result
         finally:
-            ws = getattr(self, "ws", None)
-            if ws is not None:
-                ws.finish(self.CLOSE_REPLY_S)
-            if seat is not None:
-                self.guard.websocket_ended(upgrading, seat)
+            try:
+                ws = getattr(self, "ws", None)
+                if ws is not None:
+                    ws.finish(self.CLOSE_REPLY_S)
+            finally:
+                if seat is not None:
+                    self.guard.websocket_ended(upgrading, seat)
 
     def wait(self) -> Any:
         # Look up every second: another thread may have closed the connection (engine.io's writer, a Realtime

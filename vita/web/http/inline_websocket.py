@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import ssl
 import time
 from typing import Any
 
@@ -30,6 +31,8 @@ def read_within(sock: Any, size: int, timeout: float | None) -> bytes | None:
     own = getattr(sock, "recv_within", None)
     if own is not None:
         return own(size, timeout)
+    if isinstance(sock, ssl.SSLSocket):  # its decrypted bytes would not wake a poll: share it as SharedTlsSocket
+        raise TypeError("a TLS socket is read through SharedTlsSocket")
     if timeout is not None:
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
@@ -64,11 +67,9 @@ class InlineWebSocket(simple_websocket.Server):
         while not self.input_buffer:
             if not self.connected:
                 raise ConnectionClosed(self.close_reason, self.close_message)
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            if not self._read(left):
-                return None
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._read(left) or left == 0.0:  # (a timeout of 0: one look, without waiting)
+                return self.input_buffer.pop(0) if self.input_buffer else None
         return self.input_buffer.pop(0)
 
     def _read(self, timeout: float | None) -> bool:
@@ -83,7 +84,7 @@ class InlineWebSocket(simple_websocket.Server):
             self.ws.receive_data(data)
             if not self._handle_events():
                 self.connected = False
-        except (OSError, LocalProtocolError):
+        except (OSError, ValueError, LocalProtocolError):  # (ValueError: a socket closed under the read)
             self.connected = False
         return True
 
@@ -91,7 +92,7 @@ class InlineWebSocket(simple_websocket.Server):
         """Once the handler is done: the connection is closed (if nobody has closed it), the client is given
         `close_reply_s` to answer our close (closing a socket with unread data resets the connection, and the
         client may lose what was sent last: the close's reason), then the socket is closed here, where no read is
-        in flight and SharedTlsSocket's lock keeps any writer's call out."""
+        in flight; over TLS the close takes SharedTlsSocket's lock, and no writer's OpenSSL call follows it."""
         try:
             if self.ws.state is ConnectionState.OPEN:
                 self.close()
@@ -104,7 +105,7 @@ class InlineWebSocket(simple_websocket.Server):
                 self.ws.receive_data(data)
                 for _ in self.ws.events():  # what the client sent before its answer is not read any more
                     pass
-        except (OSError, LocalProtocolError, ConnectionClosed):
+        except (OSError, ValueError, LocalProtocolError, ConnectionClosed):
             pass
         finally:
             self.connected = False

@@ -32,6 +32,7 @@ class SharedTlsSocket:
         sock.settimeout(0.0)  # once: from here on only this object calls the socket, and every call is non-blocking
         self._io = threading.Lock()  # one OpenSSL call at a time
         self._writing = threading.Lock()  # one send at a time: a send that must wait is retried with its bytes
+        self._closed = False  # set under the OpenSSL lock: no call follows a close
         self.write_timeout_s = write_timeout_s
 
     def recv(self, size: int) -> bytes:
@@ -76,16 +77,21 @@ class SharedTlsSocket:
         socket.socket.shutdown(self._sock, how)
 
     def close(self) -> None:
+        """Closed for every caller at once: a writer still waiting for the socket makes no OpenSSL call after this
+        (the descriptor itself may stay open until the HTTP server lets go of its own references to it)."""
         with self._io:
+            self._closed = True
             self._sock.close()
 
     def fileno(self) -> int:
-        return self._sock.fileno()
+        return -1 if self._closed else self._sock.fileno()
 
     def _attempt(self, call: Callable[[Any], Any], arg: Any) -> tuple[Any, tuple[int, int] | None]:
         """One non-blocking OpenSSL call under the lock: (its result, None), or (None, (descriptor, poll event))
         when it must wait for the socket."""
         with self._io:
+            if self._closed:
+                raise OSError(errno.EBADF, "the connection is closed")
             try:
                 return call(arg), None
             except ssl.SSLWantReadError:

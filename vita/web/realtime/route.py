@@ -6,9 +6,6 @@ goes to the app."""
 from __future__ import annotations
 
 import json
-import socket
-import ssl
-import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,7 +31,6 @@ MAX_SECRET_REQUEST_BYTES = 64 * 1024
 MAX_CALL_REQUEST_BYTES = 256 * 1024  # an SDP offer (at most 64 KB) and a session object
 CALL_CONNECT_S = 20.0  # a call whose caller has not opened its events channel by then is over (its peer goes at 15)
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
-SEND_TIMEOUT_S = 30  # as SharedTlsSocket's write deadline
 
 
 def _json_response(start_response: Callable, status: str, code: str, message: str, param: str | None = None
@@ -95,11 +91,6 @@ class RealtimeRoute:
         upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ, bound).serve(),
                                 _Limit(self.max_message_bytes), self.front.socket_guard,
                                 subprotocols=[p for p in protocols if p == "realtime"] or None)
-        raw = environ.get("werkzeug.socket")
-        if isinstance(raw, socket.socket) and not isinstance(raw, ssl.SSLSocket):
-            # A client that stops reading must not block its session's thread for ever (over TLS, SharedTlsSocket
-            # has its own write deadline): a send that cannot go on for this long fails, and the session ends.
-            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT_S), 0))
         # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
         query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
         return upgrade({**environ, "QUERY_STRING": query}, start_response)
