@@ -311,7 +311,9 @@ class FrontApp:
         return run
 
     def _in_own_session(self, handler: Callable[[Session, Any], None]) -> Callable[..., None]:
-        """As ``_in_session``, for a handler Socket.IO calls directly (with the caller's sid first)."""
+        """As ``_in_session``, for a handler Socket.IO calls directly (with the caller's sid first). Such a
+        handler runs outside Flask's request context: ``request`` is not there, so whatever it tells the client
+        names the session's sid."""
         def run(sid: str, data: Any = None) -> None:
             session = self._session(sid)
             if session is not None:
