@@ -79,7 +79,7 @@ def test_a_read_with_a_timeout_returns_nothing_while_held_and_reads_once_the_hol
     sock.shutdown(socket.SHUT_RDWR)  # ends the hold at once: the read goes on to see the end of the stream
     started = time.monotonic()
     assert sock.recv_within(100, 5.0) == b""
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < 1.0  # far from the 30 s hold and the 5 s timeout
     sock.close()
     client.close()
 
