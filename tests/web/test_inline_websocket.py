@@ -223,3 +223,5 @@ def test_read_within_a_plain_socket_waits_no_longer_than_asked():
         assert read_within(a, 10, 1.0) == b""
     finally:
         a.close()
+    with pytest.raises(OSError):
+        read_within(a, 10, 1.0)  # closed: an OSError, as a read on a closed socket gives

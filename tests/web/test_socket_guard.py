@@ -11,7 +11,7 @@ import websocket
 
 from tests.harness.client import wait_until
 from tests.web.small_front import small_front
-from vita.web.http.bounded_websocket import BoundedWebSocket, MeteredSocket
+from vita.web.http.bounded_websocket import BoundedWebSocket, MeteredSocket, PlainSocket
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -82,6 +82,21 @@ def test_a_read_with_a_timeout_returns_nothing_while_held_and_reads_once_the_hol
     assert time.monotonic() - started < 1.0  # far from the 30 s hold and the 5 s timeout
     sock.close()
     client.close()
+
+
+def test_a_plain_sockets_send_goes_out_whole_or_fails():
+    server, client = socket.socketpair()
+    sock = PlainSocket(server, write_timeout_s=1.0)
+    try:
+        assert sock.send(b"frame") == 5
+        assert client.recv(100) == b"frame"
+        started = time.monotonic()
+        with pytest.raises(OSError):  # the client reads nothing: no partial count returned as if all went out
+            sock.send(b"x" * 50_000_000)
+        assert time.monotonic() - started < 10
+    finally:
+        server.close()
+        client.close()
 
 
 class Messages:

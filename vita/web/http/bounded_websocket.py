@@ -91,6 +91,29 @@ class MeteredSocket:
         return getattr(self._sock, name)
 
 
+class PlainSocket:
+    """A plain (non-TLS) WebSocket's socket whose sends go out whole, one at a time, or fail. A client that stops
+    reading must not block a sender for ever (a writer, or the handler answering a ping): a send that makes no
+    progress for `write_timeout_s` fails, and the connection ends. (The socket's send deadline alone would return
+    a partial count, which simple-websocket does not check: the rest of a frame would be lost, and the next frame
+    sent into its middle.)"""
+
+    def __init__(self, sock: socket.socket, write_timeout_s: float):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(write_timeout_s), 0))
+        self._sock = sock
+        self._writing = threading.Lock()
+
+    def send(self, data: bytes) -> int:
+        with self._writing:
+            self._sock.sendall(data)
+        return len(data)
+
+    sendall = send
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class BoundedWebSocket(SimpleWebSocketWSGI):
     """engine.io's threading WebSocket with a message size limit and without compression.
 
@@ -119,9 +142,7 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
         if isinstance(raw, ssl.SSLSocket):  # its handler reads, writer threads send
             environ["werkzeug.socket"] = SharedTlsSocket(raw, write_timeout_s=SEND_TIMEOUT_S)
         elif isinstance(raw, socket.socket):
-            # A client that stops reading must not block a sender for ever (a writer, or the handler answering a
-            # ping): a send that cannot go on for this long fails, and the connection ends.
-            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT_S), 0))
+            environ["werkzeug.socket"] = PlainSocket(raw, SEND_TIMEOUT_S)
         if self.guard is not None and self.guard.read_bytes_per_s and environ.get("werkzeug.socket") is not None:
             rate = self.guard.read_bytes_per_s
             self.metered = MeteredSocket(environ["werkzeug.socket"], rate, max(2 * rate, self.limit))

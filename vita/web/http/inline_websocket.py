@@ -14,6 +14,7 @@ One thread reads (``receive``); any thread may send or close, as with simple-web
 from __future__ import annotations
 
 import contextlib
+import errno
 import select
 import ssl
 import time
@@ -34,6 +35,8 @@ def read_within(sock: Any, size: int, timeout: float | None) -> bytes | None:
     if isinstance(sock, ssl.SSLSocket):  # its decrypted bytes would not wake a poll: share it as SharedTlsSocket
         raise TypeError("a TLS socket is read through SharedTlsSocket")
     if timeout is not None:
+        if sock.fileno() < 0:
+            raise OSError(errno.EBADF, "the socket is closed")
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
         if not poller.poll(max(0, int(timeout * 1000))):
@@ -84,7 +87,7 @@ class InlineWebSocket(simple_websocket.Server):
             self.ws.receive_data(data)
             if not self._handle_events():
                 self.connected = False
-        except (OSError, ValueError, LocalProtocolError):  # (ValueError: a socket closed under the read)
+        except (OSError, LocalProtocolError):
             self.connected = False
         return True
 
@@ -105,7 +108,7 @@ class InlineWebSocket(simple_websocket.Server):
                 self.ws.receive_data(data)
                 for _ in self.ws.events():  # what the client sent before its answer is not read any more
                     pass
-        except (OSError, ValueError, LocalProtocolError, ConnectionClosed):
+        except (OSError, LocalProtocolError, ConnectionClosed):
             pass
         finally:
             self.connected = False
