@@ -304,10 +304,10 @@ class FrontApp:
     def _in_session(self, handler: Callable[[Session, Any], None]) -> Callable[..., None]:
         """A session event's handler gets the caller's session; without one, or over its event rate, the event
         is dropped (SocketGuard has already refused events with more than one argument)."""
+        with_sid = self._in_own_session(handler)
+
         def run(data: Any = None) -> None:
-            session = self._session()
-            if session is not None:
-                handler(session, data)
+            with_sid(request.sid, data)
         return run
 
     def _in_own_session(self, handler: Callable[[Session, Any], None]) -> Callable[..., None]:

@@ -57,10 +57,7 @@ class MeteredSocket:
         self.hold_until = max(self.hold_until, time.monotonic() + seconds)
 
     def recv(self, size: int) -> bytes:
-        data = None
-        while data is None:
-            data = self.recv_within(size, None)
-        return data
+        return self.recv_within(size, None)  # (never None: no time limit)
 
     def recv_within(self, size: int, timeout: float | None) -> bytes | None:
         """As ``read_within`` (None: nothing within `timeout`, or still held then)."""

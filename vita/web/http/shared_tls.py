@@ -37,10 +37,7 @@ class SharedTlsSocket:
 
     def recv(self, size: int) -> bytes:
         """Blocks until data or the end of the stream (b""), like a blocking socket's recv."""
-        data = None
-        while data is None:
-            data = self.recv_within(size, None)
-        return data
+        return self.recv_within(size, None)  # (never None: no time limit)
 
     def recv_within(self, size: int, timeout: float | None) -> bytes | None:
         """Data, b"" at the end of the stream, or None when no whole TLS record came within `timeout` seconds
