@@ -89,6 +89,16 @@ def test_a_beam_redecode_out_of_range_is_refused(key, value):
     validate(config)
 
 
+@pytest.mark.parametrize("workers", [0, 9])
+def test_asr_workers_out_of_range_are_refused(workers):
+    config = Config()
+    config.asr.workers = workers
+    with pytest.raises(ConfigError, match="asr.workers"):
+        validate(config)
+    config.asr.workers = 1  # one after another
+    validate(config)
+
+
 @pytest.mark.parametrize(("chunk", "share"), [(16, None), (4096, None), (-1, None), (128, 256), (None, -1),
                                               (None, 500)])  # (the CPU's steps are of 128)
 def test_prefill_steps_out_of_range_are_refused(chunk, share):

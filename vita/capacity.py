@@ -22,9 +22,9 @@ DECODE_SHARE_LOST = 0.5  # what another stream in the batch adds to a reply's de
 def seats_for(speed: MeasuredSpeed) -> tuple[int, str]:
     """How many sessions this machine serves within the budget, and why (for the log and /health).
 
-    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together wait for
-    each other's ASR and prefill, which run one after another, and share the engine's decoding (batched, each
-    stream slower): each user more adds ASR + first token + about half the first words' decoding (on a 2-core Zen 1
+    One turn's first words take ASR + the first token + a few decoded tokens. Turns that end together share the
+    cores for their ASR and wait for each other's prefill, and share the engine's decoding (batched, each stream
+    slower): each user more adds ASR + first token + about half the first words' decoding (on a 2-core Zen 1
     EPYC a second user added 2.0 s at p50; this says 1.9). So many users fit the budget; one always does."""
     first_words = FIRST_PIECE_TOKENS / max(speed.decode_tok_s, 0.1)
     alone = speed.asr_s + speed.first_token_s + first_words

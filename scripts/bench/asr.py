@@ -1,8 +1,8 @@
 """Benchmark ASR: Whisper base and tiny.en — speed (30 s window against the short window) and accuracy.
 
 speed: six Piper-spoken questions, per-model medians and what each heard.
-batch: utterances that end together (1, 2, 4), Whisper base on the short window: one after another, as the server
-runs them, against one batched encode and decode; when each would be heard.
+batch: utterances that end together (1, 2, 4), Whisper base on the short window: one batched encode and decode,
+one after another on two threads, or side by side on one thread each (as the server runs them); when each is heard.
 accuracy: the spoken questions of scripts/eval/questions.json in evaluation voices (hibari natural, piper and
 espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
 transcripts (WER > 0.5, numbers compared as digits), and the server's "say it again" rule (Whisper's confidence
@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -71,15 +72,19 @@ def speed(models: Path) -> None:
 
 
 def batch(models: Path, runs: int = 3) -> None:
-    """Whether one batch beats one after another for utterances that end together: each utterance's time until
-    it is heard, medians of `runs` (the first run of each warms up and is left out)."""
-    asr = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1)
-    asr.warm_up()
-    model = asr.model
-    prompt = model.get_prompt(asr._tokenizer, [], without_timestamps=True)
+    """Utterances that end together: one batched encode and decode, one after another on two threads (asr.workers
+    1), or side by side on one thread each (asr.workers 2, the default); when each is heard, medians of `runs`
+    (the first run of each warms up and is left out)."""
+    serial = WhisperTranscriber(models / "whisper-base", "int8", 2, "en", 1)
+    side = WhisperTranscriber(models / "whisper-base", "int8", 1, "en", 1, workers=2)
+    serial.warm_up()
+    side.warm_up()
+    model = serial.model
+    prompt = model.get_prompt(serial._tokenizer, [], without_timestamps=True)
     frames = int(MIN_WINDOW_S * 100)
     clips = [pcm16_to_float(np.concatenate([silence(0.2), spoken(q), silence(0.3)]).tobytes(), WHISPER_RATE)
              for q in QUESTIONS[:4]]
+    pcm = [(clip * 32768).astype(np.int16).tobytes() for clip in clips]
 
     def batched(n: int) -> float:
         started = time.perf_counter()
@@ -89,18 +94,24 @@ def batch(models: Path, runs: int = 3) -> None:
         model.model.generate(encoded, [prompt] * n, beam_size=1, max_length=len(prompt) + 128)
         return time.perf_counter() - started
 
-    def in_turn(n: int) -> list[float]:
-        started, done = time.perf_counter(), []
-        for clip in clips[:n]:
-            asr.hear((clip * 32768).astype(np.int16).tobytes())
-            done.append(time.perf_counter() - started)
-        return done
+    def heard(asr: WhisperTranscriber, pool: ThreadPoolExecutor, n: int) -> list[float]:
+        started = time.perf_counter()
 
-    for n in (1, 2, 4):
-        together = statistics.median([batched(n) for _ in range(runs + 1)][1:])
-        each = [statistics.median(t) for t in zip(*[in_turn(n) for _ in range(runs + 1)][1:], strict=True)]
-        print(f"{n} at once: one batch heard all at {together:.3f} s (mean {together:.3f}); one after another at "
-              f"{' / '.join(f'{t:.3f}' for t in each)} s (mean {statistics.mean(each):.3f})")
+        def hear(clip: bytes) -> float:
+            asr.hear(clip)
+            return time.perf_counter() - started
+
+        return sorted(pool.map(hear, pcm[:n]))
+
+    def medians(asr: WhisperTranscriber, pool: ThreadPoolExecutor, n: int) -> str:
+        each = [statistics.median(t) for t in zip(*[heard(asr, pool, n) for _ in range(runs + 1)][1:], strict=True)]
+        return f"{' / '.join(f'{t:.3f}' for t in each)} s (mean {statistics.mean(each):.3f})"
+
+    with ThreadPoolExecutor(1) as one, ThreadPoolExecutor(2) as two:
+        for n in (1, 2, 4):
+            together = statistics.median([batched(n) for _ in range(runs + 1)][1:])
+            print(f"{n} at once: one batch heard all at {together:.3f} s; one after another on two threads at "
+                  f"{medians(serial, one, n)}; side by side on one thread each at {medians(side, two, n)}")
 
 
 def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:

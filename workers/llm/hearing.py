@@ -34,7 +34,8 @@ def second_opinion(config: Config) -> Any:
     from workers.llm.asr import WhisperTranscriber
 
     second = WhisperTranscriber(config.models_path() / cfg.second_opinion, cfg.compute_type,
-                                cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window)
+                                cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window,
+                                workers=cfg.workers)
     second.warm_up()  # off the first turn too
     return second
 
@@ -48,7 +49,7 @@ class Hearing:
 
     async def hear_interjection(self, check: InterjectionCheck) -> None:
         """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
-        It shares the ASR thread with the turns' transcripts, so it waits behind at most one."""
+        It shares the ASR threads with the turns' transcripts, so it waits for one of them at most."""
         def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
             if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
                 return None

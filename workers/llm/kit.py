@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class LlmKit:
     def __init__(self, config: Config, blocking: Executor):
         self.config = config
-        self.blocking = blocking  # the one thread Whisper runs on (its runs queue there, never on the event loop)
+        self.blocking = blocking  # the threads Whisper runs on, asr.workers of them (never the event loop)
         self.engine: TextEngine | None = None
         self.mode = InputMode(False)
         self.prompts: PromptBuilder | None = None

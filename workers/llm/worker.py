@@ -82,7 +82,8 @@ class LlmWorker:
         self.inbox, self.outbox = inbox, outbox
         self.report = report
         self.publisher = Publisher(outbox, report.log, "llm-publish")
-        self.blocking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr", initializer=name_os_thread,
+        self.blocking = ThreadPoolExecutor(max_workers=config.asr.workers, thread_name_prefix="asr",
+                                           initializer=name_os_thread,
                                            initargs=("asr",))
         self.kit = LlmKit(config, self.blocking)
         self.out = TurnOutput(tts, self.publisher, config.llm.max_reply_words)
@@ -114,7 +115,8 @@ class LlmWorker:
         self.kit.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
                                           cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
                                           short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
-                                          redecode_beam_size=cfg.asr.redecode_beam_size)
+                                          redecode_beam_size=cfg.asr.redecode_beam_size,
+                                          workers=cfg.asr.workers)
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
         self.kit.asr.warm_up()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,15 @@ def test_an_unsure_greedy_transcript_is_decoded_again_with_beam_search(whisper):
     assert redecoding.hear(question, redecode=False) == greedy  # the greedy words and score, untouched
     redecoding.redecode_below = greedy.avg_logprob - 0.01  # sure enough
     assert redecoding.hear(question) == greedy
+
+
+def test_utterances_that_end_together_are_heard_side_by_side_each_with_its_own_words():
+    """asr.workers: the LLM worker hears that many utterances at once from as many threads (turns that end
+    together), each on a model replica of its own; what one thread hears never leaks into another's words."""
+    side_by_side = WhisperTranscriber(Config().models_path() / "whisper-base", "int8", 1, "en", 1,
+                                      workers=Config().asr.workers)
+    assert side_by_side.model.model.num_workers == Config().asr.workers == 2
+    said = ["How many legs does a spider have?", "What is the capital of France?"] * 2
+    clips = [np.concatenate([silence(0.2), spoken(text), silence(0.3)]).tobytes() for text in said]
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(side_by_side.transcribe, clips)) == said
