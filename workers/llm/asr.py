@@ -8,6 +8,7 @@ same words); windows under 10 s broke the transcripts. Longer utterances take fa
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,7 @@ class WhisperTranscriber:
         self.short_window = short_window
         self.redecode_below = redecode_below if redecode_beam_size > beam_size else None
         self.redecode_beam_size = redecode_beam_size
+        self.workers = workers
         multilingual = self.model.model.is_multilingual
         # The short path needs a fixed language; language detection takes faster-whisper's own path.
         self._tokenizer = (Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
@@ -244,12 +246,21 @@ class WhisperTranscriber:
         return Transcription(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
 
     def warm_up(self) -> None:
-        """CTranslate2's first run of each decode pays its warm-up: here, on silence, not on a user's words.
+        """CTranslate2's first run of each decode pays its warm-up: here, on silence, not on a user's words; every
+        worker's (each keeps buffers of its own), from as many threads at once, so that each worker takes one.
 
         First, one encode of Whisper's largest input (a 30 s window): CTranslate2 keeps the buffers it frees for
         reuse, and once it has held buffers this large every later utterance's encode reuses them; warmed on a
         short window alone, each encode allocates afresh and stays slower (a two-second question: 0.91 s against
         0.63 s, on a 2-core AVX2 EPYC, whisper-base int8)."""
+        if self.workers == 1:
+            self._warm_up_one()
+            return
+        with ThreadPoolExecutor(self.workers) as pool:
+            for warmed in [pool.submit(self._warm_up_one) for _ in range(self.workers)]:
+                warmed.result()
+
+    def _warm_up_one(self) -> None:
         frames = self.model.feature_extractor.nb_max_frames  # 3000: 30 s
         self.model.encode(np.zeros((self.model.model.n_mels, frames), np.float32))
         window = window_seconds(1.0, self.short_window)
