@@ -13,7 +13,6 @@ in one thread's memory instead of growing in every session thread's malloc arena
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vita.machine.cpu import name_os_thread, set_nice
+from vita.machine.cpu import name_os_thread
 from vita.rate_budget import RateBudget
 
 log = logging.getLogger("vita.turns.end_of_turn")
@@ -32,9 +31,8 @@ WINDOW_S = 8
 N_FFT = 400
 HOP = 160
 N_MELS = 80
-PRIORITY_STEPS = 5  # the model's thread runs this many nice steps ahead of the rest of the server
 # One session's share of the model's thread: a speaker whose every word is followed by a pause (a pause each 0.3 s)
-# would keep it busy, at its raised priority, and take the CPU from everyone's turns. A session over its share has
+# would keep it busy and take the CPU from everyone's turns. A session over its share has
 # its next pause judged later (deferred, not dropped); a person pausing now and then never reaches it.
 SESSION_SHARE = 0.25  # seconds of the model a second, per session
 SESSION_BURST_S = 0.6  # a few judgements at once, before the share applies
@@ -135,12 +133,10 @@ class EndOfTurnJudge:
             self.changed.notify()
 
     def _run(self) -> None:
+        # At the server's own priority, beside the speculative turn's ASR (one thread an utterance) that starts at
+        # the same pause: raised 5 nice steps ahead of it, four users' judgements took a core from their ASR and
+        # voice-to-voice was 0.2 s slower, while one user's end of turn was no faster (Zen 4).
         name_os_thread("end-of-turn")
-        # A few steps before the speculative turn's ASR and prefill, which start at the same pause and would
-        # otherwise share the cores with it: the user waits on this ~40 ms answer, not on theirs (~0.3 s).
-        # Without the right to raise priority the thread keeps the server's niceness.
-        ahead = max(-20, os.getpriority(os.PRIO_PROCESS, 0) - PRIORITY_STEPS) if hasattr(os, "getpriority") else 0
-        log.debug("end-of-turn model thread: %s", set_nice(ahead))
         try:
             self.model.probability(np.zeros(SAMPLE_RATE, np.int16))
         except Exception:  # each job reports its own failure; the thread must live on to answer them

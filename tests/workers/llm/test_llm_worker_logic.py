@@ -518,6 +518,38 @@ class Heard:
         return self.result
 
 
+class HeardTogether:
+    """A transcriber that hears only once `parties` utterances are being heard at the same moment."""
+
+    def __init__(self, parties: int):
+        self.barrier = threading.Barrier(parties, timeout=10)
+
+    def hear(self, pcm: bytes, rate: int) -> Transcription:
+        self.barrier.wait()  # broken (and the turn's ASR fails) if the runs queue one after another
+        return Transcription("What is the capital of France?", -0.1)
+
+
+def test_turns_of_two_sessions_that_end_together_are_heard_side_by_side():
+    """asr.workers: the worker hears that many utterances at once (turns that end together do not queue for
+    one Whisper)."""
+    worker, engine = make_worker(["Paris."])
+    assert worker.config.asr.workers == 2
+    worker.kit.asr = HeardTogether(2)
+
+    async def together() -> None:
+        worker._handle(TurnRequest("a", 1, audio=bytes(32000)))
+        worker._handle(TurnRequest("b", 1, audio=bytes(32000)))
+        tasks = [task for _, task in worker.running.values()]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)
+
+    asyncio.run(together())
+    worker.publisher.flush()
+    assert not worker.kit.asr.barrier.broken
+    spoken = [m for m in drained(worker.out.tts) if isinstance(m, TtsPiece) and m.text]
+    assert sorted(m.session_id for m in spoken) == ["a", "b"]
+
+
 @pytest.mark.parametrize("first, second, asked, second_asked", [
     (("We try to move the salon trunk.", -0.7), ("Which animal has a long trunk?", -0.5), True, True),
     (("Which animal has a long trunk?", -0.7), ("Which animal has a long trunk.", -0.4), False, True),
