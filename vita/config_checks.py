@@ -151,7 +151,7 @@ def validate(config: Config) -> Config:
     _check(0 <= turn.finished_words_wait_ms <= turn.incomplete_wait_ms, "turn.finished_words_wait_ms",
            "must be between 0 (off) and turn.incomplete_wait_ms")
     _check(a.model in _ASR_MODELS, "asr.model", f"must be one of {', '.join(_ASR_MODELS)}")
-    _check(a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1")
+    _check(a.cpu_threads is None or a.cpu_threads >= 1, "asr.cpu_threads", "must be at least 1, or auto")
     _check(1 <= a.workers <= 8, "asr.workers", "must be between 1 and 8")
     _check(a.beam_size >= 1, "asr.beam_size", "must be at least 1")
     _check(a.redecode_below is None or -10 <= a.redecode_below <= 0, "asr.redecode_below",

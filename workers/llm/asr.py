@@ -8,6 +8,7 @@ same words); windows under 10 s broke the transcripts. Longer utterances take fa
 from __future__ import annotations
 
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ WHISPER_RATE = 16000
 MIN_WINDOW_S = 10.0
 WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
+SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
 _UNITS = {w: i for i, w in enumerate([
@@ -199,9 +201,9 @@ class WhisperTranscriber:
     beam (`redecode_beam_size`, when it is wider than `beam_size`): on robotic voices that hears a third fewer
     garbled questions ("If I wear a mammal..." → "Is a whale a mammal?") for ~0.14 s on those turns only.
 
-    `workers` utterances are heard at once, from as many threads, each on `cpu_threads` of its own: two threads
-    barely speed one utterance up, so turns that end together are better heard side by side than one after the
-    other (two: both at 0.24-0.29 s instead of 0.21 then 0.43 s; Zen 4, whisper-base int8)."""
+    `workers` utterances are heard at once, from as many threads, each on `cpu_threads` of its own: where a second
+    thread barely speeds one utterance up (`threads_worth_it`), turns that end together are better heard side by
+    side than one after the other (two: at 0.22 and 0.26 s instead of 0.21 and 0.41 s; Zen 4, whisper-base int8)."""
 
     def __init__(self, model_dir: Path, compute_type: str, cpu_threads: int, language: str | None,
                  beam_size: int, device: str = "cpu", short_window: bool = True,
@@ -299,3 +301,28 @@ class WhisperTranscriber:
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
             return Transcription("")
         return Transcription(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
+
+
+def threads_worth_it(model_dir: Path, compute_type: str, language: str | None) -> tuple[int, str]:
+    """asr.cpu_threads auto: one thread an utterance, unless two hear a short one in SECOND_THREAD_WORTH of its time
+    on this CPU (on the 2-core Zen 4 both take 0.20 s, so two utterances side by side on one thread each are heard
+    sooner than one after the other on two; a CPU whose second core doubles the encoder's speed keeps two). The
+    best of three runs each on two seconds of silence (the encoder's time, which the threads share), after one that
+    warms up. Returns the threads and why, for the log."""
+    took = {}
+    for threads in (1, 2):
+        whisper = WhisperTranscriber(model_dir, compute_type, threads, language, 1)
+        runs = []
+        for _ in range(4):
+            started = time.perf_counter()
+            whisper.hear(bytes(2 * 2 * WHISPER_RATE))
+            runs.append(time.perf_counter() - started)
+        took[threads] = min(runs[1:])
+    threads = threads_from(took[1], took[2])
+    return threads, (f"{threads} an utterance (measured here: one thread {took[1]:.3f} s, two {took[2]:.3f} s for two "
+                     f"seconds of audio)")
+
+
+def threads_from(one_thread_s: float, two_threads_s: float) -> int:
+    """Two threads an utterance only where they hear it in SECOND_THREAD_WORTH of one's time."""
+    return 2 if two_threads_s <= SECOND_THREAD_WORTH * one_thread_s else 1

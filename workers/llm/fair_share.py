@@ -1,7 +1,8 @@
 """Fair share of the LLM worker between sessions: who has asked it for many turns lately, and who should wait.
 
-One ASR thread and one engine serve every session. A client that starts a turn every second (speech cut into
-words, each pause a turn that the next word withdraws) would otherwise take half the CPU from everyone else.
+The ASR threads (asr.workers) and one engine serve every session. A client that starts a turn every second
+(speech cut into words, each pause a turn that the next word withdraws) would otherwise take half the CPU from
+everyone else.
 A session that started more than `max_turns` turns in the last `window_s` seconds waits, before its next turn
 starts, for the turns other sessions have in flight at that moment (never for later ones: no session starves).
 Without contention nobody waits. Turns are counted rather than timed: under contention every session's turns

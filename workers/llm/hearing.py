@@ -24,9 +24,10 @@ if TYPE_CHECKING:
     from vita.config import Config
 
 
-def second_opinion(config: Config) -> Any:
+def second_opinion(config: Config, threads: int) -> Any:
     """A second Whisper for the utterances the first is unsure of (two models that disagree misheard, where one
-    model's confidence alone cannot see fluent nonsense); English-only models only serve English. None: none."""
+    model's confidence alone cannot see fluent nonsense), on the first's threads; English-only models only serve
+    English. None: none."""
     cfg = config.asr
     if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
             cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
@@ -34,7 +35,7 @@ def second_opinion(config: Config) -> Any:
     from workers.llm.asr import WhisperTranscriber
 
     second = WhisperTranscriber(config.models_path() / cfg.second_opinion, cfg.compute_type,
-                                cfg.cpu_threads, "en", cfg.beam_size, short_window=cfg.short_window,
+                                threads, "en", cfg.beam_size, short_window=cfg.short_window,
                                 workers=cfg.workers)
     second.warm_up()  # off the first turn too
     return second
@@ -49,7 +50,7 @@ class Hearing:
 
     async def hear_interjection(self, check: InterjectionCheck) -> None:
         """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
-        It shares the ASR threads with the turns' transcripts, so it waits for one of them at most."""
+        It shares the ASR threads with the turns' transcripts, first come, first served."""
         def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
             if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
                 return None

@@ -110,10 +110,14 @@ class LlmWorker:
         """Models this process runs itself; the engine starts in serve(), inside the event loop."""
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
-        from workers.llm.asr import WhisperTranscriber
+        from workers.llm.asr import WhisperTranscriber, threads_worth_it
 
+        threads = cfg.asr.cpu_threads
+        if threads is None:  # auto
+            threads, why = threads_worth_it(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type, cfg.asr.language)
+            self.report.log.info("ASR threads: %s", why)
         self.kit.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
-                                          cfg.asr.cpu_threads, cfg.asr.language, cfg.asr.beam_size,
+                                          threads, cfg.asr.language, cfg.asr.beam_size,
                                           short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
                                           redecode_beam_size=cfg.asr.redecode_beam_size,
                                           workers=cfg.asr.workers)
@@ -121,7 +125,7 @@ class LlmWorker:
         # a second of silence here, not on the first thing a user says.
         self.kit.asr.warm_up()
         self.kit.asr_s = self._time_asr()
-        self.kit.second_asr = second_opinion(cfg)
+        self.kit.second_asr = second_opinion(cfg, threads)
         llm = cfg.llm
         if llm.url:
             self.kit.engine = RemoteEngine(llm.url, llm.remote_model, llm.api_key, llm.ready_timeout_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,7 +10,16 @@ import pytest
 
 from tests.harness.speech import noise, silence, spoken
 from vita.config import Config
-from workers.llm.asr import MisheardRule, Transcription, WhisperTranscriber, window_seconds, word_error_rate, words
+from workers.llm.asr import (
+    MisheardRule,
+    Transcription,
+    WhisperTranscriber,
+    threads_from,
+    threads_worth_it,
+    window_seconds,
+    word_error_rate,
+    words,
+)
 
 
 @pytest.mark.fast
@@ -123,3 +133,18 @@ def test_utterances_that_end_together_are_heard_side_by_side_each_with_its_own_w
     clips = [np.concatenate([silence(0.2), spoken(text), silence(0.3)]).tobytes() for text in said]
     with ThreadPoolExecutor(2) as pool:
         assert list(pool.map(side_by_side.transcribe, clips)) == said
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("one_s", "two_s", "threads"), [
+    (0.20, 0.20, 1), (0.21, 0.20, 1), (0.20, 0.18, 1), (0.40, 0.22, 2), (0.30, 0.25, 2)])
+def test_an_utterance_gets_a_second_thread_only_where_it_hears_it_clearly_faster(one_s, two_s, threads):
+    """asr.cpu_threads auto: a second thread that barely helps one utterance is worth more hearing another."""
+    assert threads_from(one_s, two_s) == threads
+
+
+def test_the_threads_an_utterance_gets_are_measured_on_this_cpu():
+    threads, why = threads_worth_it(Config().models_path() / "whisper-base", "int8", "en")
+    assert threads in (1, 2) and "one thread" in why and "two" in why
+    timed = [float(t) for t in re.findall(r"(\d+\.\d+) s", why)]
+    assert len(timed) == 2 and all(0 < t < 5 for t in timed) and threads == threads_from(*timed)

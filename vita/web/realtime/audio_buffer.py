@@ -2,7 +2,7 @@
 
 Appends arrive in the session's input format and are resampled to 16 kHz as one stream (no seams between
 appends); a commit takes the buffer as one utterance. Everything waiting for the next response (the buffer,
-committed speech, audio items) is one Whisper run on the shared ASR thread, so it is held to an utterance's cap,
+committed speech, audio items) is one Whisper run on the shared ASR threads, so it is held to an utterance's cap,
 as the VAD's speech is.
 """
 
