@@ -218,7 +218,6 @@ class WhisperTranscriber:
         self.short_window = short_window
         self.redecode_below = redecode_below if redecode_beam_size > beam_size else None
         self.redecode_beam_size = redecode_beam_size
-        self.workers = workers
         multilingual = self.model.model.is_multilingual
         # The short path needs a fixed language; language detection takes faster-whisper's own path.
         self._tokenizer = (Tokenizer(self.model.hf_tokenizer, multilingual, task="transcribe",
@@ -255,11 +254,9 @@ class WhisperTranscriber:
         reuse, and once it has held buffers this large every later utterance's encode reuses them; warmed on a
         short window alone, each encode allocates afresh and stays slower (a two-second question: 0.91 s against
         0.63 s, on a 2-core AVX2 EPYC, whisper-base int8)."""
-        if self.workers == 1:
-            self._warm_up_one()
-            return
-        with ThreadPoolExecutor(self.workers) as pool:
-            for warmed in [pool.submit(self._warm_up_one) for _ in range(self.workers)]:
+        workers = self.model.model.num_workers
+        with ThreadPoolExecutor(workers) as pool:
+            for warmed in [pool.submit(self._warm_up_one) for _ in range(workers)]:
                 warmed.result()
 
     def _warm_up_one(self) -> None:
@@ -312,12 +309,8 @@ def threads_worth_it(model_dir: Path, compute_type: str, language: str | None) -
     took = {}
     for threads in (1, 2):
         whisper = WhisperTranscriber(model_dir, compute_type, threads, language, 1)
-        runs = []
-        for _ in range(4):
-            started = time.perf_counter()
-            whisper.hear(bytes(2 * 2 * WHISPER_RATE))
-            runs.append(time.perf_counter() - started)
-        took[threads] = min(runs[1:])
+        whisper.hear(bytes(2 * 2 * WHISPER_RATE))  # warms up
+        took[threads] = quickest_on_silence(whisper, 3)
     threads = threads_from(took[1], took[2])
     return threads, (f"{threads} an utterance (measured here: one thread {took[1]:.3f} s, two {took[2]:.3f} s for two "
                      f"seconds of audio)")
@@ -326,3 +319,13 @@ def threads_worth_it(model_dir: Path, compute_type: str, language: str | None) -
 def threads_from(one_thread_s: float, two_threads_s: float) -> int:
     """Two threads an utterance only where they hear it in SECOND_THREAD_WORTH of one's time."""
     return 2 if two_threads_s <= SECOND_THREAD_WORTH * one_thread_s else 1
+
+
+def quickest_on_silence(whisper: WhisperTranscriber, runs: int) -> float:
+    """The best of `runs` hearings of two seconds of silence: the encoder's time, and one step of decoding."""
+    took = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        whisper.hear(bytes(2 * 2 * WHISPER_RATE))
+        took.append(time.perf_counter() - started)
+    return min(took)

@@ -38,6 +38,7 @@ from vita.messages import (
 from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
+from workers.llm.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
 from workers.llm.fair_share import ServiceLedger
 from workers.llm.generation import EnginePrompt
 from workers.llm.hearing import Hearing, second_opinion
@@ -110,8 +111,6 @@ class LlmWorker:
         """Models this process runs itself; the engine starts in serve(), inside the event loop."""
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
-        from workers.llm.asr import WhisperTranscriber, threads_worth_it
-
         threads = cfg.asr.cpu_threads
         if threads is None:  # auto
             threads, why = threads_worth_it(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type, cfg.asr.language)
@@ -183,12 +182,7 @@ class LlmWorker:
         """What one short question's ASR takes here (--max_users auto): Whisper on two seconds of silence is its
         encoder's time, the best of two (the TTS worker loads beside it); a question's dozen tokens of decoding
         add ~40 % to that (0.41 -> 0.57 s, whisper-base on a 2-core EPYC)."""
-        runs = []
-        for _ in range(2):
-            started = time.monotonic()
-            self.kit.asr.hear(bytes(2 * 2 * 16000))
-            runs.append(time.monotonic() - started)
-        return min(runs) * ASR_DECODE_FACTOR
+        return quickest_on_silence(self.kit.asr, 2) * ASR_DECODE_FACTOR
 
     def inject_engine_fault(self) -> None:
         """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the in-process engine's thread raises as a failing step
