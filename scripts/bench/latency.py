@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import statistics
@@ -45,16 +46,19 @@ from tests.harness.client import RecordingClient
 from tests.harness.speech import Microphone
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of every thread of the server's processes, keyed 'process/thread' (names from
-    /proc: the workers set their process titles, threads are grouped by name with their numbers dropped)."""
+def thread_cpu(pid: int) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU seconds so far of every thread of the server's processes, and seconds each waited runnable for a core
+    (another thread had it: /proc/.../schedstat), keyed 'process/thread' (names from /proc: the workers set their
+    process titles, threads are grouped by name with their numbers dropped). A stage that waits long for as much
+    CPU as it used is one the others hold back."""
     import psutil
 
-    totals: dict[str, float] = collections.defaultdict(float)
+    cpu: dict[str, float] = collections.defaultdict(float)
+    waited: dict[str, float] = collections.defaultdict(float)
     try:
         family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
-        return {}
+        return {}, {}
     tick = 100.0  # USER_HZ
     for proc in family:
         try:
@@ -62,11 +66,13 @@ def thread_cpu(pid: int) -> dict[str, float]:
             for task in Path(f"/proc/{proc.pid}/task").iterdir():
                 comm = (task / "comm").read_text().strip()
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                name = comm.rstrip("0123456789-_:") or comm
-                totals[f"{pname}/{name}"] += (int(fields[11]) + int(fields[12])) / tick
+                name = f"{pname}/{comm.rstrip('0123456789-_:') or comm}"
+                cpu[name] += (int(fields[11]) + int(fields[12])) / tick
+                with contextlib.suppress(OSError, ValueError, IndexError):  # (a kernel without schedstat)
+                    waited[name] += int((task / "schedstat").read_text().split()[1]) / 1e9
         except (OSError, psutil.Error):
             continue
-    return dict(totals)
+    return dict(cpu), dict(waited)
 
 
 def stats(rows: list[dict], key: str) -> str:
@@ -132,7 +138,7 @@ def main() -> int:
     speech = {q: synthesize(args.voice, q) for q in [*questions, BARGE_OVER, BARGE_WITH]}  # not while measuring
     rows, barges = [], []
     pid = server.process.pid if server is not None else args.server_pid
-    cpu_before, wall_before = (thread_cpu(pid) if pid else {}), time.monotonic()
+    (cpu_before, waited_before), wall_before = (thread_cpu(pid) if pid else ({}, {})), time.monotonic()
     client_before = sum(os.times()[:2])
     try:
         for _ in range(args.rounds):
@@ -141,7 +147,7 @@ def main() -> int:
                     print(json.dumps(row), flush=True)
                     if row:
                         rows.append(row)
-        cpu_after, wall = (thread_cpu(pid) if pid else {}), time.monotonic() - wall_before
+        (cpu_after, waited_after), wall = (thread_cpu(pid) if pid else ({}, {})), time.monotonic() - wall_before
         cpu_after["this client"] = cpu_before["this client"] = 0.0
         cpu_after["this client"] = sum(os.times()[:2]) - client_before
         for _ in range(args.barge):
@@ -173,13 +179,18 @@ def main() -> int:
     if budget:
         cores = len(os.sched_getaffinity(0))
         print(f"CPU during the questions ({wall:.0f} s wall, {cores} cores = {cores * wall:.0f} core-seconds), "
-              "by thread:")
+              "by thread, and how long it waited runnable for a core:")
         for name, seconds in budget[:16]:
-            print(f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core")
+            line = f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core"
+            if name in waited_after:
+                line += f"   waited {waited_after[name] - waited_before.get(name, 0.0):6.1f} s"
+            print(line)
     if args.json:
         Path(args.json).write_text(json.dumps({"transport": args.transport, "voice": args.voice, "users": args.users,
                                                "cpu_model": machine, "turns": rows,
-                                               "barge": barges, "cpu": dict(budget), "wall_s": wall}, indent=2))
+                                               "barge": barges, "cpu": dict(budget), "wall_s": wall,
+                                               "waited": {k: v - waited_before.get(k, 0.0)
+                                                          for k, v in waited_after.items()}}, indent=2))
     return 0
 
 
