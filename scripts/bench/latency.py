@@ -63,15 +63,20 @@ def thread_cpu(pid: int) -> tuple[dict[str, float], dict[str, float]]:
     for proc in family:
         try:
             pname = proc.name()
-            for task in Path(f"/proc/{proc.pid}/task").iterdir():
+            tasks = list(Path(f"/proc/{proc.pid}/task").iterdir())
+        except (OSError, psutil.Error):
+            continue  # (the process ended)
+        for task in tasks:
+            try:  # (a thread that ends meanwhile is left out; the others still count)
                 comm = (task / "comm").read_text().strip()
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                name = f"{pname}/{comm.rstrip('0123456789-_:') or comm}"
-                cpu[name] += (int(fields[11]) + int(fields[12])) / tick
-                with contextlib.suppress(OSError, ValueError, IndexError):  # (a kernel without schedstat)
-                    waited[name] += int((task / "schedstat").read_text().split()[1]) / 1e9
-        except (OSError, psutil.Error):
-            continue
+            except OSError:
+                continue
+            name = f"{pname}/{comm.rstrip('0123456789-_:') or comm}"
+            cpu[name] += (int(fields[11]) + int(fields[12])) / tick
+            with contextlib.suppress(OSError, ValueError, IndexError):  # (a kernel without schedstat: no waits)
+                wait_ns = int((task / "schedstat").read_text().split()[1])
+                waited[name] += wait_ns / 1e9
     return dict(cpu), dict(waited)
 
 
