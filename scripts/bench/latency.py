@@ -181,21 +181,21 @@ def main() -> int:
     for key in ("onset_to_quiet_s", "onset_to_duck_event_s", "onset_to_stop_tts_s"):
         print(f"  {key:22} {stats(barges, key)}")
     budget = sorted(((k, v - cpu_before.get(k, 0.0)) for k, v in cpu_after.items()), key=lambda kv: -kv[1])
+    waited = {k: v - waited_before.get(k, 0.0) for k, v in waited_after.items()}
     if budget:
         cores = len(os.sched_getaffinity(0))
         print(f"CPU during the questions ({wall:.0f} s wall, {cores} cores = {cores * wall:.0f} core-seconds), "
               "by thread, and how long it waited runnable for a core:")
         for name, seconds in budget[:16]:
             line = f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core"
-            if name in waited_after:
-                line += f"   waited {waited_after[name] - waited_before.get(name, 0.0):6.1f} s"
+            if name in waited:
+                line += f"   waited {waited[name]:6.1f} s"
             print(line)
     if args.json:
         Path(args.json).write_text(json.dumps({"transport": args.transport, "voice": args.voice, "users": args.users,
                                                "cpu_model": machine, "turns": rows,
                                                "barge": barges, "cpu": dict(budget), "wall_s": wall,
-                                               "waited": {k: v - waited_before.get(k, 0.0)
-                                                          for k, v in waited_after.items()}}, indent=2))
+                                               "waited": waited}, indent=2))
     return 0
 
 
