@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,20 +301,21 @@ class WhisperTranscriber:
         return Transcription(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
 
 
-def threads_worth_it(model_dir: Path, compute_type: str, language: str | None) -> tuple[int, str]:
+def threads_worth_it(build: Callable[[int], WhisperTranscriber]) -> tuple[WhisperTranscriber, int, str]:
     """asr.cpu_threads auto: one thread an utterance, unless two hear a short one in SECOND_THREAD_WORTH of its time
     on this CPU (on the 2-core Zen 4 both take 0.20 s, so two utterances side by side on one thread each are heard
-    sooner than one after the other on two; a CPU whose second core doubles the encoder's speed keeps two). The
-    best of three runs each on two seconds of silence (the encoder's time, which the threads share), after one that
-    warms up. Returns the threads and why, for the log."""
-    took = {}
+    sooner than one after the other on two; a CPU whose second core doubles the encoder's speed keeps two). Each is
+    `build(threads)`, timed as the best of three runs on two seconds of silence (the encoder's time, which the
+    threads share) after one that warms up. Returns the one chosen (kept: it is not loaded again), its threads and
+    why, for the log."""
+    built, took = {}, {}
     for threads in (1, 2):
-        whisper = WhisperTranscriber(model_dir, compute_type, threads, language, 1)
-        whisper.hear(bytes(2 * 2 * WHISPER_RATE))  # warms up
-        took[threads] = quickest_on_silence(whisper, 3)
+        built[threads] = build(threads)
+        built[threads].hear(bytes(2 * 2 * WHISPER_RATE))  # warms up
+        took[threads] = quickest_on_silence(built[threads], 3)
     threads = threads_from(took[1], took[2])
-    return threads, (f"{threads} an utterance (measured here: one thread {took[1]:.3f} s, two {took[2]:.3f} s for two "
-                     f"seconds of audio)")
+    return built[threads], threads, (f"{threads} an utterance (measured here: one thread {took[1]:.3f} s, two "
+                                     f"{took[2]:.3f} s for two seconds of audio)")
 
 
 def threads_from(one_thread_s: float, two_threads_s: float) -> int:

@@ -111,15 +111,19 @@ class LlmWorker:
         """Models this process runs itself; the engine starts in serve(), inside the event loop."""
         cfg = self.config
         self.report(WorkerState.LOADING, f"loading ASR ({cfg.asr.model})")
+
+        def whisper(threads: int) -> WhisperTranscriber:
+            return WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type, threads,
+                                      cfg.asr.language, cfg.asr.beam_size, short_window=cfg.asr.short_window,
+                                      redecode_below=cfg.asr.redecode_below,
+                                      redecode_beam_size=cfg.asr.redecode_beam_size, workers=cfg.asr.workers)
+
         threads = cfg.asr.cpu_threads
-        if threads is None:  # auto
-            threads, why = threads_worth_it(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type, cfg.asr.language)
+        if threads is None:  # auto: the model measured with the threads chosen is the one kept
+            self.kit.asr, threads, why = threads_worth_it(whisper)
             self.report.log.info("ASR threads: %s", why)
-        self.kit.asr = WhisperTranscriber(cfg.models_path() / cfg.asr.model, cfg.asr.compute_type,
-                                          threads, cfg.asr.language, cfg.asr.beam_size,
-                                          short_window=cfg.asr.short_window, redecode_below=cfg.asr.redecode_below,
-                                          redecode_beam_size=cfg.asr.redecode_beam_size,
-                                          workers=cfg.asr.workers)
+        else:
+            self.kit.asr = whisper(threads)
         # The first transcription pays CTranslate2's warm-up (0.55 against 0.3 s, measured with the AVX2 cap): on
         # a second of silence here, not on the first thing a user says.
         self.kit.asr.warm_up()
