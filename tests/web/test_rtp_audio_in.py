@@ -109,3 +109,19 @@ def test_a_microphone_in_real_time_loses_nothing_to_the_budget():
         now[0] = seq * 0.02 - (0.5 if seq % 100 == 0 else 0.0)
         assert buffer.add(Packet(seq))[1] is not None
     assert buffer.over_budget == 0
+
+
+def test_the_sessions_own_budget_is_charged_so_a_new_peer_brings_no_fresh_burst():
+    """A client that renegotiates gets a new buffer, not a new budget: the session's is charged before decoding,
+    and each packet refused is told (as the decoded audio's refusals were)."""
+    from vita.rate_budget import RateBudget
+
+    session = RateBudget(AUDIO_RATE, AUDIO_BURST_S, 0.0)
+    refused: list[int] = []
+    longest = bytes([0xFB, 6])  # 120 ms
+    first = InOrderBuffer(clock=lambda: 0.0, budget=session, overrun=lambda: refused.append(1))
+    passed = sum(first.add(Packet(seq, longest))[1] is not None for seq in range(100))
+    second = InOrderBuffer(clock=lambda: 0.0, budget=session, overrun=lambda: refused.append(2))
+    assert second.add(Packet(0, longest))[1] is None  # the next peer's first packet: the burst is spent
+    assert abs(passed - AUDIO_BURST_S / MAX_OPUS_PACKET_S) <= 1 and session.left < MAX_OPUS_PACKET_S  # rounding
+    assert len(refused) == 100 - passed + 1 and refused[-1] == 2

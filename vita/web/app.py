@@ -55,7 +55,7 @@ def rtc_hub(config: Config) -> Any:
         return None
     from vita.web.webrtc.hub import RtcHub, RtcSettings  # aiortc and PyAV: only when WebRTC is on
 
-    return RtcHub(RtcSettings.from_config(config.webrtc))
+    return RtcHub(RtcSettings.from_config(config.webrtc, config.limits.max_image_pixels))
 
 
 def wants_to_wait(auth: Any) -> bool:
@@ -416,17 +416,22 @@ class FrontApp:
         self.admit_audio(session, pcm, rate)
         self.metrics.audio_handler.observe(time.perf_counter() - started)
 
-    def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
+    def admit_audio(self, session: Session, pcm: Any, rate: int, charged: bool = False) -> bool:
         """Microphone audio, from the socket or (decoded Opus) from the session's WebRTC peer, to its VAD, within
-        the session's real-time budget."""
+        the session's real-time budget (`charged`: already, before it was decoded)."""
         if not pcm.size:
             return True
-        within = session.audio_budget.take(pcm.size / rate, time.monotonic())
+        within = charged or session.audio_budget.take(pcm.size / rate, time.monotonic())
         heard = within and self.turns.post_audio(session, pcm, rate)
         if not heard:  # over the client's budget, or its session's thread behind (the server's doing: not counted)
             self._overrun(session, counted=not within)
         self.metrics.audio_seconds.inc(pcm.size / rate)
         return heard
+
+    def audio_overrun(self, session: Session) -> None:
+        """Audio refused by the session's budget before it was decoded (a WebRTC packet): told and counted, as
+        admit_audio's refusals are."""
+        self._overrun(session, counted=True)
 
     def _overrun(self, session: Session, counted: bool) -> None:
         self.metrics.audio_dropped.inc()
@@ -439,7 +444,7 @@ class FrontApp:
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays
         on Socket.IO audio."""
-        from vita.web.webrtc.hub import RtcError
+        from vita.web.webrtc.hub import PeerBudgets, RtcError
 
         if self.rtc is None:
             self.emit("rtc_failed", {"message": "WebRTC is switched off on this server (webrtc.enabled)."},
@@ -455,9 +460,11 @@ class FrontApp:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
             sdp = self.rtc.answer(session.sid, offer.get("sdp"),
-                                  lambda pcm, rate: self.admit_audio(session, pcm, rate),
+                                  lambda pcm, rate: self.admit_audio(session, pcm, rate, charged=True),
                                   client=client_address(request.environ),
-                                  see=lambda image: self.turns.camera_frame(session, image))
+                                  see=lambda image: self.turns.camera_frame(session, image),
+                                  budgets=PeerBudgets(session.audio_budget, lambda: self.audio_overrun(session),
+                                                      session.image_budget))
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)

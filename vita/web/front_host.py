@@ -35,8 +35,13 @@ class SessionHost(Protocol):
     llm_choice: dict[str, str | None]
     text_cost: TextCost
 
-    def admit_audio(self, session: Session, pcm: Any, rate: int) -> bool:
-        """Microphone audio to the session's VAD, within its real-time budget; False when refused."""
+    def admit_audio(self, session: Session, pcm: Any, rate: int, charged: bool = False) -> bool:
+        """Microphone audio to the session's VAD, within its real-time budget (`charged`: already, before it was
+        decoded); False when refused."""
+        ...
+
+    def audio_overrun(self, session: Session) -> None:
+        """Audio refused by the session's budget before it was decoded: told and counted as admit_audio's are."""
         ...
 
     def session_allows_event(self, session: Session) -> bool:

@@ -150,16 +150,18 @@ class RealtimeRoute:
             return _json_response(start_response, "429 Too Many Requests", "too_many_users",
                                   f"The server is full ({self.front.sessions.max_users} users); try again later.")
         from vita.web.http.web_security import client_address
-        from vita.web.webrtc.hub import RtcError
+        from vita.web.webrtc.hub import PeerBudgets, RtcError
 
         session = rt.session
 
         def hear(pcm: Any, rate: int) -> bool:  # the track's audio, counted as a client's appends are
             rt.count_audio(len(pcm), rate)
-            return self.front.admit_audio(session, pcm, rate)
+            return self.front.admit_audio(session, pcm, rate, charged=True)  # (charged as RTP, before decoding)
 
+        budgets = PeerBudgets(session.audio_budget, lambda: self.front.audio_overrun(session))
         try:
-            answer = rtc.answer(rt.sid, offer, hear, client=client_address(environ), channel=wire.attach)
+            answer = rtc.answer(rt.sid, offer, hear, client=client_address(environ), channel=wire.attach,
+                                budgets=budgets)
             if keyed is not None:
                 self._admitted(environ)  # the key is spent now (refused if another call spent it meanwhile)
         except (RtcError, KeyRefused, RuntimeError) as exc:  # (RuntimeError: the WebRTC loop is gone, stopping)

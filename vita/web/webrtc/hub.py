@@ -15,8 +15,9 @@ import ipaddress
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,10 @@ from aiortc.sdp import candidate_from_sdp
 
 from vita.config import WebRtcConfig
 from vita.config_checks import check_ice_servers
+from vita.rate_budget import RateBudget
 from vita.web.webrtc.opus_track import OpusTrack
 from vita.web.webrtc.rtp_audio_in import InOrderBuffer, set_jitter_buffer
+from vita.web.webrtc.video_in import keep_vp8, picture, set_video_gate
 
 log = logging.getLogger("vita.web.webrtc.hub")
 
@@ -41,7 +44,7 @@ ANSWER_TIMEOUT_S = 6.0  # the page gives up after 8 s; the client's socket threa
 MAX_CANDIDATES = 32  # remote ICE candidates per peer (offer and trickled): a browser offers a handful
 MAX_MEDIA_SECTIONS = 4  # m= lines in an offer: one audio stream, and perhaps video or data the server refuses
 VIDEO_FRAME_EVERY_S = 0.5  # a video track's pictures kept: two a second, as VITA's page sends its camera
-VIDEO_MAX_SIDE = 1280  # and at most this many pixels a side (VITA's page: 1280x768)
+PICTURE_THREADS = 2  # every peer's pictures are made on these, off the loop (each ~15 ms for 12 MP)
 CONNECT_DEADLINE_S = 15.0  # a peer not connected (ICE + DTLS) this long after its answer is closed
 
 
@@ -101,10 +104,12 @@ class RtcSettings:
     ice_servers: tuple[dict, ...] = ()
     ports: tuple[int, int] | None = None
     announce: str | None = None
+    max_image_pixels: int = 12_000_000  # limits.max_image_pixels: a camera's frames too, before they are decoded
 
     @classmethod
-    def from_config(cls, webrtc: WebRtcConfig) -> RtcSettings:
-        return cls(tuple(check_ice_servers(webrtc.ice_servers)), webrtc.port_range(), webrtc.announce_address)
+    def from_config(cls, webrtc: WebRtcConfig, max_image_pixels: int = 12_000_000) -> RtcSettings:
+        return cls(tuple(check_ice_servers(webrtc.ice_servers)), webrtc.port_range(), webrtc.announce_address,
+                   max_image_pixels)
 
 
 class PortRangeLoop(asyncio.SelectorEventLoop):
@@ -164,16 +169,30 @@ Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when
 See = Callable[[bytes], None]  # a camera picture (JPEG) for the session
 
 
+@dataclass(frozen=True)
+class PeerBudgets:
+    """The session's budgets a peer charges before it decodes anything: `audio` (seconds; each microphone packet,
+    by what its Opus header says it holds, `overrun` called for each refused, so its decoded audio is not charged
+    again) and `images` (megapixels; each camera picture kept). None: the peer keeps budgets of its own (audio)
+    or none (pictures)."""
+
+    audio: RateBudget | None = None
+    overrun: Callable[[], None] | None = None
+    images: RateBudget | None = None
+
+
 class RtcPeer:
     """One session's peer connection: the microphone in (to `hear`), the reply out (``track``)."""
 
     def __init__(self, sid: str, pc: Any, track: Any, hear: Hear, client: str | None = None,
-                 see: See | None = None):
+                 see: See | None = None, images: RateBudget | None = None):
         self.sid = sid
         self.pc = pc
         self.track = track
         self.hear = hear
         self.see = see  # the camera's pictures (a video track), as VITA's page's 2 fps JPEG frames
+        self.images = images  # the session's image budget (megapixels), which its page's frames are charged too
+        self.pictures_refused = 0  # pictures dropped for that budget
         self.client = client  # the address the client connected from: which candidates it may name
         self.candidates = 0  # remote candidates taken (offer and trickled)
         self.receiving: asyncio.Task | None = None
@@ -209,11 +228,12 @@ class RtcPeer:
             self.hear(pcm, frame.sample_rate)
 
 
-    async def watch(self, incoming: Any) -> None:
-        """A video track → two pictures a second, as JPEG, to the session's camera (the other frames are decoded by
-        the track, as it must, and dropped)."""
-        import cv2
-
+    async def watch(self, incoming: Any, pictures: Executor, max_pixels: int) -> None:
+        """A video track → two pictures a second, as JPEG, to the session's camera. The frames between are dropped
+        as they come, before any conversion; a picture kept is charged its pixels to the session's image budget
+        (as a page's frame is) and made at its reduced size on a `pictures` thread, never on this loop, which
+        carries every peer's audio. What reaches here was decoded within the limits of video_in.VideoGate (aiortc
+        decodes on a thread of its own); a frame over `max_pixels` is still dropped, whatever let it through."""
         last = -VIDEO_FRAME_EVERY_S
         loop = asyncio.get_running_loop()
         while True:
@@ -222,16 +242,18 @@ class RtcPeer:
             except MediaStreamError:
                 return
             now = loop.time()
-            if now - last < VIDEO_FRAME_EVERY_S or self.see is None:
+            if now - last < VIDEO_FRAME_EVERY_S or self.see is None or frame.width * frame.height > max_pixels:
                 continue
             last = now
-            image = frame.to_ndarray(format="bgr24")
-            scale = VIDEO_MAX_SIDE / max(image.shape[:2])
-            if scale < 1:
-                image = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-            ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 70])
-            if ok:
-                self.see(jpeg.tobytes())
+            if self.images is not None and not self.images.admit(frame.width * frame.height / 1e6,
+                                                                 time.monotonic()):
+                self.pictures_refused += 1
+                if self.pictures_refused == 1:
+                    log.warning("camera pictures over the session's image budget are dropped", extra={"sid": self.sid})
+                continue
+            jpeg = await loop.run_in_executor(pictures, picture, frame)
+            if jpeg is not None and not self.closed:
+                self.see(jpeg)
 
 
 class RtcHub:
@@ -243,6 +265,7 @@ class RtcHub:
         self.peers: dict[str, RtcPeer] = {}
         self.answering: dict[str, asyncio.Lock] = {}  # a session's offers one at a time (two could orphan a peer)
         self.loop = PortRangeLoop(settings.ports)
+        self.pictures = ThreadPoolExecutor(PICTURE_THREADS, thread_name_prefix="webrtc-pictures")
         self.thread = threading.Thread(target=self._run, name="webrtc-loop", daemon=True)
         self.thread.start()
 
@@ -256,15 +279,16 @@ class RtcHub:
 
     # --- blocking API (any thread) ------------------------------------------------------------------------
     def answer(self, sid: str, offer_sdp: str, hear: Hear, timeout: float = ANSWER_TIMEOUT_S,
-               client: str | None = None, see: See | None = None, channel: Callable[[Any], None] | None = None
-               ) -> str:
+               client: str | None = None, see: See | None = None, channel: Callable[[Any], None] | None = None,
+               budgets: PeerBudgets | None = None) -> str:
         """Make (or remake) the session's peer connection from the browser's offer (`client`: the address the
         session connected from); the answer's SDP. `channel` takes the data channels the caller opens (called on
-        the loop's thread): a Realtime call's events travel on one."""
+        the loop's thread): a Realtime call's events travel on one. `budgets`: the session's, charged before
+        decoding (a new peer must not bring a fresh budget with it)."""
         if not isinstance(offer_sdp, str) or not offer_sdp.startswith("v=0") or len(offer_sdp) > MAX_SDP_CHARS:
             raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"v=0...\"} (at most "
                            f"{MAX_SDP_CHARS} characters)")
-        answering = self.submit(self._answer(sid, offer_sdp, hear, client, see, channel))
+        answering = self.submit(self._answer(sid, offer_sdp, hear, client, see, channel, budgets or PeerBudgets()))
         try:
             return answering.result(timeout)
         except TimeoutError:
@@ -302,15 +326,16 @@ class RtcHub:
             self.submit(close_all()).result(CLOSE_TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(CLOSE_TIMEOUT_S)
+        self.pictures.shutdown(wait=False, cancel_futures=True)
 
     # --- the loop -----------------------------------------------------------------------------------------
-    async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None = None,
-                      see: See | None = None, channel: Callable[[Any], None] | None = None) -> str:
+    async def _answer(self, sid: str, offer_sdp: str, hear: Hear, client: str | None, see: See | None,
+                      channel: Callable[[Any], None] | None, budgets: PeerBudgets) -> str:
         async with self.answering.setdefault(sid, asyncio.Lock()):
-            return await self._answer_one(sid, offer_sdp, hear, client, see, channel)
+            return await self._answer_one(sid, offer_sdp, hear, client, see, channel, budgets)
 
-    async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None,
-                          see: See | None = None, channel: Callable[[Any], None] | None = None) -> str:
+    async def _answer_one(self, sid: str, offer_sdp: str, hear: Hear, client: str | None, see: See | None,
+                          channel: Callable[[Any], None] | None, budgets: PeerBudgets) -> str:
         offer_sdp, kept = screen_offer(offer_sdp, client)
         old = self.peers.get(sid)
         if old is not None:
@@ -319,7 +344,7 @@ class RtcHub:
         servers = [RTCIceServer(**server) for server in self.settings.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=servers))
         track = OpusTrack(send_silence=False)
-        peer = RtcPeer(sid, pc, track, hear, client, see)
+        peer = RtcPeer(sid, pc, track, hear, client, see, budgets.images)
         peer.candidates = kept
         self.peers[sid] = peer
 
@@ -329,7 +354,8 @@ class RtcHub:
                 peer.receiving = asyncio.ensure_future(peer.listen(incoming))
                 peer.receiving.add_done_callback(lambda task: self._listening_ended(peer, task))
             elif incoming.kind == "video" and peer.watching is None and peer.see is not None:
-                peer.watching = asyncio.ensure_future(peer.watch(incoming))
+                peer.watching = asyncio.ensure_future(peer.watch(incoming, self.pictures,
+                                                                 self.settings.max_image_pixels))
 
         @pc.on("datachannel")
         def on_datachannel(opened: Any) -> None:
@@ -353,12 +379,14 @@ class RtcHub:
             audio[0].sender.replaceTrack(track)
             audio[0].direction = "sendrecv"
             video = [t for t in pc.getTransceivers() if t.kind == "video"][:1] if see is not None else []
+            video = [camera for camera in video if keep_vp8(camera)]  # VP8: its size is read before decoding
             for camera in video:  # one camera is watched, sampled as VITA's page's
                 camera.direction = "recvonly"
             for other in pc.getTransceivers():
                 if other is not audio[0] and other not in video:
                     other.direction = "inactive"  # one microphone and one camera; nothing else is received
-            set_jitter_buffer(pc, InOrderBuffer)
+            set_jitter_buffer(pc, lambda: InOrderBuffer(budget=budgets.audio, overrun=budgets.overrun))
+            set_video_gate(pc, self.settings.max_image_pixels)
             await pc.setLocalDescription(await pc.createAnswer())  # gathers every candidate first (no trickle)
         except RtcError:
             await self._close(peer)

@@ -2,8 +2,9 @@
 
 aiortc decodes every packet its jitter buffer passes on, in its own thread. A peer may send far more audio than
 real time (forged packets carrying 120 ms each, hundreds a second), and every packet decoded is CPU taken from
-everyone; the session's audio budget only sees the decoded PCM. So the budget is charged here too, by the audio a
-packet's Opus header says it holds, and a packet over it never reaches the decoder.
+everyone. So the session's audio budget is charged here, by the audio a packet's Opus header says it holds, and a
+packet over it never reaches the decoder (its decoded audio is not charged again). The session's own budget, not
+one of the peer's: a client that renegotiates every second would otherwise bring a fresh burst each time.
 """
 
 from __future__ import annotations
@@ -60,10 +61,13 @@ class InOrderBuffer:
     80-160 ms on each word heard), and holding packets back after a loss would keep every later one late for good.
     Speaks aiortc's jitter-buffer interface: add(packet) -> (pli, frame or None)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, budget: RateBudget | None = None,
+                 overrun: Callable[[], None] | None = None) -> None:
         self.expected: int | None = None  # the sequence number after the newest passed on
         self.clock = clock
-        self.budget = RateBudget(AUDIO_RATE, AUDIO_BURST_S, clock())
+        # The session's audio budget (seconds; `overrun` told of each packet refused), or one of its own.
+        self.budget = budget if budget is not None else RateBudget(AUDIO_RATE, AUDIO_BURST_S, clock())
+        self.overrun = overrun
         self.over_budget = 0  # packets dropped for it
         self.malformed = 0  # packets the decoder would refuse, dropped
 
@@ -77,6 +81,8 @@ class InOrderBuffer:
             return False, None
         if not self.budget.take(seconds, self.clock()):
             self.over_budget += 1
+            if self.overrun is not None:
+                self.overrun()
             if self.over_budget % DROPS_LOGGED_EVERY == 1:
                 log.warning("a microphone sends audio faster than %.1fx real time: %d packets dropped before "
                             "decoding", AUDIO_RATE, self.over_budget)
