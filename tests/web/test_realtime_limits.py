@@ -517,3 +517,23 @@ def test_a_response_that_brings_function_results_is_not_charged_the_functions_se
         "call_1", "Shipped; it arrives on Friday.")))
     assert c.send({"type": "response.create"}) == []
     assert before - budget.available(time.monotonic()) == pytest.approx(200, abs=5)  # the least cost only
+
+
+@pytest.mark.parametrize("message", ["x" * 2001, b"x" * 2001, "é" * 1001], ids=["text", "binary", "utf-8"])
+def test_a_caller_sending_oversized_events_is_charged_for_them_and_hung_up_as_a_flooder_is(message):
+    """A message over the size limit is dropped unread, but it was decrypted and reassembled on the loop that
+    carries every call: it counts as a drop and against the byte budget, so such a caller is hung up too."""
+    from vita.web.realtime.call import DROPS_BEFORE_HANG_UP, DataChannelWire
+
+    wire, channel = DataChannelWire(None, lambda: None, 2000, 1.0, bytes_per_s=10**6), Channel()
+    wire.attach(channel)
+    for _ in range(DROPS_BEFORE_HANG_UP - 1):
+        channel.handlers["message"](message)
+    assert wire.inbox.empty() and not channel.closed and wire.budget.left < 2 * 10**6 - 60 * 2000
+    channel.handlers["message"](message)
+    assert channel.closed and wire.inbox.get_nowait() is None
+    unpaced = DataChannelWire(None, lambda: None, 2000, 1.0)  # no byte budget: the drops alone count
+    unpaced.attach(other := Channel())
+    for _ in range(DROPS_BEFORE_HANG_UP):
+        other.handlers["message"](message)
+    assert other.closed

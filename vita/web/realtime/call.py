@@ -51,22 +51,7 @@ class DataChannelWire:
             return
         self.channel = channel
 
-        @channel.on("message")
-        def on_message(message: str | bytes) -> None:
-            if len(message) > self.max_message_bytes:  # (a larger one, or one beyond the bound, is dropped)
-                return
-            size = len(message.encode()) if isinstance(message, str) else len(message)
-            if self.budget is not None and not self.budget.admit(size, time.monotonic()):
-                self.dropped += 1
-                if self.dropped == DROPS_BEFORE_HANG_UP:
-                    log.warning("hanging up a call whose events keep coming faster than %g bytes a second",
-                                self.budget.rate)
-                    channel.close()  # (on the loop's thread: the session's reader wakes, then hangs up)
-                    self._end()
-                return
-            self.dropped = 0
-            with contextlib.suppress(queue.Full):
-                self.inbox.put_nowait(message)
+        channel.on("message")(lambda message: self.received(message, channel))
 
         @channel.on("close")
         def on_close() -> None:
@@ -76,6 +61,34 @@ class DataChannelWire:
             channel.send(text)
         self.waiting.clear()
         self.attached.set()
+
+    def received(self, message: str | bytes, channel: Any) -> None:
+        """A message from the caller: within the byte budget, to the session; else dropped and counted, and after
+        DROPS_BEFORE_HANG_UP in a row the call is hung up. One over max_message_bytes is dropped unread but charged
+        its size as well (it was decrypted and reassembled like any other, and free ones would be the flood)."""
+        size = len(message)  # (a text's characters: at most its bytes, which are counted when it may fit)
+        if isinstance(message, str) and size <= self.max_message_bytes:
+            size = len(message.encode("utf-8", "surrogatepass"))
+        now = time.monotonic()
+        if size > self.max_message_bytes:
+            if self.budget is not None:
+                self.budget.spend(size, now)
+            self._dropped(channel)
+            return
+        if self.budget is not None and not self.budget.admit(size, now):
+            self._dropped(channel)
+            return
+        self.dropped = 0
+        with contextlib.suppress(queue.Full):
+            self.inbox.put_nowait(message)
+
+    def _dropped(self, channel: Any) -> None:
+        self.dropped += 1
+        if self.dropped == DROPS_BEFORE_HANG_UP:
+            log.warning("hanging up a call whose events keep coming too fast or too large (%g bytes a second, "
+                        "%d bytes a message)", self.budget.rate if self.budget else 0, self.max_message_bytes)
+            channel.close()  # (on the loop's thread: the session's reader wakes, then hangs up)
+            self._end()
 
     def _end(self) -> None:
         with contextlib.suppress(queue.Full):
