@@ -112,8 +112,9 @@ class FrontApp:
                                         read_bytes_per_s=config.limits.max_socket_bytes_per_s,
                                         read_messages_per_s=config.limits.max_events_per_s)
         self.socket_guard.install()
-        self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(RealtimeRoute(self.flask.wsgi_app, self), self.guard),
-                                               config.trusted_proxies())
+        realtime = RealtimeRoute(self.flask.wsgi_app, self)
+        self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(realtime, self.guard, realtime.token_of,
+                                                             realtime.keys.holds), config.trusted_proxies())
         self.security_headers = security_headers(config.server.tls, operator_page=web_root is not None)
         self.queue_probe = QueueProbe(queue_url) if queue_url else None
         self.connections: ConnectionTable | None = None  # the HTTP server's, once it exists (for /health)

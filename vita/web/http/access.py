@@ -14,6 +14,13 @@ the same NAT as a guesser must not wipe the guesser's count.
 Behind that NAT, the users already let in must not be locked out with the guesser. So the page's cookie holds a
 *pass*, not the token: an HMAC of the token that only a holder of the token is handed. A pass cannot be guessed
 (256 bits), so a request carrying the right one goes through a lockout; a guesser gains nothing from trying passes.
+
+Nor must a script's or app's own key stop working there. A locked-out address still has a token checked when it
+begins as the real one does (its first NEAR_CHARS characters, at most half of it): a guesser would need those
+first (8 characters: ~2^47 tries of a random token), and wrong tokens that begin so are counted on their own
+(address, prefix) count, which locks out those too. A client key the Realtime door holds unused goes through as
+well (TokenThrottle's `live_key`: 192 random bits, used once). So only someone who knows how the token begins can
+lock its holders out of their address.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ MAX_FAILURES = 10  # wrong tokens from one address...
 FAILURE_WINDOW_S = 60.0  # ...within this long...
 LOCKOUT_S = 60.0  # ...and it is refused (429) this long
 MAX_TRACKED = 4096  # addresses with recent failures kept (the oldest forgotten first): bounded memory
+NEAR_CHARS = 8  # a token that begins as the real one for this many characters (at most half) is checked in a lockout
 
 
 def client_key(address: str | None) -> str | None:
@@ -65,10 +73,16 @@ class FailureThrottle:
         self._locked: dict[str, float] = {}  # key -> until
         self._lock = threading.Lock()
 
-    def failed(self, address: str | None) -> None:
+    def failed(self, address: str | None, near: bool = False) -> None:
+        """A wrong token from `address`; `near`: it began as the right one, and counts on that count as well."""
         key = client_key(address)
         if key is None:
             return
+        if near:
+            self._failed(f"{key} near")
+        self._failed(key)
+
+    def _failed(self, key: str) -> None:
         now = self.clock()
         with self._lock:
             times = self._failures.pop(key, None) or collections.deque(maxlen=self.max_failures)
@@ -84,11 +98,14 @@ class FailureThrottle:
             if len(self._locked) > MAX_TRACKED:  # lockouts end by themselves: the ended ones go
                 self._locked = {k: until for k, until in self._locked.items() if until > now}
 
-    def retry_after(self, address: str | None) -> float | None:
-        """Seconds left of the address's lockout, or None when it is not locked out."""
+    def retry_after(self, address: str | None, near: bool = False) -> float | None:
+        """Seconds left of the address's lockout (`near`: of the lockout of its tokens that begin as the right one),
+        or None when it is not locked out."""
         key = client_key(address)
         if key is None:
             return None
+        if near:
+            key = f"{key} near"
         with self._lock:
             until = self._locked.get(key)
             if until is None:
@@ -120,8 +137,15 @@ class AccessGuard:
         if self._equal(offered, self._token) or self._equal(offered, self._pass):
             return True
         if isinstance(offered, str) and offered:
-            self.throttle.failed(client)
+            self.throttle.failed(client, near=self.near(offered))
         return False
+
+    def near(self, offered: object) -> bool:
+        """Whether `offered` begins as the token does (NEAR_CHARS characters, at most half of it; constant-time)."""
+        if self._token is None or not isinstance(offered, str):
+            return False
+        length = min(NEAR_CHARS, len(self._token) // 2)
+        return hmac.compare_digest(offered.encode("utf-8", "surrogatepass")[:length], self._token[:length])
 
     @staticmethod
     def _equal(offered: object, secret: bytes | None) -> bool:
@@ -156,14 +180,20 @@ class AccessGuard:
 class TokenThrottle:
     """WSGI middleware (inside ForwardedHeaders, so a trusted proxy's client is the one counted): a locked-out
     address gets 429 and Retry-After for everything, Socket.IO and /v1/realtime included, except token-less
-    liveness probes (a probe that offers a token could still learn whether it is right from /health) and browsers
-    that hold the page's pass (the guesser's neighbours behind one NAT, let in before)."""
+    liveness probes (a probe that offers a token could still learn whether it is right from /health), browsers
+    that hold the page's pass (the guesser's neighbours behind one NAT, let in before), tokens that begin as the
+    right one (unless those from there are locked out too) and client keys `live_key` holds unused. `token_of`
+    reads the token wherever a request may put it (the Realtime door's WebSocket subprotocol included)."""
 
-    def __init__(self, app: Callable, guard: AccessGuard):
+    def __init__(self, app: Callable, guard: AccessGuard, token_of: Callable[[dict], str | None] | None = None,
+                 live_key: Callable[[str], bool] | None = None):
         self.app, self.guard = app, guard
+        self.token_of = token_of or (lambda environ: AccessGuard.offered(Request(environ)))
+        self.live_key = live_key
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
-        left = self.guard.throttle.retry_after(environ.get("REMOTE_ADDR")) if self.guard.enabled else None
+        address = environ.get("REMOTE_ADDR")
+        left = self.guard.throttle.retry_after(address) if self.guard.enabled else None
         if left is None:
             return self.app(environ, start_response)
         request = Request(environ)
@@ -171,6 +201,14 @@ class TokenThrottle:
             return self.app(environ, start_response)
         if self.guard.holds_pass(request):
             return self.app(environ, start_response)
+        offered = self.token_of(environ)
+        if offered and self.live_key is not None and self.live_key(offered):
+            return self.app(environ, start_response)
+        if self.guard.near(offered):
+            near_left = self.guard.throttle.retry_after(address, near=True)
+            if near_left is None:
+                return self.app(environ, start_response)  # checked there; a wrong one counts
+            left = near_left
         seconds = max(1, math.ceil(left))
         start_response("429 Too Many Requests", [("Content-Type", "text/plain; charset=utf-8"),
                                                  ("Retry-After", str(seconds))])

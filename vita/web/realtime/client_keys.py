@@ -66,6 +66,16 @@ class ClientKeys:
         """The key's settings, the key left unspent (a call spends it once it is answered)."""
         return self._take(value, spend=False)
 
+    def holds(self, value: str) -> bool:
+        """Whether `value` is a key here, unused and unexpired (one goes through its address's token lockout)."""
+        if not self.looks_like(value):
+            return False
+        try:
+            self.peek(value)
+        except KeyRefused:
+            return False
+        return True
+
     def _take(self, value: str, spend: bool) -> ClientKey:
         digest, now = _digest(value), self.clock()
         with self._lock:

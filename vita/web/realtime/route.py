@@ -99,7 +99,7 @@ class RealtimeRoute:
         """The caller's token, or its client key's session settings (None: none bound); KeyRefused, saying why,
         for neither. A wrong one counts against the address (TokenThrottle). `spend`: the key is used up now
         (else the caller spends it once what it opens is open)."""
-        token, address = self._token(environ), environ.get("REMOTE_ADDR")
+        token, address = self.token_of(environ), environ.get("REMOTE_ADDR")
         if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
             try:
                 return (self.keys.redeem(token) if spend else self.keys.peek(token)).session
@@ -267,7 +267,7 @@ class RealtimeRoute:
         return origin in allowed if allowed else urlsplit(origin).netloc == environ.get("HTTP_HOST")  # as engine.io
 
     @staticmethod
-    def _token(environ: dict) -> str | None:
+    def token_of(environ: dict) -> str | None:
         """Where the page's requests may carry it (Authorization: Bearer, ?token=, the cookie), or where a browser's
         Realtime client puts its key (a WebSocket subprotocol: browsers cannot set headers on a WebSocket)."""
         for protocol in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(","):
