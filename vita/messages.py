@@ -43,7 +43,7 @@ class TurnRequest:
     turn_id: int
     audio: bytes = b""
     sample_rate: int = 16000
-    frames: tuple[bytes, ...] = ()
+    frames: tuple[Picture, ...] = ()
     text: str = ""
     voice: str | None = None
     reply_mode: str = "stream"
@@ -114,12 +114,22 @@ class InterjectionCheck:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """A camera picture checked at the door (vita/turns/camera.py): the file as the client sent it, and the small
+    grey signature made from the checking decode, so that the vision stage tells an unchanged picture without
+    decoding it again and decodes a changed one once."""
+
+    image: bytes  # JPEG, PNG or WebP, checked to decode within its cost
+    signature: bytes = b""  # SIGNATURE_SIZE grey thumbnail, uint8 row by row; b"": not known (decoded to find it)
+
+
+@dataclass(frozen=True)
 class CameraFrame:
     """The session's newest camera picture while its user speaks: analysed before the question is asked about it
     (a text-only model's vision stage, workers/vision/stage.py)."""
 
     session_id: str
-    image: bytes  # JPEG, PNG or WebP, as the client sent it (already checked to decode)
+    picture: Picture
 
 
 @dataclass(frozen=True)

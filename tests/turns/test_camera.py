@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import base64
+import time
 
 import cv2
 import numpy as np
 import pytest
 
-from vita.turns.camera import FrameBuffer, FrameError, decode_frame, image_dimensions
+from tests.harness import hostile_images
+from vita.messages import Picture
+from vita.rate_budget import RateBudget
+from vita.turns.camera import (
+    MAX_JPEG_SCANS,
+    SIGNATURE_SIZE,
+    FrameBuffer,
+    FrameError,
+    FrameOverBudget,
+    decode_frame,
+    image_dimensions,
+    image_layout,
+)
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -23,8 +36,17 @@ def jpeg() -> bytes:
     return data.tobytes()
 
 
-def test_a_real_jpeg_decodes_to_its_bytes():
-    assert decode_frame(data_url(jpeg()), 1_000_000) == jpeg()
+def test_a_real_jpeg_is_checked_to_its_bytes_and_a_signature():
+    picture = decode_frame(data_url(jpeg()), 1_000_000)
+    assert picture.image == jpeg()
+    assert len(picture.signature) == SIGNATURE_SIZE[0] * SIGNATURE_SIZE[1]
+    assert set(picture.signature) == {120}  # the flat grey picture's thumbnail
+
+
+def png_noise() -> bytes:
+    ok, data = cv2.imencode(".png", np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8))
+    assert ok
+    return data.tobytes()
 
 
 @pytest.mark.parametrize("value, needle", [
@@ -35,7 +57,8 @@ def test_a_real_jpeg_decodes_to_its_bytes():
     ("data:image/jpeg;base64,@@@@", "not valid base64"),
     (data_url(b"\xff\xd8\xff\xe0 truncated"), "JPEG without a readable frame header"),
     (data_url(b"GIF89a\x01\x00\x01\x00"), "must be one of"),
-    (data_url(jpeg()[: len(jpeg()) // 3]), "does not decode"),
+    (data_url(jpeg()[: len(jpeg()) // 3]), "without picture data"),
+    (data_url(png_noise()[: len(png_noise()) // 2], "image/png"), "does not decode"),
 ])
 def test_bad_frames_are_named(value, needle):
     with pytest.raises(FrameError, match=needle):
@@ -78,39 +101,103 @@ def test_oversized_frames_are_refused_before_decoding():
 def test_buffer_keeps_the_last_eight_and_clears_after_a_gap():
     buffer = FrameBuffer(size=8, gap_s=1.0)
     for i in range(10):
-        buffer.add(bytes([i]), i * 0.5)
+        buffer.add(Picture(bytes([i])), i * 0.5)
     assert len(buffer) == 8
-    buffer.add(b"late", 4.5 + 1.5)  # the camera paused for 1.5 s
+    buffer.add(Picture(b"late"), 4.5 + 1.5)  # the camera paused for 1.5 s
     assert len(buffer) == 1
 
 
 def test_sampling_spreads_up_to_four_frames_over_the_utterance():
     buffer = FrameBuffer()
     for i in range(8):
-        buffer.add(bytes([i]), 10 + i * 0.5)  # frames at 10.0 … 13.5
+        buffer.add(Picture(bytes([i])), 10 + i * 0.5)  # frames at 10.0 … 13.5
     picked = buffer.sample(11.0, 13.5, 4)
     assert len(picked) == 4
-    assert picked[0][0] < picked[-1][0] and picked[-1] == bytes([7])
+    assert picked[0].image[0] < picked[-1].image[0] and picked[-1].image == bytes([7])
     assert buffer.sample(11.0, 11.2, 4)  # a short utterance still gets the frames around it
 
 
 def test_no_frames_from_a_camera_that_stopped_long_ago():
     buffer = FrameBuffer()
-    buffer.add(b"old", 1.0)
+    buffer.add(Picture(b"old"), 1.0)
     assert buffer.sample(20.0, 22.0) == ()
 
 
 def test_a_sessions_images_are_charged_their_pixels_before_they_are_decoded():
-    """Checking that an image decodes costs ~3 ms a megapixel: small files of many pixels could take a core."""
-    import time
-
-    from vita.rate_budget import RateBudget
-    from vita.turns.camera import FrameOverBudget
-
-    ok, png = cv2.imencode(".png", np.zeros((1000, 1000), np.uint8))  # 1 MP, a few KB
-    url = "data:image/png;base64," + base64.b64encode(png.tobytes()).decode()
+    """Checking that an image decodes costs ~1 ms a megapixel: small files of many pixels could take a core."""
+    url = data_url(hostile_images.jpeg(1000, 1000, flat=True))  # 1 MP, a few KB
     budget = RateBudget(0.5, 2.0, time.monotonic())  # megapixels: a second's worth, then 0.5 a second
     assert decode_frame(url, 10**7, budget=budget) and decode_frame(url, 10**7, budget=budget)
     with pytest.raises(FrameOverBudget):
         decode_frame(url, 10**7, budget=budget)
     assert decode_frame(url, 10**7)  # without a budget (an operator's own check), as before
+
+
+@pytest.mark.parametrize("image, times", [
+    (hostile_images.jpeg(1000, 1000, progressive=True), 4.0),  # a progressive JPEG's ten scans: ~5x a baseline's
+    (cv2.imencode(".png", np.zeros((1000, 1000), np.uint8))[1].tobytes(), 5.0),  # decoded at full size to check
+])
+def test_a_picture_is_charged_what_checking_it_costs_not_its_pixels(image, times):
+    layout = image_layout(image)
+    assert layout.megapixels == 1.0 and layout.cost >= times
+    budget = RateBudget(1.0, 2 * times, time.monotonic())
+    assert decode_frame(data_url(image, "image/png" if image[1:4] == b"PNG" else "image/jpeg"), 10**7,
+                        budget=budget)
+    assert budget.left <= times  # (a baseline JPEG of the same pixels leaves 2 * times - 1)
+
+
+def test_a_progressive_jpeg_counts_its_scans():
+    layout = image_layout(hostile_images.jpeg(320, 240, progressive=True))
+    assert layout.progressive and 6 <= layout.scans <= 12 and (layout.width, layout.height) == (320, 240)
+    baseline = image_layout(hostile_images.jpeg(320, 240))
+    assert not baseline.progressive and baseline.scans == 1 and baseline.cost == pytest.approx(0.0768)
+
+
+def test_a_scan_bomb_is_refused_before_any_decoding():
+    """Thousands of 10-byte empty scans: seconds of libjpeg for a 130 KB frame, on the thread of every camera."""
+    bomb = hostile_images.scan_bomb(4000, 3000, 5000)
+    started = time.perf_counter()
+    with pytest.raises(FrameError, match=f"more than {MAX_JPEG_SCANS} scans"):
+        decode_frame(data_url(bomb), 10**7)
+    assert time.perf_counter() - started < 0.25  # refused from its structure (decoding it takes seconds)
+    assert decode_frame(data_url(hostile_images.scan_bomb(400, 300, MAX_JPEG_SCANS - 12)), 10**7).image
+
+
+def test_a_jpeg_of_thousands_of_segments_is_refused():
+    with pytest.raises(FrameError, match="segments"):
+        decode_frame(data_url(hostile_images.marker_flood(segments=5000)), 10**7)
+
+
+def test_a_png_whose_text_inflates_to_gigabytes_is_refused():
+    """libpng inflates each zTXt chunk up to 8 MB (17 ms): 200 of them took seconds."""
+    with pytest.raises(FrameError, match="compressed text"):
+        decode_frame(data_url(hostile_images.packed_text_png(chunks=200), "image/png"), 10**7)
+    one = image_layout(hostile_images.packed_text_png(chunks=1))
+    assert one.packed > 7000 and one.cost > 10  # one such chunk is allowed, and charged what inflating it costs
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda b: b[:2] + b"\x00\x00" + b[2:], "between its markers"),
+    (lambda b: b[:b.index(b"\xff\xda")] + b[b.index(b"\xff\xc0"):b.index(b"\xff\xc4")] + b[b.index(b"\xff\xda"):],
+     "two frame headers"),
+])
+def test_broken_jpeg_structures_are_named(damage, needle):
+    with pytest.raises(FrameError, match=needle):
+        image_layout(damage(jpeg()))
+
+
+def test_a_jpeg_without_a_scan_is_refused():
+    with pytest.raises(FrameError, match="without picture data"):
+        decode_frame(data_url(jpeg()[:jpeg().index(b"\xff\xda")] + b"\xff\xd9"), 10**6)  # tables, then its end
+
+
+def test_an_animated_webp_is_refused():
+    ok, data = cv2.imencode(".webp", np.zeros((37, 53, 3), np.uint8), [cv2.IMWRITE_WEBP_QUALITY, 80])
+    simple = data.tobytes()  # a "VP8 " file: rewrapped as VP8X with the animation flag set
+    vp8x = b"VP8X" + (10).to_bytes(4, "little") + bytes([0x02, 0, 0, 0]) + (52).to_bytes(3, "little") + \
+        (36).to_bytes(3, "little")
+    body = b"WEBP" + vp8x + simple[12:]
+    animated = b"RIFF" + len(body).to_bytes(4, "little") + body
+    assert image_dimensions(simple) == (53, 37)
+    with pytest.raises(FrameError, match="animated"):
+        image_layout(animated)

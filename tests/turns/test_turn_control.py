@@ -324,16 +324,16 @@ def test_camera_frames_go_to_the_vision_stage_only_while_the_user_speaks():
     wire = Wire()
     with live(wire) as (turns, s):
         for i in range(4):  # silent: kept for the turn, not analysed
-            turns.camera_frame(s, b"silent %d" % i)
+            turns.camera_frame(s, messages.Picture(b"silent %d" % i))
         turns.post(s, SpeechStarted(time.monotonic()))
         assert wire.wait_for(lambda: s.turns.user_speaking, 5)  # (handled on the session's thread)
         for i in range(3):  # three pictures within a second: the first goes
-            turns.camera_frame(s, b"speaking %d" % i)
+            turns.camera_frame(s, messages.Picture(b"speaking %d" % i))
         assert wire.wait_for(lambda: any(isinstance(m, messages.CameraFrame) for _, m in wire.puts))
         s.frame_sent_at -= 1.0  # a second later
-        turns.camera_frame(s, b"a second later")
+        turns.camera_frame(s, messages.Picture(b"a second later"))
         assert wire.wait_for(lambda: sum(isinstance(m, messages.CameraFrame) for _, m in wire.puts) == 2)
-        sent = [m.image for _, m in wire.puts if isinstance(m, messages.CameraFrame)]
+        sent = [m.picture.image for _, m in wire.puts if isinstance(m, messages.CameraFrame)]
         assert sent == [b"speaking 0", b"a second later"]
         assert all(m.session_id == "s1" for _, m in wire.puts if isinstance(m, messages.CameraFrame))
         assert len(s.frames) == 8  # every frame is kept for the turn itself

@@ -334,7 +334,7 @@ def test_images_waiting_for_a_response_are_bounded_sent_once_and_not_kept():
             {"type": "input_text", "text": "What is this?"}, *[{"type": "input_image", "image_url": url}] * images]}}
 
     assert client.send(item(3)) == []
-    assert len(put) == 1 and put[0].image == data.tobytes()
+    assert len(put) == 1 and put[0].picture.image == data.tobytes()
     assert [e["code"] for e in client.send(item(2))] == ["too_many_images"]  # 3 + 2 > 4
     assert client.send(item(1)) == []
     assert len(put) == 1  # within the second: analysed when the response starts
@@ -537,3 +537,58 @@ def test_a_caller_sending_oversized_events_is_charged_for_them_and_hung_up_as_a_
     for _ in range(DROPS_BEFORE_HANG_UP):
         other.handlers["message"](message)
     assert other.closed
+
+
+EVENT_TYPES = ["session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
+               "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
+               "conversation.item.delete", "conversation.item.truncate", "response.create", "response.cancel",
+               "output_audio_buffer.clear", "transcription_session.update"]
+FIELDS = ["session", "item", "audio", "item_id", "content_index", "audio_end_ms", "response", "event_id", "type",
+          "content", "role", "text", "instructions", "tools", "tool_choice", "turn_detection", "voice", "modalities",
+          "output_modalities", "max_output_tokens", "input", "output", "format", "call_id", "output_index", "name",
+          "arguments", "image_url", "detail", "previous_item_id", "conversation", "metadata"]
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = (st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
+              | st.text(max_size=40) | st.sampled_from(EVENT_TYPES + FIELDS + ["", "audio/pcm", "pcm16", "user",
+                                                                               "message", "input_text", "auto"]))
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), inner, max_size=5),
+                        max_leaves=20)
+
+
+def _events():
+    from hypothesis import strategies as st
+
+    shaped = st.builds(lambda kind, fields: json.dumps({"type": kind, **fields}), st.sampled_from(EVENT_TYPES),
+                       st.dictionaries(st.sampled_from(FIELDS), _json_values(), max_size=5))
+    mutated = st.tuples(shaped, st.integers(0, 400), st.binary(max_size=8)).map(
+        lambda t: t[0].encode()[:t[1]] + t[2] + t[0].encode()[t[1]:])
+    return shaped | mutated | st.binary(max_size=64) | st.text(max_size=64) | _json_values().map(json.dumps)
+
+
+def test_random_and_mutated_client_events_get_a_clear_error_never_a_server_error(caplog):
+    """Any bytes a Realtime client sends (WebSocket or data channel: the same `receive`) are answered as the
+    protocol says, or with an error naming what is wrong; none reaches the catch-all that logs a bug."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(events=st_lists_of_events())
+    def run(events: list) -> None:
+        c = Client()
+        for event in events:
+            for error in c.send(event):
+                assert error["code"] != "server_error" and error["message"], (event, error)
+
+    with caplog.at_level(logging.ERROR, logger=realtime.log.name):
+        run()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records[:3]
+
+
+def st_lists_of_events():
+    from hypothesis import strategies as st
+
+    return st.lists(_events(), min_size=1, max_size=4)

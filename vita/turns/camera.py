@@ -1,9 +1,11 @@
-"""Camera frames of one session: data-URL decoding, a short buffer, and sampling across an utterance."""
+"""Camera frames of one session: data-URL decoding, what a picture costs to decode (read from its structure
+before any pixel is), a short buffer, and sampling across an utterance."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 import threading
 import time
 from collections import deque
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vita.messages import Picture
 from vita.rate_budget import RateBudget
 
 ACCEPTED_TYPES = ("image/jpeg", "image/png", "image/webp")
@@ -20,41 +23,150 @@ class FrameError(ValueError):
     """The frame cannot be used; the text is shown to the user as is."""
 
 
-def image_dimensions(image: bytes) -> tuple[int, int]:
-    """(width, height) from a JPEG, PNG or WebP header, without decoding: a 500-byte file may claim 30000x30000
-    pixels, and decoders allocate for the claim before they find the data missing."""
-    if image[:8] == b"\x89PNG\r\n\x1a\n" and image[12:16] == b"IHDR":
-        return int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
+# What a picture may hold besides its pixels. A decoder's cost grows with more than the pixel count: every scan
+# of a progressive JPEG is a pass over the whole picture (an empty one is a 10-byte header: 5,000 of them made a
+# 130 KB frame that took seconds), and libpng inflates every compressed text or colour-profile chunk.
+MAX_JPEG_SCANS = 24  # libjpeg's and mozjpeg's progressive scripts write 6-12; baseline writes 1 (3 unmixed)
+MAX_JPEG_SEGMENTS = 256  # markers of every kind (APPn, tables, scans): a photo with EXIF and an ICC profile has ~20
+MAX_PNG_CHUNKS = 4096  # IDAT chunks of 512 bytes still fit a 2 MB frame
+MAX_PNG_PACKED_BYTES = 16_384  # zTXt, iTXt and iCCP together, compressed (an ICC profile is ~0.5-3 KB)
+# What checking a picture costs, in megapixels of a baseline JPEG (the unit of a session's image budget), measured
+# on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (docs/security.md): a progressive JPEG's scans
+# each cost 0.3-0.4 of a baseline decode at the checking scale; a PNG or WebP is decoded at full size to be checked.
+SCAN_COST = 0.4
+PNG_COST, WEBP_COST = 6.0, 3.0
+PACKED_BYTE_COST = 0.002  # a compressed PNG text byte: 7.8 KB inflated to libpng's 8 MB limit took 17 ms
+SIGNATURE_SIZE = (32, 24)  # width, height of a picture's grey signature (vita.messages.Picture)
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """What a picture's structure says before any pixel is decoded."""
+
+    kind: str  # "jpeg", "png" or "webp"
+    width: int
+    height: int
+    scans: int = 1  # a JPEG's scans (progressive: several passes over the whole picture; 0: it has no data)
+    progressive: bool = False  # a progressive JPEG or an interlaced PNG
+    packed: int = 0  # a PNG's compressed text and colour-profile bytes, which libpng inflates
+
+    @property
+    def megapixels(self) -> float:
+        return self.width * self.height / 1e6
+
+    @property
+    def cost(self) -> float:
+        """Checking it, in megapixels of a baseline JPEG."""
+        if self.kind == "png":
+            return self.megapixels * PNG_COST * (1.5 if self.progressive else 1.0) + self.packed * PACKED_BYTE_COST
+        if self.kind == "webp":
+            return self.megapixels * WEBP_COST
+        return self.megapixels * (1.0 + SCAN_COST * self.scans if self.progressive else 1.0)
+
+
+# In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (a stuffed byte) or a restart marker; anything
+# else (after fill bytes) is the next marker.
+_NEXT_JPEG_MARKER = re.compile(rb"\xff+[^\x00\xd0-\xd7\xff]")
+_PACKED_PNG_CHUNKS = (b"zTXt", b"iTXt", b"iCCP")
+
+
+def image_layout(image: bytes) -> ImageLayout:
+    """The picture's format, size and structure from its bytes, without decoding a pixel: a 500-byte file may claim
+    30000x30000 pixels, and a 130 KB JPEG may hold thousands of scans. Raises FrameError for a structure no camera
+    writes, naming what is wrong."""
+    if image[:8] == b"\x89PNG\r\n\x1a\n":
+        return _png_layout(image)
     if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
-        chunk = image[12:16]
-        if chunk == b"VP8X":
-            return 1 + int.from_bytes(image[24:27], "little"), 1 + int.from_bytes(image[27:30], "little")
-        if chunk == b"VP8L" and image[20:21] == b"\x2f":
-            bits = int.from_bytes(image[21:25], "little")
-            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
-        if chunk == b"VP8 " and image[23:26] == b"\x9d\x01\x2a":
-            return int.from_bytes(image[26:28], "little") & 0x3FFF, int.from_bytes(image[28:30], "little") & 0x3FFF
-        raise FrameError("video_frame is not a WebP image we can read")
+        return _webp_layout(image)
     if image[:2] == b"\xff\xd8":
-        at = 2
-        while at + 9 <= len(image):
-            if image[at] != 0xFF:
-                break
-            marker = image[at + 1]
-            if marker == 0xFF:  # fill byte
-                at += 1
-                continue
-            if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
-                at += 2
-                continue
-            length = int.from_bytes(image[at + 2:at + 4], "big")
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
-                return int.from_bytes(image[at + 7:at + 9], "big"), int.from_bytes(image[at + 5:at + 7], "big")
-            if length < 2:
-                break
-            at += 2 + length
-        raise FrameError("video_frame is a JPEG without a readable frame header")
+        return _jpeg_layout(image)
     raise FrameError(f"video_frame must be one of {', '.join(ACCEPTED_TYPES)}")
+
+
+def image_dimensions(image: bytes) -> tuple[int, int]:
+    """(width, height) from the picture's header (see image_layout)."""
+    layout = image_layout(image)
+    return layout.width, layout.height
+
+
+def _jpeg_layout(image: bytes) -> ImageLayout:
+    at, segments, scans, size, progressive = 2, 0, 0, None, False
+    while at + 1 < len(image):
+        if image[at] != 0xFF:
+            raise FrameError("video_frame is a JPEG with bytes between its markers")
+        marker = image[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker == 0xD9:  # end of image
+            break
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            at += 2
+            continue
+        segments += 1
+        if segments > MAX_JPEG_SEGMENTS:
+            raise FrameError(f"video_frame is a JPEG of more than {MAX_JPEG_SEGMENTS} segments")
+        if at + 4 > len(image):
+            break
+        length = int.from_bytes(image[at + 2:at + 4], "big")
+        if length < 2:
+            raise FrameError("video_frame is a JPEG with a broken segment length")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            if size is not None:
+                raise FrameError("video_frame is a JPEG with two frame headers")
+            if at + 9 > len(image):
+                break
+            size = int.from_bytes(image[at + 7:at + 9], "big"), int.from_bytes(image[at + 5:at + 7], "big")
+            progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
+        at += 2 + length
+        if marker == 0xDA:  # start of scan: its entropy-coded data runs to the next marker
+            scans += 1
+            if scans > MAX_JPEG_SCANS:
+                raise FrameError(f"video_frame is a JPEG of more than {MAX_JPEG_SCANS} scans")
+            found = _NEXT_JPEG_MARKER.search(image, at)
+            if found is None:
+                break  # data to the end without an end marker: the decoder reads what there is
+            at = found.end() - 2
+    if size is None:
+        raise FrameError("video_frame is a JPEG without a readable frame header")
+    return ImageLayout("jpeg", size[0], size[1], scans, progressive)
+
+
+def _png_layout(image: bytes) -> ImageLayout:
+    if image[12:16] != b"IHDR" or len(image) < 29:
+        raise FrameError("video_frame is a PNG without a readable header")
+    width, height = int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
+    interlaced = image[28] == 1
+    at, chunks, packed = 8, 0, 0
+    while at + 8 <= len(image):
+        length, kind = int.from_bytes(image[at:at + 4], "big"), image[at + 4:at + 8]
+        chunks += 1
+        if chunks > MAX_PNG_CHUNKS:
+            raise FrameError(f"video_frame is a PNG of more than {MAX_PNG_CHUNKS} chunks")
+        if kind in _PACKED_PNG_CHUNKS:
+            packed += length
+            if packed > MAX_PNG_PACKED_BYTES:
+                raise FrameError("video_frame is a PNG with too much compressed text or colour profile")
+        if kind == b"IEND":
+            break
+        at += 12 + length
+    return ImageLayout("png", width, height, 1, interlaced, packed)
+
+
+def _webp_layout(image: bytes) -> ImageLayout:
+    chunk = image[12:16]
+    if chunk == b"VP8X":
+        if image[20] & 0x02:  # the animation flag
+            raise FrameError("video_frame is an animated WebP; send one picture at a time")
+        width, height = 1 + int.from_bytes(image[24:27], "little"), 1 + int.from_bytes(image[27:30], "little")
+    elif chunk == b"VP8L" and image[20:21] == b"\x2f":
+        bits = int.from_bytes(image[21:25], "little")
+        width, height = 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    elif chunk == b"VP8 " and image[23:26] == b"\x9d\x01\x2a":
+        width, height = int.from_bytes(image[26:28], "little") & 0x3FFF, int.from_bytes(image[28:30], "little") & 0x3FFF
+    else:
+        raise FrameError("video_frame is not a WebP image we can read")
+    return ImageLayout("webp", width, height)
 
 
 class FrameOverBudget(FrameError):
@@ -62,10 +174,10 @@ class FrameOverBudget(FrameError):
 
 
 def decode_frame(data_url: object, max_bytes: int, max_pixels: int = 12_000_000,
-                 budget: RateBudget | None = None) -> bytes:
-    """A `data:image/jpeg;base64,...` string → the image file's bytes, checked to really decode. With `budget`
-    (megapixels, the session's), the frame is charged its pixels first: checking that an image decodes costs ~3 ms a
-    megapixel (35 ms for a 16 KB, 12 MP PNG), so a client sending small images of many pixels could take a core."""
+                 budget: RateBudget | None = None) -> Picture:
+    """A `data:image/jpeg;base64,...` string → the checked picture. Its structure is read first (image_layout);
+    with `budget` (the session's, in megapixels of a baseline JPEG) it is charged what checking it costs, which
+    for a progressive JPEG or a PNG is several times its pixels; then it is decoded once, small, to check it."""
     if not isinstance(data_url, str) or not data_url.startswith("data:"):
         raise FrameError("video_frame must be a data URL such as data:image/jpeg;base64,...")
     if len(data_url) > max_bytes:
@@ -78,26 +190,42 @@ def decode_frame(data_url: object, max_bytes: int, max_pixels: int = 12_000_000,
         image = base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
         raise FrameError("video_frame is not valid base64") from None
-    width, height = image_dimensions(image)
+    return check_picture(image, max_pixels, budget)
+
+
+def check_picture(image: bytes, max_pixels: int = 12_000_000, budget: RateBudget | None = None) -> Picture:
+    """An image file's bytes → a Picture, checked: within its pixel limit, its structure's cost charged to
+    `budget`, and decoded once at a small scale (JPEG: 1/8, its whole entropy-coded stream read) to prove it
+    decodes and to make its signature."""
+    layout = image_layout(image)
+    width, height = layout.width, layout.height
     if width * height > max_pixels or not width or not height:
         raise FrameError(f"video_frame is {width}x{height}; at most {max_pixels} pixels, please")
-    if budget is not None and not budget.admit(width * height / 1e6, time.monotonic()):
+    if layout.kind == "jpeg" and not layout.scans:
+        raise FrameError("video_frame is a JPEG without picture data")
+    if budget is not None and not budget.admit(layout.cost, time.monotonic()):
         raise FrameOverBudget(f"images may bring at most {budget.rate:g} megapixels a second; this one was dropped")
     import cv2
 
-    # Decoding at 1/8 size checks the whole entropy-coded stream at a fraction of the cost.
     try:
-        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
+        grey = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
     except cv2.error:  # some malformed PNG/WebP headers make the decoder raise instead of returning None
-        pixels = None
-    if pixels is None or pixels.size == 0:
+        grey = None
+    if grey is None or grey.size == 0:
         raise FrameError("video_frame does not decode as an image")
-    return image
+    return Picture(image, picture_signature(grey))
+
+
+def picture_signature(grey: np.ndarray) -> bytes:
+    """A picture's signature: its SIGNATURE_SIZE grey thumbnail, from any grey copy of it (uint8 bytes)."""
+    import cv2
+
+    return cv2.resize(grey, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA).astype(np.uint8).tobytes()
 
 
 @dataclass(frozen=True)
 class Frame:
-    image: bytes
+    picture: Picture
     at: float  # monotonic arrival time
 
 
@@ -109,17 +237,17 @@ class FrameBuffer:
         self._frames: deque[Frame] = deque(maxlen=size)
         self._lock = threading.Lock()
 
-    def add(self, image: bytes, at: float) -> None:
+    def add(self, picture: Picture, at: float) -> None:
         with self._lock:
             if self._frames and at - self._frames[-1].at > self.gap_s:
                 self._frames.clear()
-            self._frames.append(Frame(image, at))
+            self._frames.append(Frame(picture, at))
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._frames)
 
-    def sample(self, start: float, end: float, count: int = 4) -> tuple[bytes, ...]:
+    def sample(self, start: float, end: float, count: int = 4) -> tuple[Picture, ...]:
         """Up to `count` frames spread evenly over [start, end]; frames from a stopped camera are left out."""
         with self._lock:
             frames = list(self._frames)
@@ -127,6 +255,6 @@ class FrameBuffer:
             return ()
         window = [f for f in frames if start - self.gap_s <= f.at <= end + 0.5] or frames[-1:]
         if len(window) <= count:
-            return tuple(f.image for f in window)
+            return tuple(f.picture for f in window)
         picks = np.linspace(0, len(window) - 1, count).round().astype(int)
-        return tuple(window[i].image for i in picks)
+        return tuple(window[i].picture for i in picks)

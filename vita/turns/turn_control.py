@@ -187,16 +187,16 @@ class TurnController:
         session.audio_at = time.monotonic()  # as it arrives (a busy session thread still has audio coming)
         return session.actor is not None and session.actor.post_audio(pcm, rate)
 
-    def camera_frame(self, session: Session, image: bytes) -> None:
+    def camera_frame(self, session: Session, picture: messages.Picture) -> None:
         """A checked camera picture: kept for the turns; while the user speaks, the newest one also goes to the
         vision stage now and then, so that the question's picture is analysed before the question ends (while
         they are silent, nothing is analysed: a camera left on costs no CPU)."""
         now = time.monotonic()
-        session.frames.add(image, now)
+        session.frames.add(picture, now)
         if (self.vision_on and session.turns is not None and session.turns.user_speaking
                 and now - session.frame_sent_at >= FRAME_SEND_EVERY_S and session.actor is not None):
             session.frame_sent_at = now
-            session.actor.call(lambda: self.put("requests", messages.CameraFrame(session.sid, image)))
+            session.actor.call(lambda: self.put("requests", messages.CameraFrame(session.sid, picture)))
 
     def restart_listening(self, session: Session, reason: str) -> None:
         """VITA's recording-started/-stopped: activity, stop any playback, start the VAD afresh."""

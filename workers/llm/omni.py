@@ -15,6 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from vita.messages import Picture
 from workers.llm.asr import WHISPER_RATE, pcm16_to_float
 from workers.llm.generation import EnginePrompt
 
@@ -62,7 +63,7 @@ def utterance_audio(pcm: bytes, sample_rate: int) -> tuple[np.ndarray, int]:
     return pcm16_to_float(pcm, sample_rate), WHISPER_RATE
 
 
-def frames_to_images(frames: tuple[bytes, ...], limit: int) -> tuple[np.ndarray, ...]:
+def frames_to_images(frames: tuple[Picture, ...], limit: int) -> tuple[np.ndarray, ...]:
     """Decode JPEG frames to RGB arrays, keeping at most ``limit`` spread evenly over the utterance."""
     if limit <= 0 or not frames:
         return ()
@@ -71,7 +72,7 @@ def frames_to_images(frames: tuple[bytes, ...], limit: int) -> tuple[np.ndarray,
         frames = tuple(frames[i] for i in picks)
     images = []
     for frame in frames:
-        bgr = cv2.imdecode(np.frombuffer(frame, dtype=np.uint8), cv2.IMREAD_COLOR)
+        bgr = cv2.imdecode(np.frombuffer(frame.image, dtype=np.uint8), cv2.IMREAD_COLOR)
         if bgr is not None:
             images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
     return tuple(images)

@@ -5,12 +5,19 @@ The front forwards a frame while the user speaks (``CameraFrame``); this stage a
 at a lower CPU priority than the engine, and only when the picture changed (a small grey thumbnail, compared with
 the last one analysed). When the turn starts, the scene of its latest frame is usually ready: the same picture was
 analysed while the question was being said. A turn with no analysis under way (a typed question) gets one at once,
-ahead of nothing but the work already queued.
+ahead of the pictures no turn waits for.
+
+Each picture is decoded once here, and only when it changed: the front checked it and sent its signature
+(vita.messages.Picture), so an unchanged picture costs no decode, and the analysis and the page's thumbnail share
+one array. The stage is fair between sessions: each has at most one picture waiting, and a picture a turn waits
+for goes ahead of those no one waits for, so one user's stream of pictures delays another's question by at most
+the analysis already under way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import queue
@@ -24,30 +31,59 @@ from typing import Any
 import cv2
 import numpy as np
 
+from vita.messages import Picture
+from vita.turns.camera import SIGNATURE_SIZE, image_dimensions
+
 log = logging.getLogger("vita.vision")
 
-THUMB_SIZE = (32, 24)  # width, height of the picture's signature
 SAME_PICTURE_LEVELS = 6.0  # mean absolute difference (0-255 grey levels) under which two frames show the same thing
 MAX_SESSIONS = 256  # sessions whose cameras are remembered at once
 LOWER_PRIORITY_BY = 5  # the stage's thread yields the cores to the engine and ASR (not to other programs: the
                        # server runs at server.nice, and an absolute nice 10 lost the cores to anything at 0)
+WORKING_SIDE = 1920  # the longest side any vision part looks at (OCR's); a larger JPEG is decoded at 1/2 to 1/8
+URGENT, BACKGROUND = 0, 1  # a picture a turn waits for, one analysed ahead of a question
 
 
-def signature(image: bytes) -> np.ndarray | None:
-    """A 32×24 grey thumbnail of an encoded picture, decoded at 1/8 size (about a millisecond); None if it does not
-    decode."""
+def signature(picture: Picture | bytes) -> np.ndarray | None:
+    """A picture's signature as an array: the front's (no decode), else made from an encoded picture decoded at
+    1/8 size; None if it does not decode."""
+    if isinstance(picture, Picture):
+        if len(picture.signature) == SIGNATURE_SIZE[0] * SIGNATURE_SIZE[1]:
+            return np.frombuffer(picture.signature, np.uint8).reshape(SIGNATURE_SIZE[::-1]).astype(np.float32)
+        picture = picture.image
     try:
-        grey = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
+        grey = cv2.imdecode(np.frombuffer(picture, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
     except cv2.error:
         grey = None
     if grey is None or grey.size == 0:
         return None
-    return cv2.resize(grey, THUMB_SIZE, interpolation=cv2.INTER_AREA).astype(np.float32)
+    return cv2.resize(grey, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA).astype(np.float32)
 
 
 def same_picture(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     """Whether two signatures show the same thing: camera noise and small movements are not a new picture."""
     return a is not None and b is not None and float(np.mean(np.abs(a - b))) < SAME_PICTURE_LEVELS
+
+
+def decode_pixels(image: bytes) -> np.ndarray:
+    """The picture's one decode, as BGR: a JPEG larger than the vision parts look at is decoded at 1/2, 1/4 or 1/8
+    of its size (cheaper, and what they would shrink it to anyway). Raises ValueError if it does not decode."""
+    reduce = cv2.IMREAD_COLOR
+    if image[:2] == b"\xff\xd8":
+        with contextlib.suppress(ValueError):
+            longest = max(image_dimensions(image))
+            for factor, flag in ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
+                                 (2, cv2.IMREAD_REDUCED_COLOR_2)):
+                if longest // factor >= WORKING_SIDE:
+                    reduce = flag
+                    break
+    try:
+        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), reduce)
+    except cv2.error:
+        pixels = None
+    if pixels is None or pixels.size == 0:
+        raise ValueError("the frame does not decode as an image")
+    return pixels
 
 
 @dataclass
@@ -57,19 +93,23 @@ class _Sight:
     signature: np.ndarray | None = None  # of the picture last analysed
     scene: Any = None  # its analysis
     analysed_at: float = 0.0
-    pending: tuple[bytes, Future] | None = None  # the newest frame waiting for the thread
+    pending: tuple[Picture, Future] | None = None  # the newest frame waiting for the thread
+    urgent: bool = False  # a turn waits for the pending frame
     waiters: list[Future] = field(default_factory=list)  # turns waiting for the pending frame's scene
 
 
 class VisionStage:
-    """`analyse(image_bytes) -> scene` runs here, one picture at a time, on the stage's own low-priority thread."""
+    """`analyse(bgr_pixels) -> scene` runs here, one picture at a time, on the stage's own low-priority thread."""
 
-    def __init__(self, analyse: Callable[[bytes], Any], name: str = "vision"):
+    def __init__(self, analyse: Callable[[np.ndarray], Any], name: str = "vision"):
         self.analyse = analyse
         self.name = name
         self._sights: dict[str, _Sight] = {}
         self._lock = threading.Lock()
-        self._jobs: queue.Queue[str | None] = queue.Queue()
+        # (priority, order, session id): a session is queued again when a turn starts waiting for its frame, and an
+        # entry whose frame has gone is skipped
+        self._jobs: queue.PriorityQueue[tuple[int, int, str | None]] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.analysed = 0  # pictures analysed (for /health and tests)
@@ -79,9 +119,10 @@ class VisionStage:
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
 
-    def seen(self, session_id: str, image: bytes) -> Future:
+    def seen(self, session_id: str, picture: Picture, urgent: bool = False) -> Future:
         """A new frame of the session's camera; the future is its scene (that of the same picture, if unchanged).
-        A frame still waiting is replaced by this one, and its waiters get this one's scene."""
+        A frame still waiting is replaced by this one, and its waiters get this one's scene. `urgent`: a turn
+        waits for it, so it goes ahead of the frames that only prepare for a question."""
         future: Future = Future()
         with self._lock:
             if session_id not in self._sights and len(self._sights) >= MAX_SESSIONS:
@@ -89,12 +130,13 @@ class VisionStage:
                 oldest = min(self._sights, key=lambda sid: self._sights[sid].analysed_at)
                 self._sights.pop(oldest)
             sight = self._sights.setdefault(session_id, _Sight())
-            queued = sight.pending is not None
+            queued, hurried = sight.pending is not None, urgent and not sight.urgent
             if queued:
                 sight.waiters.append(sight.pending[1])
-            sight.pending = (image, future)
-        if not queued:
-            self._jobs.put(session_id)
+            sight.pending = (picture, future)
+            sight.urgent = sight.urgent or urgent
+        if not queued or hurried:
+            self._jobs.put((URGENT if urgent else BACKGROUND, next(self._order), session_id))
         return future
 
     def latest(self, session_id: str) -> Any:
@@ -112,7 +154,7 @@ class VisionStage:
 
     def close(self) -> None:
         self._stop.set()
-        self._jobs.put(None)
+        self._jobs.put((-1, -1, None))
         if self._thread is not None:
             self._thread.join(5)
 
@@ -122,24 +164,24 @@ class VisionStage:
             me = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + LOWER_PRIORITY_BY)
         while not self._stop.is_set():
-            session_id = self._jobs.get()
+            session_id = self._jobs.get()[2]
             if session_id is None:
                 break
             with self._lock:
                 sight = self._sights.get(session_id)
                 if sight is None or sight.pending is None:
-                    continue
-                (image, future), sight.pending = sight.pending, None
+                    continue  # (analysed already, from an earlier entry of its own)
+                (picture, future), sight.pending, sight.urgent = sight.pending, None, False
                 waiters, sight.waiters = sight.waiters, []
                 known, scene = sight.signature, sight.scene
             futures = [future, *waiters]
             try:
-                mark = signature(image)
+                mark = signature(picture)
                 if mark is None:
                     raise ValueError("the frame does not decode as an image")
                 if not same_picture(mark, known) or scene is None:
                     started = time.monotonic()
-                    scene = self.analyse(image)
+                    scene = self.analyse(decode_pixels(picture.image))
                     self.analysed += 1
                     log.debug("analysed a frame in %.0f ms", 1000 * (time.monotonic() - started))
                     with self._lock:
@@ -169,9 +211,9 @@ class Seen:
     thumbnail: bytes
 
 
-def seeing(analyse: Callable[[bytes], Any]) -> Callable[[bytes], Seen]:
-    """`analyse`, with the page's copy of the picture made beside it."""
-    return lambda image: Seen(analyse(image), small_jpeg(image))
+def seeing(analyse: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Seen]:
+    """`analyse`, with the page's copy of the picture made beside it from the same pixels."""
+    return lambda pixels: Seen(analyse(pixels), small_jpeg(pixels))
 
 
 def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, thumbnail: bytes) -> Any:
@@ -189,15 +231,8 @@ def scene_seen(session_id: str, turn_id: int, note: str, scene: Any, thumbnail: 
     return SceneSeen(session_id, turn_id, note, text, objects, people, hands, thumbnail)
 
 
-def small_jpeg(image: bytes) -> bytes:
-    """The picture at most PAGE_IMAGE_SIDE pixels a side, as a JPEG (empty if it does not decode)."""
-    try:  # a large picture is decoded at a half or a quarter of its size: cheaper, and enough for a thumbnail
-        reduce = cv2.IMREAD_COLOR if len(image) < 200_000 else cv2.IMREAD_REDUCED_COLOR_4
-        pixels = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), reduce)
-    except cv2.error:
-        pixels = None
-    if pixels is None or pixels.size == 0:
-        return b""
+def small_jpeg(pixels: np.ndarray) -> bytes:
+    """The picture at most PAGE_IMAGE_SIDE pixels a side, as a JPEG (empty if it cannot be encoded)."""
     scale = PAGE_IMAGE_SIDE / max(pixels.shape[:2])
     if scale < 1:
         pixels = cv2.resize(pixels, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)

@@ -19,7 +19,7 @@ from tests.harness.speech import RATE, silence, spoken
 from tests.tiny_models import build_tiny_qwen2_audio, qwen2_audio_processor
 from tests.workers.llm.test_llm_worker import LlmHarness
 from vita.config import Config
-from vita.messages import ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
+from vita.messages import Picture, ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
 from workers.llm.omni import detect_input_mode, frames_to_images
 from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder
 
@@ -63,12 +63,12 @@ def test_prompt_renders_through_the_real_processor_and_matches_the_audio():
 
 
 def test_frames_become_rgb_images_spread_over_the_utterance():
-    def jpeg(value: int) -> bytes:
+    def jpeg(value: int) -> Picture:
         image = np.zeros((24, 32, 3), dtype=np.uint8)
         image[..., 2] = value  # BGR: red channel
-        return cv2.imencode(".jpg", image)[1].tobytes()
+        return Picture(cv2.imencode(".jpg", image)[1].tobytes())
 
-    frames = tuple(jpeg(v) for v in (10, 60, 110, 160, 210, 250)) + (b"not a jpeg",)
+    frames = tuple(jpeg(v) for v in (10, 60, 110, 160, 210, 250)) + (Picture(b"not a jpeg"),)
     images = frames_to_images(frames[:6], limit=3)
     assert len(images) == 3 and images[0].shape == (24, 32, 3)
     reds = [int(image[..., 0].mean()) for image in images]  # RGB now

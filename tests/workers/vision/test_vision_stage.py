@@ -9,12 +9,20 @@ import cv2
 import numpy as np
 import pytest
 
-from workers.vision.stage import VisionStage, same_picture, signature
+from tests.harness import hostile_images
+from vita.messages import Picture
+from vita.turns.camera import check_picture
+from workers.vision.stage import WORKING_SIDE, VisionStage, decode_pixels, same_picture, signature, small_jpeg
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
-def jpeg(shade: int, noise: int = 0, seed: int = 0) -> bytes:
+def jpeg(shade: int, noise: int = 0, seed: int = 0) -> Picture:
+    """A picture as the front checks it: its bytes and its signature."""
+    return check_picture(jpeg_bytes(shade, noise, seed))
+
+
+def jpeg_bytes(shade: int, noise: int = 0, seed: int = 0) -> bytes:
     image = np.full((240, 320, 3), shade, np.uint8)
     cv2.putText(image, "A", (100, 160), cv2.FONT_HERSHEY_SIMPLEX, 4, (255 - shade,) * 3, 8)
     if noise:
@@ -26,17 +34,20 @@ def jpeg(shade: int, noise: int = 0, seed: int = 0) -> bytes:
 
 @pytest.fixture
 def stage():
-    calls: list[bytes] = []
+    calls: list[np.ndarray] = []
     gate = threading.Event()
     gate.set()
 
-    def analyse(image: bytes) -> str:
+    entered = threading.Event()  # the thread has a picture under way
+
+    def analyse(pixels: np.ndarray) -> str:
+        entered.set()
         gate.wait(10)
-        calls.append(image)
+        calls.append(pixels)
         return f"scene {len(calls)}"
 
     s = VisionStage(analyse)
-    s.calls, s.gate = calls, gate
+    s.calls, s.gate, s.entered = calls, gate, entered
     s.setup()
     yield s
     s.gate.set()
@@ -47,6 +58,7 @@ def test_camera_noise_is_the_same_picture_and_a_new_scene_is_not():
     assert same_picture(signature(jpeg(60)), signature(jpeg(60, noise=12, seed=1)))
     assert not same_picture(signature(jpeg(60)), signature(jpeg(200)))
     assert signature(b"not a picture") is None
+    assert np.array_equal(signature(jpeg(60)), signature(jpeg_bytes(60)))  # the front's, or made from the bytes
 
 
 def test_an_unchanged_picture_is_analysed_once(stage):
@@ -71,7 +83,7 @@ def test_the_newest_frame_replaces_one_still_waiting_and_answers_its_waiters(sta
 
 def test_a_bad_frame_fails_its_own_future_and_the_stage_goes_on(stage):
     with pytest.raises(ValueError, match="does not decode"):
-        stage.seen("s", b"\xff\xd8 broken").result(10)
+        stage.seen("s", Picture(b"\xff\xd8 broken")).result(10)
     assert stage.seen("s", jpeg(60)).result(10) == "scene 1"
 
 
@@ -82,3 +94,44 @@ def test_forgetting_a_session_cancels_what_it_waits_for(stage):
     stage.forget("s")
     stage.gate.set()
     assert waiting.cancelled() and stage.latest("s") is None
+
+
+def test_the_analysis_gets_the_pictures_pixels_decoded_once(stage):
+    assert stage.seen("s", jpeg(60)).result(10) == "scene 1"
+    pixels = stage.calls[0]
+    assert isinstance(pixels, np.ndarray) and pixels.shape == (240, 320, 3)
+    thumbnail = cv2.imdecode(np.frombuffer(small_jpeg(pixels), np.uint8), cv2.IMREAD_COLOR)
+    assert thumbnail.shape == (240, 320, 3)  # (under the page's size: kept as it is)
+
+
+def test_a_picture_larger_than_any_part_looks_at_is_decoded_smaller():
+    big = hostile_images.jpeg(2 * WORKING_SIDE + 16, 1200)
+    assert decode_pixels(big).shape[1] == (2 * WORKING_SIDE + 16) // 2
+    assert decode_pixels(hostile_images.jpeg(1280, 768)).shape == (768, 1280, 3)
+    with pytest.raises(ValueError, match="does not decode"):
+        decode_pixels(b"\x89PNG\r\n\x1a\n broken")
+
+
+def test_a_picture_a_turn_waits_for_goes_ahead_of_the_others(stage):
+    """One user's stream of pictures must not hold up another's question."""
+    stage.gate.clear()
+    busy = stage.seen("a", jpeg(10))  # under way: the thread holds it at the gate
+    assert stage.entered.wait(10)
+    waiting = [stage.seen(f"camera {n}", jpeg(30 + 20 * n)) for n in range(4)]
+    asked = stage.seen("asker", jpeg(220), urgent=True)
+    stage.gate.set()
+    assert busy.result(10) == "scene 1"
+    assert asked.result(10) == "scene 2"  # next, ahead of the four queued before it
+    assert [f.result(10) for f in waiting] == ["scene 3", "scene 4", "scene 5", "scene 6"]
+
+
+def test_a_queued_picture_a_turn_starts_waiting_for_is_hurried(stage):
+    stage.gate.clear()
+    stage.seen("a", jpeg(10))
+    assert stage.entered.wait(10)
+    other = stage.seen("b", jpeg(90))
+    later = stage.seen("s", jpeg(60))  # queued behind b, no one waiting
+    asked = stage.seen("s", jpeg(200), urgent=True)  # now a turn waits: the newest frame, ahead of b
+    stage.gate.set()
+    assert later.result(10) == asked.result(10) == "scene 2"
+    assert other.result(10) == "scene 3" and stage.analysed == 3

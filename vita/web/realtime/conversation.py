@@ -34,7 +34,7 @@ from vita.client_events import (
     TurnStarted,
     VadChanged,
 )
-from vita.messages import ToolOutput
+from vita.messages import Picture, ToolOutput
 from vita.turns.turn_events import Speech
 from vita.web.realtime.protocol import FORMATS, PCM_RATE, Settings, encode_g711, error_event, new_id
 
@@ -69,7 +69,7 @@ class Item:
     status: str = "completed"
     audio_ms: float = 0.0  # an assistant message's audio sent so far (for truncate)
     speech: Speech | None = field(default=None, repr=False)
-    images: tuple[bytes, ...] = field(default=(), repr=False)  # input_image parts: camera pictures for the next turn
+    images: tuple[Picture, ...] = field(default=(), repr=False)  # input_image parts: camera pictures for the next turn
     tool_output: ToolOutput | None = None
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vita.messages import Picture
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.web.realtime.protocol import MAX_CONTENT_PARTS, ProtocolError
@@ -18,7 +19,7 @@ MAX_IMAGES_PER_ITEM = 4  # input_image parts waiting for one response (each is d
 class MessageContent:
     parts: list[dict[str, Any]] = field(default_factory=list)  # the item's content as the conversation shows it
     clips: list[str] = field(default_factory=list)  # base64 audio, in order: decoded once the whole is charged
-    images: list[bytes] = field(default_factory=list)  # the pictures, as JPEG
+    images: list[Picture] = field(default_factory=list)  # the pictures, checked
 
     @property
     def text(self) -> str:
