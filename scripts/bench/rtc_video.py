@@ -114,7 +114,8 @@ def main() -> None:
     extra: dict[str, Any] = {}
     if "images" in inspect.signature(hub.answer).parameters:
         extra["images"] = RateBudget(5.0, 48.0, time.monotonic())  # the session's image budget, as the app's
-    answer = hub.answer("bench", sdp, hear, client="127.0.0.1", see=lambda jpeg: pictures.append(len(jpeg)), **extra)
+    answer = hub.answer("bench", sdp, hear, client="127.0.0.1", see=lambda made: pictures.append(len(made.image)),
+                        **extra)
     on_client(pc.setRemoteDescription(RTCSessionDescription(answer, "answer")))
     stalls: list[float] = []
     ticking = hub.submit(ticker(stalls))

@@ -18,7 +18,9 @@ import pytest
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.codecs.vpx import Vp8Encoder, VpxPayloadDescriptor
 
+from vita.messages import Picture
 from vita.rate_budget import RateBudget
+from vita.turns.camera import check_picture
 from vita.web.webrtc.hub import PeerBudgets, RtcHub, RtcPeer, RtcSettings
 from vita.web.webrtc.opus_track import OpusTrack
 from vita.web.webrtc.video_in import (
@@ -138,10 +140,11 @@ def test_the_gate_is_set_in_place_of_aiortcs_video_buffer_and_an_offer_keeps_vp8
 
 def test_a_picture_is_made_at_its_reduced_size():
     frame = av.VideoFrame(width=4000, height=3000, format="yuv420p")
-    jpeg = picture(frame)
-    assert cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).shape == (960, 1280, 3)
+    made = picture(frame)
+    assert cv2.imdecode(np.frombuffer(made.image, np.uint8), cv2.IMREAD_COLOR).shape == (960, 1280, 3)
+    assert made.signature == check_picture(made.image).signature  # as the front's check would make it
     small = av.VideoFrame(width=640, height=384, format="yuv420p")
-    assert cv2.imdecode(np.frombuffer(picture(small), np.uint8), cv2.IMREAD_COLOR).shape == (384, 640, 3)
+    assert cv2.imdecode(np.frombuffer(picture(small).image, np.uint8), cv2.IMREAD_COLOR).shape == (384, 640, 3)
 
 
 class Frame:
@@ -171,8 +174,8 @@ class Incoming:
         return self.frames.pop(0)
 
 
-def watched(frames: list[Frame], images: RateBudget | None) -> tuple[list[bytes], RtcPeer]:
-    seen: list[bytes] = []
+def watched(frames: list[Frame], images: RateBudget | None) -> tuple[list[Picture], RtcPeer]:
+    seen: list[Picture] = []
     peer = RtcPeer("sid", None, None, lambda *_: True, see=seen.append, images=images)
     Frame.converted = 0
 

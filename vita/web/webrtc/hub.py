@@ -28,6 +28,7 @@ from aiortc.sdp import candidate_from_sdp
 
 from vita.config import WebRtcConfig
 from vita.config_checks import check_ice_servers
+from vita.messages import Picture
 from vita.rate_budget import RateBudget
 from vita.web.webrtc.opus_track import OpusTrack
 from vita.web.webrtc.rtp_audio_in import InOrderBuffer, set_jitter_buffer
@@ -166,7 +167,7 @@ def announce_host(sdp: str, address: str) -> str:
 
 
 Hear = Callable[[np.ndarray, int], bool]  # (int16 mono PCM, rate) -> False when the session dropped it
-See = Callable[[bytes], None]  # a camera picture (JPEG) for the session
+See = Callable[[Picture], None]  # a camera picture (JPEG, with its signature) for the session
 
 
 @dataclass(frozen=True)
@@ -251,9 +252,9 @@ class RtcPeer:
                 if self.pictures_refused == 1:
                     log.warning("camera pictures over the session's image budget are dropped", extra={"sid": self.sid})
                 continue
-            jpeg = await loop.run_in_executor(pictures, picture, frame)
-            if jpeg is not None and not self.closed:
-                self.see(jpeg)
+            made = await loop.run_in_executor(pictures, picture, frame)
+            if made is not None and not self.closed:
+                self.see(made)
 
 
 class RtcHub:

@@ -20,7 +20,9 @@ from typing import Any
 
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 
+from vita.messages import Picture
 from vita.rate_budget import RateBudget
+from vita.turns.camera import picture_signature
 
 log = logging.getLogger("vita.web.webrtc")
 VIDEO_JITTER_PACKETS = 128  # as aiortc's own video jitter buffer (a frame of more packets is never whole)
@@ -117,13 +119,15 @@ def keep_vp8(transceiver: Any) -> bool:
     return bool(vp8)
 
 
-def picture(frame: Any, max_side: int = PICTURE_MAX_SIDE) -> bytes | None:
+def picture(frame: Any, max_side: int = PICTURE_MAX_SIDE) -> Picture | None:
     """A decoded video frame → a JPEG of at most `max_side` pixels a side, scaled as it is converted (the frame's
-    full size is never made into an array). CPU-bound: run it off the loop."""
+    full size is never made into an array), with its signature made from the same pixels (as a page's frame gets
+    one when it is checked). CPU-bound: run it off the loop."""
     import cv2
 
     scale = min(1.0, max_side / max(frame.width, frame.height))
     width, height = max(2, round(frame.width * scale)), max(2, round(frame.height * scale))
     image = frame.reformat(width=width, height=height, format="bgr24", interpolation="AREA").to_ndarray()
     ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, PICTURE_QUALITY])
-    return jpeg.tobytes() if ok else None
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    return Picture(jpeg.tobytes(), picture_signature(grey)) if ok else None
