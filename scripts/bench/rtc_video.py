@@ -131,12 +131,18 @@ def main() -> None:
     on_client(pc.close())
     hub.stop()
     after = rss_mb()
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # as the front does when a session ends
+    trimmed = rss_mb()
     print(f"hub loop: worst stall {peak_stall * 1000:.0f} ms, p99 {np.percentile(stalls, 99) * 1000:.1f} ms "
           f"({len(stalls)} ticks of {TICK_S * 1000:.0f} ms)")
     print(f"microphone: {len(heard)} frames handed on, longest gap {gaps.max() * 1000:.0f} ms")
     print(f"pictures to the session: {len(pictures)} ({sum(pictures)} bytes of JPEG)")
     print(f"RSS MB: before {before[0]:.0f}, at the end of the call {peak[0]:.0f} (peak {peak[1]:.0f}), "
-          f"after closing {after[0]:.0f}")
+          f"after closing {after[0]:.0f}, after malloc_trim {trimmed[0]:.0f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import time
 from types import SimpleNamespace
 
@@ -539,6 +540,7 @@ def test_a_caller_sending_oversized_events_is_charged_for_them_and_hung_up_as_a_
     assert other.closed
 
 
+FUZZ_EXAMPLES = int(os.environ.get("VITA_FUZZ_EXAMPLES", "120"))  # a longer run: VITA_FUZZ_EXAMPLES=5000
 EVENT_TYPES = ["session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
                "input_audio_buffer.clear", "conversation.item.create", "conversation.item.retrieve",
                "conversation.item.delete", "conversation.item.truncate", "response.create", "response.cancel",
@@ -575,7 +577,7 @@ def test_random_and_mutated_client_events_get_a_clear_error_never_a_server_error
     protocol says, or with an error naming what is wrong; none reaches the catch-all that logs a bug."""
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(events=st_lists_of_events())
     def run(events: list) -> None:
         c = Client()

@@ -171,3 +171,88 @@ def test_an_offer_keeps_only_allowed_candidates_at_most_a_few_and_one_audio_stre
     assert "192.168.0.9" not in sdp and ".local" not in sdp and sdp.startswith(head)
     with pytest.raises(RtcError, match="media sections"):
         screen_offer("v=0\r\n" + "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\n" * 120, "8.8.8.8")
+
+
+FUZZ_OFFERS = int(__import__("os").environ.get("VITA_FUZZ_EXAMPLES", "40"))  # a longer run: VITA_FUZZ_EXAMPLES=2000
+
+
+def _a_real_offer() -> str:
+    """A browser-like offer: a microphone, a camera and a data channel, with candidates."""
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    async def make() -> str:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTransceiver("audio")
+        pc.addTransceiver("video")
+        pc.createDataChannel("oai-events")
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = pc.localDescription.sdp
+        await pc.close()
+        return sdp
+
+    return asyncio.run(make())
+
+
+def _mutated_offers(offer: str):
+    from hypothesis import strategies as st
+
+    lines = offer.split("\r\n")
+    words = st.sampled_from(["", "0", "-1", "99999999999", "x", "m=audio", "m=video 9 UDP/TLS/RTP/SAVPF 96",
+                             "a=rtpmap:96 VP8/90000", "a=rtpmap:111 opus/48000/2", "a=candidate:1 1 udp 1 ::1 9 typ",
+                             "a=fingerprint:sha-256 00", "a=setup:active", "a=mid:", "c=IN IP4 0.0.0.0", "\x00",
+                             "a=ssrc:1 cname:x", "a=sctp-port:x", "a=fmtp:96 apt=", "ü"]) | st.text(max_size=30)
+
+    def mutate(ops: list) -> str:
+        out = list(lines)
+        for kind, at, text in ops:
+            at %= max(1, len(out))
+            if kind == "drop" and out:
+                del out[at]
+            elif kind == "copy" and out:
+                out.insert(at, out[at])
+            elif kind == "insert":
+                out.insert(at, text)
+            elif kind == "field" and out:
+                fields = out[at].split(" ")
+                fields[len(text) % len(fields)] = text
+                out[at] = " ".join(fields)
+            elif kind == "cut":
+                out = "\r\n".join(out)[:at * 7].split("\r\n")
+        return "\r\n".join(out)
+
+    op = st.tuples(st.sampled_from(["drop", "copy", "insert", "field", "cut"]), st.integers(0, 400), words)
+    return st.lists(op, min_size=1, max_size=6).map(mutate) | st.text(max_size=300).map(lambda t: "v=0\r\n" + t)
+
+
+def test_random_and_mutated_offers_are_answered_or_refused_with_a_reason_never_a_crash():
+    """Whatever an offer holds, `answer` gives an SDP answer or an RtcError naming why (sent as rtc_failed), and
+    the screening before aiortc parses it never raises anything else."""
+    from hypothesis import HealthCheck, given, settings
+
+    from vita.web.webrtc.hub import RtcHub, RtcSettings
+
+    hub = RtcHub(RtcSettings())
+    outcomes: dict[str, int] = {}
+
+    @settings(max_examples=FUZZ_OFFERS, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(offer=_mutated_offers(_a_real_offer()))
+    def run(offer: str) -> None:
+        try:
+            screen_offer(offer, "127.0.0.1")
+        except RtcError:
+            pass
+        try:
+            answer = hub.answer("fuzz", offer, lambda *_: True, timeout=5, client="127.0.0.1", see=lambda _: None)
+            assert answer.startswith("v=0")
+            outcomes["answered"] = outcomes.get("answered", 0) + 1
+        except RtcError as exc:
+            assert str(exc)
+            outcomes["refused"] = outcomes.get("refused", 0) + 1
+        finally:
+            hub.close("fuzz")
+
+    try:
+        run()
+    finally:
+        hub.stop()
+    assert outcomes.get("refused") and outcomes.get("answered"), outcomes  # both sides were reached
