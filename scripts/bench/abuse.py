@@ -11,10 +11,18 @@ texts as fast as allowed; a typed question cut by recording-stopped/started, ove
 offers with 120 media sections; a connected WebRTC peer flooded with ICE candidates naming loopback, private,
 link-local and mDNS addresses; a calculator question whose answer once held the LLM worker's GIL, typed every
 second; Realtime clients committing 120 s buffers, sending items of 40,000 tiny audio parts, and asking for
-responses with 16,000 characters of instructions every second.
+responses with 16,000 characters of instructions every second. Image abusers, each asking about its camera with a
+typed question every 2 s: progressive-JPEG scan bombs (thousands of empty scans), JPEG marker floods and PNGs of
+inflating text chunks as `video_frame`s; 12-megapixel progressive photos as fast as the socket takes them; a
+WebRTC camera of 8192² VP8 keyframes; a WebRTC camera of 1280² keyframes at 60 frames a second; a Realtime
+client sending items of four 12-megapixel `input_image` parts.
+
+The victim's camera shows a printed sign throughout (VITA's 2 fps `video_frame`s), and every third question is
+"What does the sign say?": its voice-to-voice is reported apart, with whether the answer read the sign.
 
 Targets: under each abuse the front's RSS grows <= 50 MB and its threads <= +10; the victim's
-voice-to-voice p50 within 20 % of its value alone; after the abuser leaves, RSS within 10 MB of the baseline.
+voice-to-voice p50 within 20 % of its value alone, and its camera question's within 1 s of alone; after the abuser
+leaves, RSS within 10 MB of the baseline.
 
 Usage: .venv/bin/python -m scripts.bench.abuse [--seconds 60] [--only NAME,...] [--json out.json]
 """
@@ -29,14 +37,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import cv2
 import numpy as np
 import psutil
 import requests
 
 from scripts.bench.measure import ask
+from scripts.eval.camera import Camera
 from scripts.eval.voices import synthesize
+from tests.harness import hostile_images
 from tests.harness.client import RecordingClient
 from tests.harness.speech import Microphone
 from vita.web.audio_input import JSON_MAX_BYTES
@@ -179,11 +191,109 @@ def realtime_long_instructions(stop: threading.Event, client: RecordingClient) -
         rt.close()
 
 
+SIGN = "EXIT 12"  # what the victim's camera shows
+CAMERA_QUESTION = "What does the sign say?"
+
+
+def sign_picture() -> bytes:
+    image = np.full((768, 1280, 3), 235, np.uint8)
+    cv2.putText(image, SIGN, (260, 440), cv2.FONT_HERSHEY_SIMPLEX, 5, (20, 20, 20), 14)
+    return cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 70])[1].tobytes()
+
+
+def _pictures_asked_about(stop: threading.Event, client: RecordingClient, pictures: list[bytes],
+                          media: str = "image/jpeg", every_s: float = 0.5) -> None:
+    """`video_frame`s of `pictures` in turn, and a typed question about them every 2 s (a turn waits for its
+    picture's analysis: the attacker's pictures compete with the victim's for the vision stage)."""
+    from scripts.eval.camera import data_url
+
+    urls = [data_url(p).replace("image/jpeg", media) for p in pictures]
+    asked, n = 0.0, 0
+    while not stop.is_set():
+        client.sio.emit("video_frame", urls[n % len(urls)])
+        n += 1
+        if time.monotonic() - asked >= 2.0:
+            asked = time.monotonic()
+            client.sio.emit("text_input", {"text": "What does the sign say?"})
+        stop.wait(every_s)
+
+
+def scan_bombs(stop: threading.Event, client: RecordingClient) -> None:
+    """12-megapixel progressive JPEGs with 5,000 empty scans (130 KB; seconds of libjpeg each, unchecked)."""
+    _pictures_asked_about(stop, client, [hostile_images.scan_bomb(4000, 3000, 5000)])
+
+
+def marker_floods(stop: threading.Event, client: RecordingClient) -> None:
+    _pictures_asked_about(stop, client, [hostile_images.marker_flood(segments=20_000)])
+
+
+def png_text_bombs(stop: threading.Event, client: RecordingClient) -> None:
+    """PNGs of 200 zTXt chunks, each inflating to libpng's 8 MB limit (~17 ms apiece, unchecked)."""
+    _pictures_asked_about(stop, client, [hostile_images.packed_text_png(chunks=200)], media="image/png")
+
+
+def big_photos(stop: threading.Event, client: RecordingClient) -> None:
+    """Real-looking 12-megapixel progressive photos, a new one each time (never "the same picture"), as fast as the
+    socket takes them."""
+    photos = [hostile_images.jpeg(4000, 3000, progressive=True, quality=60 + 5 * i) for i in range(3)]
+    _pictures_asked_about(stop, client, photos, every_s=0.0)
+
+
+def _video_camera(stop: threading.Event, client: RecordingClient, side: int, fps: float) -> None:
+    from scripts.bench.rtc_video import KeyframeTrack, flat_keyframe
+    from tests.harness.rtc import RtcAudio
+
+    keyframe = flat_keyframe(side)
+
+    class KeyframeCamera(RtcAudio):
+        def _prepare(self) -> None:
+            self.pc.addTrack(KeyframeTrack(keyframe, fps))
+
+    peer = KeyframeCamera(client).connect()
+    try:
+        while not stop.is_set():
+            client.sio.emit("text_input", {"text": "What does the sign say?"})
+            stop.wait(2.0)
+    finally:
+        peer.close()
+
+
+def huge_keyframes(stop: threading.Event, client: RecordingClient) -> None:
+    """A WebRTC camera of flat 8192x8192 VP8 keyframes (112 KB; 0.9 s to decode, 201 MB as BGR), two a second."""
+    _video_camera(stop, client, 8192, 2.0)
+
+
+def fast_video(stop: threading.Event, client: RecordingClient) -> None:
+    """A WebRTC camera of 1280x1280 keyframes at 60 frames a second."""
+    _video_camera(stop, client, 1280, 60.0)
+
+
+def realtime_images(stop: threading.Event, client: RecordingClient) -> None:
+    """A Realtime client sending items of four 12-megapixel progressive `input_image` parts, and asking about them,
+    every second."""
+    from scripts.eval.camera import data_url
+
+    rt = _realtime(client)
+    photos = [data_url(hostile_images.jpeg(4000, 3000, progressive=True, quality=60 + 5 * i)) for i in range(4)]
+    try:
+        while not stop.is_set():
+            rt.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "What does the sign say?"},
+                *[{"type": "input_image", "image_url": url} for url in photos]]}})
+            rt.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+            stop.wait(1.0)
+    finally:
+        rt.close()
+
+
 ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
     "json_audio": json_audio, "binary_audio": binary_audio, "word_gaps": word_gaps,
     "text_while_speaking": text_while_speaking, "cancel_churn": cancel_churn, "many_sections": many_sections,
     "candidates": candidates, "calculator": calculator, "realtime_long_commits": realtime_long_commits,
-    "realtime_many_parts": realtime_many_parts, "realtime_long_instructions": realtime_long_instructions}
+    "realtime_many_parts": realtime_many_parts, "realtime_long_instructions": realtime_long_instructions,
+    "scan_bombs": scan_bombs, "marker_floods": marker_floods, "png_text_bombs": png_text_bombs,
+    "big_photos": big_photos, "huge_keyframes": huge_keyframes, "fast_video": fast_video,
+    "realtime_images": realtime_images}
 
 
 def health(url: str) -> dict:
@@ -210,15 +320,31 @@ def thread_cpu_s(native_id: int | None) -> float:
     return 0.0
 
 
-def victim_turns(client: RecordingClient, mic: Microphone, until: float) -> list[float]:
-    """Spoken questions until `until`; their voice-to-voice at the client."""
-    v2v, i = [], 0
+@dataclass
+class VictimTurns:
+    v2v: list[float] = field(default_factory=list)  # the plain questions'
+    camera_v2v: list[float] = field(default_factory=list)  # "What does the sign say?"
+    camera_read: int = 0  # camera answers that read the sign
+    camera_asked: int = 0
+
+
+def victim_turns(client: RecordingClient, mic: Microphone, until: float) -> VictimTurns:
+    """Spoken questions until `until`, every third about the sign its camera shows; their voice-to-voice at the
+    client."""
+    turns, i = VictimTurns(), 0
     while time.monotonic() < until:
-        row = ask(client, mic, "hibari", QUESTIONS[i % len(QUESTIONS)])
+        about_camera = i % 3 == 2
+        row = ask(client, mic, "hibari", CAMERA_QUESTION if about_camera else QUESTIONS[i % len(QUESTIONS)])
         i += 1
-        if row and row.get("client_v2v_s") is not None:
-            v2v.append(row["client_v2v_s"])
-    return v2v
+        if not row or row.get("client_v2v_s") is None:
+            continue
+        if about_camera:
+            turns.camera_asked += 1
+            turns.camera_v2v.append(row["client_v2v_s"])
+            turns.camera_read += "exit" in row.get("reply", "").lower() and "12" in row.get("reply", "")
+        else:
+            turns.v2v.append(row["client_v2v_s"])
+    return turns
 
 
 def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingClient, mic: Microphone) -> dict:
@@ -234,7 +360,8 @@ def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingCl
 
     thread = threading.Thread(target=run, name=f"abuse-{name}", daemon=True)
     thread.start()
-    v2v = victim_turns(victim, mic, time.monotonic() + seconds)
+    turns = victim_turns(victim, mic, time.monotonic() + seconds)
+    v2v = turns.v2v
     during = front_usage(pid)
     abuser_cpu = thread_cpu_s(thread.native_id) / max(1e-6, during["at"] - before["at"])
     stop.set()
@@ -252,6 +379,8 @@ def run_abuse(url: str, pid: int, name: str, seconds: float, victim: RecordingCl
     after = front_usage(pid)
     return {"abuse": name, "before": before, "during": during, "after": after, "victim_v2v": v2v,
             "victim_v2v_p50": statistics.median(v2v) if v2v else None, "abuser_errors": codes,
+            "victim_camera_v2v": turns.camera_v2v, "victim_camera_read": [turns.camera_read, turns.camera_asked],
+            "victim_camera_v2v_p50": statistics.median(turns.camera_v2v) if turns.camera_v2v else None,
             "front_cores": round(cpu_share(before, during), 2), "abuser_client_cores": round(abuser_cpu, 2),
             "abuser_rtc_failed": failed[:1], "abuser_ended": errors[:1]}
 
@@ -274,14 +403,19 @@ def main() -> int:
     names = args.only.split(",") if args.only else list(ABUSERS)
     victim = RecordingClient(url).connect()
     mic = Microphone(victim, binary=True)
+    camera = Camera(victim, sign_picture())
     rows = []
     try:
+        camera.__enter__()  # the victim's camera shows the sign throughout
         ask(victim, mic, "hibari", "Hello there.")  # warm-up turn
         base = front_usage(pid)
-        alone = victim_turns(victim, mic, time.monotonic() + args.seconds)
+        alone_turns = victim_turns(victim, mic, time.monotonic() + args.seconds)
+        alone = alone_turns.v2v
         alone_p50 = statistics.median(alone)
+        camera_p50 = statistics.median(alone_turns.camera_v2v) if alone_turns.camera_v2v else float("nan")
         cores = cpu_share(base, front_usage(pid))
-        print(f"alone: victim v2v p50 {alone_p50:.3f} s ({len(alone)} turns); front RSS {base['rss_mb']} MB,"
+        print(f"alone: victim v2v p50 {alone_p50:.3f} s ({len(alone)} turns), camera question {camera_p50:.3f} s"
+              f" (read {alone_turns.camera_read}/{alone_turns.camera_asked}); front RSS {base['rss_mb']} MB,"
               f" {base['threads']} threads, {cores:.2f} cores", flush=True)
         for name in names:
             row = run_abuse(url, pid, name, args.seconds, victim, mic)
@@ -290,14 +424,19 @@ def main() -> int:
             grew = row["during"]["rss_mb"] - row["before"]["rss_mb"]
             threads = row["during"]["threads"] - row["before"]["threads"]
             left = row["after"]["rss_mb"] - base["rss_mb"]
-            ok = (grew <= 50 and threads <= 10 and p50 is not None and p50 <= 1.2 * alone_p50 and left <= 10)
+            seen = row["victim_camera_v2v_p50"]
+            ok = (grew <= 50 and threads <= 10 and p50 is not None and p50 <= 1.2 * alone_p50 and left <= 10
+                  and (seen is None or not seen > camera_p50 + 1.0))
             print(f"{name:20} victim v2v p50 {p50 if p50 is None else round(p50, 3)} s ({len(row['victim_v2v'])}"
-                  f" turns, {100 * (p50 / alone_p50 - 1) if p50 else 0:+.0f} %); front RSS +{grew:.1f} MB, threads"
+                  f" turns, {100 * (p50 / alone_p50 - 1) if p50 else 0:+.0f} %), camera question"
+                  f" {seen if seen is None else round(seen, 3)} s (read {row['victim_camera_read'][0]}/"
+                  f"{row['victim_camera_read'][1]}); front RSS +{grew:.1f} MB, threads"
                   f" {threads:+d}; after it left RSS {left:+.1f} MB vs baseline, threads {row['after']['threads']};"
                   f" front {row['front_cores']:.2f} cores, abuser's client {row['abuser_client_cores']:.2f} cores;"
                   f" the abuser got {row['abuser_errors'] or row['abuser_rtc_failed'] or '-'}"
                   f"  {'PASS' if ok else 'FAIL'}", flush=True)
     finally:
+        camera.__exit__(None, None, None)
         mic.close()
         victim.close()
         if server is not None:
@@ -305,7 +444,8 @@ def main() -> int:
 
             stop_server(server)
     if args.json:
-        Path(args.json).write_text(json.dumps({"alone": alone, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"alone": alone, "alone_camera": alone_turns.camera_v2v,
+                                               "rows": rows}, indent=1))
     return 0
 
 

@@ -8,6 +8,7 @@ import binascii
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -26,15 +27,15 @@ class FrameError(ValueError):
 # What a picture may hold besides its pixels. A decoder's cost grows with more than the pixel count: every scan
 # of a progressive JPEG is a pass over the whole picture (an empty one is a 10-byte header: 5,000 of them made a
 # 130 KB frame that took seconds), and libpng inflates every compressed text or colour-profile chunk.
-MAX_JPEG_SCANS = 24  # libjpeg's and mozjpeg's progressive scripts write 6-12; baseline writes 1 (3 unmixed)
+MAX_JPEG_SCANS = 16  # libjpeg's and mozjpeg's progressive scripts write 6-12; baseline writes 1 (3 unmixed)
 MAX_JPEG_SEGMENTS = 256  # markers of every kind (APPn, tables, scans): a photo with EXIF and an ICC profile has ~20
 MAX_PNG_CHUNKS = 4096  # IDAT chunks of 512 bytes still fit a 2 MB frame
 MAX_PNG_PACKED_BYTES = 16_384  # zTXt, iTXt and iCCP together, compressed (an ICC profile is ~0.5-3 KB)
-# What checking a picture costs, in megapixels of a baseline JPEG (the unit of a session's image budget), measured
-# on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (docs/security.md): a progressive JPEG's scans
-# each cost 0.3-0.4 of a baseline decode at the checking scale; a PNG or WebP is decoded at full size to be checked.
-SCAN_COST = 0.4
-PNG_COST, WEBP_COST = 6.0, 3.0
+# What decoding a picture costs, in megapixels of a baseline JPEG (the unit of a session's image budget), measured
+# on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (scripts/bench/image_cost.py): a progressive
+# JPEG ~2x (each scan is a pass over the picture's coefficients), a WebP ~4x, a PNG of a photo 8-14x.
+SCAN_COST = 0.12
+PNG_COST, WEBP_COST = 8.0, 4.0
 PACKED_BYTE_COST = 0.002  # a compressed PNG text byte: 7.8 KB inflated to libpng's 8 MB limit took 17 ms
 SIGNATURE_SIZE = (32, 24)  # width, height of a picture's grey signature (vita.messages.Picture)
 
@@ -56,7 +57,7 @@ class ImageLayout:
 
     @property
     def cost(self) -> float:
-        """Checking it, in megapixels of a baseline JPEG."""
+        """Decoding it, in megapixels of a baseline JPEG."""
         if self.kind == "png":
             return self.megapixels * PNG_COST * (1.5 if self.progressive else 1.0) + self.packed * PACKED_BYTE_COST
         if self.kind == "webp":
@@ -65,8 +66,9 @@ class ImageLayout:
 
 
 # In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (a stuffed byte) or a restart marker; anything
-# else (after fill bytes) is the next marker.
-_NEXT_JPEG_MARKER = re.compile(rb"\xff+[^\x00\xd0-\xd7\xff]")
+# else is the next marker (fill bytes before it are 0xFF too: the match is at the last). A literal first byte lets
+# the regex engine skip ahead: 2 ms for a 1.2 MB, 12-megapixel photo (a leading `\xff+` took 31 ms).
+_NEXT_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 _PACKED_PNG_CHUNKS = (b"zTXt", b"iTXt", b"iCCP")
 
 
@@ -126,7 +128,7 @@ def _jpeg_layout(image: bytes) -> ImageLayout:
             found = _NEXT_JPEG_MARKER.search(image, at)
             if found is None:
                 break  # data to the end without an end marker: the decoder reads what there is
-            at = found.end() - 2
+            at = found.start()
     if size is None:
         raise FrameError("video_frame is a JPEG without a readable frame header")
     return ImageLayout("jpeg", size[0], size[1], scans, progressive)
@@ -137,9 +139,14 @@ def _png_layout(image: bytes) -> ImageLayout:
         raise FrameError("video_frame is a PNG without a readable header")
     width, height = int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
     interlaced = image[28] == 1
-    at, chunks, packed = 8, 0, 0
+    at, chunks, packed, data, ended = 8, 0, 0, False, False
     while at + 8 <= len(image):
         length, kind = int.from_bytes(image[at:at + 4], "big"), image[at + 4:at + 8]
+        if at + 12 + length > len(image):
+            raise FrameError("video_frame is a PNG cut short")
+        if zlib.crc32(image[at + 4:at + 8 + length]) != int.from_bytes(image[at + 8 + length:at + 12 + length], "big"):
+            raise FrameError(f"video_frame is a PNG with a damaged {kind.decode('latin-1')!r} chunk")
+        data = data or kind == b"IDAT"
         chunks += 1
         if chunks > MAX_PNG_CHUNKS:
             raise FrameError(f"video_frame is a PNG of more than {MAX_PNG_CHUNKS} chunks")
@@ -148,12 +155,17 @@ def _png_layout(image: bytes) -> ImageLayout:
             if packed > MAX_PNG_PACKED_BYTES:
                 raise FrameError("video_frame is a PNG with too much compressed text or colour profile")
         if kind == b"IEND":
+            ended = True
             break
         at += 12 + length
+    if not data or not ended:
+        raise FrameError("video_frame is a PNG cut short")
     return ImageLayout("png", width, height, 1, interlaced, packed)
 
 
 def _webp_layout(image: bytes) -> ImageLayout:
+    if int.from_bytes(image[4:8], "little") + 8 > len(image):
+        raise FrameError("video_frame is a WebP cut short")
     chunk = image[12:16]
     if chunk == b"VP8X":
         if image[20] & 0x02:  # the animation flag
@@ -175,9 +187,9 @@ class FrameOverBudget(FrameError):
 
 def decode_frame(data_url: object, max_bytes: int, max_pixels: int = 12_000_000,
                  budget: RateBudget | None = None) -> Picture:
-    """A `data:image/jpeg;base64,...` string → the checked picture. Its structure is read first (image_layout);
-    with `budget` (the session's, in megapixels of a baseline JPEG) it is charged what checking it costs, which
-    for a progressive JPEG or a PNG is several times its pixels; then it is decoded once, small, to check it."""
+    """A `data:image/jpeg;base64,...` string → the checked picture (check_picture). With `budget` (the session's,
+    in megapixels of a baseline JPEG) it is charged what decoding it costs, which for a progressive JPEG, a PNG or
+    a WebP is several times its pixels."""
     if not isinstance(data_url, str) or not data_url.startswith("data:"):
         raise FrameError("video_frame must be a data URL such as data:image/jpeg;base64,...")
     if len(data_url) > max_bytes:
@@ -194,9 +206,10 @@ def decode_frame(data_url: object, max_bytes: int, max_pixels: int = 12_000_000,
 
 
 def check_picture(image: bytes, max_pixels: int = 12_000_000, budget: RateBudget | None = None) -> Picture:
-    """An image file's bytes → a Picture, checked: within its pixel limit, its structure's cost charged to
-    `budget`, and decoded once at a small scale (JPEG: 1/8, its whole entropy-coded stream read) to prove it
-    decodes and to make its signature."""
+    """An image file's bytes → a Picture, checked from its structure alone: within its pixel limit, nothing in it
+    that costs a decoder more than its pixels, and what decoding it will cost charged to `budget`. Nothing is
+    decoded here: a camera's frames come twice a second and most are never looked at; the vision stage decodes
+    the one it analyses, once."""
     layout = image_layout(image)
     width, height = layout.width, layout.height
     if width * height > max_pixels or not width or not height:
@@ -205,15 +218,7 @@ def check_picture(image: bytes, max_pixels: int = 12_000_000, budget: RateBudget
         raise FrameError("video_frame is a JPEG without picture data")
     if budget is not None and not budget.admit(layout.cost, time.monotonic()):
         raise FrameOverBudget(f"images may bring at most {budget.rate:g} megapixels a second; this one was dropped")
-    import cv2
-
-    try:
-        grey = cv2.imdecode(np.frombuffer(image, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
-    except cv2.error:  # some malformed PNG/WebP headers make the decoder raise instead of returning None
-        grey = None
-    if grey is None or grey.size == 0:
-        raise FrameError("video_frame does not decode as an image")
-    return Picture(image, picture_signature(grey))
+    return Picture(image)
 
 
 def picture_signature(grey: np.ndarray) -> bytes:

@@ -7,11 +7,13 @@ the last one analysed). When the turn starts, the scene of its latest frame is u
 analysed while the question was being said. A turn with no analysis under way (a typed question) gets one at once,
 ahead of the pictures no turn waits for.
 
-Each picture is decoded once here, and only when it changed: the front checked it and sent its signature
-(vita.messages.Picture), so an unchanged picture costs no decode, and the analysis and the page's thumbnail share
-one array. The stage is fair between sessions: each has at most one picture waiting, and a picture a turn waits
-for goes ahead of those no one waits for, so one user's stream of pictures delays another's question by at most
-the analysis already under way.
+Each picture is decoded once, here: the front read only its structure (vita/turns/camera.py), and the analysis,
+the change check and the page's thumbnail share one array. A WebRTC camera's picture comes with the signature of
+its own pixels, so an unchanged one is not decoded at all.
+
+The stage is fair between sessions: each has at most one picture waiting, and a picture a turn waits for goes
+ahead of those no one waits for, so one user's stream of pictures delays another's question by at most the
+analysis already under way.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import cv2
 import numpy as np
 
 from vita.messages import Picture
-from vita.turns.camera import SIGNATURE_SIZE, image_dimensions
+from vita.turns.camera import SIGNATURE_SIZE, image_dimensions, picture_signature
 
 log = logging.getLogger("vita.vision")
 
@@ -44,20 +46,17 @@ WORKING_SIDE = 1920  # the longest side any vision part looks at (OCR's); a larg
 URGENT, BACKGROUND = 0, 1  # a picture a turn waits for, one analysed ahead of a question
 
 
-def signature(picture: Picture | bytes) -> np.ndarray | None:
-    """A picture's signature as an array: the front's (no decode), else made from an encoded picture decoded at
-    1/8 size; None if it does not decode."""
-    if isinstance(picture, Picture):
-        if len(picture.signature) == SIGNATURE_SIZE[0] * SIGNATURE_SIZE[1]:
-            return np.frombuffer(picture.signature, np.uint8).reshape(SIGNATURE_SIZE[::-1]).astype(np.float32)
-        picture = picture.image
-    try:
-        grey = cv2.imdecode(np.frombuffer(picture, dtype=np.uint8), cv2.IMREAD_REDUCED_GRAYSCALE_8)
-    except cv2.error:
-        grey = None
-    if grey is None or grey.size == 0:
+def signature(picture: Picture) -> np.ndarray | None:
+    """The signature the picture came with (a WebRTC camera's, made from its own pixels), or None."""
+    if len(picture.signature) != SIGNATURE_SIZE[0] * SIGNATURE_SIZE[1]:
         return None
-    return cv2.resize(grey, SIGNATURE_SIZE, interpolation=cv2.INTER_AREA).astype(np.float32)
+    return np.frombuffer(picture.signature, np.uint8).reshape(SIGNATURE_SIZE[::-1]).astype(np.float32)
+
+
+def pixels_signature(pixels: np.ndarray) -> np.ndarray:
+    """A decoded picture's signature: its grey SIGNATURE_SIZE thumbnail (a fraction of a millisecond)."""
+    grey = cv2.cvtColor(pixels, cv2.COLOR_BGR2GRAY) if pixels.ndim == 3 else pixels
+    return np.frombuffer(picture_signature(grey), np.uint8).reshape(SIGNATURE_SIZE[::-1]).astype(np.float32)
 
 
 def same_picture(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -176,12 +175,13 @@ class VisionStage:
                 known, scene = sight.signature, sight.scene
             futures = [future, *waiters]
             try:
-                mark = signature(picture)
-                if mark is None:
-                    raise ValueError("the frame does not decode as an image")
+                pixels, mark = None, signature(picture)
+                if mark is None:  # (a page's frame: the front read only its structure)
+                    pixels = decode_pixels(picture.image)
+                    mark = pixels_signature(pixels)
                 if not same_picture(mark, known) or scene is None:
                     started = time.monotonic()
-                    scene = self.analyse(decode_pixels(picture.image))
+                    scene = self.analyse(decode_pixels(picture.image) if pixels is None else pixels)
                     self.analysed += 1
                     log.debug("analysed a frame in %.0f ms", 1000 * (time.monotonic() - started))
                     with self._lock:

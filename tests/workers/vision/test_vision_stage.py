@@ -12,14 +12,26 @@ import pytest
 from tests.harness import hostile_images
 from vita.messages import Picture
 from vita.turns.camera import check_picture
-from workers.vision.stage import WORKING_SIDE, VisionStage, decode_pixels, same_picture, signature, small_jpeg
+from workers.vision.stage import (
+    WORKING_SIDE,
+    VisionStage,
+    decode_pixels,
+    pixels_signature,
+    same_picture,
+    signature,
+    small_jpeg,
+)
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
 def jpeg(shade: int, noise: int = 0, seed: int = 0) -> Picture:
-    """A picture as the front checks it: its bytes and its signature."""
+    """A picture as the front checks it (its structure read; the stage decodes it)."""
     return check_picture(jpeg_bytes(shade, noise, seed))
+
+
+def sign_of(picture: Picture) -> np.ndarray:
+    return pixels_signature(decode_pixels(picture.image))
 
 
 def jpeg_bytes(shade: int, noise: int = 0, seed: int = 0) -> bytes:
@@ -55,10 +67,11 @@ def stage():
 
 
 def test_camera_noise_is_the_same_picture_and_a_new_scene_is_not():
-    assert same_picture(signature(jpeg(60)), signature(jpeg(60, noise=12, seed=1)))
-    assert not same_picture(signature(jpeg(60)), signature(jpeg(200)))
-    assert signature(b"not a picture") is None
-    assert np.array_equal(signature(jpeg(60)), signature(jpeg_bytes(60)))  # the front's, or made from the bytes
+    assert same_picture(sign_of(jpeg(60)), sign_of(jpeg(60, noise=12, seed=1)))
+    assert not same_picture(sign_of(jpeg(60)), sign_of(jpeg(200)))
+    assert signature(jpeg(60)) is None  # a page's frame comes without one
+    carried = Picture(jpeg_bytes(60), sign_of(jpeg(60)).astype(np.uint8).tobytes())  # a WebRTC camera's
+    assert np.array_equal(signature(carried), sign_of(jpeg(60)))
 
 
 def test_an_unchanged_picture_is_analysed_once(stage):
@@ -135,3 +148,14 @@ def test_a_queued_picture_a_turn_starts_waiting_for_is_hurried(stage):
     stage.gate.set()
     assert later.result(10) == asked.result(10) == "scene 2"
     assert other.result(10) == "scene 3" and stage.analysed == 3
+
+
+def test_a_picture_that_comes_with_its_signature_is_not_decoded_when_unchanged(stage, monkeypatch):
+    import workers.vision.stage as module
+
+    first = Picture(jpeg_bytes(60), sign_of(jpeg(60)).astype(np.uint8).tobytes())
+    assert stage.seen("s", first).result(10) == "scene 1"
+    decoded = []
+    monkeypatch.setattr(module, "decode_pixels", lambda image: decoded.append(image))
+    again = Picture(b"not even a picture", first.signature)  # the same signature: known to be unchanged
+    assert stage.seen("s", again).result(10) == "scene 1" and decoded == [] and stage.skipped == 1
