@@ -71,6 +71,9 @@ class TurnConfig:
     barge_in_confirm_ms: int = 650
     barge_in_span_ms: int = 700
     echo_guard_db: float = 20.0
+    speaker_echo_page: bool = False  # guard our page's and VITA's sessions against their speaker's echo (a browser
+    # cancels it)
+    speaker_echo_realtime: bool = True  # ...and Realtime clients' (many play through a speaker with no canceller)
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
 
 

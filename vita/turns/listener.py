@@ -65,7 +65,7 @@ class SpeechListener:
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
                 self._rate = rate
             pcm = self._resampler.resample_chunk(pcm)
-        return self._events(self.segmenter.feed(pcm), arrived, now)
+        return self._events(self.segmenter.feed(pcm, arrived), arrived, now)
 
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
         position = self.segmenter.position + self.segmenter.pending.size  # samples arrived by `arrived`
