@@ -62,10 +62,11 @@ class LlmKit:
                             cache_salt=salt)
 
     def camera_words(self, run: TurnRun) -> tuple[str, str]:
-        """(cues, note): what the camera showed goes beside the question as a word to the model where the prompt
-        can carry one (a chat template rendered here), else in brackets after the question."""
+        """(cues, note): what the camera showed goes in the user's message as quoted data, whatever the prompt
+        (camera_questions.with_picture); that it is off, a word of ours, beside the question where the prompt can
+        carry one (a chat template rendered here), else in the same place as a picture's data."""
         if self.prompts.style == "chat" and self.prompts.tokenizer is not None:
-            return "", run.camera_note
+            return run.cues, run.camera_note
         return run.cues or ("camera off: nothing can be seen" if run.camera_note else ""), ""
 
     def tools_beside(self) -> bool:

@@ -10,7 +10,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from vita.messages import TurnRequest, WorkerState
-from workers.llm.camera_questions import CAMERA_OFF, CAMERA_SHOWS, STILL_LOOKING, asks_about_camera
+from workers.llm.camera_questions import (
+    CAMERA_OFF,
+    STILL_LOOKING,
+    asks_about_camera,
+    follows_on,
+    may_ask_about_camera,
+)
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
 from workers.vision.stage import VisionStage, scene_seen, seeing
@@ -68,18 +74,28 @@ class Looking:
         if self.stage is not None:
             self.stage.close()
 
-    async def look(self, req: TurnRequest, run: TurnRun, scene: asyncio.Future | None) -> None:
+    async def look(self, req: TurnRequest, run: TurnRun, scene: asyncio.Future | None,
+                   after_camera: bool = False) -> None:
         """For a question about the camera: what it shows, rendered for the question ("what does it say?": the
         text read), or that it is off; a plain one ("What is this?") answered from it (run.direct). Any other
-        question gets nothing: a camera that is on must not change the answer to "What is the capital of Italy?"."""
-        if self.stage is None or not asks_about_camera(run.user_text):
+        question gets nothing: a camera that is on must not change the answer to "What is the capital of Italy?".
+        Words that may be about something else ("How much does it cost?") are about the picture only when it shows
+        what they ask for, or (after_camera) when they follow on from a question about it ("And the other one?")."""
+        if self.stage is None:
             return  # (the picture is analysed all the same: the next question may be about it)
+        question = run.user_text
+        sure = asks_about_camera(question)
+        follow_up = not sure and after_camera and follows_on(question)
+        if not (sure or follow_up or may_ask_about_camera(question)):
+            return
         from workers.vision.answers import direct_answer
         from workers.vision.scene import render
 
         if scene is None:
-            run.direct = direct_answer(run.user_text, None, camera_on=False) or ""
-            run.camera_note = CAMERA_OFF if run.direct else ""  # (a question that names the camera or what it shows)
+            if sure:
+                run.about_camera = True
+                run.direct = direct_answer(question, None, camera_on=False) or ""
+                run.camera_note = CAMERA_OFF if run.direct else ""  # (a question that names the camera or a thing)
             return
         started, late = time.monotonic(), False
         try:
@@ -91,13 +107,23 @@ class Looking:
             self.log.warning("camera frame not analysed: %s", exc)
             seen = None
         run.timings["vision_wait_s"] = time.monotonic() - started
+        if not (sure or follow_up or (seen is not None and shows_what_is_asked(question, seen.scene))):
+            return
+        run.about_camera = True
         if seen is None:
             # Nothing of this camera is analysed yet: say so, rather than let the model answer blind (it invents).
             run.direct = STILL_LOOKING if late and self.config.wait_ms > 0 else ""  # (0: go on without)
             return
-        run.cues = render(seen.scene, run.user_text)
+        run.cues = render(seen.scene, question)
         if run.cues:
-            run.camera_note = CAMERA_SHOWS.format(seen=run.cues.removeprefix("camera: "))
             self.out.publish(scene_seen(req.session_id, req.turn_id, run.cues, seen.scene, seen.thumbnail))
         if not late:  # an earlier picture's analysis is a hint for the model, not an answer to say as fact
-            run.direct = direct_answer(run.user_text, seen.scene, camera_on=True) or ""
+            run.direct = direct_answer(question, seen.scene, camera_on=True) or ""
+
+
+def shows_what_is_asked(question: str, scene: Any) -> bool:
+    """Does the picture hold a value of the kind asked for ("How much does it cost?": a price read)?"""
+    from workers.vision.answers import value_kind, values_in
+
+    kind = value_kind(question)
+    return bool(kind and scene.text is not None and values_in(scene.text.rows(), kind))

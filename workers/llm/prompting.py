@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from workers.llm.camera_questions import with_picture
+
 ASSISTANT = "Vita"
 USER = "User"
 
@@ -116,11 +118,10 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _with_cues(user_text: str, cues: str) -> str:
-    user_text = _one_line(user_text)
-    if cues:
-        return f"{user_text} ({_one_line(cues)})" if user_text else f"({_one_line(cues)})"
-    return user_text
+def with_cues(user_text: str, cues: str) -> str:
+    """The user's message: their words on one line, then what the camera shows as quoted data (never a system
+    message: a sign's words are a stranger's, camera_questions.with_picture)."""
+    return with_picture(_one_line(user_text), cues)
 
 
 def chat_messages(persona: str, history: ConversationHistory, user_content: Any,
@@ -250,7 +251,7 @@ class PromptBuilder:
     def messages(self, history: ConversationHistory, user_text: str, cues: str = "",
                  after: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
         # (no note: a remote chat server's template may refuse a system message after the history)
-        return chat_messages(self.persona, self._bounded(history), _with_cues(user_text, cues), after)
+        return chat_messages(self.persona, self._bounded(history), with_cues(user_text, cues), after)
 
     def build(self, history: ConversationHistory, user_text: str, cues: str = "",
               tools: list[dict[str, Any]] | None = None, after: tuple[dict[str, Any], ...] = (),
@@ -259,7 +260,7 @@ class PromptBuilder:
         `tools` (chat models only) are offered beside the question where the template allows, `fixed_tools` in
         the template's own place (the system prompt: the cached prefix); `after` is this turn's tool exchange;
         `note`, a word to the model about this question, goes beside it like the tools (chat models only)."""
-        user_text = _with_cues(user_text, cues)
+        user_text = with_cues(user_text, cues)
         history = self._bounded(history)
         if self.style == "chat":
             if self.tokenizer is None:
@@ -281,7 +282,7 @@ class PromptBuilder:
         """Where this turn's words are in a prompt `build` rendered, in tokens from its end (their tokens, the
         tokens after them): for the engine to read how likely the model finds them (EnginePrompt.words_from_end).
         None without a tokenizer, or when they are not there as they are."""
-        words, content = _one_line(user_text), _with_cues(user_text, cues)
+        words, content = _one_line(user_text), with_cues(user_text, cues)
         if self.tokenizer is None or not rendered or not words:
             return None
         at = rendered.rfind(content)  # this turn's message: the last (a history may hold the same words)

@@ -21,7 +21,7 @@ from workers.tools.client_tools import SOURCE as CLIENT
 from workers.tools.forced_calls import FORCED_CALL_TOKENS, RequiredCallFailed
 from workers.tools.in_turn import CallDetector
 from workers.tools.intents import planned_calls
-from workers.tools.registry import ToolCall, parse_calls
+from workers.tools.registry import ToolBox, ToolCall, parse_calls
 
 
 def refusal(result: str) -> str:
@@ -79,11 +79,15 @@ class ReplyGeneration:
         forced = self.tools.forced(req, run, prompt)  # (None without a call left: no tools this turn)
         # Planned calls are the server's own tools': never a client's function that took a built-in's name.
         own = {name for name, tool in run.tools.tools.items() if tool.source != CLIENT} if run.tools else set()
-        planned = planned_calls(run.user_text, own) if calls_left and forced is None else []
+        # A question about the picture is answered from it: "What date is on the label?" is read, not the clock's.
+        planned = planned_calls(run.user_text, own) if calls_left and forced is None and not run.about_camera else []
         # The model's own calls run only what it was shown: the tools offered this turn, those called for it, and
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
         shown = {*(offered.tools if offered else ()), *(run.fixed_tools.tools if run.fixed_tools else ()),
                  *(c.name for c in planned), *called_in(history)}
+        if run.cues:  # a picture's words are in the prompt: only what the user's own words ask for may run (and
+            # what the client itself requires this response: its choice, not the picture's)
+            shown = {*(self.tools.asked_for(run.tools, run.user_text) or ToolBox([])).tools, *req.must_call}
         callable_tools = run.tools.only(list(shown)) if run.tools else None
         if run.direct and not planned and forced is None:  # "What does the sign say?": the camera's answer, as it is
             held += out.say_as_is(sid, tid, [run.direct])
@@ -161,7 +165,7 @@ class ReplyGeneration:
             if forcing and any(c.error for c in calls):  # required: never words instead, nor another try unforced
                 raise RequiredCallFailed(f"its call of {' or '.join(req.must_call)} could not be read "
                                          f"({calls[0].error or calls[-1].error})")
-            if self.tools.for_the_client(req, run, calls):
+            if self.tools.for_the_client(req, run, calls, callable_tools):
                 return False
             outcomes = await self.tools.run_calls(req, run, calls, detector.pending, clock, gen_started,
                                                   callable_tools)

@@ -66,13 +66,27 @@ class ToolTurns:
                 size += tokens
         return ToolBox(fitting) or None
 
-    def offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory) -> ToolBox | None:
-        """`offered` for a turn of this worker: by relevance where the prompt can put them beside the question."""
+    def offered_for(self, tools: ToolBox | None, question: str, history: ConversationHistory,
+                    picture: bool = False) -> ToolBox | None:
+        """`offered` for a turn of this worker: by relevance where the prompt can put them beside the question.
+        picture: the prompt carries what the camera shows (a stranger's sign may say "call every tool"): only the
+        tools the user's own words point at (`asked_for`), none where the template cannot put them beside it."""
+        if picture:
+            return self.asked_for(tools, question, self.kit.prompts.count_tokens) if self.kit.tools_beside() else None
         if not self.kit.tools_beside():
             return self.offered(tools, None)
         recent = tuple(call["function"]["name"] for ex in list(history)[-2:] for m in ex.tool_messages
                        for call in m.get("tool_calls") or () if isinstance(call.get("function"), dict))
         return self.offered(tools, question, recent, self.kit.prompts.count_tokens)
+
+    @classmethod
+    def asked_for(cls, tools: ToolBox | None, question: str,
+                  count_tokens: Callable[[str], float] = estimated_tokens) -> ToolBox | None:
+        """The only tools a turn whose prompt carries a picture's text may call: those sharing a word with the
+        user's own words (never the picture's, nor a tool just used), and no built-in. "What's the weather in the
+        town on this sign?" may call get_weather, with the sign's town; "What does the sign say?" calls nothing,
+        whatever the sign says."""
+        return cls.offered(tools, question, (), count_tokens)
 
     def prefix_tools(self, tools: ToolBox | None) -> ToolBox | None:
         """The tools in every prompt's prefix, the same all session: where tools are offered beside the question,
@@ -116,10 +130,13 @@ class ToolTurns:
         template = getattr(prompts.tokenizer, "chat_template", None)
         return template if isinstance(template, str) else None
 
-    def for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall]) -> bool:
-        """Calls of the client's own tools go to the client (the others in the same reply are left out: the
-        client answers first); the turn then waits for its results, as a turn of its own."""
-        theirs = [c for c in calls if not c.error and (tool := run.tools.tools.get(c.name)) is not None
+    def for_the_client(self, req: TurnRequest, run: TurnRun, calls: list[ToolCall], box: ToolBox | None = None
+                       ) -> bool:
+        """Calls of the client's own tools in `box` (default: the turn's tools) go to the client (the others in the
+        same reply are left out: the client answers first); the turn then waits for its results, as a turn of its
+        own."""
+        box = run.tools if box is None else box
+        theirs = [c for c in calls if not c.error and box is not None and (tool := box.tools.get(c.name)) is not None
                   and tool.source == CLIENT_TOOL]
         if not theirs:
             return False

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.llm.asr import Transcription
+from workers.llm.prompting import with_cues
 from workers.tools.registry import ToolBox
 
 NAME = "llm"
@@ -54,8 +55,9 @@ class TurnRun:
     misheard: bool = False  # ASR was unsure of every word it gave: ask again instead of answering them
     sense_check: bool = False  # ASR was unsure enough that the model is asked whether the words make sense
     reading: Transcription | None = None  # ASR was unsure enough that the model reads these words as it prefills
-    cues: str = ""  # what the camera showed ("camera: text read: ..."), kept with the question in the history
-    camera_note: str = ""  # the same, as a word to the model beside the question (camera_questions.py)
+    cues: str = ""  # what the camera showed ("camera: text read: ..."): quoted data after the question, kept with it
+    camera_note: str = ""  # a word to the model beside the question: the camera is off (camera_questions.py)
+    about_camera: bool = False  # the question is about the picture: read from it, no built-in looks it up
     direct: str = ""  # a plain camera question's answer, said as it is (workers/vision/answers.py)
     tools: ToolBox | None = None  # what this turn may call
     offered: ToolBox | None = None  # what the model is shown of them beside the question (tools/relevance.py)
@@ -75,6 +77,6 @@ class TurnRun:
         return " ".join(self.spoken)
 
     def asked(self) -> str:
-        """The user's words as the history keeps them: with what the camera showed, so that "and what colour is
-        it?" can follow on from it."""
-        return f"{self.user_text} ({self.cues})" if self.cues else self.user_text
+        """The user's words as the history keeps them: with what the camera showed, as the prompt had it (quoted
+        data after the question), so that "and what colour is it?" can follow on from it."""
+        return with_cues(self.user_text, self.cues)

@@ -39,6 +39,7 @@ from vita.ops.logs import turn_ids
 from vita.words import is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
+from workers.llm.camera_questions import about_picture
 from workers.llm.fair_share import ServiceLedger
 from workers.llm.generation import EnginePrompt
 from workers.llm.hearing import Hearing, second_opinion
@@ -443,15 +444,17 @@ class LlmWorker:
                 return None
             if run.misheard:  # asked again at once (the caller looks): the frames are not waited for
                 return None
-            await self.looking.look(req, run, scene)
+            last = list(history)[-1:]  # (a follow-up to a question about the camera looks at the picture again)
+            await self.looking.look(req, run, scene, after_camera=bool(last) and about_picture(last[0].user))
             run.tools = self.tool_turns.session_tools(req)
             run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
             run.cache_salt = req.session_id if req.instructions or req.client_tools else None
             # (with the client's results in the turn, its functions are not offered beside the question again: the
             # model called the same function again instead of answering from them; nor with results it no longer
             # waits for, as the front charges no functions' section for a response that brings any)
+            # (with the picture's text in the prompt, only the tools the user's own words ask for)
             run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
-                run.tools, run.user_text, history)
+                run.tools, run.user_text, history, picture=bool(run.cues))
             cues, camera_note = self.kit.camera_words(run)
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
             prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from workers.vision.quoting import neutral
 from workers.vision.scene import Scene
 
 CAMERA_OFF_REPLY = "I can't see anything right now: your camera is off. Turn it on and show me."
@@ -33,8 +34,47 @@ _HOW_MANY_PEOPLE = re.compile(r"(how many (people|persons|faces) (do you see|can
 _FINGERS = re.compile(r"how many fingers (am i|do i|are you seeing|can you see|do you see|are)"
                       r"( holding( up)?| showing( you)?| raising| putting up| up)?( to the camera)?", re.I)
 
+# A value printed on something ("What date is on the label?", "How much does it cost?", "What number is on the
+# bus?"): read from the picture, never looked up (the clock) nor made up. The thing is any short noun phrase.
+_THING = r"(it|this|that|these|those|they|there|(the|this|that|these|those|my|your|its) (\w+ ){0,2}\w+)"
+_VALUE_WORD = r"(date|day|price|cost|time|number|numbers|code|year|amount|total|sum)"
+_VALUE = re.compile(
+    rf"((what|which)( is|'s| are| was)?( the| its| this| that)?( \w+)? {_VALUE_WORD}"
+    rf"( (is|are|does|do) {_THING})?( (is|are|was))?( (written |printed |shown )?(on|of|for|in) {_THING})?"
+    rf"( (say|show|read))?"
+    rf"|how much (is|are|does|do|would|will|did) {_THING}( cost| costs| be)?( (on|in|at) {_THING})?"
+    rf"|what (does|do) {_THING} cost( on {_THING})?"
+    rf"|when (does|do|will) {_THING} expire"
+    rf"|(what|when)( is|'s| are) (the|its) (expiry|expiration|best before|best-before|use by|sell by) dates?"
+    rf"( (on|of) {_THING})?)", re.I)
+_VALUE_KINDS = (("price", re.compile(r"\b(price|prices|cost|costs|how much)\b", re.I)),
+                ("date", re.compile(r"\b(date|dates|day|year|expire|expiry|expiration|best.before|use by|sell by)\b",
+                                    re.I)),
+                ("time", re.compile(r"\btime\b", re.I)),
+                ("number", re.compile(r"\b(numbers?|code|amount|total|sum)\b", re.I)))
+_MONTH = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_FOUND = {
+    "price": re.compile(r"([$€£¥₹]\s?\d[\d,]*([.,]\d{1,2})?|\d[\d,]*([.,]\d{1,2})?\s?(€|£|\$|eur|usd|gbp|chf|"
+                        r"dollars?|euros?|pounds?|cents?)(?!\w)|(?<![\d.,:/-])\d+[.,]\d{2}(?![\d.,:/-]))", re.I),
+    "date": re.compile(rf"(\b\d{{1,4}}[./-]\d{{1,2}}[./-]\d{{1,4}}\b|\b\d{{1,2}}(st|nd|rd|th)? {_MONTH}( \d{{2,4}})?"
+                       rf"|\b{_MONTH} \d{{1,2}}(st|nd|rd|th)?(,? \d{{4}})?\b|\b{_MONTH} \d{{4}}\b"
+                       rf"|\b(0?[1-9]|1[0-2])/\d{{2}}(\d{{2}})?\b|\b(19|20)\d{{2}}\b)", re.I),
+    "time": re.compile(r"\b\d{1,2}:\d{2}(\s?[ap]\.?m\b\.?)?|\b\d{1,2}\s?[ap]\.?m\b\.?", re.I),
+    "number": re.compile(r"\d+([.,:/-]\d+)*"),
+}
+# "What is in the cup?": what the classifier saw names the contents ("a cup of coffee (espresso)": coffee); when it
+# names only the container ("a coffee mug") the model answers from the scene, which says no more.
+_CONTENTS = re.compile(r"(what( is|'s| do i have| have i got| is there| are there)?( \w+)? in "
+                       r"(the|this|that|my|your|his|her) (\w+ )?\w+|what('s| is) inside( (it|this|that|the \w+))?)",
+                       re.I)
+_FILLED = re.compile(r"^an? (cup|mug|glass|bowl|plate|bottle|jar|can|box|bag|pot|jug|basket|tray|carton) of (.+)$")
+_CONTAINER = re.compile(r"\b(cups?|mugs?|glass|bowls?|plates?|bottles?|jars?|cans?|box|bags?|\w*pots?|jugs?|"
+                        r"baskets?|trays?|cartons?|crates?|buckets?|pitchers?|vases?|envelopes?|purses?|backpacks?|"
+                        r"suitcases?|barrels?|tubs?|pans?|sacks?)$")
+
 _SHOWN = re.compile(r"\b(camera|holding|showing|show you|in my hands?|sign|label|card|page|written|fingers|"
-                    r"see me|can you see|do you see|in front of|picture)\b", re.I)
+                    r"see me|can you see|do you see|in front of|picture|tag|receipt|menu|ticket|screen|clock|"
+                    r"(in|on) (this|that|my) \w+|in the (cup|mug|glass|bowl|box|bag|jar|bottle))\b", re.I)
 
 _NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -55,8 +95,8 @@ def direct_answer(question: str, scene: Scene | None, camera_on: bool) -> str | 
     bare = _bare(question)
     if len(bare) > MAX_PLAIN_CHARS:
         return None
-    kinds = [(_READ, "read"), (_IDENTIFY, "identify"), (_FINGERS, "fingers"), (_SEE_ME, "see me"),
-             (_HOW_MANY_PEOPLE, "people")]
+    kinds = [(_READ, "read"), (_IDENTIFY, "identify"), (_VALUE, "value"), (_CONTENTS, "contents"),
+             (_FINGERS, "fingers"), (_SEE_ME, "see me"), (_HOW_MANY_PEOPLE, "people")]
     kind = next((name for pattern, name in kinds if pattern.fullmatch(bare)), None)
     if kind is None:
         return None
@@ -72,8 +112,12 @@ def direct_answer(question: str, scene: Scene | None, camera_on: bool) -> str | 
         rows = scene.text.rows()
         if not rows:
             return "I can't make out any text in the picture. Hold it a little closer, facing the camera."
-        said = ", then ".join(f'"{row}"' for row in rows[:6])
+        said = ", then ".join(f'"{neutral(row)}"' for row in rows[:6])
         return f"It says {said}."
+    if kind == "value":
+        return _value_answer(bare, scene)
+    if kind == "contents":
+        return _contents_answer(scene)
     if kind == "identify":
         if scene.objects is None:
             return None
@@ -99,3 +143,49 @@ def direct_answer(question: str, scene: Scene | None, camera_on: bool) -> str | 
     if people == 0:
         return "I don't see anyone."
     return f"I see {_number(people)} {'person' if people == 1 else 'people'}."
+
+
+def value_kind(question: str) -> str | None:
+    """What kind of printed value a question asks for: "price", "date", "time", "number", or None."""
+    return next((kind for kind, words in _VALUE_KINDS if words.search(question or "")), None)
+
+
+def values_in(rows: list[str], kind: str) -> list[tuple[str, str]]:
+    """(value, the row it is in) for each value of `kind` read, in reading order."""
+    found = []
+    for row in rows:
+        found += [(m.group(0).strip(), row) for m in _FOUND[kind].finditer(row)]
+    return found
+
+
+MAX_QUOTED_ROW = 60  # a longer row is not said whole: only the value in it
+
+
+def _value_answer(question: str, scene: Scene) -> str | None:
+    """The one value of the kind asked for that the text holds, said with the row it is in ("It says "BEST BEFORE
+    12 MARCH 2027"."); None when there are several or none (the model reads the text beside the question) or no
+    text was read (asked to hold it closer)."""
+    if scene.text is None:
+        return None
+    rows = [neutral(row) for row in scene.text.rows()]
+    if not rows:
+        return "I can't make out any text in the picture. Hold it a little closer, facing the camera."
+    kind = value_kind(question)
+    values = {value for value, _ in values_in(rows, kind)} if kind else set()
+    if len(values) != 1:
+        return None
+    value, row = values_in(rows, kind)[0]
+    return f'It says "{row if len(row) <= MAX_QUOTED_ROW else value}".'
+
+
+def _contents_answer(scene: Scene) -> str | None:
+    """What the classifier saw, as the contents asked about: "a cup of coffee (espresso)" -> "coffee (espresso)";
+    None when it saw nothing sure, or only a container (the model answers from the scene)."""
+    if scene.objects is None or not scene.objects.guesses:
+        return None
+    plain = scene.objects.guesses[0].plain
+    if (filled := _FILLED.match(plain)) is not None:
+        return f"It looks like {filled[2]}."
+    if _CONTAINER.search(plain.split(" (")[0]):
+        return None
+    return f"It looks like {plain}."

@@ -24,6 +24,7 @@ from workers.vision.frames import ChangeDetector, to_bgr
 from workers.vision.objects import ObjectClassifier, ObjectReading
 from workers.vision.ocr import TextReader, TextReading
 from workers.vision.people import PeopleAndHands, PeopleReading
+from workers.vision.quoting import neutral
 
 log = logging.getLogger("vita.vision")
 
@@ -35,7 +36,10 @@ _ASKS_HANDS = re.compile(
     r"high five|hands? (up|raised)|raised? (my |a |the )?hands?|how many hands|which hand|show(ing)? you with my)\b")
 _ASKS_TEXT = re.compile(
     r"\b(say|says|said|saying|read|reads|reading|written|writing|write|text|words?|letters?|spell|spelled|"
-    r"sign|signs|label|title|headline|caption|printed|print|number on|digits?|message|note|page|menu|screen say)\b")
+    r"sign|signs|label|title|headline|caption|printed|print|number on|digits?|message|note|page|menu|screen say|"
+    # a value printed on something: read, never looked up
+    r"date|dates|dated|expir\w*|best before|use by|sell by|price|prices|priced|cost|costs|how much|numbers?|"
+    r"time on|time does|what time (is|does) (the|this|that) \w+ (say|show|read))\b")
 _ASKS_PEOPLE = re.compile(
     r"\b(who|people|person|persons|anyone|anybody|someone|somebody|faces?|see me|look(ing)? at (me|you|the camera)|"
     r"how many of us|am i (there|visible|in)|is (he|she) |are (they|we) |man|woman|men|women|kids?|child(ren)?|"
@@ -43,7 +47,9 @@ _ASKS_PEOPLE = re.compile(
 _ASKS_OBJECTS = re.compile(
     r"\b(what is (this|that|it)|what's (this|that|it)|whats (this|that)|what are (these|those)|holding|hold|"
     r"object|objects|thing|things|item|items|identify|recogni[sz]e|kind of|type of|animal|food|drink|"
-    r"in my hand|on the table|in front of|on (the|this|my) (screen|desk|shelf))\b")
+    r"in my hand|on the table|in front of|on (the|this|my) (screen|desk|shelf)|inside|"
+    r"in (the|this|that|my|your) (cup|mug|glass|bowl|box|bag|jar|bottle|can|tin|basket|plate|pot|pan|"
+    r"container|package|packet|tray))\b")
 _ASKS_SCENE = re.compile(r"\b(see|look|looks|describe|camera|picture|image|photo|view|show|showing)\b")
 
 
@@ -125,9 +131,11 @@ def _say_text(reading: TextReading, asked: bool, max_chars: int = 300) -> str | 
     rows = reading.scored_rows()
     if not rows:
         return "no text visible" if asked else None
-    quoted = " / ".join(f'"{r}"' + ("" if score >= SURE_TEXT else " (unsure)") for r, score in rows)
+    # Quoted as data: a sign's own quotes, brackets, newlines and template tokens cannot break out (quoting.py).
+    quoted = " / ".join(f'"{neutral(r)}"' + ("" if score >= SURE_TEXT else " (unsure)") for r, score in rows)
     if len(quoted) > max_chars:
-        quoted = quoted[:max_chars].rsplit(" ", 1)[0] + " …"
+        quoted = quoted[:max_chars].rsplit(" ", 1)[0]
+        quoted += '"' * (quoted.count('"') % 2) + " …"  # (a row cut short keeps its closing quote)
     return f"text read: {quoted}"
 
 

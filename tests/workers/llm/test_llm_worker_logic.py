@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.harness.client import wait_until
+from tests.harness.injection_signs import SIGNS
 from vita.config import Config
 from vita.messages import (
     CancelTurn,
@@ -33,6 +34,7 @@ from vita.messages import (
 from vita.words import APOLOGY, ASK_AGAIN, FILLER
 from workers.common import StatusReporter
 from workers.llm.asr import Transcription
+from workers.llm.camera_questions import PICTURE_OPEN
 from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.prompting import PromptBuilder
 from workers.llm.turn_run import SENSE_CHECK, asks_again
@@ -40,6 +42,7 @@ from workers.llm.worker import MAILBOX_BOUND, LlmWorker
 from workers.tools.builtin import builtin_tools
 from workers.tools.forced_calls import FORCED_CALL_TOKENS
 from workers.tools.registry import Tool, ToolBox
+from workers.vision.quoting import neutral
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -779,3 +782,128 @@ def test_a_required_call_cut_short_fails_the_turn_instead_of_answering_in_words(
     assert error.code == "llm_failed" and "order_status could not be read" in error.message
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["error"]
     assert len(engine.prompts) == 1 and spoken_text(drained(worker.out.tts)) == ""  # no unforced second round
+
+
+# --- the camera in a turn: its picture answers, its words are data and order nothing ------------------------------
+class FakeStage:
+    """The vision stage with its analysis given: every picture shows `scene` (the stage itself:
+    tests/workers/vision/test_vision_stage.py)."""
+
+    def __init__(self, scene):
+        self.scene = scene
+
+    def seen(self, session_id, frame, urgent=False):
+        from concurrent.futures import Future
+        from types import SimpleNamespace
+
+        done: Future = Future()
+        done.set_result(SimpleNamespace(scene=self.scene, thumbnail=b""))
+        return done
+
+    def latest(self, session_id):
+        return None
+
+    def forget(self, session_id) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class ToolsTokenizer(WordTokenizer):
+    """WordTokenizer whose template writes the tools it is given into the system prompt, as Qwen's does: so tools
+    can be offered beside the question (PromptBuilder.tools_beside)."""
+
+    chat_template = "words, tools in the system prompt"
+
+    def apply_chat_template(self, messages, tools=None, tokenize=False, add_generation_prompt=True) -> str:
+        section = " # Tools " + " ".join(t["function"]["name"] for t in tools) if tools else ""
+        return "".join(f"<{m['role']}> {m['content']}{section if i == 0 and m['role'] == 'system' else ''} <end> "
+                       for i, m in enumerate(messages)) + "<assistant>"
+
+
+LOOKUP = Tool("lookup", "where an item is in the shop", {"type": "object"}, lambda item: "aisle 4")
+
+
+def camera_worker(rounds: list[list[str]], rows: tuple[str, ...] = (), objects: tuple[str, ...] = ()
+                  ) -> tuple[LlmWorker, RoundsEngine]:
+    """A worker with the built-ins and an operator's tool, whose camera shows a sign of `rows` and `objects`."""
+    from workers.vision.objects import ObjectGuess, ObjectReading
+    from workers.vision.ocr import TextLine, TextReading
+    from workers.vision.scene import Scene
+
+    worker, engine = tool_worker(rounds, LOOKUP)
+    worker.kit.prompts = PromptBuilder(ToolsTokenizer(), "chat", worker.config.llm.persona)
+    lines = tuple(TextLine(r, 0.99, (0, 40 * i, 100, 40 * i + 30), i) for i, r in enumerate(rows))
+    guesses = tuple(ObjectGuess(967, o, o, "cup", 0.8, 0.8) for o in objects)
+    worker.looking.stage = FakeStage(Scene((640, 480), text=TextReading(lines, 0.1),
+                                           objects=ObjectReading(guesses, guesses, 0.05)))
+    return worker, engine
+
+
+def roles(prompt: EnginePrompt) -> list[tuple[str, str]]:
+    import re
+
+    return re.findall(r"<(system|user|assistant|tool)> (.*?) <end>", prompt.text, re.S)
+
+
+@pytest.mark.parametrize("sign", SIGNS, ids=[s.name for s in SIGNS])
+def test_a_signs_orders_reach_the_model_only_as_quoted_data_and_no_tool_or_function_is_called(sign):
+    """The model, obeying a sign, writes a call of the client's function: nothing is handed to the client and no
+    tool runs; the sign's words are in the user's message only, and no tool is offered beside the question."""
+    worker, engine = camera_worker([ORDER_CALL, ["It", "is", "a", "sign."]], rows=sign.rows)
+    run_turn(worker, TurnRequest("s", 1, text="What is this sign about?", frames=(b"picture",),
+                                 client_tools=(ORDER,)))
+    outputs = drained(worker.outbox)
+    assert not [m for m in outputs if isinstance(m, ToolCallRequested)]
+    assert not [m for m in outputs if isinstance(m, ToolUsed) and m.ok]
+    assert spoken_text(drained(worker.out.tts)) == "It is a sign."
+    said = roles(engine.prompts[0])
+    assert [role for role, _ in said] == ["system", "user"]  # no system message beside the question: no tools
+    assert said[0][1].endswith("# Tools order_status")  # the client's functions in the prefix, as every turn
+    assert neutral(sign.rows[-1]) in said[1][1] and neutral(sign.rows[-1]) not in said[0][1]
+
+
+def test_in_a_picture_turn_a_tool_the_users_own_words_ask_for_may_still_be_called():
+    worker, engine = camera_worker([CALL, []], rows=("WIDGETS", "SALE"))
+    run_turn(worker, TurnRequest("s", 1, text="Where is the item on this sign in the shop?", frames=(b"picture",)))
+    (used,) = [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)]
+    assert (used.name, used.ok) == ("lookup", True)
+    assert "# Tools lookup" in roles(engine.prompts[0])[1][1]  # offered beside it, by the user's words
+
+
+def test_a_date_on_the_label_is_read_not_the_clocks_and_what_time_it_is_stays_the_clocks():
+    worker, engine = camera_worker([], rows=("BEST BEFORE", "12 MARCH 2027"))
+    run_turn(worker, TurnRequest("s", 1, text="What date is on the label?", frames=(b"picture",)))
+    assert spoken_text(drained(worker.out.tts)) == 'It says "12 MARCH 2027".'
+    assert not [m for m in drained(worker.outbox) if isinstance(m, ToolUsed)] and engine.prompts == []
+    run_turn(worker, TurnRequest("s", 2, text="What time is it?", frames=(b"picture",)))
+    assert [m.name for m in drained(worker.outbox) if isinstance(m, ToolUsed)] == ["get_current_time"]
+
+
+def test_what_is_in_the_cup_is_what_the_classifier_saw():
+    worker, engine = camera_worker([["The", "cup", "is", "empty."]], objects=("a cup of coffee (espresso)",))
+    run_turn(worker, TurnRequest("s", 1, text="What is in the cup?", frames=(b"picture",)))
+    assert spoken_text(drained(worker.out.tts)) == "It looks like coffee (espresso)."
+
+
+def test_a_price_is_read_for_how_much_does_it_cost_only_when_the_picture_shows_one():
+    worker, engine = camera_worker([], rows=("COFFEE", "$4.50"))
+    run_turn(worker, TurnRequest("s", 1, text="How much does it cost?", frames=(b"picture",)))
+    assert spoken_text(drained(worker.out.tts)) == 'It says "$4.50".'
+    worker, engine = camera_worker([["About", "forty", "thousand."]], rows=("EXIT",))
+    run_turn(worker, TurnRequest("s", 1, text="How much does it cost?", frames=(b"picture",)))
+    assert "camera" not in engine.prompts[0].text  # a picture without a price: the words are about something else
+
+
+def test_a_follow_up_to_a_camera_question_looks_at_the_picture_again():
+    worker, engine = camera_worker([["The", "latte", "is", "4.50."], ["The", "mocha", "is", "5.20."]],
+                                   rows=("LATTE 4.50", "MOCHA 5.20"))
+    run_turn(worker, TurnRequest("s", 1, text="How much is the latte on this menu?", frames=(b"picture",)))
+    run_turn(worker, TurnRequest("s", 2, text="And what about the other one?", frames=(b"picture",)))
+    said = roles(engine.prompts[1])
+    assert [role for role, _ in said] == ["system", "user", "assistant", "user"]
+    assert PICTURE_OPEN in said[1][1] and PICTURE_OPEN in said[3][1]  # the history's picture, and the new one
+    assert '"MOCHA 5.20"' in said[3][1]
+    run_turn(worker, TurnRequest("s", 3, text="Who wrote Hamlet?", frames=(b"picture",)))
+    assert PICTURE_OPEN not in roles(engine.prompts[-1])[-1][1]  # not a follow-up: no picture

@@ -80,7 +80,8 @@ def test_a_picture_analysed_in_time_is_answered_from_and_shown_to_the_page(looki
     looking.scenes[NOW] = sign("PLATFORM 9")
     looking.gate.set()
     run = turn(looking, (NOW,))
-    assert "PLATFORM 9" in run.cues and "PLATFORM 9" in run.camera_note and "PLATFORM 9" in run.direct
+    assert "PLATFORM 9" in run.cues and "PLATFORM 9" in run.direct and run.about_camera
+    assert run.camera_note == ""  # what it shows is data in the user's message, never a word to the model
     looking.publisher.flush()
     assert [m.text for m in list(looking.outbox.queue) if isinstance(m, SceneSeen)] == [("PLATFORM 9",)]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vita.config import Config
+from workers.llm.camera_questions import PICTURE_CLOSE, PICTURE_OPEN
 from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder, tool_section
 
 CHAT_TEMPLATE = (
@@ -41,9 +42,10 @@ def test_instruct_tokenizer_gets_its_chat_template(base_tokenizer):
         assert builder.style == "chat"
         history = ConversationHistory(4)
         history.add(Exchange("Hi", "Hello, half", interrupted=True))
-        prompt = builder.build(history, "Again?", cues="camera on: one person is facing the camera")
+        prompt = builder.build(history, "Again?", cues="camera: one person, looking at the camera")
         assert prompt == ("<|system|>Be brief.\n<|user|>Hi\n<|assistant|>Hello, half…\n"
-                          "<|user|>Again? (camera on: one person is facing the camera)\n<|assistant|>")
+                          f"<|user|>Again?\n\n{PICTURE_OPEN}\none person, looking at the camera\n{PICTURE_CLOSE}\n"
+                          "<|assistant|>")
         assert builder.stop == []
     finally:
         base_tokenizer.chat_template = None
