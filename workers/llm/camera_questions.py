@@ -51,7 +51,7 @@ _ABOUT_CAMERA = re.compile(
     rf"(what|which) (date|day|time|price|number|year|amount|total)s? (does|do) {_HERE} (say|show|read)|"
     rf"how much (is|are|does|do|would|will) (this|that|these|those)\b|what (does|do) (this|that|these|those)( \w+)? "
     rf"cost|what('s| is) the price (of|on) (this|that|these|those)\b|when (does|do) (this|that|these|those)( \w+)? "
-    rf"expire|\b(on|in) (this|that|these|those) (\w+ )?{_ON_THINGS}\b|"
+    rf"expire|\b(this|that|these|those) (\w+ )?{_ON_THINGS}\b|"
     # what a container holds: the classifier's answer, not the model's guess ("What is in the cup?")
     rf"what( is|'s| are| do i have| have i got| is there| are there) (in|inside) (the|this|that|my|your) "
     rf"(\w+ )?{_CONTAINERS}\b|what('s| is) inside (this|that|these|those)\b"

@@ -49,6 +49,7 @@ def test_questions_that_are_not(question):
     "What price is on the tag?", "What is the total on this receipt?", "What time does the clock say?",
     "What year is printed on the coin?", "How much does this cost?", "How much is this?", "What is in the cup?",
     "How much is the latte on this menu?", "Which of the dates on this label is the expiry?",
+    "What language is this sign written in?", "Who is this card for?",
     "What's in my bag?", "What is inside this?", "What's the name on the card?", "And this one?",
 ])
 def test_a_value_on_a_thing_or_what_a_container_holds_is_about_the_picture(question):
