@@ -12,7 +12,8 @@ offers with 120 media sections; a connected WebRTC peer flooded with ICE candida
 link-local and mDNS addresses; a calculator question whose answer once held the LLM worker's GIL, typed every
 second; Realtime clients committing 120 s buffers, sending items of 40,000 tiny audio parts, and asking for
 responses with 16,000 characters of instructions every second. Image abusers, each asking about its camera with a
-typed question every 2 s: progressive-JPEG scan bombs (thousands of empty scans), JPEG marker floods and PNGs of
+typed question every 2 s (`camera_asker`, an ordinary camera asked about as often, is their control: each question
+is a turn of the shared engine): progressive-JPEG scan bombs (thousands of empty scans), JPEG marker floods and PNGs of
 inflating text chunks as `video_frame`s; 12-megapixel progressive photos as fast as the socket takes them; a
 WebRTC camera of 8192² VP8 keyframes; a WebRTC camera of 1280² keyframes at 60 frames a second; a Realtime
 client sending items of four 12-megapixel `input_image` parts.
@@ -218,6 +219,13 @@ def _pictures_asked_about(stop: threading.Event, client: RecordingClient, pictur
         stop.wait(every_s)
 
 
+def camera_asker(stop: threading.Event, client: RecordingClient) -> None:
+    """The control for the image abusers: an ordinary camera (VITA's 1280x768 frames, 2 a second) and the same typed
+    question every 2 s. Each answer is a turn of the shared engine: what an image abuser costs the victim beyond
+    this is what its pictures cost."""
+    _pictures_asked_about(stop, client, [sign_picture()])
+
+
 def scan_bombs(stop: threading.Event, client: RecordingClient) -> None:
     """12-megapixel progressive JPEGs with 5,000 empty scans (130 KB; seconds of libjpeg each, unchecked)."""
     _pictures_asked_about(stop, client, [hostile_images.scan_bomb(4000, 3000, 5000)])
@@ -228,8 +236,9 @@ def marker_floods(stop: threading.Event, client: RecordingClient) -> None:
 
 
 def png_text_bombs(stop: threading.Event, client: RecordingClient) -> None:
-    """PNGs of 200 zTXt chunks, each inflating to libpng's 8 MB limit (~17 ms apiece, unchecked)."""
-    _pictures_asked_about(stop, client, [hostile_images.packed_text_png(chunks=200)], media="image/png")
+    """PNGs of 120 zTXt chunks (1 MB, under the frame limit), each inflating to libpng's 8 MB limit (~17 ms apiece,
+    unchecked: 2 s a picture)."""
+    _pictures_asked_about(stop, client, [hostile_images.packed_text_png(chunks=120)], media="image/png")
 
 
 def big_photos(stop: threading.Event, client: RecordingClient) -> None:
@@ -291,9 +300,9 @@ ABUSERS: dict[str, Callable[[threading.Event, RecordingClient], None]] = {
     "text_while_speaking": text_while_speaking, "cancel_churn": cancel_churn, "many_sections": many_sections,
     "candidates": candidates, "calculator": calculator, "realtime_long_commits": realtime_long_commits,
     "realtime_many_parts": realtime_many_parts, "realtime_long_instructions": realtime_long_instructions,
-    "scan_bombs": scan_bombs, "marker_floods": marker_floods, "png_text_bombs": png_text_bombs,
-    "big_photos": big_photos, "huge_keyframes": huge_keyframes, "fast_video": fast_video,
-    "realtime_images": realtime_images}
+    "camera_asker": camera_asker, "scan_bombs": scan_bombs, "marker_floods": marker_floods,
+    "png_text_bombs": png_text_bombs, "big_photos": big_photos, "huge_keyframes": huge_keyframes,
+    "fast_video": fast_video, "realtime_images": realtime_images}
 
 
 def health(url: str) -> dict:
