@@ -52,6 +52,9 @@ _ABOUT_CAMERA = re.compile(
     rf"how much (is|are|does|do|would|will) (this|that|these|those)\b|what (does|do) (this|that|these|those)( \w+)? "
     rf"cost|what('s| is) the price (of|on) (this|that|these|those)\b|when (does|do) (this|that|these|those)( \w+)? "
     rf"expire|\b(this|that|these|those) (\w+ )?{_ON_THINGS}\b|"
+    # ... or "the sign" where Whisper wrote "the" for "this" ("What language is the sign written in?")
+    rf"\b(who|what)( is|'s) the (sign|label|poster|notice|note|menu|card|screen) (for|about)\W*$|"
+    rf"\bwhat language is (the|this|that) (\w+ )?{_ON_THINGS} (written |printed )?in\b|"
     # what a container holds: the classifier's answer, not the model's guess ("What is in the cup?")
     rf"what( is|'s| are| do i have| have i got| is there| are there) (in|inside) (the|this|that|my|your) "
     rf"(\w+ )?{_CONTAINERS}\b|what('s| is) inside (this|that|these|those)\b"

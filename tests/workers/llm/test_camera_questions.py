@@ -49,7 +49,8 @@ def test_questions_that_are_not(question):
     "What price is on the tag?", "What is the total on this receipt?", "What time does the clock say?",
     "What year is printed on the coin?", "How much does this cost?", "How much is this?", "What is in the cup?",
     "How much is the latte on this menu?", "Which of the dates on this label is the expiry?",
-    "What language is this sign written in?", "Who is this card for?",
+    "What language is this sign written in?", "Who is this card for?", "What language is the sign written in?",
+    "Who is the sign for?",
     "What's in my bag?", "What is inside this?", "What's the name on the card?", "And this one?",
 ])
 def test_a_value_on_a_thing_or_what_a_container_holds_is_about_the_picture(question):
@@ -59,7 +60,7 @@ def test_a_value_on_a_thing_or_what_a_container_holds_is_about_the_picture(quest
 @pytest.mark.parametrize("question", [
     "What is the date today?", "What day is it?", "What time is it in Tokyo?", "How much is the ticket to Paris?",
     "What is the price of gold?", "How much does a Tesla cost?", "What year did World War II end?",
-    "What's in a Caesar salad?",
+    "What's in a Caesar salad?", "What is the sign for infinity?", "What language is spoken in Brazil?",
 ])
 def test_values_that_are_looked_up_or_known_are_not(question):
     assert not asks_about_camera(question)
