@@ -9,7 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from vita.messages import TurnRequest, WorkerState
+from vita.messages import Picture, TurnRequest, WorkerState
 from workers.llm.camera_questions import (
     CAMERA_OFF,
     STILL_LOOKING,
@@ -53,16 +53,16 @@ class Looking:
     def describe(self) -> str:
         return f"; vision {', '.join(self.parts)}" if self.stage is not None else "; no vision"
 
-    def seen(self, session_id: str, image: bytes) -> None:
+    def seen(self, session_id: str, picture: Picture) -> None:
         """A camera frame, analysed now at low priority (skipped when the picture has not changed)."""
         if self.stage is not None:
-            self.stage.seen(session_id, image)
+            self.stage.seen(session_id, picture)
 
     def scene_for(self, req: TurnRequest) -> asyncio.Future | None:
         """The analysis of the turn's newest picture: usually done already, while the question was said."""
         if not req.frames or self.stage is None:
             return None
-        scene = asyncio.wrap_future(self.stage.seen(req.session_id, req.frames[-1]))
+        scene = asyncio.wrap_future(self.stage.seen(req.session_id, req.frames[-1], urgent=True))
         scene.add_done_callback(lambda f: f.cancelled() or f.exception())  # (handled where awaited, or of no use)
         return scene
 

@@ -286,7 +286,7 @@ class LlmWorker:
             self.running[message.session_id] = (message.turn_id, task)
             task.add_done_callback(lambda _t, m=message: self._done(m.session_id, m.turn_id))
         elif isinstance(message, CameraFrame):
-            self.looking.seen(message.session_id, message.image)
+            self.looking.seen(message.session_id, message.picture)
         elif isinstance(message, InterjectionCheck):
             self.latest_check[message.session_id] = (message.turn_id, message.pause)
             task = asyncio.create_task(self.hearing.hear_interjection(message))

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from vita.config import VisionConfig
-from vita.messages import SceneSeen, TurnRequest
+from vita.messages import Picture, SceneSeen, TurnRequest
+from vita.turns.camera import check_picture
 from workers.common import Publisher
 from workers.llm.camera_questions import CAMERA_OFF, STILL_LOOKING
 from workers.llm.looking import Looking
@@ -29,14 +30,15 @@ pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 QUESTION = "What does the sign say?"
 
 
-def picture(shade: int) -> bytes:
-    """A real JPEG (the stage skips a picture it has seen, and a frame that does not decode fails)."""
+def picture(shade: int) -> Picture:
+    """A real JPEG, checked as the front does (the stage skips a picture it has seen by its signature)."""
     image = np.full((120, 160, 3), shade, np.uint8)
     cv2.putText(image, "A", (50, 80), cv2.FONT_HERSHEY_SIMPLEX, 2, (255 - shade,) * 3, 4)
-    return cv2.imencode(".jpg", image)[1].tobytes()
+    return check_picture(cv2.imencode(".jpg", image)[1].tobytes())
 
 
 BEFORE, NOW = picture(40), picture(210)
+SHADES = {BEFORE: 40, NOW: 210}  # how the analysis, given pixels, tells the two pictures apart
 
 
 def sign(*rows: str) -> Scene:
@@ -52,9 +54,9 @@ def looking():
     part = Looking(VisionConfig(wait_ms=300), TurnOutput(queue.Queue(), publisher, 40), logging.getLogger("test"))
     gate, scenes = threading.Event(), {}
 
-    def analyse(image: bytes) -> Scene:
+    def analyse(pixels: np.ndarray) -> Scene:
         gate.wait(10)
-        return scenes[image]
+        return next(scene for key, scene in scenes.items() if abs(int(pixels[0, 0, 0]) - SHADES[key]) < 8)
 
     part.stage = VisionStage(seeing(analyse))
     part.stage.setup()
@@ -65,7 +67,7 @@ def looking():
     publisher.close()
 
 
-def turn(looking: Looking, frames: tuple[bytes, ...], question: str = QUESTION) -> TurnRun:
+def turn(looking: Looking, frames: tuple[Picture, ...], question: str = QUESTION) -> TurnRun:
     req = TurnRequest("s", 1, text=question, frames=frames)
     run = TurnRun(request_id="s:1", started=0.0, user_text=question)
 
