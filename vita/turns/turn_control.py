@@ -37,6 +37,7 @@ from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
+from vita.turns.echo_canceller import EchoCanceller
 from vita.turns.end_of_turn import WINDOW_S
 from vita.turns.reply_pacer import Fate
 from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
@@ -143,6 +144,8 @@ class TurnController:
         session.speaker_echo = turn.speaker_echo_realtime if session.channel is not None else turn.speaker_echo_page
         if session.speaker_echo:  # what the client is played, to tell its echo from the user
             session.listener.segmenter.gate.echo = EchoReference()
+            if turn.echo_cancel:  # ...and to take out of what its microphone hears
+                session.listener.canceller = self._canceller()
         session.output = self._output(session)
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
@@ -160,12 +163,23 @@ class TurnController:
             echo = session.listener.segmenter.gate.echo
             if echo is not None:
                 echo.play(pcm, rate, at)
+            if session.listener.canceller is not None:
+                session.listener.canceller.played(pcm, rate, at)
 
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)),
                             played=played)
         return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
                             lambda delay: session.actor.after(delay, PaceDue()), events, lambda: self._peer(session))
+
+    def _canceller(self) -> EchoCanceller | None:
+        """A session's echo canceller, or None where WebRTC's audio processing cannot load (the voice gate's echo
+        guard still stands)."""
+        try:
+            return EchoCanceller(noise_suppression=self.config.turn.noise_suppression)
+        except Exception:
+            log.exception("no echo canceller: the session keeps only the echo guard")
+            return None
 
     def detach(self, session: Session) -> None:
         """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
@@ -361,6 +375,8 @@ class TurnController:
         if isinstance(action, Send):
             if isinstance(action.event, StopSpeaking):
                 session.output.stop()  # what the client has not been sent (or heard, over WebRTC) is never sent
+                if session.listener.canceller is not None:  # ...nor played: no echo of it to take out
+                    session.listener.canceller.stop(time.monotonic())
             elif isinstance(action.event, Duck | Unduck):
                 session.output.duck(isinstance(action.event, Duck))
             self.tell(action.event, to=sid)
