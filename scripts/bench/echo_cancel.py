@@ -3,7 +3,8 @@
 
 echo: how far the echo is cut once the canceller has converged (after the reply's first second), how much of the
 user's level survives when they speak over it (double talk), and the CPU it costs (share of one core), for each
-delay, with WebRTC's noise suppressor off and on.
+delay, with WebRTC's noise suppressor off and on; and the user's words when no echo comes back at all (a client
+that cancels its own: the canceller must not eat them).
 gate: a session's real ears (Silero, the voice gate with its EchoReference, the canceller) on such a call: does
 the reply's echo alone start speech (it must not), and is the user who speaks over it confirmed (barge-in)?
 With the canceller and without it (the echo guard alone).
@@ -49,30 +50,41 @@ def user_on(seconds: float, user: np.ndarray, reply: np.ndarray) -> np.ndarray:
     return near.astype(np.int16)
 
 
+def timed(call, spent: list[float]):
+    """`call`, its CPU time added to spent[0] (the canceller's own cost, not the simulation's)."""
+    def timed_call(*args):
+        started = time.process_time()
+        try:
+            return call(*args)
+        finally:
+            spent[0] += time.process_time() - started
+    return timed_call
+
+
 def echo(args) -> list[dict]:
     reply, user = reply_audio(), synthesize("hibari", USER)
     seconds = 0.5 + reply.size / RATE + 0.3
     near = user_on(seconds, user, reply)
     span = slice(int(USER_AT_S * RATE), int(USER_AT_S * RATE) + user.size)
     rows = []
-    for delay in DELAYS:
+    for delay, echo_db in [(d, -10.0) for d in DELAYS] + [(0.15, -200.0)]:  # (-200: a client that cancels its own)
         for ns in (False, True):
-            call = Call(reply, np.zeros(0, np.int16), seconds, Speakerphone(delay_s=delay))
+            call = Call(reply, np.zeros(0, np.int16), seconds, Speakerphone(delay_s=delay, echo_db=echo_db))
             canceller = EchoCanceller(noise_suppression=ns)
-            cpu = time.process_time()
-            out = call.run(canceller.played, canceller.clean)
-            cpu = time.process_time() - cpu
+            spent = [0.0]
+            out = call.run(timed(canceller.played, spent), timed(canceller.clean, spent))
             _, mic = call.timeline()
             settled = slice(int(1.5 * RATE), out.size)
-            talk = Call(reply, near, seconds, Speakerphone(delay_s=delay))
+            talk = Call(reply, near, seconds, Speakerphone(delay_s=delay, echo_db=echo_db))
             canceller = EchoCanceller(noise_suppression=ns)
             both = talk.run(canceller.played, canceller.clean)
             _, heard = talk.timeline()
-            row = {"delay_s": delay, "noise_suppression": ns,
+            row = {"delay_s": delay, "echo_db": echo_db, "noise_suppression": ns,
                    "echo_cut_db": round(level_db(mic[settled]) - level_db(out[settled]), 1),
                    "user_kept_db": round(level_db(both[span]) - level_db(near[span]), 1),
                    "mic_over_user_db": round(level_db(heard[span]) - level_db(near[span]), 1),
-                   "cpu_share": round(cpu / seconds, 4)}
+                   "cpu_share": round(spent[0] / seconds, 4),
+                   "echo_heard": canceller.detector.heard, "detector_peak": round(canceller.detector.peak, 1)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows

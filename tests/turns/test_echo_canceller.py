@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vita.turns.echo_canceller import FRAME, RATE, RESYNC_S, EchoCanceller, MicClock, PlayedAudio
+from vita.turns.echo_canceller import FRAME, RATE, RESYNC_S, EchoCanceller, EchoDetector, MicClock, PlayedAudio
 
 T0 = 1000.0
 
@@ -133,3 +133,135 @@ def test_microphone_audio_comes_out_in_whole_frames_and_none_is_lost():
     joined = np.concatenate(out)
     assert joined.tolist() == list(range(joined.size)) and canceller.held.size == 1000 - joined.size
     assert canceller.samples_for(512) == 640 - canceller.held.size  # the VAD's next step: four frames out
+
+
+def bursts(seconds: float, seed: int) -> np.ndarray:
+    """Noise switched on and off at random, 50-300 ms at a time (speech's rhythm, not its sound)."""
+    rng = np.random.default_rng(seed)
+    out, on = [], True
+    while sum(p.size for p in out) < seconds * RATE:
+        n = int(rng.uniform(0.05, 0.3) * RATE)
+        out.append(rng.normal(0, 3000 if on else 0, n))
+        on = not on
+    return np.concatenate(out)[:int(seconds * RATE)].astype(np.int16)
+
+
+def detected_after(played: np.ndarray, mic: np.ndarray) -> float | None:
+    """Seconds of frames until the detector says the microphone hears what was played (None: never)."""
+    detector = EchoDetector()
+    for i in range(0, mic.size - FRAME + 1, FRAME):
+        detector.add(played[i:i + FRAME], mic[i:i + FRAME])
+        if detector.heard:
+            return (i + FRAME) / RATE
+    return None
+
+
+@pytest.mark.fast
+def test_a_microphone_that_hears_the_speaker_is_found_within_a_second_of_playback():
+    played = bursts(4.0, 0)
+    hiss = np.random.default_rng(9).normal(0, 30, played.size)
+    for delay_s, db in [(0.05, -10), (0.3, -10), (0.15, -35)]:
+        echo = np.concatenate([np.zeros(int(delay_s * RATE)), played * 10 ** (db / 20)])[:played.size]
+        after = detected_after(played, (echo + hiss).astype(np.int16))
+        assert after is not None and after <= 1.25
+
+
+@pytest.mark.fast
+def test_a_microphone_that_does_not_hear_the_speaker_is_not_taken_for_one():
+    """A client that cancels its own echo, or has headphones: the canceller's output, which AEC3 would cut by
+    10-13 dB over the reply for its first ~10 s, is not used; the user talking over the reply does not change
+    that."""
+    played = bursts(8.0, 0)
+    hiss = np.random.default_rng(9).normal(0, 30, played.size)
+    assert detected_after(played, hiss.astype(np.int16)) is None
+    assert detected_after(played, np.zeros(played.size, np.int16)) is None  # (a muted line)
+    assert detected_after(played, (bursts(8.0, 1) + hiss).astype(np.int16)) is None  # the user alone
+
+
+# --- the real audio processing module on real speech (loads Piper, hibari and Silero: not in the fast lane) ------
+
+REPLY = ("The capital of France is Paris. It is a lovely city in spring, with wide avenues and old cafes.",
+         "Would you like to hear more about its museums and its history?")
+USER_AT_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def voices() -> tuple[np.ndarray, np.ndarray]:
+    """(the reply in the Piper voice the server speaks with, the user in hibari's natural voice), 16 kHz."""
+    from scripts.eval.voices import synthesize
+    from tests.harness.speech import spoken
+
+    return np.concatenate([np.asarray(spoken(line)) for line in REPLY]), synthesize("hibari", "No, wait. "
+                                                                                     "Tell me about Berlin instead.")
+
+
+def speakerphone_call(voices, delay_s: float, user: bool):
+    from tests.harness.speakerphone import Call, Speakerphone
+    from tests.harness.speech import under
+
+    reply, words = voices
+    seconds = 0.5 + reply.size / RATE + 0.5
+    near = np.zeros(int(seconds * RATE))
+    if user:  # 6 dB under the reply as played: 4 dB over its echo
+        voice = under(words.astype(np.float32), reply, 6.0).astype(np.float64)
+        near[int(USER_AT_S * RATE):int(USER_AT_S * RATE) + voice.size] = voice
+    return Call(reply, near.astype(np.int16), seconds, Speakerphone(delay_s=delay_s, echo_db=-10.0, rt60_s=0.3))
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.25])
+def test_the_echo_of_a_spoken_reply_is_cut_by_15_db_and_the_user_over_it_is_kept(voices, delay_s):
+    """A speakerphone: the reply comes back 50-250 ms later, 10 dB down, through a room; the user says something
+    over it. Once the canceller has had the reply's first second, the echo is at least 15 dB down; the user's
+    words over it lose at most 6 dB."""
+    from tests.harness.speakerphone import level_db
+
+    alone = speakerphone_call(voices, delay_s, user=False)
+    canceller = EchoCanceller()
+    out = alone.run(canceller.played, canceller.clean)
+    _, mic = alone.timeline()
+    settled = slice(int(1.5 * RATE), out.size)
+    assert level_db(mic[settled]) - level_db(out[settled]) >= 15
+
+    talk = speakerphone_call(voices, delay_s, user=True)
+    canceller = EchoCanceller()
+    out = talk.run(canceller.played, canceller.clean)
+    said = slice(int(USER_AT_S * RATE), int(USER_AT_S * RATE) + voices[1].size)
+    assert level_db(out[said]) - level_db(talk.near[said]) >= -6
+
+
+def ears_on_a_call(voices, cancel: bool, user: bool) -> list[tuple[float, str]]:
+    """A session's ears (Silero, the voice gate with what was played, the canceller) on a speakerphone call,
+    guarded as while a reply plays: what they heard, when (seconds into the call)."""
+    from vita.config import Config
+    from vita.turns.listener import SpeechListener
+    from vita.turns.vad import SileroModel, VadSegmenter
+    from vita.turns.voice_gate import EchoReference
+
+    config = Config()
+    reference = EchoReference()
+    segmenter = VadSegmenter.from_config(config.vad, SileroModel(config.vad_model_path()), config.turn,
+                                         echo=reference)
+    segmenter.guarded = True
+    listener = SpeechListener(segmenter, EchoCanceller() if cancel else None)
+    call = speakerphone_call(voices, 0.15, user)
+    heard = []
+
+    def played(pcm: bytes, rate: int, at: float) -> None:
+        reference.play(pcm, rate, at)
+        if listener.canceller is not None:
+            listener.canceller.played(pcm, rate, at)
+
+    def hear(pcm: np.ndarray, arrived: float) -> np.ndarray:
+        heard.extend((arrived - call.t0, type(e).__name__) for e in listener.hear(pcm, RATE, arrived, arrived))
+        return pcm
+
+    call.run(played, hear)
+    return heard
+
+
+def test_with_the_canceller_the_replys_echo_starts_nothing_and_the_user_over_it_interrupts(voices):
+    assert not [k for _, k in ears_on_a_call(voices, cancel=True, user=False) if k == "SpeechStarted"]
+    heard = ears_on_a_call(voices, cancel=True, user=True)
+    confirmed = [t for t, k in heard if k == "SpeechConfirmed"]
+    assert confirmed and USER_AT_S < confirmed[0] < USER_AT_S + 1.5  # barge-in, on the user's words
+    assert not [t for t, k in heard if k == "SpeechStarted" and t < USER_AT_S]

@@ -31,6 +31,19 @@ MAX_HELD_S = 30.0  # played audio kept ahead of the microphone at most (a client
 CLOCK_WINDOW_S = 2.0  # the microphone's grid position: the earliest arrival over this long (least network delay)...
 RESYNC_S = 0.03  # ...and it is moved only when that drifts this far from where the samples' count put it
 DELAY_HINT_MS = 0  # AEC3 estimates the delay itself; the hint it is required to get
+# Whether the client's microphone hears its speaker at all. AEC3 assumes it does until its filter finds the echo or,
+# after ~10 s of playback without one, it turns transparent: until then a client that cancels its own echo (or has
+# headphones) would have the user's words over the reply cut by 10-13 dB, and barge-in lost. So its output is used
+# only once the microphone's audio has been seen to be a copy of what was played: their phase-transform
+# cross-correlation (GCC-PHAT, sharp in a reverberant room) has a peak at some lag up to MAX_LAG_S that stands far
+# above its level elsewhere. Until then the microphone's own audio goes on (the voice gate's echo guard stands).
+DETECT_EVERY = 25  # frames between looks (0.25 s)...
+DETECT_S = 1.0  # ...each at the last second of the microphone
+MAX_LAG_S = 0.4  # the echo comes up to this long after what was played
+ACTIVE_DBFS = -50.0  # a played frame this loud is playing...
+MIN_ACTIVE_SHARE = 0.3  # ...and a look needs this share of the last second's frames playing
+ECHO_PEAK = 10.0  # a correlation peak this many standard deviations over the rest: the echo is heard (two
+# unrelated voices peak at ~4-5)
 
 
 def _grid(at: float) -> int:
@@ -109,6 +122,55 @@ class MicClock:
         return self.offset + self.count - n
 
 
+class EchoDetector:
+    """Whether the microphone hears what was played (see DETECT_EVERY above). Once heard, it stays heard (a
+    speakerphone stays one), and it looks no more."""
+
+    def __init__(self) -> None:
+        self.window = int(DETECT_S * RATE)
+        self.lag = int(MAX_LAG_S * RATE)
+        self.far = np.zeros(self.window + self.lag, np.float32)  # what was played, the latest last
+        self.near = np.zeros(self.window, np.float32)  # what the microphone heard, the latest last
+        self.active: deque[bool] = deque(maxlen=self.window // FRAME)  # which recent played frames were playing
+        self.size = 1 << (2 * self.window + self.lag - 1).bit_length()  # (the FFT's, with no wrap-around)
+        self.frames = 0
+        self.heard = False
+        self.peak = 0.0  # the last look's peak, in standard deviations
+
+    def add(self, far: np.ndarray, near: np.ndarray) -> None:
+        """One 10 ms frame of what was played and what the microphone heard (int16)."""
+        if self.heard:
+            return
+        self.far = np.roll(self.far, -FRAME)
+        self.far[-FRAME:] = far
+        self.near = np.roll(self.near, -FRAME)
+        self.near[-FRAME:] = near
+        self.active.append(_db(far) > ACTIVE_DBFS)
+        self.frames += 1
+        if (self.frames % DETECT_EVERY == 0 and self.frames * FRAME >= self.window
+                and sum(self.active) >= MIN_ACTIVE_SHARE * self.active.maxlen):
+            self.peak = self._look()
+            self.heard = self.peak >= ECHO_PEAK
+
+    def _look(self) -> float:
+        """The phase-transform cross-correlation's highest peak at lags 0..MAX_LAG_S, in standard deviations of
+        its values elsewhere."""
+        spectrum = np.conj(np.fft.rfft(self.near, self.size)) * np.fft.rfft(self.far, self.size)
+        spectrum /= np.abs(spectrum) + 1e-9
+        correlation = np.fft.irfft(spectrum, self.size)  # [k]: the microphone against what played k samples later
+        # than MAX_LAG_S before it: the echo `d` seconds late peaks at k = lag - d
+        half = self.window // 2  # (elsewhere: lags where the two still overlap by at least half)
+        search = correlation[:self.lag + 1]
+        rest = np.concatenate([correlation[self.lag + FRAME:self.lag + half], correlation[self.size - half:]])
+        spread = float(np.std(rest))
+        return float(np.max(search)) / spread if spread > 0 else 0.0
+
+
+def _db(frame: np.ndarray) -> float:
+    x = frame.astype(np.float32) / 32768.0
+    return 10 * float(np.log10(float(np.mean(x * x)) + 1e-10))
+
+
 class EchoCanceller:
     """One session's echo canceller: ``played`` what the client plays (from the same place the voice gate's
     EchoReference is fed), ``clean`` the microphone's 16 kHz audio before the VAD sees it. `noise_suppression`:
@@ -117,6 +179,8 @@ class EchoCanceller:
     def __init__(self, noise_suppression: bool = False, apm: Any = None):
         from livekit import rtc  # (imported here: only sessions that cancel echo load its native library)
 
+        self.noise_suppression = noise_suppression  # (its output is then always used: the noise is always there)
+
         self._frame = rtc.AudioFrame
         self.apm = apm if apm is not None else rtc.AudioProcessingModule(
             echo_cancellation=True, noise_suppression=noise_suppression, high_pass_filter=True,
@@ -124,6 +188,7 @@ class EchoCanceller:
         self.playing = PlayedAudio()
         self.clock = MicClock()
         self.held = np.zeros(0, np.int16)  # microphone samples short of a whole 10 ms frame
+        self.detector = EchoDetector()
 
     @property
     def held_s(self) -> float:
@@ -155,11 +220,13 @@ class EchoCanceller:
         whole = audio.size - audio.size % FRAME
         out = np.empty(whole, np.int16)
         for i in range(0, whole, FRAME):
-            far = self._frame(self.playing.take(index + i, FRAME).tobytes(), RATE, 1, FRAME)
-            self.apm.process_reverse_stream(far)
-            near = self._frame(audio[i:i + FRAME].tobytes(), RATE, 1, FRAME)
+            played, heard = self.playing.take(index + i, FRAME), audio[i:i + FRAME]
+            self.detector.add(played, heard)
+            self.apm.process_reverse_stream(self._frame(played.tobytes(), RATE, 1, FRAME))
+            near = self._frame(heard.tobytes(), RATE, 1, FRAME)
             self.apm.set_stream_delay_ms(DELAY_HINT_MS)
-            self.apm.process_stream(near)
-            out[i:i + FRAME] = np.frombuffer(near.data, np.int16)
+            self.apm.process_stream(near)  # (always: its filter is converging by the time the echo is known)
+            used = self.detector.heard or self.noise_suppression
+            out[i:i + FRAME] = np.frombuffer(near.data, np.int16) if used else heard
         self.held = audio[whole:].copy()
         return out
