@@ -265,3 +265,17 @@ def test_with_the_canceller_the_replys_echo_starts_nothing_and_the_user_over_it_
     confirmed = [t for t, k in heard if k == "SpeechConfirmed"]
     assert confirmed and USER_AT_S < confirmed[0] < USER_AT_S + 1.5  # barge-in, on the user's words
     assert not [t for t, k in heard if k == "SpeechStarted" and t < USER_AT_S]
+
+
+def test_a_client_whose_microphone_does_not_hear_its_speaker_keeps_the_users_words_over_the_reply(voices):
+    """A client that cancels its own echo: AEC3 alone would cut the user over the reply by 10-13 dB (it assumes an
+    echo until it has played ~10 s without finding one); the canceller passes the microphone's audio on."""
+    from tests.harness.speakerphone import Call, Speakerphone, level_db
+
+    plain = speakerphone_call(voices, 0.15, user=True)
+    call = Call(plain.reply, plain.near, plain.seconds, Speakerphone(delay_s=0.15, echo_db=-200.0))
+    canceller = EchoCanceller()
+    out = call.run(canceller.played, canceller.clean)
+    said = slice(int(USER_AT_S * RATE), int(USER_AT_S * RATE) + voices[1].size)
+    assert not canceller.detector.heard
+    assert level_db(out[said]) - level_db(call.near[said]) >= -1
