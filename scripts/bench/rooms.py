@@ -54,7 +54,8 @@ ECHO_DB = 10.0  # the speaker's echo this much under the user's voice
 RT60_S = 0.3
 ECHO_DELAYS_S = (0.05, 0.15, 0.25, 0.10, 0.20)  # one per question, in turn
 BARGE_AFTER_S = 1.2  # an interruption this long after the reply's first audio was received
-STOPPED_WITHIN_S = 3.0  # a stop this soon after an interruption's onset is its doing
+STOPPED_WITHIN_S = 3.0  # a stop this soon after an interruption's onset is its doing...
+EARLIEST_STOP_S = 0.25  # ...unless it came sooner than this (the echo's, or the room's)
 QUESTION_CAP_S = 45.0  # the longest a question is waited on (an utterance the room holds open ends at 30 s)
 SETTLE_CAP_S = 25.0  # the longest a question waits for the room to fall quiet (a reply answering its own echo)
 SETTLE_S = 1.0  # quiet (nothing playing, no turn) before the next question
@@ -297,6 +298,7 @@ class Turn:
     first_audio: float | None = None
     end: float | None = None
     reason: str | None = None  # why it ended without its whole reply (None: it did not)
+    stages: dict = field(default_factory=dict)  # the server's own timings of it (Socket.IO `timings`), by stage
 
 
 class Door:
@@ -356,6 +358,8 @@ class VitaDoor(Door):
                 elif d["state"] == "listening":
                     turn = turns[d["turn_id"]]
                     turn.end, turn.reason = t, d.get("reason")
+            elif name == "timings" and d.get("turn_id") in turns:
+                turns[d["turn_id"]].stages[d.get("stage")] = {k: v for k, v in d.items() if isinstance(v, float)}
             elif name == "turn_cancelled" and d.get("turn_id") in turns:
                 turns[d["turn_id"]].reason = d.get("reason")
             elif name == "audio" and speaking in turns and turns[speaking].first_audio is None:
@@ -473,6 +477,7 @@ class Asked:
     v2v_s: float | None = None
     stop_s: float | None = None  # barge: onset -> stop
     over_reply: bool = True  # barge: a reply was sounding at its onset
+    stopped_before: bool = False  # barge: the reply was stopped by something else just before it could be
     echo_delay_s: float | None = None
 
 
@@ -501,6 +506,8 @@ class RoomResult:
                 "asked": len(questions), "unanswered": sum(a.answer is None for a in questions),
                 "unasked_replies": len(self.unasked), "echo_cuts": len(self.echo_cuts),
                 "echo_dropped": self.echo_dropped, "barges_stopped": len(stops), "barges": len(barges),
+                "barges_not_over_a_reply": sum(not a.over_reply for a in barges),
+                "barges_stopped_by_else": sum(a.stopped_before for a in barges),
                 "stop_p50_s": round(statistics.median(stops), 3) if stops else None,
                 "v2v_p50_s": round(statistics.median(v2v), 3) if v2v else None,
                 "v2v_p90_s": round(percentile(v2v, 0.9), 3) if v2v else None,
@@ -669,8 +676,10 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
             heard = [t.first_audio for t in [*own, answer] if t.first_audio is not None and t.first_audio >= a.end]
             a.v2v_s = round(min(heard) - a.end, 3) if heard else None
         if a.kind == "barge":
-            stop = next((s for s in stops if a.onset <= s <= a.onset + STOPPED_WITHIN_S), None)
+            # a stop sooner than the user could have caused one (64 ms voiced, then confirmed) was something else's
+            stop = next((s for s in stops if a.onset + EARLIEST_STOP_S <= s <= a.onset + STOPPED_WITHIN_S), None)
             a.stop_s = None if stop is None else round(stop - a.onset, 3)
+            a.stopped_before = any(a.onset - 1.0 <= s < a.onset + EARLIEST_STOP_S for s in stops)
     result.asked = plan
     result.unasked = [asdict(t) for t in turns if t.first_audio is not None and t.key not in claimed]
     result.echo_dropped = sum(t.reason == "echo" for t in turns)
