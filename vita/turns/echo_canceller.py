@@ -36,14 +36,15 @@ DELAY_HINT_MS = 0  # AEC3 estimates the delay itself; the hint it is required to
 # headphones) would have the user's words over the reply cut by 10-13 dB, and barge-in lost. So its output is used
 # only once the microphone's audio has been seen to be a copy of what was played: their phase-transform
 # cross-correlation (GCC-PHAT, sharp in a reverberant room) has a peak at some lag up to MAX_LAG_S that stands far
-# above its level elsewhere. Until then the microphone's own audio goes on (the voice gate's echo guard stands).
+# above its level elsewhere, twice running. Until then the microphone's own audio goes on (the voice gate's echo
+# guard stands).
 DETECT_EVERY = 25  # frames between looks (0.25 s)...
 DETECT_S = 1.0  # ...each at the last second of the microphone
 MAX_LAG_S = 0.4  # the echo comes up to this long after what was played
 ACTIVE_DBFS = -50.0  # a played frame this loud is playing...
 MIN_ACTIVE_SHARE = 0.3  # ...and a look needs this share of the last second's frames playing
-ECHO_PEAK = 10.0  # a correlation peak this many standard deviations over the rest: the echo is heard (two
-# unrelated voices peak at ~4-5)
+ECHO_PEAK = 12.0  # a correlation peak this many standard deviations over the rest, in two looks running: the
+# echo is heard (an echo 10 dB down through a room: 17-37; two unrelated voices: 4-11, once)
 
 
 def _grid(at: float) -> int:
@@ -149,8 +150,8 @@ class EchoDetector:
         self.frames += 1
         if (self.frames % DETECT_EVERY == 0 and self.frames * FRAME >= self.window
                 and sum(self.active) >= MIN_ACTIVE_SHARE * self.active.maxlen):
-            self.peak = self._look()
-            self.heard = self.peak >= ECHO_PEAK
+            self.peak, peaked = self._look(), self.peak >= ECHO_PEAK
+            self.heard = peaked and self.peak >= ECHO_PEAK
 
     def _look(self) -> float:
         """The phase-transform cross-correlation's highest peak at lags 0..MAX_LAG_S, in standard deviations of
@@ -191,6 +192,11 @@ class EchoCanceller:
         self.detector = EchoDetector()
 
     @property
+    def cancelling(self) -> bool:
+        """Its output is the module's (the echo was heard, or the noise is suppressed), not the microphone's."""
+        return self.detector.heard or self.noise_suppression
+
+    @property
     def held_s(self) -> float:
         """Seconds of microphone audio kept back until its 10 ms frame is whole."""
         return self.held.size / RATE
@@ -226,7 +232,6 @@ class EchoCanceller:
             near = self._frame(heard.tobytes(), RATE, 1, FRAME)
             self.apm.set_stream_delay_ms(DELAY_HINT_MS)
             self.apm.process_stream(near)  # (always: its filter is converging by the time the echo is known)
-            used = self.detector.heard or self.noise_suppression
-            out[i:i + FRAME] = np.frombuffer(near.data, np.int16) if used else heard
+            out[i:i + FRAME] = np.frombuffer(near.data, np.int16) if self.cancelling else heard
         self.held = audio[whole:].copy()
         return out

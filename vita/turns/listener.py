@@ -71,8 +71,12 @@ class SpeechListener:
                 self._rate = rate
             pcm = self._resampler.resample_chunk(pcm)
         if self.canceller is not None:  # the echo goes before the VAD judges the audio and before it is kept
+            cancelling = self.canceller.cancelling
             pcm = self.canceller.clean(pcm, arrived)
             arrived -= self.canceller.held_s  # (the cleaned audio ends that much before what arrived)
+            echo = self.segmenter.gate.echo
+            if self.canceller.cancelling and not cancelling and echo is not None:
+                echo.coupling.clear()  # how loud the echo came back was learnt before it was taken out
         return self._events(self.segmenter.feed(pcm, arrived), arrived, now)
 
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
