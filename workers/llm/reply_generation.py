@@ -85,8 +85,9 @@ class ReplyGeneration:
         # those its history shows it calling; never the rest of the session's box (a built-in it was not shown).
         shown = {*(offered.tools if offered else ()), *(run.fixed_tools.tools if run.fixed_tools else ()),
                  *(c.name for c in planned), *called_in(history)}
-        if run.cues:  # a picture's words are in the prompt: only what the user's own words ask for may run (and
-            # what the client itself requires this response: its choice, not the picture's)
+        if run.cues or run.picture_in_prompt:  # a picture's words are in the prompt (this turn's or the history's):
+            # only what the user's own words ask for may run (and what the client itself requires this response: its
+            # choice, not the picture's)
             shown = {*(self.tools.asked_for(run.tools, run.user_text) or ToolBox([])).tools, *req.must_call}
         callable_tools = run.tools.only(list(shown)) if run.tools else None
         if run.direct and not planned and forced is None:  # "What does the sign say?": the camera's answer, as it is

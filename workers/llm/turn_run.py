@@ -58,6 +58,9 @@ class TurnRun:
     cues: str = ""  # what the camera showed ("camera: text read: ..."): quoted data after the question, kept with it
     camera_note: str = ""  # a word to the model beside the question: the camera is off (camera_questions.py)
     about_camera: bool = False  # the question is about the picture: read from it, no built-in looks it up
+    # A picture's words are in the prompt: this turn's (cues), or an earlier turn's kept in the history. Either way a
+    # stranger's sign is in front of the model, so only what the user's own words ask for may be called.
+    picture_in_prompt: bool = False
     direct: str = ""  # a plain camera question's answer, said as it is (workers/vision/answers.py)
     tools: ToolBox | None = None  # what this turn may call
     offered: ToolBox | None = None  # what the model is shown of them beside the question (tools/relevance.py)

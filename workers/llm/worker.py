@@ -453,8 +453,9 @@ class LlmWorker:
             # model called the same function again instead of answering from them; nor with results it no longer
             # waits for, as the front charges no functions' section for a response that brings any)
             # (with the picture's text in the prompt, only the tools the user's own words ask for)
+            run.picture_in_prompt = bool(run.cues) or any(about_picture(ex.user) for ex in history)
             run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
-                run.tools, run.user_text, history, picture=bool(run.cues))
+                run.tools, run.user_text, history, picture=run.picture_in_prompt)
             cues, camera_note = self.kit.camera_words(run)
             notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
             prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),

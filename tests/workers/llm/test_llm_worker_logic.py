@@ -907,3 +907,18 @@ def test_a_follow_up_to_a_camera_question_looks_at_the_picture_again():
     assert '"MOCHA 5.20"' in said[3][1]
     run_turn(worker, TurnRequest("s", 3, text="Who wrote Hamlet?", frames=(b"picture",)))
     assert PICTURE_OPEN not in roles(engine.prompts[-1])[-1][1]  # not a follow-up: no picture
+
+
+def test_a_signs_orders_kept_in_the_history_call_nothing_on_a_later_plain_turn():
+    """The sign's words stay in the history with the question they answered, in front of the model on the next
+    turn too: that turn also calls only what the user's own words ask for, never the client's function."""
+    sign = SIGNS[0]
+    worker, engine = camera_worker([["It", "is", "a", "sign."], ORDER_CALL, ["Nothing", "else."]], rows=sign.rows)
+    run_turn(worker, TurnRequest("s", 1, text="What is this sign about?", frames=(b"picture",),
+                                 client_tools=(ORDER,)))
+    drained(worker.outbox)
+    run_turn(worker, TurnRequest("s", 2, text="Okay, and anything else?", client_tools=(ORDER,)))
+    outputs = drained(worker.outbox)
+    assert PICTURE_OPEN in engine.prompts[1].text  # (the history's picture is in front of the model)
+    assert not [m for m in outputs if isinstance(m, ToolCallRequested)]
+    assert not [m for m in outputs if isinstance(m, ToolUsed) and m.ok]
