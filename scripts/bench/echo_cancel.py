@@ -10,8 +10,8 @@ the reply's echo alone start speech (it must not), and is the user who speaks ov
 With the canceller and without it (the echo guard alone).
 noise: does WebRTC's noise suppressor help Whisper? Spoken questions (hibari) under white noise, a fan's hum and
 other people talking, at 10, 5 and 0 dB SNR: word error rate and garbled transcripts (WER > 0.5) as heard raw,
-through the canceller's processing with the suppressor off (high-pass filter only: what the server does), and
-with it on.
+through the canceller with the suppressor off (with nothing played it passes the microphone's audio on: a second
+raw run, which shows how much Whisper's own results vary), and with it on.
 
 Usage: .venv/bin/python -m scripts.bench.echo_cancel [echo|gate|noise] [--questions N] [--json out.json]
 """
@@ -147,7 +147,7 @@ def hum(seconds: float, seed: int = 0) -> np.ndarray:
 
 
 def processed(audio: np.ndarray, ns: bool) -> np.ndarray:
-    """`audio` through the canceller's processing (nothing played): high-pass filter, and the suppressor if `ns`."""
+    """`audio` through the canceller (nothing played: the microphone's own audio, or the suppressor's if `ns`)."""
     canceller = EchoCanceller(noise_suppression=ns)
     lead = np.zeros(FRAME * 50, np.int16)  # (the suppressor learns the noise in its first frames: give it them)
     out = canceller.clean(np.concatenate([lead, audio, np.zeros(FRAME, np.int16)]), 1000.0)
@@ -169,7 +169,7 @@ def noisy(args) -> list[dict]:
     rows = []
     for bed_name, make in beds.items():
         for snr in (10, 5, 0):
-            for path in ("raw", "hpf", "ns"):
+            for path in ("raw", "off", "ns"):
                 wers = []
                 for k, q in enumerate(questions):
                     speech = synthesize("hibari", q)
