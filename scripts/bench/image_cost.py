@@ -1,7 +1,6 @@
 """What one picture costs the server, by kind, against a baseline JPEG of the same pixels: the front's check (its
-structure read, then one decode at 1/8 scale that also makes its signature) and the vision stage's one decode of
-a changed picture, each the best of --repeat runs on this CPU. A refused picture costs only the reading of its
-structure. No model, no server.
+structure read; nothing decoded) and the vision stage's one decode, each the best of --repeat runs on this CPU. A
+refused picture costs only the reading of its structure. No model, no server.
 
 Usage: .venv/bin/python -m scripts.bench.image_cost [--repeat 5] [--json out.json]
 """

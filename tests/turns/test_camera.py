@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 import zlib
 
@@ -18,6 +19,7 @@ from vita.turns.camera import (
     FrameBuffer,
     FrameError,
     FrameOverBudget,
+    check_picture,
     decode_frame,
     image_dimensions,
     image_layout,
@@ -212,3 +214,74 @@ def test_a_png_with_every_chunk_intact_passes_and_a_webp_cut_short_does_not():
     ok, webp = cv2.imencode(".webp", np.zeros((37, 53, 3), np.uint8), [cv2.IMWRITE_WEBP_QUALITY, 80])
     with pytest.raises(FrameError, match="WebP cut short"):
         image_layout(webp.tobytes()[:-10])
+
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+def test_an_animated_png_is_refused():
+    """OpenCV decodes every frame of an APNG: 100 frames of 1600x1200 took half a second, charged as one."""
+    still = png_noise()
+    animated = still[:33] + png_chunk(b"acTL", (2).to_bytes(4, "big") + bytes(4)) + still[33:]
+    with pytest.raises(FrameError, match="animated PNG"):
+        decode_frame(data_url(animated, "image/png"), 10**7)
+
+
+@pytest.mark.parametrize("marker", [0xC3, 0xC9, 0xCA, 0xCB])  # lossless, arithmetic-coded (sequential,
+def test_a_jpeg_of_a_kind_no_camera_writes_is_refused(marker):  # progressive, lossless)
+    data = bytearray(jpeg())
+    data[data.index(b"\xff\xc0") + 1] = marker
+    with pytest.raises(FrameError, match="kind cameras do not write"):
+        image_layout(bytes(data))
+    twelve_bit = bytearray(jpeg())
+    twelve_bit[twelve_bit.index(b"\xff\xc0") + 4] = 12
+    with pytest.raises(FrameError, match="12-bit"):
+        image_layout(bytes(twelve_bit))
+
+
+def test_a_jpeg_of_many_bytes_for_its_pixels_is_charged_its_bytes():
+    """Entropy decoding grows with the bytes: 1.6 MB of 1.9 MP at quality 95 cost 4.2 baseline megapixels."""
+    noisy = np.random.default_rng(0).integers(0, 255, (600, 800, 3), dtype=np.uint8)
+    dense = cv2.imencode(".jpg", noisy, [cv2.IMWRITE_JPEG_QUALITY, 100])[1].tobytes()
+    layout = image_layout(dense)
+    assert layout.megapixels == 0.48 and len(dense) > 500_000 and layout.cost == pytest.approx(len(dense) / 200_000)
+
+
+def test_a_png_is_charged_for_its_depth_and_rows():
+    wide = cv2.imencode(".png", np.zeros((48, 64, 4), np.uint16))[1].tobytes()  # RGBA at 16 bits
+    narrow = cv2.imencode(".png", np.zeros((3000, 1), np.uint8))[1].tobytes()
+    assert image_layout(wide).cost == pytest.approx(64 * 48 / 1e6 * 8 * 8 / 3 + 48 * 2e-5)
+    assert image_layout(narrow).cost > 2.5 * 3000 / 1e6 * 8  # (its rows: a 1x1,000,000 PNG cost 2.6x its pixels')
+
+
+def test_a_progressive_cmyk_jpeg_of_its_eighteen_scans_passes():
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("CMYK", (64, 48), (10, 20, 30, 40)).save(out, "JPEG", progressive=True)
+    layout = image_layout(out.getvalue())
+    assert layout.progressive and layout.scans > MAX_JPEG_SCANS
+
+
+@pytest.mark.parametrize("kind, params", [(".jpg", []), (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]), (".png", []),
+                                          (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]),
+                                          (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101])])
+def test_every_cut_and_many_damaged_copies_of_a_picture_give_a_clear_error_or_pass(kind, params):
+    """The structure is read from bytes anyone can send: no prefix or damage may raise anything but FrameError."""
+    whole = cv2.imencode(kind, hostile_images.photo(40, 30), params)[1].tobytes()
+    rng = np.random.default_rng(1)
+    damaged = []
+    for _ in range(300):
+        copy = bytearray(whole)
+        for at in rng.integers(0, len(copy), rng.integers(1, 4)):
+            copy[at] = int(rng.integers(0, 256))
+        damaged.append(bytes(copy))
+    cuts = [whole[:n] for n in range(len(whole) + 1)]
+    if whole[:4] == b"RIFF":  # ...and cut with its size field saying so
+        cuts += [b"RIFF" + max(0, n - 8).to_bytes(4, "little") + whole[8:n] for n in range(8, len(whole) + 1)]
+    for image in cuts + damaged + [b"RIFF\x04\x00\x00\x00WEBPVP8X"]:
+        with contextlib.suppress(FrameError):
+            check_picture(image)

@@ -27,7 +27,8 @@ class FrameError(ValueError):
 # What a picture may hold besides its pixels. A decoder's cost grows with more than the pixel count: every scan
 # of a progressive JPEG is a pass over the whole picture (an empty one is a 10-byte header: 5,000 of them made a
 # 130 KB frame that took seconds), and libpng inflates every compressed text or colour-profile chunk.
-MAX_JPEG_SCANS = 16  # libjpeg's and mozjpeg's progressive scripts write 6-12; baseline writes 1 (3 unmixed)
+MAX_JPEG_SCANS = 16  # libjpeg's and mozjpeg's progressive scripts write 6-12 for colour; baseline writes 1 (3 unmixed)
+MAX_CMYK_JPEG_SCANS = 24  # ...and 18 for a four-component (CMYK) picture
 MAX_JPEG_SEGMENTS = 256  # markers of every kind (APPn, tables, scans): a photo with EXIF and an ICC profile has ~20
 MAX_PNG_CHUNKS = 4096  # IDAT chunks of 512 bytes still fit a 2 MB frame
 MAX_PNG_PACKED_BYTES = 16_384  # zTXt, iTXt and iCCP together, compressed (an ICC profile is ~0.5-3 KB)
@@ -35,7 +36,10 @@ MAX_PNG_PACKED_BYTES = 16_384  # zTXt, iTXt and iCCP together, compressed (an IC
 # on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (scripts/bench/image_cost.py): a progressive
 # JPEG ~2x (each scan is a pass over the picture's coefficients), a WebP ~4x, a PNG of a photo 8-14x.
 SCAN_COST = 0.12
+JPEG_BYTES_PER_MP = 200_000  # a JPEG's entropy decoding grows with its bytes: 1.6 MB of 1.9 MP at quality 95 cost
+# 4.2 baseline megapixels; one is charged the larger of its pixels and its bytes at this rate
 PNG_COST, WEBP_COST = 8.0, 4.0
+PNG_ROW_COST = 2e-5  # per row: a 1x1,000,000 PNG cost 2.6 times its pixels' charge
 PACKED_BYTE_COST = 0.002  # a compressed PNG text byte: 7.8 KB inflated to libpng's 8 MB limit took 17 ms
 SIGNATURE_SIZE = (32, 24)  # width, height of a picture's grey signature (vita.messages.Picture)
 
@@ -50,6 +54,8 @@ class ImageLayout:
     scans: int = 1  # a JPEG's scans (progressive: several passes over the whole picture; 0: it has no data)
     progressive: bool = False  # a progressive JPEG or an interlaced PNG
     packed: int = 0  # a PNG's compressed text and colour-profile bytes, which libpng inflates
+    size: int = 0  # bytes of the file
+    bytes_per_pixel: float = 3.0  # a PNG's, decoded (RGBA at 16 bits: 8)
 
     @property
     def megapixels(self) -> float:
@@ -59,10 +65,13 @@ class ImageLayout:
     def cost(self) -> float:
         """Decoding it, in megapixels of a baseline JPEG."""
         if self.kind == "png":
-            return self.megapixels * PNG_COST * (1.5 if self.progressive else 1.0) + self.packed * PACKED_BYTE_COST
+            depth = max(1.0, self.bytes_per_pixel / 3)
+            return (self.megapixels * PNG_COST * depth * (1.5 if self.progressive else 1.0)
+                    + self.height * PNG_ROW_COST + self.packed * PACKED_BYTE_COST)
         if self.kind == "webp":
             return self.megapixels * WEBP_COST
-        return self.megapixels * (1.0 + SCAN_COST * self.scans if self.progressive else 1.0)
+        base = max(self.megapixels, self.size / JPEG_BYTES_PER_MP)
+        return base * (1.0 + SCAN_COST * self.scans if self.progressive else 1.0)
 
 
 # In a JPEG's entropy-coded data a 0xFF byte is followed by 0x00 (a stuffed byte) or a restart marker; anything
@@ -70,6 +79,9 @@ class ImageLayout:
 # the regex engine skip ahead: 2 ms for a 1.2 MB, 12-megapixel photo (a leading `\xff+` took 31 ms).
 _NEXT_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 _PACKED_PNG_CHUNKS = (b"zTXt", b"iTXt", b"iCCP")
+_ANIMATED_PNG_CHUNKS = (b"acTL", b"fcTL", b"fdAT")  # an APNG's frames: OpenCV decodes every one
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # by colour type
+_JPEG_FRAMES = (0xC0, 0xC1, 0xC2)  # baseline, extended and progressive Huffman: what cameras and encoders write
 
 
 def image_layout(image: bytes) -> ImageLayout:
@@ -92,7 +104,7 @@ def image_dimensions(image: bytes) -> tuple[int, int]:
 
 
 def _jpeg_layout(image: bytes) -> ImageLayout:
-    at, segments, scans, size, progressive = 2, 0, 0, None, False
+    at, segments, scans, size, progressive, components = 2, 0, 0, None, False, 3
     while at + 1 < len(image):
         if image[at] != 0xFF:
             raise FrameError("video_frame is a JPEG with bytes between its markers")
@@ -116,22 +128,26 @@ def _jpeg_layout(image: bytes) -> ImageLayout:
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
             if size is not None:
                 raise FrameError("video_frame is a JPEG with two frame headers")
-            if at + 9 > len(image):
+            if at + 10 > len(image):
                 break
+            if marker not in _JPEG_FRAMES or image[at + 4] != 8:  # lossless, arithmetic-coded, 12-bit: no camera
+                raise FrameError("video_frame is a JPEG of a kind cameras do not write (lossless, arithmetic-coded "
+                                 "or 12-bit); send a baseline or progressive 8-bit JPEG")
             size = int.from_bytes(image[at + 7:at + 9], "big"), int.from_bytes(image[at + 5:at + 7], "big")
-            progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
+            progressive, components = marker == 0xC2, image[at + 9]
         at += 2 + length
         if marker == 0xDA:  # start of scan: its entropy-coded data runs to the next marker
             scans += 1
-            if scans > MAX_JPEG_SCANS:
-                raise FrameError(f"video_frame is a JPEG of more than {MAX_JPEG_SCANS} scans")
+            most = MAX_CMYK_JPEG_SCANS if components >= 4 else MAX_JPEG_SCANS
+            if scans > most:
+                raise FrameError(f"video_frame is a JPEG of more than {most} scans")
             found = _NEXT_JPEG_MARKER.search(image, at)
             if found is None:
                 break  # data to the end without an end marker: the decoder reads what there is
             at = found.start()
     if size is None:
         raise FrameError("video_frame is a JPEG without a readable frame header")
-    return ImageLayout("jpeg", size[0], size[1], scans, progressive)
+    return ImageLayout("jpeg", size[0], size[1], scans, progressive, size=len(image))
 
 
 def _png_layout(image: bytes) -> ImageLayout:
@@ -139,6 +155,7 @@ def _png_layout(image: bytes) -> ImageLayout:
         raise FrameError("video_frame is a PNG without a readable header")
     width, height = int.from_bytes(image[16:20], "big"), int.from_bytes(image[20:24], "big")
     interlaced = image[28] == 1
+    bytes_per_pixel = _PNG_CHANNELS.get(image[25], 4) * max(1, image[24]) / 8
     at, chunks, packed, data, ended = 8, 0, 0, False, False
     while at + 8 <= len(image):
         length, kind = int.from_bytes(image[at:at + 4], "big"), image[at + 4:at + 8]
@@ -147,6 +164,8 @@ def _png_layout(image: bytes) -> ImageLayout:
         if zlib.crc32(image[at + 4:at + 8 + length]) != int.from_bytes(image[at + 8 + length:at + 12 + length], "big"):
             raise FrameError(f"video_frame is a PNG with a damaged {kind.decode('latin-1')!r} chunk")
         data = data or kind == b"IDAT"
+        if kind in _ANIMATED_PNG_CHUNKS:
+            raise FrameError("video_frame is an animated PNG; send one picture at a time")
         chunks += 1
         if chunks > MAX_PNG_CHUNKS:
             raise FrameError(f"video_frame is a PNG of more than {MAX_PNG_CHUNKS} chunks")
@@ -160,11 +179,11 @@ def _png_layout(image: bytes) -> ImageLayout:
         at += 12 + length
     if not data or not ended:
         raise FrameError("video_frame is a PNG cut short")
-    return ImageLayout("png", width, height, 1, interlaced, packed)
+    return ImageLayout("png", width, height, 1, interlaced, packed, len(image), bytes_per_pixel)
 
 
 def _webp_layout(image: bytes) -> ImageLayout:
-    if int.from_bytes(image[4:8], "little") + 8 > len(image):
+    if len(image) < 30 or int.from_bytes(image[4:8], "little") + 8 > len(image):
         raise FrameError("video_frame is a WebP cut short")
     chunk = image[12:16]
     if chunk == b"VP8X":
@@ -178,7 +197,7 @@ def _webp_layout(image: bytes) -> ImageLayout:
         width, height = int.from_bytes(image[26:28], "little") & 0x3FFF, int.from_bytes(image[28:30], "little") & 0x3FFF
     else:
         raise FrameError("video_frame is not a WebP image we can read")
-    return ImageLayout("webp", width, height)
+    return ImageLayout("webp", width, height, size=len(image))
 
 
 class FrameOverBudget(FrameError):

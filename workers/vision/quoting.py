@@ -16,7 +16,8 @@ import unicodedata
 # Characters a quote or a block could be closed or a template token written with, and what they become.
 _SWAPS = str.maketrans({
     '"': "'", "\u201c": "'", "\u201d": "'", "\u201e": "'", "\u201f": "'", "\u00ab": "'", "\u00bb": "'",
-    "`": "'", "\u2033": "'", "\u3003": "'",
+    "`": "'", "\u2033": "'", "\u3003": "'", "\u02ba": "'", "\u2036": "'", "\u275d": "'", "\u275e": "'",
+    "\u301d": "'", "\u301e": "'", "\u301f": "'", "\uff02": "'",
     "<": "\u2039", ">": "\u203a", "\u2329": "\u2039", "\u232a": "\u203a", "\u3008": "\u2039", "\u3009": "\u203a",
     "[": "(", "]": ")", "\u3010": "(", "\u3011": ")",
 })

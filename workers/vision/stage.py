@@ -125,9 +125,14 @@ class VisionStage:
         future: Future = Future()
         with self._lock:
             if session_id not in self._sights and len(self._sights) >= MAX_SESSIONS:
-                # (a frame that came after its session ended left one behind): the one analysed longest ago goes
-                oldest = min(self._sights, key=lambda sid: self._sights[sid].analysed_at)
-                self._sights.pop(oldest)
+                # (a frame that came after its session ended left one behind): of those with nothing waiting, the
+                # one analysed longest ago goes; what it waited for, if all wait, is cancelled
+                oldest = min(self._sights, key=lambda sid: (self._sights[sid].pending is not None,
+                                                            self._sights[sid].analysed_at))
+                gone = self._sights.pop(oldest)
+                if gone.pending is not None:
+                    for waiting in (gone.pending[1], *gone.waiters):
+                        waiting.cancel()
             sight = self._sights.setdefault(session_id, _Sight())
             queued, hurried = sight.pending is not None, urgent and not sight.urgent
             if queued:

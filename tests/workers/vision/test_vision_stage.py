@@ -159,3 +159,18 @@ def test_a_picture_that_comes_with_its_signature_is_not_decoded_when_unchanged(s
     monkeypatch.setattr(module, "decode_pixels", lambda image: decoded.append(image))
     again = Picture(b"not even a picture", first.signature)  # the same signature: known to be unchanged
     assert stage.seen("s", again).result(10) == "scene 1" and decoded == [] and stage.skipped == 1
+
+
+def test_a_session_pushed_out_by_too_many_cameras_has_its_waiting_cancelled_not_forgotten(stage, monkeypatch):
+    import workers.vision.stage as module
+
+    monkeypatch.setattr(module, "MAX_SESSIONS", 2)
+    stage.gate.clear()
+    stage.seen("a", jpeg(10))
+    assert stage.entered.wait(10)  # a's picture under way: a has nothing waiting now
+    waiting = stage.seen("b", jpeg(60), urgent=True)
+    third = stage.seen("c", jpeg(200))  # a goes first (nothing waiting), then, for a fourth, b must
+    fourth = stage.seen("d", jpeg(120))
+    stage.gate.set()
+    assert waiting.cancelled() and not third.cancelled() and not fourth.cancelled()
+    assert third.result(10) and fourth.result(10)
