@@ -44,7 +44,7 @@ def test_instruct_tokenizer_gets_its_chat_template(base_tokenizer):
         history.add(Exchange("Hi", "Hello, half", interrupted=True))
         prompt = builder.build(history, "Again?", cues="camera: one person, looking at the camera")
         assert prompt == ("<|system|>Be brief.\n<|user|>Hi\n<|assistant|>Hello, half…\n"
-                          f"<|user|>Again?\n\n{PICTURE_OPEN}\none person, looking at the camera\n{PICTURE_CLOSE}\n"
+                          f"<|user|>Again?\n\n{PICTURE_OPEN}one person, looking at the camera{PICTURE_CLOSE}Again?\n"
                           "<|assistant|>")
         assert builder.stop == []
     finally:
