@@ -1,7 +1,7 @@
 """Benchmark the server's echo canceller (vita/turns/echo_canceller.py) on a simulated speakerphone
 (tests/harness/speakerphone.py: the reply heard back 50-350 ms later, 10 dB down, through a synthetic room).
 
-echo: how far the echo is cut once the canceller has converged (after the reply's first second), how much of the
+echo: how far the echo is cut once the canceller has converged (after the reply's first 1.5 s), how much of the
 user's level survives when they speak over it (double talk), and the CPU it costs (share of one core), for each
 delay, with WebRTC's noise suppressor off and on; and the user's words when no echo comes back at all (a client
 that cancels its own: the canceller must not eat them).
@@ -74,7 +74,7 @@ def echo(args) -> list[dict]:
             spent = [0.0]
             out = call.run(timed(canceller.played, spent), timed(canceller.clean, spent))
             _, mic = call.timeline()
-            settled = slice(int(1.5 * RATE), out.size)
+            settled = slice(int(2.0 * RATE), out.size)
             talk = Call(reply, near, seconds, Speakerphone(delay_s=delay, echo_db=echo_db))
             canceller = EchoCanceller(noise_suppression=ns)
             both = talk.run(canceller.played, canceller.clean)
