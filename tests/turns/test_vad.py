@@ -324,10 +324,21 @@ def test_over_a_reply_the_span_ends_on_the_users_voice_or_just_after_it():
 QUESTIONS = ("What is the capital of France?", "How many legs does a spider have?")
 
 
-def in_a_room(bed_db: float | None, seconds_between: float = 3.0, scale_db: float = 0.0):
+def fan(seconds: float) -> np.ndarray:
+    """Steady noise with a fan's downward tilt: white noise through a one-pole low-pass (float32)."""
+    white = np.random.default_rng(9).normal(0, 1000, int(seconds * SAMPLE_RATE))
+    tilted = np.empty_like(white)
+    acc = 0.0
+    for i, x in enumerate(white):  # (a few seconds: fast enough as a loop)
+        acc = 0.9 * acc + 0.1 * x
+        tilted[i] = acc
+    return tilted.astype(np.float32)
+
+
+def in_a_room(bed_db: float | None, seconds_between: float = 3.0, scale_db: float = 0.0, steady: bool = False):
     """Two questions with `seconds_between` of the room before, between and after them, other people talking
-    `bed_db` under the user (None: a quiet room, -70 dBFS of hiss); the user `scale_db` louder or softer.
-    Returns the mixed stream and each question's first and last voiced sample in it."""
+    `bed_db` under the user (None: a quiet room, -70 dBFS of hiss; `steady`: a fan instead of people); the user
+    `scale_db` louder or softer. Returns the mixed stream and each question's first and last voiced sample in it."""
     parts, spans, at = [silence(seconds_between)], [], int(seconds_between * SAMPLE_RATE)
     for text in QUESTIONS:
         question = (np.asarray(spoken(text)).astype(np.float32) * 10 ** (scale_db / 20)).astype(np.int16)
@@ -337,7 +348,8 @@ def in_a_room(bed_db: float | None, seconds_between: float = 3.0, scale_db: floa
     stream = np.concatenate(parts).astype(np.float32)
     stream += np.random.default_rng(5).normal(0, 10, stream.size)
     if bed_db is not None:
-        stream += under(babble(stream.size / SAMPLE_RATE), np.asarray(spoken(QUESTIONS[0])), bed_db)
+        bed = fan(stream.size / SAMPLE_RATE) if steady else babble(stream.size / SAMPLE_RATE)
+        stream += under(bed, np.asarray(spoken(QUESTIONS[0])), bed_db)
     return np.clip(stream, -32768, 32767).astype(np.int16), spans
 
 
@@ -375,6 +387,13 @@ def test_other_people_10_db_under_the_user_start_nothing_before_the_user_speaks(
     assert starts and spans[0][0] <= starts[0] <= spans[0][0] + 0.3 * SAMPLE_RATE
     first_end = next(u for _, kind, u in seen if kind is Heard.END)
     assert abs(first_end.speech_end_sample - spans[0][1]) < 0.5 * SAMPLE_RATE
+
+
+def test_a_fan_10_db_under_the_user_cuts_no_question_short():
+    """Steady noise sits just under its own loud end: a bar of 12 dB over the floor once held the user's quieter
+    words for noise, and the question ended early ("How many days are there" of "...in a leap year?")."""
+    noisy, spans = in_a_room(10, steady=True)
+    assert_each_question_heard_alone(heard_in(noisy), spans, 0.4)
 
 
 def test_a_quiet_speaker_in_a_quiet_room_is_heard_from_their_first_word():

@@ -30,6 +30,9 @@ ROOM_LOUD_PERCENTILE = 90  # the room's loud end: other voices' syllables
 OVER_ROOM_DB = 3.0  # the user stands this far above the room's loud end...
 FLOOR_PERCENTILE = 20  # ...and this far above the floor of everything heard (before the room is known, the floor
 OVER_FLOOR_DB = 12.0  # is all there is: a babble's loud syllables stand 8-12 dB over its floor)
+KEEP_OVER_FLOOR_DB = 6.0  # once the user is speaking, the floor's bar is this: steady noise 10 dB under the voice
+# sits ~2 dB under its own loud end, and at 12 dB over it the voice's quieter words ended the question early ("How
+# many days are there" heard of "...in a leap year?"); other voices are kept out by the room's loud end
 HOLD_OVER_FLOOR_DB = 6.0  # a word's softer syllables after a loud chunk are the user's if this far above the floor
 HOLD_S = 0.2  # ...and within this of it
 HOLD_SAMPLES = int(HOLD_S * SAMPLE_RATE)
@@ -129,11 +132,12 @@ class VoiceGate:
         """The floor of everything heard lately (dBFS): the room's steady sound, or its quieter moments."""
         return self._floor
 
-    def needed(self, user: float | None) -> float:
-        """The level a voiced chunk needs to be the user's, as the room stands."""
+    def needed(self, user: float | None, speaking: bool = False) -> float:
+        """The level a voiced chunk needs to be the user's, as the room stands (`speaking`: to keep the user's
+        speech going, rather than to start it)."""
         room = ABS_FLOOR_DBFS
         if self._floor is not None:
-            room = max(room, self._floor + OVER_FLOOR_DB)
+            room = max(room, self._floor + (KEEP_OVER_FLOOR_DB if speaking else OVER_FLOOR_DB))
         if self._room_loud is not None:
             room = max(room, self._room_loud + OVER_ROOM_DB)
         return room if user is None else max(room, user - USER_RANGE_DB)
@@ -157,7 +161,7 @@ class VoiceGate:
             self._not_users(level, reference)
             return 0.0
         user = self.level_db
-        need = self.needed(user) if within else self.opens(user)
+        need = self.needed(user, speaking=True) if within else self.opens(user)
         echo = self.echo.explains(reference) if reference is not None else None
         if echo is not None:
             need = max(need, echo + ECHO_MARGIN_DB)
