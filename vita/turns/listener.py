@@ -74,9 +74,8 @@ class SpeechListener:
             cancelling = self.canceller.cancelling
             pcm = self.canceller.clean(pcm, arrived)
             arrived -= self.canceller.held_s  # (the cleaned audio ends that much before what arrived)
-            echo = self.segmenter.gate.echo
-            if self.canceller.cancelling and not cancelling and echo is not None:
-                echo.coupling.clear()  # how loud the echo came back was learnt before it was taken out
+            if self.canceller.cancelling and not cancelling:  # (what the gate learnt of the echo is stale)
+                self.segmenter.gate.echo_removed()
         return self._events(self.segmenter.feed(pcm, arrived), arrived, now)
 
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:

@@ -191,6 +191,14 @@ class VoiceGate:
         self._not_users(level, reference)
         return 0.0
 
+    def echo_removed(self) -> None:
+        """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
+        uncancelled echo, the room's loud end and how loud the echo comes back, is learnt again."""
+        self.room.clear()
+        self._room_loud = None
+        if self.echo is not None:
+            self.echo.coupling.clear()
+
     def _observe(self, level: float) -> None:
         self.heard.append(level)
         self._stale += 1
