@@ -71,6 +71,12 @@ class TurnConfig:
     barge_in_confirm_ms: int = 650
     barge_in_span_ms: int = 700
     echo_guard_db: float = 20.0
+    speaker_echo_page: bool = False  # guard our page's and VITA's sessions against their speaker's echo (a browser
+    # cancels it)
+    speaker_echo_realtime: bool = True  # ...and Realtime clients' (many play through a speaker with no canceller)
+    echo_cancel: bool = True  # those sessions' microphone audio also has what was played taken out of it, by WebRTC's
+    # echo canceller (vita/turns/echo_canceller.py), before the VAD and the ASR hear it, once it is seen to carry it
+    noise_suppression: bool = False  # ...and WebRTC's noise suppressor runs there too (not shown to help Whisper)
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
 
 

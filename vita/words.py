@@ -74,3 +74,29 @@ def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
         return False
     joined_words = f" {' '.join(words)} "
     return any(f" {' '.join(words_of(p))} " in joined_words for p in phrases if words_of(p))
+
+
+
+ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
+ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same order in a reply is its echo
+
+
+def echoes(transcript: str, said: list[str] | tuple[str, ...]) -> bool:
+    """The transcript is the assistant's own recent reply (`said`) heard back from a speaker with no echo
+    cancellation: at least ECHO_MIN_WORDS words, ECHO_SHARE of them found in the same order in one of those replies
+    (Whisper hears an echo in part, and may miss or mishear a word). A question that reuses the reply's words in
+    its own order ("What is the capital of France?" after "The capital of France is Paris.") is not an echo."""
+    words = words_of(transcript)
+    if len(words) < ECHO_MIN_WORDS:
+        return False
+    return any(_in_order(words, words_of(reply)) >= ECHO_SHARE * len(words) for reply in said)
+
+
+def _in_order(a: list[str], b: list[str]) -> int:
+    """How many of `a`'s words appear in `b` in the same order (the longest common subsequence)."""
+    row = [0] * (len(b) + 1)
+    for word in a:
+        diagonal = 0
+        for j, other in enumerate(b, 1):
+            diagonal, row[j] = row[j], diagonal + 1 if word == other else max(row[j], row[j - 1])
+    return row[-1]

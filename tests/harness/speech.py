@@ -53,6 +53,40 @@ def noise(seconds: float, rate: int = RATE, level: float = 300.0, seed: int = 0)
     return np.random.default_rng(seed).normal(0, level, int(seconds * rate)).astype(np.int16)
 
 
+BABBLE_LINES = ("The weather in the mountains was cold and windy all week long.",
+                "I told him we would meet at the station around seven in the evening.",
+                "She bought three kinds of bread and a jar of honey at the market.",
+                "Our team finished the project two days before the deadline.",
+                "They walked along the river and talked about their summer plans.",
+                "My brother is learning to play the guitar and the piano.")
+
+
+def speech_level_db(audio: np.ndarray) -> float:
+    """dBFS of the voiced part of `audio` (its 32 ms pieces over -50 dBFS): how loud a voice is while it speaks."""
+    x = audio[:len(audio) // 512 * 512].astype(np.float64).reshape(-1, 512) / 32768
+    levels = 10 * np.log10((x * x).mean(axis=1) + 1e-10)
+    voiced = levels[levels > -50]
+    return float(10 * np.log10(np.mean(10 ** (voiced / 10)))) if voiced.size else -100.0
+
+
+def babble(seconds: float, talkers: int = 3, rate: int = RATE) -> np.ndarray:
+    """Other people talking at once, as float32 at `rate`: the Piper voice speaking different sentences, each
+    talker pitched and paced differently (resampled) and starting at a different point."""
+    n = int(seconds * rate)
+    bed = np.zeros(n, np.float32)
+    for k in range(talkers):
+        lines = [spoken(BABBLE_LINES[(2 * k + j) % len(BABBLE_LINES)], rate) for j in range(4)]
+        voice = soxr.resample(np.concatenate(lines).astype(np.float32), rate, int(rate * (0.87 + 0.14 * k)))
+        bed += np.resize(np.roll(voice, k * 7001), n)
+    return bed
+
+
+def under(bed: np.ndarray, speech: np.ndarray, db: float) -> np.ndarray:
+    """`bed` scaled so that its voiced level is `db` under that of `speech` (int16)."""
+    gain = 10 ** ((speech_level_db(speech) - db - speech_level_db(bed)) / 20)
+    return np.clip(bed * gain, -32768, 32767).astype(np.int16)
+
+
 def voiced_span(audio: np.ndarray, rate: int = RATE) -> tuple[float, float]:
     """Seconds from the start of `audio` to its first and last clearly audible sample."""
     loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > 800)

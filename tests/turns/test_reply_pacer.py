@@ -96,3 +96,12 @@ def test_a_reply_that_began_here_is_known_to_have_begun_here_even_once_drained()
     pacer.push(3, pcm(0.1), RATE)
     pacer.take(0.0, send)
     assert pacer.began(3) and not pacer.began(4)  # (a WebRTC peer connecting now does not split the reply)
+
+
+def test_each_chunk_says_when_the_client_starts_playing_it():
+    """What the client plays, and when, is what its echo is judged by (vita/turns/voice_gate.py)."""
+    pacer = ReplyPacer(lead_s=0.25, chunk_s=0.1)
+    pacer.push(1, pcm(0.3), RATE)
+    first = pacer.take(5.0, send)
+    assert [round(c.at, 3) for c in first] == [5.0, 5.1]  # back to back from the first one's arrival
+    assert [round(c.at, 3) for c in pacer.take(5.05, send)] == [5.2]

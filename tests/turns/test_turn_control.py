@@ -376,3 +376,33 @@ def test_one_client_waiting_takes_one_idle_seat_even_when_several_are_idle():
         turns.close()
         for s in seated:
             turns.detach(s)
+
+
+@pytest.mark.parametrize(("speaker_echo", "echo_cancel", "cancels"), [(True, True, True), (True, False, False),
+                                                                      (False, True, False)])
+def test_a_session_guarded_against_its_speakers_echo_cancels_it_with_what_its_client_played(speaker_echo,
+                                                                                           echo_cancel, cancels):
+    """The reply's audio reaches the session's echo canceller as the client is sent it (at 16 kHz); an
+    interruption stops it, and what would have played after that is no echo to take out."""
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = speaker_echo, echo_cancel
+    s = session(turns)
+    try:
+        assert (s.listener.canceller is not None) is cancels
+        if not cancels:
+            return
+        spoken(turns, s)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(48000, 1000, np.int16).tobytes()))  # 2 s
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        playing = s.listener.canceller.playing
+        assert 0 < playing.samples.size <= 32000 and abs(np.median(playing.samples) - 1000) < 20
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic()))  # the user interrupts: the reply stops
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert playing.end <= round(time.monotonic() * 16000)  # nothing queued after the stop
+    finally:
+        turns.close()
+        turns.detach(s)

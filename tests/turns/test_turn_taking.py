@@ -7,6 +7,7 @@ import pytest
 from vita.client_events import ErrorNotice, OutOfTime, VadChanged
 from vita.turns.turn_events import (
     DISCARDED,
+    ECHOED,
     EXTENDED,
     STALLED,
     AudioSent,
@@ -53,7 +54,7 @@ from vita.turns.turn_events import (
     joined,
 )
 from vita.turns.turn_taking import MAX_EXTENDED_S, TurnTaking
-from vita.words import is_stop_command, sounds_unfinished
+from vita.words import echoes, is_stop_command, sounds_unfinished
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -1020,3 +1021,23 @@ def test_long_speech_is_not_speculated_on():
     m.handle(SpeechStarted(0.1))
     long = Speech(b"\0\0" * 1600, started_at=0.1, ended_at=12.0)
     assert not of(m.handle(SpeechPaused(12.2, long)), StartTurn)
+
+
+def test_a_turn_that_was_the_replys_own_echo_is_cancelled_and_forgotten():
+    """A speakerphone's echo transcribed as a question: the turn goes, and the workers keep nothing of it."""
+    m = machine()
+    turn = speaking(m)
+    assert of(m.handle(Interrupted(4.0, ECHOED)), StopTurn) == [StopTurn(turn, ECHOED, audible=True, forget=True)]
+
+
+@pytest.mark.parametrize(("heard", "echo"), [
+    ("The capital of France is Paris.", True),
+    ("capital of frans is paris", True),  # misheard in part
+    ("It is lovely in spring", True),  # the end of the reply
+    ("What is the capital of France?", False),  # the reply's words in a question's order
+    ("Paris is the capital of France.", False),
+    ("Paris?", False),  # one word
+    ("What about Germany?", False),
+])
+def test_a_transcript_is_the_replys_echo_when_it_says_the_replys_words_in_their_order(heard, echo):
+    assert echoes(heard, ("The capital of France is Paris. It is lovely in spring.",)) is echo

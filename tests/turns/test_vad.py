@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness.speech import noise, silence, spoken, voiced_span
+from tests.harness.speech import babble, noise, silence, spoken, under, voiced_span
 from vita.config import Config
 from vita.turns.vad import (
     CHUNK,
-    MIN_LEVEL_CHUNKS,
     QUIET_TAIL_CHUNKS,
     SAMPLE_RATE,
     Heard,
@@ -17,6 +16,7 @@ from vita.turns.vad import (
     SileroVad,
     VadSegmenter,
 )
+from vita.turns.voice_gate import MIN_LEVEL_CHUNKS
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +195,10 @@ def test_while_the_reply_plays_its_quiet_echo_is_not_speech_but_the_user_is():
     interruption = [e.kind for e in seg.feed(np.concatenate([spoken("Wait, stop. What about Germany?"),
                                                              silence(1.5)]))]
     assert interruption[0] is Heard.START and Heard.CONFIRM in interruption
-    seg.guarded = False
-    assert Heard.START in [e.kind for e in seg.feed(np.concatenate([echo, silence(1.5)]))]  # unguarded: speech
+    seg.guarded = False  # nothing plays: a voice 30 dB under the user's is someone far away, not the user
+    assert seg.feed(np.concatenate([echo, silence(1.5)])) == []
+    fresh = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    assert Heard.START in [e.kind for e in fresh.feed(np.concatenate([silence(0.5), echo, silence(1.5)]))]  # unknown
 
 
 def test_the_quiet_syllables_of_speech_over_the_reply_are_the_users():
@@ -265,10 +267,10 @@ def confirmed_at(voiced: str, span_ms: int = 700, echo_guard_db: float = 0.0, le
     """The chunk (32 ms each) of `voiced` at which speech is confirmed; `learn` is fed first, before a reply plays
     (the user's level), and `voiced` over the reply when `learn` is given. The end-of-turn model's long wait (1.5 s)
     keeps the utterance open across gaps, as over a reply."""
-    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in learn + voiced]), 0.5, 0.35,
+    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in "." * 32 + learn + voiced]), 0.5, 0.35,
                        end_silence_ms=1500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64,
                        pause_ms=128, confirm_ms=650, echo_guard_db=echo_guard_db, span_ms=span_ms)
-    for c in learn:
+    for c in "." * 32 + learn:  # the microphone opens on a quiet room
         seg.feed(SCRIPTED_AUDIO[c])
     seg.guarded = bool(learn)
     for i, c in enumerate(voiced):
@@ -317,3 +319,101 @@ def test_over_a_reply_the_span_ends_on_the_users_voice_or_just_after_it():
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 20) == 21  # the user's voice at 700 ms, as before
     # With the echo guard off (turn.echo_guard_db: 0) no level is judged: any voiced chunk completes the span.
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 5 + "-" * 4 + "." * 20, echo_guard_db=0) == 21
+
+
+QUESTIONS = ("What is the capital of France?", "How many legs does a spider have?")
+
+
+def fan(seconds: float) -> np.ndarray:
+    """Steady noise with a fan's downward tilt: white noise through a one-pole low-pass (float32)."""
+    white = np.random.default_rng(9).normal(0, 1000, int(seconds * SAMPLE_RATE))
+    tilted = np.empty_like(white)
+    acc = 0.0
+    for i, x in enumerate(white):  # (a few seconds: fast enough as a loop)
+        acc = 0.9 * acc + 0.1 * x
+        tilted[i] = acc
+    return tilted.astype(np.float32)
+
+
+def in_a_room(bed_db: float | None, seconds_between: float = 3.0, scale_db: float = 0.0, steady: bool = False):
+    """Two questions with `seconds_between` of the room before, between and after them, other people talking
+    `bed_db` under the user (None: a quiet room, -70 dBFS of hiss; `steady`: a fan instead of people); the user
+    `scale_db` louder or softer. Returns the mixed stream and each question's first and last voiced sample in it."""
+    parts, spans, at = [silence(seconds_between)], [], int(seconds_between * SAMPLE_RATE)
+    for text in QUESTIONS:
+        question = (np.asarray(spoken(text)).astype(np.float32) * 10 ** (scale_db / 20)).astype(np.int16)
+        spans.append(truth(np.asarray(spoken(text)), at))  # (where the voice is, at any level)
+        parts += [question, silence(seconds_between)]
+        at += question.size + int(seconds_between * SAMPLE_RATE)
+    stream = np.concatenate(parts).astype(np.float32)
+    stream += np.random.default_rng(5).normal(0, 10, stream.size)
+    if bed_db is not None:
+        bed = fan(stream.size / SAMPLE_RATE) if steady else babble(stream.size / SAMPLE_RATE)
+        stream += under(bed, np.asarray(spoken(QUESTIONS[0])), bed_db)
+    return np.clip(stream, -32768, 32767).astype(np.int16), spans
+
+
+def heard_in(stream: np.ndarray, seg: VadSegmenter | None = None) -> list[tuple[int, Heard, object]]:
+    seg = seg or VadSegmenter.from_config(Config().vad, Config().vad_model_path(), Config().turn)
+    seen = []
+    for i in range(0, len(stream), 128):
+        seen += [(seg.position, e.kind, e.utterance) for e in seg.feed(stream[i:i + 128])]
+    return seen
+
+
+def assert_each_question_heard_alone(seen, spans, end_within_s: float) -> None:
+    starts = [at for at, kind, _ in seen if kind is Heard.START]
+    ends = [u for _, kind, u in seen if kind is Heard.END]
+    assert len(starts) == len(ends) == len(spans), [(at / SAMPLE_RATE, k.value) for at, k, _ in seen]
+    for start_at, end, (first, last) in zip(starts, ends, spans, strict=True):
+        assert first <= start_at <= first + 0.3 * SAMPLE_RATE  # opened by the user's voice, not the room's
+        assert abs(end.speech_end_sample - last) < end_within_s * SAMPLE_RATE  # ...and ended where they stopped
+
+
+def test_other_people_talking_20_db_under_the_user_start_nothing_and_end_nothing_late():
+    """Three other people talking 20 dB under the user, without a break: Silero calls all of it speech, so an
+    utterance used to run to its 30 s cap. Only the user's voice opens speech, and each question ends where the
+    user stopped, as in a quiet room."""
+    quiet, spans = in_a_room(None)
+    assert_each_question_heard_alone(heard_in(quiet), spans, 0.3)
+    noisy, spans = in_a_room(20)
+    assert_each_question_heard_alone(heard_in(noisy), spans, 0.3)
+
+
+def test_other_people_10_db_under_the_user_start_nothing_before_the_user_speaks():
+    noisy, spans = in_a_room(10)
+    seen = heard_in(noisy)
+    starts = [at for at, kind, _ in seen if kind is Heard.START]
+    assert starts and spans[0][0] <= starts[0] <= spans[0][0] + 0.3 * SAMPLE_RATE
+    first_end = next(u for _, kind, u in seen if kind is Heard.END)
+    assert abs(first_end.speech_end_sample - spans[0][1]) < 0.5 * SAMPLE_RATE
+
+
+def test_a_fan_10_db_under_the_user_cuts_no_question_short():
+    """Steady noise sits just under its own loud end: a bar of 12 dB over the floor once held the user's quieter
+    words for noise, and the question ended early ("How many days are there" of "...in a leap year?")."""
+    noisy, spans = in_a_room(10, steady=True)
+    assert_each_question_heard_alone(heard_in(noisy), spans, 0.4)
+
+
+def test_a_quiet_speaker_in_a_quiet_room_is_heard_from_their_first_word():
+    """30 dB softer than the bundled voice (about -50 dBFS while speaking) over -70 dBFS of hiss."""
+    quiet, spans = in_a_room(None, scale_db=-30)
+    assert_each_question_heard_alone(heard_in(quiet), spans, 0.3)
+
+
+def test_over_the_reply_other_people_do_not_interrupt_it_and_the_user_does():
+    """Barge-in goes through the same gate: while the reply plays, the room's voices start nothing; the user's
+    "Wait, stop." is confirmed."""
+    config = Config()
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    noisy, _ = in_a_room(20)
+    heard_in(noisy, seg)  # the user asked two questions: their level and the room's are known
+    seg.guarded = True
+    bed = under(babble(4.0, talkers=3), np.asarray(spoken(QUESTIONS[0])), 20)
+    assert heard_in(bed, seg) == []
+    over = np.asarray(spoken("Wait, stop. What about Germany?"))
+    mixed = np.clip(np.concatenate([over, silence(1.5)]).astype(np.float32)
+                    + np.resize(bed, over.size + int(1.5 * SAMPLE_RATE)), -32768, 32767).astype(np.int16)
+    kinds = [kind for _, kind, _ in heard_in(mixed, seg)]
+    assert kinds[:2] == [Heard.START, Heard.CONFIRM], kinds

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
+from vita.turns.echo_canceller import EchoCanceller
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -37,14 +38,17 @@ def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
 
 
 class SpeechListener:
-    def __init__(self, segmenter: VadSegmenter):
+    def __init__(self, segmenter: VadSegmenter, canceller: EchoCanceller | None = None):
         self.segmenter = segmenter
+        self.canceller = canceller  # takes what the client played out of its microphone's audio (None: nothing)
         self._resampler: soxr.ResampleStream | None = None
         self._rate = SAMPLE_RATE
 
     def reset(self) -> None:
         """Forget any half-heard speech (recording restarted)."""
         self.segmenter.reset()
+        if self.canceller is not None:
+            self.canceller.held = self.canceller.held[:0]
 
     def carry(self, speech: Speech | None) -> None:
         """The utterance being heard continues `speech` (a request the user went on with); None: it does not."""
@@ -52,7 +56,8 @@ class SpeechListener:
 
     def samples_to_next_step(self) -> int:
         """16 kHz samples the VAD needs before it reads its next step."""
-        return CHUNK - self.segmenter.pending.size
+        needed = CHUNK - self.segmenter.pending.size
+        return needed if self.canceller is None else self.canceller.samples_for(needed)
 
     def end_now(self, now: float) -> list[Event]:
         """End the utterance being heard here (the end-of-turn model says the user has finished)."""
@@ -65,7 +70,13 @@ class SpeechListener:
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
                 self._rate = rate
             pcm = self._resampler.resample_chunk(pcm)
-        return self._events(self.segmenter.feed(pcm), arrived, now)
+        if self.canceller is not None:  # the echo goes before the VAD judges the audio and before it is kept
+            cancelling = self.canceller.cancelling
+            pcm = self.canceller.clean(pcm, arrived)
+            arrived -= self.canceller.held_s  # (the cleaned audio ends that much before what arrived)
+            if self.canceller.cancelling and not cancelling:  # (what the gate learnt of the echo is stale)
+                self.segmenter.gate.echo_removed()
+        return self._events(self.segmenter.feed(pcm, arrived), arrived, now)
 
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
         position = self.segmenter.position + self.segmenter.pending.size  # samples arrived by `arrived`

@@ -38,6 +38,7 @@ class PacedChunk:
     pcm: bytes
     rate: int
     last: bool = False
+    at: float = 0.0  # when the client starts playing it (monotonic), once it is sent
 
     @property
     def seconds(self) -> float:
@@ -86,9 +87,10 @@ class ReplyPacer:
                 break
             self.queue.popleft()
             if chunk.pcm:
-                self.played_until = max(self.played_until, now) + chunk.seconds
-                if self.gain != 1.0:
-                    chunk = PacedChunk(chunk.turn_id, _scaled(chunk.pcm, self.gain), chunk.rate, chunk.last)
+                starts = max(self.played_until, now)
+                self.played_until = starts + chunk.seconds
+                pcm = _scaled(chunk.pcm, self.gain) if self.gain != 1.0 else chunk.pcm
+                chunk = PacedChunk(chunk.turn_id, pcm, chunk.rate, chunk.last, starts)
             out.append(chunk)
         return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from vita.client_events import ErrorNotice, OutOfTime, StateChanged, StopSpeaking
 from vita.turns.turn_events import (
     DISCARDED,
+    ECHOED,
     STALLED,
     STALLED_MESSAGE,
     STALLED_MID_REPLY,
@@ -60,7 +61,7 @@ class ReplyProgress:
         return actions + [Send(StopSpeaking())]
 
     def _on_Interrupted(self, e: Interrupted) -> list[Action]:
-        actions = self._cancel(e.reason)
+        actions = self._cancel(e.reason, forget=e.reason == ECHOED)  # (an echo is no exchange to remember)
         if self.speech is not None and self.speech.carrying is not None:  # e.g. reset: forgotten with the rest
             self.speech.carrying = None
             actions.append(CarrySpeech(None))

@@ -25,10 +25,12 @@ from vita.turns.reply_pacer import Fate, ReplyPacer
 
 @dataclass(frozen=True)
 class SinkEvents:
-    """What a sink tells the adapter: sent(now, turn_id, seconds), complete(now, turn_id)."""
+    """What a sink tells the adapter: sent(now, turn_id, seconds), complete(now, turn_id), and played(pcm, rate,
+    at): audio the client starts playing at `at` (monotonic; its echo may come back in the microphone)."""
 
     sent: Callable[[float, int, float], None]
     complete: Callable[[float, int], None]
+    played: Callable[[bytes, int, float], None] | None = None
 
 
 class ReplySink(Protocol):
@@ -75,6 +77,8 @@ class PacedSink:
             if paced.pcm:  # the state and first-audio timing go out before the audio they announce
                 self.events.sent(now, paced.turn_id, paced.seconds)
                 self.send(paced.pcm)
+                if self.events.played is not None:
+                    self.events.played(paced.pcm, paced.rate, paced.at)
             if paced.last:
                 self.events.complete(now, paced.turn_id)
         wake = self.pacer.wake_in(now, self.fate)
@@ -93,6 +97,8 @@ class TrackSink:
         if chunk.pcm:  # the state and first-audio timing go out before the audio they announce
             self.events.sent(now, chunk.turn_id, len(chunk.pcm) / 2 / chunk.sample_rate)
         self.peer.track.push(chunk.pcm, chunk.sample_rate, last=chunk.last)
+        if chunk.pcm and self.events.played is not None:  # (the track plays it after what it holds already)
+            self.events.played(chunk.pcm, chunk.sample_rate, now)
         if chunk.last:
             self.events.complete(now, chunk.turn_id)
 

@@ -5,6 +5,7 @@ All of a session's state lives on its Session object; the registry is owned by t
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -50,6 +51,9 @@ class Session:
     channel: Any = field(default=None, repr=False)  # where its events go when it is not a Socket.IO client
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
+    speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it
+    said: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2), repr=False)  # its last
+    # replies' words (with speaker_echo: a transcript that is one of them is the echo, not a question)
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)

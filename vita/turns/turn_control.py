@@ -37,12 +37,14 @@ from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
+from vita.turns.echo_canceller import EchoCanceller
 from vita.turns.end_of_turn import WINDOW_S
 from vita.turns.reply_pacer import Fate
 from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
+    ECHOED,
     STALLED,
     Action,
     AudioSent,
@@ -81,8 +83,9 @@ from vita.turns.turn_events import (
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
+from vita.turns.voice_gate import EchoReference
 from vita.turns.worker_news import client_event_for
-from vita.words import stop_phrases
+from vita.words import echoes, stop_phrases
 
 log = logging.getLogger("vita.turns")
 
@@ -137,6 +140,12 @@ class TurnController:
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=self.rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
         session.listener = self.ears.listener()
+        turn = self.config.turn
+        session.speaker_echo = turn.speaker_echo_realtime if session.channel is not None else turn.speaker_echo_page
+        if session.speaker_echo:  # what the client is played, to tell its echo from the user
+            session.listener.segmenter.gate.echo = EchoReference()
+            if turn.echo_cancel:  # ...and to take out of what its microphone hears
+                session.listener.canceller = self._canceller()
         session.output = self._output(session)
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
@@ -150,10 +159,27 @@ class TurnController:
             route = session.turns.route(turn_id)
             return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
 
+        def played(pcm: bytes, rate: int, at: float) -> None:
+            echo = session.listener.segmenter.gate.echo
+            if echo is not None:
+                echo.play(pcm, rate, at)
+            if session.listener.canceller is not None:
+                session.listener.canceller.played(pcm, rate, at)
+
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
-                            complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)))
+                            complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)),
+                            played=played)
         return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
                             lambda delay: session.actor.after(delay, PaceDue()), events, lambda: self._peer(session))
+
+    def _canceller(self) -> EchoCanceller | None:
+        """A session's echo canceller, or None where WebRTC's audio processing cannot load (the voice gate's echo
+        guard still stands)."""
+        try:
+            return EchoCanceller(noise_suppression=self.config.turn.noise_suppression)
+        except Exception:
+            log.exception("no echo canceller: the session keeps only the echo guard")
+            return None
 
     def detach(self, session: Session) -> None:
         """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
@@ -308,6 +334,13 @@ class TurnController:
 
     def _on_output(self, session: Session, message: Any) -> None:
         turn_id = getattr(message, "turn_id", None)
+        if isinstance(message, ReplyText) and message.done and message.text:
+            session.said.append(message.text)
+        if (isinstance(message, Transcript) and session.speaker_echo and turn_id == session.turns.active_turn
+                and echoes(message.text, tuple(session.said))):  # the reply heard back from a speaker: no question
+            log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
+            self._handle(session, Interrupted(time.monotonic(), ECHOED))
+            return
         if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
             self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
         decision = session.turns.route(turn_id)
@@ -342,6 +375,8 @@ class TurnController:
         if isinstance(action, Send):
             if isinstance(action.event, StopSpeaking):
                 session.output.stop()  # what the client has not been sent (or heard, over WebRTC) is never sent
+                if session.listener.canceller is not None:  # ...nor played: no echo of it to take out
+                    session.listener.canceller.stop(time.monotonic())
             elif isinstance(action.event, Duck | Unduck):
                 session.output.duck(isinstance(action.event, Duck))
             self.tell(action.event, to=sid)

@@ -25,6 +25,7 @@ class Route(StrEnum):
 DISCARDED = "speech resumed"  # the reason a speculative turn is dropped
 EXTENDED = "extended"  # the reason a committed turn is withdrawn: the user went on with the same request
 STALLED = "stalled"  # the reason the watchdog cancels a turn that made no progress
+ECHOED = "echo"  # the reason a turn is dropped whose words are the assistant's own reply, heard back from a speaker
 STALLED_MESSAGE = "The assistant did not answer in time; please ask again."
 STALLED_MID_REPLY = "The assistant's reply stopped before its end; ask again if something is missing."
 

@@ -458,13 +458,14 @@ class TurnTaking(ReplyProgress):
         turn.speech = speech
         return [CommitTurn(turn_id, speech, text), Send(StateChanged("thinking", turn_id))]
 
-    def _cancel(self, reason: str) -> list[Action]:
-        """Cancel the active turn; the client hears of it only if it had been told of the turn."""
+    def _cancel(self, reason: str, forget: bool = False) -> list[Action]:
+        """Cancel the active turn; the client hears of it only if it had been told of the turn (`forget`: the
+        workers keep nothing of it)."""
         turn, self.turn = self.turn, None
         if turn is None:
             return []
         if turn.speculative:
             return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
-        return [Send(StopSpeaking()), StopTurn(turn.turn_id, reason, audible=True),
+        return [Send(StopSpeaking()), StopTurn(turn.turn_id, reason, audible=True, forget=forget),
                 Send(TurnCancelled(turn.turn_id, reason)),
                 Send(StateChanged("listening", turn.turn_id, reason))]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vita.turns.turn_events import MAX_JOIN_GAP_S
+from vita.turns.voice_gate import EchoReference, VoiceGate, level_db
 
 if TYPE_CHECKING:
     from vita.config import TurnConfig, VadConfig
@@ -20,11 +21,7 @@ if TYPE_CHECKING:
 SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
-ECHO_HOLD_S = 0.3  # guarded, quieter chunks count as the user's this long after one at their level (in a word)
-ECHO_HOLD_SAMPLES = int(ECHO_HOLD_S * SAMPLE_RATE)
-ECHO_VOICE_DB = 10  # a chunk within this of the user's level is their voice (it renews the hold)
-LEVEL_CHUNKS = 256  # the user's level is learnt from their last ~8 s of clearly voiced speech
-MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it (before that, nothing is guarded)
+ECHO_VOICE_DB = 10  # while a reply plays, a chunk within this of the user's level is their voice (it renews the hold)
 # Silero's probability falls 2-3 chunks after the voice does (its recurrent state lags: 85-230 ms, p50 ~110 ms on
 # 10 spoken questions), so pauses and the end of speech were found ~0.1 s late. Chunks at the end of the voiced
 # run whose level is down at the room's noise floor are counted as the silence they are (at most QUIET_TAIL_CHUNKS).
@@ -122,7 +119,8 @@ class VadSegmenter:
 
     def __init__(self, vad: SileroVad, start_threshold: float, end_threshold: float, end_silence_ms: int,
                  pre_roll_ms: int, min_utterance_ms: int, max_utterance_s: float, onset_ms: int = 64,
-                 pause_ms: int = 0, confirm_ms: int = 0, echo_guard_db: float = 0.0, span_ms: int = 0):
+                 pause_ms: int = 0, confirm_ms: int = 0, echo_guard_db: float = 0.0, span_ms: int = 0,
+                 echo: EchoReference | None = None):
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
@@ -144,9 +142,8 @@ class VadSegmenter:
         self.span_voiced = 0  # voiced samples since span_from
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.echo_guard_db = echo_guard_db
-        self.guarded = False  # the owner sets it while the assistant's reply plays
-        self.loud_at = -ECHO_HOLD_SAMPLES  # stream position of the latest voiced chunk at the user's level
-        self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's voiced chunks, learnt unguarded
+        # Whose voice each chunk is: the user's, or the room's (other people, the reply's echo).
+        self.gate = VoiceGate(echo_guard_db, echo, ECHO_VOICE_DB)
         self.floor_levels: deque[float] = deque(maxlen=FLOOR_CHUNKS)  # dBFS of chunks Silero calls silent
         self.tail_levels: deque[float] = deque(maxlen=QUIET_TAIL_CHUNKS)  # dBFS of the last voiced chunks
         self.quiet_tail = 0  # voiced chunks before the silence that were already silent by their level
@@ -162,12 +159,30 @@ class VadSegmenter:
         self.onset_reported = False  # onset_ms voiced: the start of speech has been reported
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
 
+    @property
+    def guarded(self) -> bool:
+        """The assistant's reply is playing (the owner sets it)."""
+        return self.gate.guarded
+
+    @guarded.setter
+    def guarded(self, on: bool) -> None:
+        self.gate.guarded = on
+
+    @property
+    def levels(self) -> deque[float]:
+        return self.gate.levels
+
+    @property
+    def loud_at(self) -> int:
+        return self.gate.loud_at
+
     @classmethod
-    def from_config(cls, v: VadConfig, model: SileroModel | Path | SileroVad, turn: TurnConfig | None = None
-                    ) -> VadSegmenter:
+    def from_config(cls, v: VadConfig, model: SileroModel | Path | SileroVad, turn: TurnConfig | None = None,
+                    echo: EchoReference | None = None) -> VadSegmenter:
         """A segmenter with its own Silero state, tuned by the config's `vad` section; with the end-of-turn model
         on (`turn`), silence alone ends an utterance only after turn.incomplete_wait_ms (the model ends it at the
-        pause when it says the turn is complete)."""
+        pause when it says the turn is complete). `echo`: what the client is played, for a client that does not
+        cancel its own echo."""
         model_on = turn is not None and turn.end_of_turn_model
         end_silence_ms = turn.incomplete_wait_ms if model_on else v.end_silence_ms
         confirm_ms = turn.barge_in_confirm_ms if turn is not None else 0
@@ -176,7 +191,7 @@ class VadSegmenter:
         vad = model if isinstance(model, SileroVad) else SileroVad(model)
         return cls(vad, v.start_threshold, v.end_threshold, end_silence_ms, v.pre_roll_ms,
                    v.min_utterance_ms, v.max_utterance_s, v.barge_in_ms, v.speculative_pause_ms, confirm_ms,
-                   echo_guard_db, span_ms)
+                   echo_guard_db, span_ms, echo)
 
     def tune(self, start_threshold: float, end_silence_ms: int, pre_roll_ms: int) -> None:
         """A client's own thresholds (a Realtime session's turn_detection): the probability that opens speech (the
@@ -211,16 +226,20 @@ class VadSegmenter:
         """The current utterance continues `earlier` (already closed): it will begin with it."""
         self.carried = earlier
 
-    def feed(self, pcm: np.ndarray) -> list[VadEvent]:
-        """Feed int16 samples; return what was heard in them, in the order it happened (one message may hold
-        several chunks: a cough's start and drop, then the next sentence's start)."""
+    def feed(self, pcm: np.ndarray, arrived: float | None = None) -> list[VadEvent]:
+        """Feed int16 samples (the last of them arrived at `arrived`, monotonic: what was played then may echo in
+        them); return what was heard in them, in the order it happened (one message may hold several chunks: a
+        cough's start and drop, then the next sentence's start)."""
         self.pending = np.concatenate([self.pending, pcm]) if self.pending.size else pcm
+        arrived_end = self.position + self.pending.size  # the stream position `arrived` stands for
         events: list[VadEvent] = []
         while self.pending.size >= CHUNK:
             chunk, self.pending = self.pending[:CHUNK], self.pending[CHUNK:]
             samples = chunk.astype(np.float32) / 32768.0
-            level = 10 * np.log10(float(np.mean(samples * samples)) + 1e-10)
-            p = self._echo_guard(self.vad.probability(samples), level)
+            level = level_db(samples)
+            at = None if arrived is None else arrived - (arrived_end - self.position - CHUNK) / SAMPLE_RATE
+            p = self.gate.judge(self.vad.probability(samples), level, self.position,
+                                self.speaking and self.onset_reported, self.end_threshold, at)
             if p < self.end_threshold:
                 self.floor_levels.append(level)
             chunk_start = self.position
@@ -287,33 +306,10 @@ class VadSegmenter:
         self.last_voiced_end -= quiet * CHUNK
         self.tail_levels.clear()
 
-    def _echo_guard(self, p: float, level: float) -> float:
-        """While the assistant's reply plays (`guarded`), voiced sound far quieter than the user's own voice is
-        taken for the reply leaking back from a speaker past the browser's echo canceller, and starts no speech.
-        Once the user's voice has started speech, its quieter syllables within ECHO_HOLD_S of a chunk at their level
-        count as theirs (guarding every chunk took them out: "How are you today?" lost a third of its voiced chunks
-        and never interrupted), and echo after their last word does not keep the utterance going. The user's level
-        is learnt from their speech while nothing plays."""
-        if p < self.end_threshold or not self.echo_guard_db:
-            return p
-        if not self.guarded:
-            if p >= self.start_threshold:
-                self.levels.append(level)
-            return p
-        user = self.level_db
-        if user is None or level >= user - ECHO_VOICE_DB:  # the user's voice itself (echo is far quieter)
-            self.loud_at = self.position
-            return p
-        if level >= user - self.echo_guard_db:
-            return p
-        # Quieter still: the user's own softer syllables if their voice was heard just now, else the reply's echo.
-        recent = self.position - self.loud_at <= ECHO_HOLD_SAMPLES
-        return p if self.speaking and self.onset_reported and recent else 0.0
-
     @property
     def level_db(self) -> float | None:
-        """The user's speech level: the 75th percentile of their recent clearly voiced chunks (dBFS)."""
-        return float(np.percentile(self.levels, 75)) if len(self.levels) >= MIN_LEVEL_CHUNKS else None
+        """The user's speech level (dBFS), learnt from the chunks that were theirs."""
+        return self.gate.level_db
 
     def _count_voiced(self) -> list[VadEvent]:
         """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""

@@ -40,8 +40,11 @@ from vita.web.realtime.protocol import FORMATS, PCM_RATE, Settings, encode_g711,
 
 # turn_cancelled reasons that are the user's or the client's doing -> response.done's status_details.reason;
 # any other cancel (stalled, a worker failed, the server stopping) is a failure of the server's.
+# (an "echo" turn's words were the assistant's own reply heard back from a speaker: cancelled, and its user item
+# withdrawn, as a turn the user extended is)
 CANCEL_REASONS = {"barge-in": "turn_detected", "extended": "turn_detected", "new turn": "turn_detected",
-                  "client_cancelled": "client_cancelled"}
+                  "client_cancelled": "client_cancelled", "echo": "turn_detected"}
+WITHDRAWN = ("extended", "echo")  # reasons whose user item goes
 FAILED = ("error", "tts_busy", "server busy", "not ready")  # unanswered reasons that are failures
 MAX_ITEMS = 512  # items remembered for retrieve/truncate/delete; older ones are forgotten (their turns too)
 MAX_TURNS_REMEMBERED = 64  # turn -> user item, for late transcripts
@@ -304,8 +307,9 @@ class RealtimeConversation:
         if self.response is None or p.turn_id != self.response.turn_id:
             return
         reason = p.reason
-        withdrawn = self.item(self.committed.pop(p.turn_id, None)) if reason == "extended" else None
-        if withdrawn is not None:  # the user went on: the joined request is a new item and response
+        withdrawn = self.item(self.committed.pop(p.turn_id, None)) if reason in WITHDRAWN else None
+        if withdrawn is not None:  # the user went on (the joined request is a new item and response), or it was
+            # the assistant's own words
             self.forget(withdrawn)
         if reason in CANCEL_REASONS:
             self._finish("cancelled", {"type": "cancelled", "reason": CANCEL_REASONS[reason]})

@@ -1,0 +1,202 @@
+"""Benchmark the server's echo canceller (vita/turns/echo_canceller.py) on a simulated speakerphone
+(tests/harness/speakerphone.py: the reply heard back 50-350 ms later, 10 dB down, through a synthetic room).
+
+echo: how far the echo is cut once the canceller has converged (after the reply's first 1.5 s), how much of the
+user's level survives when they speak over it (double talk), and the CPU it costs (share of one core), for each
+delay, with WebRTC's noise suppressor off and on; and the user's words when no echo comes back at all (a client
+that cancels its own: the canceller must not eat them).
+gate: a session's real ears (Silero, the voice gate with its EchoReference, the canceller) on such a call: does
+the reply's echo alone start speech (it must not), and is the user who speaks over it confirmed (barge-in)?
+With the canceller and without it (the echo guard alone).
+noise: does WebRTC's noise suppressor help Whisper? Spoken questions (hibari) under white noise, a fan's hum and
+other people talking, at 10, 5 and 0 dB SNR: word error rate and garbled transcripts (WER > 0.5) as heard raw,
+through the canceller with the suppressor off (with nothing played it passes the microphone's audio on: a second
+raw run, which shows how much Whisper's own results vary), and with it on.
+
+Usage: .venv/bin/python -m scripts.bench.echo_cancel [echo|gate|noise] [--questions N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from scripts.eval.voices import synthesize
+from tests.harness.speakerphone import Call, Speakerphone, level_db
+from tests.harness.speech import babble, noise, spoken, under
+from vita.turns.echo_canceller import FRAME, RATE, EchoCanceller
+
+REPLY = ("The capital of France is Paris. It is a lovely city in spring, with wide avenues and old cafes.",
+         "Would you like to hear more about its museums and its history?")
+USER = "No, wait. Tell me about Berlin instead."
+DELAYS = (0.05, 0.1, 0.15, 0.25, 0.35)
+USER_AT_S = 4.0  # the user speaks over the reply from here
+USER_UNDER_REPLY_DB = 6.0  # ...this far under the reply's level at the speaker (the echo comes back 10 dB down)
+
+
+def reply_audio() -> np.ndarray:
+    return np.concatenate([np.asarray(spoken(line)) for line in REPLY])
+
+
+def user_on(seconds: float, user: np.ndarray, reply: np.ndarray) -> np.ndarray:
+    """The user's words at USER_AT_S on the call's timeline, USER_UNDER_REPLY_DB under the reply."""
+    near = np.zeros(int(seconds * RATE))
+    voice = under(user.astype(np.float32), reply, USER_UNDER_REPLY_DB).astype(np.float64)
+    start = int(USER_AT_S * RATE)
+    near[start:start + voice.size] = voice[:max(0, near.size - start)]
+    return near.astype(np.int16)
+
+
+def timed(call, spent: list[float]):
+    """`call`, its CPU time added to spent[0] (the canceller's own cost, not the simulation's)."""
+    def timed_call(*args):
+        started = time.process_time()
+        try:
+            return call(*args)
+        finally:
+            spent[0] += time.process_time() - started
+    return timed_call
+
+
+def echo(args) -> list[dict]:
+    reply, user = reply_audio(), synthesize("hibari", USER)
+    seconds = 0.5 + reply.size / RATE + 0.3
+    near = user_on(seconds, user, reply)
+    span = slice(int(USER_AT_S * RATE), int(USER_AT_S * RATE) + user.size)
+    rows = []
+    for delay, echo_db in [(d, -10.0) for d in DELAYS] + [(0.15, -200.0)]:  # (-200: a client that cancels its own)
+        for ns in (False, True):
+            call = Call(reply, np.zeros(0, np.int16), seconds, Speakerphone(delay_s=delay, echo_db=echo_db))
+            canceller = EchoCanceller(noise_suppression=ns)
+            spent = [0.0]
+            out = call.run(timed(canceller.played, spent), timed(canceller.clean, spent))
+            _, mic = call.timeline()
+            settled = slice(int(2.0 * RATE), out.size)
+            talk = Call(reply, near, seconds, Speakerphone(delay_s=delay, echo_db=echo_db))
+            canceller = EchoCanceller(noise_suppression=ns)
+            both = talk.run(canceller.played, canceller.clean)
+            _, heard = talk.timeline()
+            row = {"delay_s": delay, "echo_db": echo_db, "noise_suppression": ns,
+                   "echo_cut_db": round(level_db(mic[settled]) - level_db(out[settled]), 1),
+                   "user_kept_db": round(level_db(both[span]) - level_db(near[span]), 1),
+                   "mic_over_user_db": round(level_db(heard[span]) - level_db(near[span]), 1),
+                   "cpu_share": round(spent[0] / seconds, 4),
+                   "echo_heard": canceller.detector.heard, "detector_peak": round(canceller.detector.peak, 1)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def gate(args) -> list[dict]:
+    from vita.config import Config
+    from vita.turns.listener import SpeechListener
+    from vita.turns.vad import SileroModel, VadSegmenter
+    from vita.turns.voice_gate import EchoReference
+
+    config = Config()
+    model = SileroModel(config.vad_model_path())
+    reply, user = reply_audio(), synthesize("hibari", USER)
+    seconds = 0.5 + reply.size / RATE + 1.0
+    rows = []
+    for delay in DELAYS:
+        for cancel in (False, True):
+            for talking in (False, True):
+                reference = EchoReference()
+                segmenter = VadSegmenter.from_config(config.vad, model, config.turn, echo=reference)
+                listener = SpeechListener(segmenter, EchoCanceller() if cancel else None)
+                near = user_on(seconds, user, reply) if talking else np.zeros(0, np.int16)
+                call = Call(reply, near, seconds, Speakerphone(delay_s=delay))
+                heard: list[tuple[float, str]] = []
+
+                def played(pcm: bytes, rate: int, at: float, listener=listener, reference=reference) -> None:
+                    listener.segmenter.guarded = True  # the reply plays: the session is speaking
+                    reference.play(pcm, rate, at)
+                    if listener.canceller is not None:
+                        listener.canceller.played(pcm, rate, at)
+
+                def hear(pcm: np.ndarray, arrived: float, listener=listener, heard=heard, call=call) -> np.ndarray:
+                    for event in listener.hear(pcm, RATE, arrived, arrived):  # (as the session's thread does)
+                        heard.append((round(arrived - call.t0, 2), type(event).__name__))
+                    return pcm
+
+                call.run(played, hear)
+                kinds = [k for _, k in heard]
+                confirmed = [t for t, k in heard if k == "SpeechConfirmed"]
+                row = {"delay_s": delay, "canceller": cancel, "user_talks": talking,
+                       "starts": kinds.count("SpeechStarted"),
+                       "starts_before_user": sum(1 for t, k in heard if k == "SpeechStarted" and t < USER_AT_S),
+                       "confirmed_after_user_s": round(confirmed[0] - USER_AT_S, 2) if confirmed and talking
+                       else None, "events": heard}
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "events"}), flush=True)
+    return rows
+
+
+def hum(seconds: float, seed: int = 0) -> np.ndarray:
+    """A fan: brown noise plus a 120 Hz hum and its harmonics."""
+    n = int(seconds * RATE)
+    rng = np.random.default_rng(seed)
+    brown = np.cumsum(rng.normal(0, 1, n))
+    brown -= np.convolve(brown, np.ones(400) / 400, mode="same")  # (no drift)
+    t = np.arange(n) / RATE
+    tone = sum(np.sin(2 * np.pi * 120 * k * t) / k for k in (1, 2, 3))
+    return (brown / (np.std(brown) + 1e-9) + 0.5 * tone).astype(np.float32)
+
+
+def processed(audio: np.ndarray, ns: bool) -> np.ndarray:
+    """`audio` through the canceller (nothing played: the microphone's own audio, or the suppressor's if `ns`)."""
+    canceller = EchoCanceller(noise_suppression=ns)
+    lead = np.zeros(FRAME * 50, np.int16)  # (the suppressor learns the noise in its first frames: give it them)
+    out = canceller.clean(np.concatenate([lead, audio, np.zeros(FRAME, np.int16)]), 1000.0)
+    return out[lead.size:lead.size + audio.size]
+
+
+def noisy(args) -> list[dict]:
+    from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
+    from vita.config import Config
+    from workers.llm.asr import WhisperTranscriber, word_error_rate
+
+    questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"]
+                 if "camera" not in q and q.get("set") == "report"][:args.questions]
+    cfg = Config().asr
+    asr = WhisperTranscriber(Config().models_path() / cfg.model, "int8", 2, "en", cfg.beam_size,
+                             redecode_below=cfg.redecode_below, redecode_beam_size=cfg.redecode_beam_size)
+    beds = {"white": lambda s, k: noise(s, level=1.0, seed=k).astype(np.float32),
+            "fan": lambda s, k: hum(s, seed=k), "babble": lambda s, k: babble(s)}
+    rows = []
+    for bed_name, make in beds.items():
+        for snr in (10, 5, 0):
+            for path in ("raw", "off", "ns"):
+                wers = []
+                for k, q in enumerate(questions):
+                    speech = synthesize("hibari", q)
+                    padded = np.concatenate([np.zeros(RATE // 2, np.int16), speech, np.zeros(RATE // 4, np.int16)])
+                    bed = make(padded.size / RATE, k)
+                    mixed = np.clip(padded.astype(np.int32) + under(bed, speech, snr), -32768, 32767)
+                    mixed = mixed.astype(np.int16)
+                    audio = mixed if path == "raw" else processed(mixed, path == "ns")
+                    wers.append(word_error_rate(q, asr.transcribe(audio.tobytes())))
+                row = {"bed": bed_name, "snr_db": snr, "path": path, "wer": round(float(np.mean(wers)), 3),
+                       "garbled": sum(w > 0.5 for w in wers), "questions": len(questions)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("echo", "gate", "noise"), nargs="?", default="echo")
+    parser.add_argument("--questions", type=int, default=20, help="noise: how many report questions")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    rows = {"echo": echo, "gate": gate, "noise": noisy}[args.what](args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The room benchmark builds the rooms it claims: beds at the level asked for under the user's voice, a room
+impulse response that dies away in its RT60, and a speaker whose echo comes back when, and as loud as, it says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soxr
+
+from scripts.bench import rooms
+
+pytestmark = pytest.mark.fast
+
+
+def test_a_bed_is_mixed_the_asked_decibels_under_the_voice():
+    for db in (5, 10, 20):
+        bed = rooms.under_user(rooms.steady_noise(4.0), db)
+        assert abs(rooms.level_db(bed) - (rooms.USER_DB - db)) < 0.5
+    tv = rooms.under_user(rooms.music(4.0), 10)
+    assert abs(rooms.level_db(tv) - (rooms.USER_DB - 10)) < 0.5
+    voice = rooms.at_level(np.random.default_rng(0).normal(0, 2000, 16000), rooms.USER_DB)
+    assert voice.dtype == np.int16 and abs(rooms.level_db(voice) - rooms.USER_DB) < 0.3
+
+
+def test_the_steady_noise_is_mostly_low_frequencies():
+    x = rooms.steady_noise(4.0)
+    power = np.abs(np.fft.rfft(x)) ** 2
+    f = np.fft.rfftfreq(len(x), 1 / rooms.RATE)
+    assert power[f < 1000].sum() > 5 * power[f > 2000].sum()
+
+
+def test_the_impulse_response_dies_away_in_its_rt60():
+    h = rooms.room_impulse_response(0.3)
+    assert len(h) == int(0.3 * rooms.RATE) and abs(float(np.sum(h ** 2)) - 1) < 1e-4
+    assert np.argmax(np.abs(h)) == 0  # the direct path first
+    tenth = len(h) // 10
+    first, last = np.sum(h[1:tenth] ** 2), np.sum(h[-tenth:] ** 2)
+    assert 40 < 10 * np.log10(first / last) < 70  # ~54 dB between the first and last tenth of a 60 dB decay
+
+
+def test_the_speaker_echo_comes_back_delayed_at_its_level_and_stops_with_the_reply():
+    rate, t0 = rooms.RATE, 100.0
+    # one second of reply (noise: a room passes its energy through, a pure tone's it may not)
+    tone = np.random.default_rng(3).normal(0, 3000, rooms.REPLY_RATE).astype(np.int16)
+    reply_db = rooms.level_db(soxr.resample(tone, rooms.REPLY_RATE, rate))  # what it holds below 8 kHz
+    for delay in (0.05, 0.25):
+        speaker = rooms.Speaker(t0, rooms.speaker_gain(reply_db), rooms.room_impulse_response(), delay)
+        speaker.play(tone.tobytes(), t0 + 1.0)  # one second of reply, arriving 1 s into the microphone's clock
+        speaker.play(tone.tobytes(), t0 + 1.2)  # queued behind it: sounds from 2.0 s
+        heard = np.concatenate([speaker.echo(a, a + 128) for a in range(0, 4 * rate, 128)])
+        loud = np.flatnonzero(np.abs(heard) > 50)
+        assert abs(loud[0] / rate - (1.0 + delay)) < 0.005
+        assert 3.0 + delay < loud[-1] / rate <= 3.0 + delay + 0.3  # two seconds of reply and the room's tail
+        steady = heard[int((1.4 + delay) * rate):int((2.9 + delay) * rate)]  # past the room's build-up and tail
+        assert abs(rooms.level_db(steady) - (rooms.USER_DB - rooms.ECHO_DB)) < 1.0
+    speaker = rooms.Speaker(t0, 1.0, rooms.room_impulse_response(), 0.1)
+    speaker.play(tone.tobytes(), t0 + 1.0)
+    speaker.stop(t0 + 1.5)  # stop_tts half-way: the rest never sounds
+    heard = np.concatenate([speaker.echo(a, a + 128) for a in range(0, 3 * rate, 128)])
+    loud = np.flatnonzero(np.abs(heard) > 50)
+    assert 1.5 + 0.1 < loud[-1] / rate <= 1.5 + 0.1 + 0.3
+    assert not speaker.playing(t0 + 2.0)
+
+
+def test_echo_delays_vary_within_50_to_250_ms():
+    delays = {rooms.echo_delay(i) for i in range(10)}
+    assert len(delays) >= 4 and min(delays) == 0.05 and max(delays) == 0.25

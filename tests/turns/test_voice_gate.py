@@ -1,0 +1,129 @@
+"""Whose voice a chunk is (vita/turns/voice_gate.py), on levels alone: Silero's probability is scripted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vita.turns.voice_gate import (
+    CHUNK,
+    ECHO_MARGIN_DB,
+    FLOOR_MIN_CHUNKS,
+    HOLD_SAMPLES,
+    MIN_LEVEL_CHUNKS,
+    ROOM_MIN_CHUNKS,
+    EchoReference,
+    VoiceGate,
+)
+
+pytestmark = pytest.mark.fast
+VOICED, SILENT, THRESHOLD = 0.9, 0.0, 0.35
+
+
+class Stream:
+    """A gate fed chunk after chunk: each with Silero's probability and a level (dBFS)."""
+
+    def __init__(self, gate: VoiceGate | None = None):
+        self.gate = gate or VoiceGate()
+        self.position = 0
+
+    def feed(self, p: float, level: float, within: bool = False, at: float | None = None) -> float:
+        out = self.gate.judge(p, level, self.position, within, THRESHOLD, at)
+        self.position += CHUNK
+        return out
+
+    def room(self, levels: list[float], p: float = VOICED) -> list[float]:
+        return [self.feed(p, level) for level in levels]
+
+
+def babble_levels(n: int, median: float, seed: int = 0) -> list[float]:
+    """Other people talking: voiced all the time, their level wandering ±5 dB around `median`."""
+    return list(median + np.random.default_rng(seed).uniform(-5, 5, n))
+
+
+def test_nothing_is_the_users_before_the_room_is_known():
+    s = Stream()
+    assert [s.feed(VOICED, -20.0) for _ in range(FLOOR_MIN_CHUNKS - 1)] == [0.0] * (FLOOR_MIN_CHUNKS - 1)
+    s = Stream()
+    s.room([-90.0] * FLOOR_MIN_CHUNKS, p=SILENT)
+    assert s.feed(VOICED, -20.0) == VOICED  # a quiet room: the first word of a session is the user's
+
+
+def test_a_quiet_speaker_in_a_quiet_room_is_the_user_but_not_under_the_absolute_floor():
+    s = Stream()
+    s.room([-75.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    assert s.feed(VOICED, -50.0) == VOICED
+    assert s.feed(VOICED, -62.0) == 0.0
+
+
+def test_voices_far_under_the_room_floor_margin_never_start_speech_and_the_user_does():
+    s = Stream()
+    s.room(babble_levels(4 * ROOM_MIN_CHUNKS, -45.0))  # three people talking, Silero says speech throughout
+    assert all(out == 0.0 for out in s.room(babble_levels(100, -45.0, seed=1)))
+    assert s.feed(VOICED, -22.0) == VOICED  # the user, 20 dB over them
+
+
+def test_once_the_users_level_is_known_speech_opens_only_near_it_but_goes_on_through_softer_syllables():
+    s = Stream()
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    for _ in range(MIN_LEVEL_CHUNKS):
+        s.feed(VOICED, -20.0, within=True)
+    assert s.gate.level_db == pytest.approx(-20.0)
+    s.room([-80.0] * 10, p=SILENT)
+    assert s.feed(VOICED, -31.0) == 0.0  # 11 dB under the user: not an opening
+    assert s.feed(VOICED, -24.0) == VOICED  # near their level: it opens
+    assert s.feed(VOICED, -31.0, within=True) == VOICED  # inside their speech, 11 dB under: still theirs
+    assert s.feed(VOICED, -40.0, within=True) == VOICED  # a soft syllable right after their voice (held)
+    for _ in range(HOLD_SAMPLES // CHUNK):
+        s.feed(VOICED, -40.0, within=True)
+    assert s.feed(VOICED, -40.0, within=True) == 0.0  # ...but not for good: 20 dB under them, after the hold
+
+
+def test_a_user_who_moved_away_is_heard_again_after_speaking_softer_for_a_while():
+    s = Stream()
+    s.room([-90.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    for _ in range(2 * MIN_LEVEL_CHUNKS):
+        s.feed(VOICED, -15.0, within=True)
+    s.room([-90.0] * 20, p=SILENT)
+    assert s.feed(VOICED, -35.0) == 0.0  # 20 dB softer: not them, at first
+    for _ in range(20):  # words and the gaps between them
+        s.room([-35.0] * 10)
+        s.room([-90.0] * 5, p=SILENT)
+    assert s.feed(VOICED, -35.0) == VOICED
+
+
+def test_the_hold_never_lets_the_rooms_floor_through():
+    s = Stream()
+    s.room([-50.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)  # steady noise at -50 dBFS
+    assert s.feed(VOICED, -30.0) == VOICED
+    assert s.feed(VOICED, -47.0, within=True) == 0.0  # Silero's lag after the word: at the floor, silence
+
+
+def played(echo: EchoReference, level_db: float, seconds: float, at: float, rate: int = 24000) -> None:
+    amplitude = 32768 * np.sqrt(2) * 10 ** (level_db / 20)
+    tone = (amplitude * np.sin(np.arange(int(seconds * rate)) * 0.3)).astype("<i2")
+    echo.play(tone.tobytes(), rate, at)
+
+
+def test_what_was_played_explains_its_echo_and_the_user_stands_above_it():
+    """A speakerphone: the reply at -20 dBFS comes back 0.12 s later at a third of its level (-29.5 dBFS); the
+    user, louder than that echo, is heard over it."""
+    echo = EchoReference()
+    s = Stream(VoiceGate(echo=echo))
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    played(echo, -20.0, 3.0, at=100.0)
+    times = 100.12 + np.arange(1, 60) * CHUNK / 16000
+    assert [s.feed(VOICED, -29.5, at=t) for t in times[:30]] == [0.0] * 30  # the echo: not the user
+    assert s.feed(VOICED, -29.5 + ECHO_MARGIN_DB + 3, at=times[30]) == VOICED  # learnt: echo + margin is them
+    assert s.feed(VOICED, -29.5, at=103.0 + 0.12) == 0.0  # the echo's tail after the reply ended
+    assert s.feed(VOICED, -29.5, at=104.0) == VOICED  # nothing played for a while: the same level is the user
+    assert s.gate.level_db is None  # nothing was learnt as the user's while the reply could echo
+
+
+def test_before_the_coupling_is_learnt_the_echo_is_taken_to_be_as_loud_as_the_reply():
+    echo = EchoReference()
+    s = Stream(VoiceGate(echo=echo))
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    played(echo, -20.0, 1.0, at=10.0)
+    assert s.feed(VOICED, -19.0, at=10.2) == 0.0
+    assert s.feed(VOICED, -20.0 + ECHO_MARGIN_DB + 1, at=10.25) == VOICED

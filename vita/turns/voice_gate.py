@@ -1,0 +1,216 @@
+"""Whose voice a chunk is: the user's, or the room's.
+
+Silero VAD hears any voice: three people talking 20 dB under the user kept it saying "speech" without a break, so
+an utterance ran to its 30 s cap and the user was never answered; a reply coming back from a speakerphone was heard
+as the user interrupting and then asking its own words. The user is near the microphone and loud; other people and
+the assistant's own echo are far and quieter. So a chunk Silero calls speech is the user's only when its level
+stands above what the room explains: above the loud end of the room's recent sound, above its floor, near the
+user's own recent level, and above the echo that what was just played could make (``EchoReference``). A word's
+softer syllables right after such a chunk are the user's too (the hold), but only above the room's floor.
+
+Pure and per session: the segmenter (``vita/turns/vad.py``) owns one and calls ``judge`` for every 32 ms chunk.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+CHUNK = 512
+CHUNK_S = CHUNK / SAMPLE_RATE
+
+ABS_FLOOR_DBFS = -60.0  # never the user's under this (a quiet speaker in a quiet room is still -50 or more)
+ROOM_CHUNKS = 128  # the room: the last ~4 s of chunks that were not the user's
+ALL_CHUNKS = 128  # ...and the last ~4 s of every chunk, for its floor while the room is still unknown
+ROOM_MIN_CHUNKS = 16  # known after half a second of it
+FLOOR_MIN_CHUNKS = 8  # the floor after a quarter of a second (until then nothing is the user's: the room is unknown)
+ROOM_LOUD_PERCENTILE = 90  # the room's loud end: other voices' syllables
+OVER_ROOM_DB = 3.0  # the user stands this far above the room's loud end...
+FLOOR_PERCENTILE = 20  # ...and this far above the floor of everything heard (before the room is known, the floor
+OVER_FLOOR_DB = 12.0  # is all there is: a babble's loud syllables stand 8-12 dB over its floor)
+KEEP_OVER_FLOOR_DB = 6.0  # once the user is speaking, the floor's bar is this: steady noise 10 dB under the voice
+# sits ~2 dB under its own loud end, and at 12 dB over it the voice's quieter words ended the question early ("How
+# many days are there" heard of "...in a leap year?"); other voices are kept out by the room's loud end
+HOLD_OVER_FLOOR_DB = 6.0  # a word's softer syllables after a loud chunk are the user's if this far above the floor
+HOLD_S = 0.2  # ...and within this of it
+HOLD_SAMPLES = int(HOLD_S * SAMPLE_RATE)
+USER_RANGE_DB = 15.0  # once the user's level is known, a chunk this far under it is not them...
+OPEN_UNDER_USER_DB = 8.0  # ...and speech opens only on chunks within this of it (a far voice's loudest syllables
+# come within 12 dB of a user 20 dB over it)
+LEARN_OVER_FLOOR_DB = 20.0  # the user's level is learnt from chunks this far above the floor (other voices' loudest
+# syllables stand 8-14 dB over it: learnt, they would pass for the user's)
+LEVEL_CHUNKS = 128  # the user's level is learnt from their last ~4 s of clearly voiced speech
+MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it
+
+# Echo of what the client played (a speakerphone without echo cancellation: 50-250 ms later, attenuated).
+ECHO_MAX_DELAY_S = 0.4  # played audio is heard back at most this late
+ECHO_MARGIN_DB = 6.0  # the user stands this far above what the echo explains
+ECHO_PRIOR_DB = 0.0  # until it is learnt, the echo is taken to be as loud as what was played
+ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
+ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
+ECHO_HISTORY_S = 2.0  # played audio kept this long after it played
+
+
+def level_db(samples: np.ndarray) -> float:
+    """dBFS of float samples in [-1, 1]."""
+    return 10 * float(np.log10(float(np.mean(samples * samples)) + 1e-10))
+
+
+class EchoReference:
+    """What the client was played, on the server's clock, and how loud it comes back in the microphone.
+
+    The reply pacer knows when each piece of the reply plays at the client; its echo reaches the server up to
+    ECHO_MAX_DELAY_S later. The coupling (microphone level minus played level) is learnt from chunks that were not
+    the user's while something played; until there is enough of it, the echo is taken to be as loud as the reply.
+    """
+
+    def __init__(self) -> None:
+        self.played: deque[tuple[float, float]] = deque()  # (when it starts playing, dBFS) a piece, in time order
+        self.coupling: deque[float] = deque(maxlen=128)
+
+    def play(self, pcm: bytes, rate: int, at: float) -> None:
+        """`pcm` (int16) starts playing at the client at `at` (monotonic)."""
+        while self.played and self.played[0][0] < at - ECHO_HISTORY_S:
+            self.played.popleft()
+        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        step = max(1, int(CHUNK_S * rate))
+        start = max(at, self.played[-1][0] + CHUNK_S) if self.played else at  # (played after what came before)
+        for i in range(0, samples.size, step):
+            self.played.append((start + i / rate, level_db(samples[i:i + step])))
+
+    def reference(self, at: float) -> float | None:
+        """The loudest played piece whose echo may be in a chunk that ended arriving at `at` (None: nothing)."""
+        earliest = at - CHUNK_S - ECHO_MAX_DELAY_S - CHUNK_S
+        loudest = None
+        for start, level in reversed(self.played):  # (the newest first: what is queued to play comes before)
+            if start < earliest:
+                break
+            if start <= at and (loudest is None or level > loudest):
+                loudest = level
+        return loudest
+
+    def explains(self, reference: float) -> float:
+        """The loudest echo `reference` may cause in the microphone (dBFS)."""
+        if len(self.coupling) < ROOM_MIN_CHUNKS:
+            return reference + ECHO_PRIOR_DB
+        return reference + float(np.percentile(self.coupling, ECHO_COUPLING_PERCENTILE))
+
+    def learn(self, reference: float, level: float) -> None:
+        """A chunk that was not the user's, heard while `reference` played."""
+        if reference >= ECHO_LEARN_ABOVE_DBFS:
+            self.coupling.append(level - reference)
+
+
+class VoiceGate:
+    """One session's judge of whose voice each chunk is (see the module's doc). `guarded` is set by the owner
+    while the assistant's reply plays; `echo` (an EchoReference) is given for clients that do not cancel their
+    own echo."""
+
+    def __init__(self, echo_guard_db: float = 0.0, echo: EchoReference | None = None, voice_db: float = 10.0):
+        self.echo_guard_db = echo_guard_db
+        self.voice_db = voice_db  # while guarded, only a chunk this close to the user's level renews the hold
+        self.echo = echo
+        self.guarded = False
+        self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's clearly voiced chunks
+        self.room: deque[float] = deque(maxlen=ROOM_CHUNKS)  # dBFS of chunks that were not the user's
+        self.heard: deque[float] = deque(maxlen=ALL_CHUNKS)  # dBFS of every chunk
+        self.heard_at = -HOLD_SAMPLES * 10  # stream position of the latest chunk at the user's level
+        self.loud_at = -HOLD_SAMPLES * 10  # ...of the latest one while guarded within voice_db of it
+        self._floor: float | None = None
+        self._room_loud: float | None = None
+        self._stale = 0  # chunks since the room's statistics were computed
+
+    @property
+    def level_db(self) -> float | None:
+        """The user's speech level: the 75th percentile of their recent clearly voiced chunks (dBFS)."""
+        return float(np.percentile(self.levels, 75)) if len(self.levels) >= MIN_LEVEL_CHUNKS else None
+
+    @property
+    def floor_db(self) -> float | None:
+        """The floor of everything heard lately (dBFS): the room's steady sound, or its quieter moments."""
+        return self._floor
+
+    def needed(self, user: float | None, speaking: bool = False) -> float:
+        """The level a voiced chunk needs to be the user's, as the room stands (`speaking`: to keep the user's
+        speech going, rather than to start it)."""
+        room = ABS_FLOOR_DBFS
+        if self._floor is not None:
+            room = max(room, self._floor + (KEEP_OVER_FLOOR_DB if speaking else OVER_FLOOR_DB))
+        if self._room_loud is not None:
+            room = max(room, self._room_loud + OVER_ROOM_DB)
+        return room if user is None else max(room, user - USER_RANGE_DB)
+
+    def opens(self, user: float | None) -> float:
+        """The level a voiced chunk needs to start the user's speech."""
+        need = self.needed(user)
+        return need if user is None else max(need, user - OPEN_UNDER_USER_DB)
+
+    def judge(self, p: float, level: float, position: int, within: bool, threshold: float,
+              at: float | None = None) -> float:
+        """Silero's probability `p` for the chunk ending at stream `position`, at `level` dBFS (arrived at `at`,
+        monotonic), or 0 when it is not the user's. `within`: an utterance of theirs is open (its softer syllables
+        may be held); `threshold`: the probability under which a chunk is silence anyway."""
+        self._observe(level)
+        reference = self.echo.reference(at) if self.echo is not None and at is not None else None
+        if p < threshold:
+            self._not_users(level, reference)
+            return p
+        if self._floor is None and not within:  # the room is still unknown: nothing starts yet
+            self._not_users(level, reference)
+            return 0.0
+        user = self.level_db
+        need = self.needed(user, speaking=True) if within else self.opens(user)
+        echo = self.echo.explains(reference) if reference is not None else None
+        if echo is not None:
+            need = max(need, echo + ECHO_MARGIN_DB)
+        if self.guarded and self.echo_guard_db and user is not None:
+            need = max(need, user - self.echo_guard_db)
+        # Learnt once the room's floor is known (before that a room's voices pass for the user's), and not while
+        # something plays (its echo would be learnt).
+        learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
+                 and reference is None)
+        if level >= need:
+            if self.guarded and self.echo_guard_db and user is not None:
+                if level >= user - self.voice_db:  # the user's voice itself: their softer syllables may follow
+                    self.heard_at = self.loud_at = position
+            else:
+                self.heard_at = position
+            if learn:
+                self.levels.append(level)
+            return p
+        if learn and user is not None and level >= self.needed(None):
+            # Above the room but far under the user's level: the user moved away from the microphone, or is
+            # someone else near it; learnt, so that a user who now speaks softer is heard again after ~3 s of it.
+            self.levels.append(level)
+        hold_need = max(self._floor + HOLD_OVER_FLOOR_DB if self._floor is not None else ABS_FLOOR_DBFS,
+                        echo if echo is not None else -np.inf)
+        if within and position - self.heard_at <= HOLD_SAMPLES and level >= hold_need:
+            return p  # a softer syllable of the word the user is saying
+        self._not_users(level, reference)
+        return 0.0
+
+    def echo_removed(self) -> None:
+        """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
+        uncancelled echo, the room's loud end and how loud the echo comes back, is learnt again."""
+        self.room.clear()
+        self._room_loud = None
+        if self.echo is not None:
+            self.echo.coupling.clear()
+
+    def _observe(self, level: float) -> None:
+        self.heard.append(level)
+        self._stale += 1
+        if self._stale >= 4 or self._floor is None:  # every ~0.13 s: the room changes slowly
+            self._stale = 0
+            if len(self.heard) >= FLOOR_MIN_CHUNKS:
+                self._floor = float(np.percentile(self.heard, FLOOR_PERCENTILE))
+            if len(self.room) >= ROOM_MIN_CHUNKS:
+                self._room_loud = float(np.percentile(self.room, ROOM_LOUD_PERCENTILE))
+
+    def _not_users(self, level: float, reference: float | None) -> None:
+        if self._floor is None or level < self._floor + LEARN_OVER_FLOOR_DB:  # (a near voice is no room's)
+            self.room.append(level)
+        if reference is not None:
+            self.echo.learn(reference, level)
