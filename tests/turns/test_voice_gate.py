@@ -8,10 +8,12 @@ import pytest
 from vita.turns.voice_gate import (
     CHUNK,
     ECHO_MARGIN_DB,
+    ECHO_PRIOR_DB,
     FLOOR_MIN_CHUNKS,
     HOLD_SAMPLES,
     MIN_LEVEL_CHUNKS,
     ROOM_MIN_CHUNKS,
+    STREAM_GAP_S,
     EchoReference,
     VoiceGate,
 )
@@ -120,10 +122,25 @@ def test_what_was_played_explains_its_echo_and_the_user_stands_above_it():
     assert s.gate.level_db is None  # nothing was learnt as the user's while the reply could echo
 
 
-def test_before_the_coupling_is_learnt_the_echo_is_taken_to_be_as_loud_as_the_reply():
+def test_before_the_coupling_is_learnt_the_echo_is_taken_to_come_back_10_db_under_the_reply():
+    """As a speakerphone's does; taken as loud as the reply, a call that cancels its own echo could not be
+    interrupted."""
     echo = EchoReference()
     s = Stream(VoiceGate(echo=echo))
     s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
     played(echo, -20.0, 1.0, at=10.0)
-    assert s.feed(VOICED, -19.0, at=10.2) == 0.0
-    assert s.feed(VOICED, -20.0 + ECHO_MARGIN_DB + 1, at=10.25) == VOICED
+    assert s.feed(VOICED, -20.0 + ECHO_PRIOR_DB + ECHO_MARGIN_DB - 1, at=10.2) == 0.0
+    assert s.feed(VOICED, -20.0 + ECHO_PRIOR_DB + ECHO_MARGIN_DB + 1, at=10.25) == VOICED
+
+
+def test_a_stream_that_starts_with_the_users_voice_is_theirs_and_so_after_a_long_silence_of_the_client():
+    """A client that sends audio only while its user speaks (push-to-talk, its own VAD, speech over a reply to a
+    typed question) starts its stream with their voice: taken for the room's floor, that voice barred itself and
+    the user could not interrupt."""
+    s = Stream()
+    times = 50.0 + np.arange(40) * CHUNK / 16000
+    assert [s.feed(VOICED, -24.0, at=t) for t in times] == [VOICED] * 40  # no room heard: the voice is theirs
+    assert s.gate.floor_db is None  # ...and not taken for the room's floor
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    later = times[-1] + STREAM_GAP_S + 1  # nothing sent for longer than a gap: the next stream starts afresh
+    assert s.feed(VOICED, -24.0, at=later) == VOICED

@@ -22,6 +22,7 @@ CHUNK = 512
 CHUNK_S = CHUNK / SAMPLE_RATE
 
 ABS_FLOOR_DBFS = -60.0  # never the user's under this (a quiet speaker in a quiet room is still -50 or more)
+STREAM_GAP_S = 3.0  # audio arriving after this long without any starts the stream afresh: its room is unheard
 ROOM_CHUNKS = 128  # the room: the last ~4 s of chunks that were not the user's
 ALL_CHUNKS = 128  # ...and the last ~4 s of every chunk, for its floor while the room is still unknown
 ROOM_MIN_CHUNKS = 16  # known after half a second of it
@@ -47,7 +48,8 @@ MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it
 # Echo of what the client played (a speakerphone without echo cancellation: 50-250 ms later, attenuated).
 ECHO_MAX_DELAY_S = 0.4  # played audio is heard back at most this late
 ECHO_MARGIN_DB = 6.0  # the user stands this far above what the echo explains
-ECHO_PRIOR_DB = 0.0  # until it is learnt, the echo is taken to be as loud as what was played
+ECHO_PRIOR_DB = -10.0  # until it is learnt, the echo comes back this far under what was played (a speakerphone's,
+# at a third of its level; taken as loud as played, a call that cancels its own echo could not be interrupted)
 ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
 ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
 ECHO_HISTORY_S = 2.0  # played audio kept this long after it played
@@ -63,7 +65,8 @@ class EchoReference:
 
     The reply pacer knows when each piece of the reply plays at the client; its echo reaches the server up to
     ECHO_MAX_DELAY_S later. The coupling (microphone level minus played level) is learnt from chunks that were not
-    the user's while something played; until there is enough of it, the echo is taken to be as loud as the reply.
+    the user's while something played; until there is enough of it, the echo is taken to come back 10 dB under the
+    reply.
     """
 
     def __init__(self) -> None:
@@ -121,6 +124,9 @@ class VoiceGate:
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
+        self.quiet = 0  # chunks Silero called silence since the stream (re)started
+        self.fresh = False  # the stream started with no room heard: a client sending audio only while its user speaks
+        self.last_at: float | None = None  # when the latest chunk arrived (monotonic)
 
     @property
     def level_db(self) -> float | None:
@@ -152,11 +158,24 @@ class VoiceGate:
         """Silero's probability `p` for the chunk ending at stream `position`, at `level` dBFS (arrived at `at`,
         monotonic), or 0 when it is not the user's. `within`: an utterance of theirs is open (its softer syllables
         may be held); `threshold`: the probability under which a chunk is silence anyway."""
-        self._observe(level)
+        if at is not None:
+            first = self.last_at is None and not self.heard
+            if first or (self.last_at is not None and at - self.last_at > STREAM_GAP_S):
+                # The stream starts (again) with this chunk: a client that sends nothing until its user speaks
+                # (push-to-talk, a client's own VAD, a typed question then speech over the reply) begins with the
+                # user's own voice, which would otherwise be taken for the room's floor and bar the user.
+                self.fresh, self.quiet = True, 0
+            self.last_at = at
         reference = self.echo.reference(at) if self.echo is not None and at is not None else None
         if p < threshold:
+            self._observe(level)
+            self.quiet += 1
             self._not_users(level, reference)
             return p
+        if self.fresh and self.quiet < FLOOR_MIN_CHUNKS:
+            return p  # no room heard since the stream started: the voice is the user's, as a VAD alone has it
+        self.fresh = False
+        self._observe(level)
         if self._floor is None and not within:  # the room is still unknown: nothing starts yet
             self._not_users(level, reference)
             return 0.0
