@@ -387,27 +387,12 @@ class RealtimeDoor(Door):
         speaker = self.speaker
 
         class Client(RealtimeClient):
-            async def _read(self) -> None:
-                try:
-                    async for event in self.connection:
-                        record = event.to_dict() if hasattr(event, "to_dict") else dict(event)
-                        at = time.monotonic()
-                        with self.changed:
-                            self.events.append((at, record))
-                            self.changed.notify_all()
-                        kind = record.get("type")
-                        if speaker is not None and kind == "response.output_audio.delta":
-                            speaker.play(base64.b64decode(record["delta"]), at)
-                        elif (speaker is not None and kind == "response.done"
-                              and record["response"]["status"] == "cancelled"):
-                            speaker.stop(at)
-                except Exception as exc:  # the server closed the connection: recorded for the caller
-                    with self.changed:
-                        self.events.append((time.monotonic(), {"type": "client.closed", "reason": repr(exc)}))
-                finally:
-                    self.closed.set()
-                    with self.changed:
-                        self.changed.notify_all()
+            def _heard(self, at: float, record: dict) -> None:
+                kind = record.get("type")
+                if speaker is not None and kind == "response.output_audio.delta":
+                    speaker.play(base64.b64decode(record["delta"]), at)
+                elif speaker is not None and kind == "response.done" and record["response"]["status"] == "cancelled":
+                    speaker.stop(at)
 
         self.client = Client(self.url)
         self.client.wait_type("session.created")

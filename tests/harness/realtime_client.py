@@ -52,9 +52,11 @@ class RealtimeClient:
         try:
             async for event in self.connection:
                 record = event.to_dict() if hasattr(event, "to_dict") else dict(event)
+                at = time.monotonic()
                 with self.changed:
-                    self.events.append((time.monotonic(), record))
+                    self.events.append((at, record))
                     self.changed.notify_all()
+                self._heard(at, record)
         except Exception as exc:  # the server closed the connection: recorded for the caller
             with self.changed:
                 self.events.append((time.monotonic(), {"type": "client.closed", "reason": repr(exc)}))
@@ -62,6 +64,9 @@ class RealtimeClient:
             self.closed.set()
             with self.changed:
                 self.changed.notify_all()
+
+    def _heard(self, at: float, record: dict[str, Any]) -> None:
+        """Each server event as it arrives (recorded already), for a client that acts on them as they come."""
 
     # --- sending ------------------------------------------------------------------------------------------------
     def send(self, event: dict[str, Any]) -> None:
