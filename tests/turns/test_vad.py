@@ -417,3 +417,74 @@ def test_over_the_reply_other_people_do_not_interrupt_it_and_the_user_does():
                     + np.resize(bed, over.size + int(1.5 * SAMPLE_RATE)), -32768, 32767).astype(np.int16)
     kinds = [kind for _, kind, _ in heard_in(mixed, seg)]
     assert kinds[:2] == [Heard.START, Heard.CONFIRM], kinds
+
+
+def heard_live(stream: np.ndarray, t0: float = 100.0) -> list[tuple[int, Heard, object]]:
+    """As heard_in, each 8 ms message stamped with when it arrived (real time from `t0`), as the server feeds it:
+    a stream's first moments are judged by how it started."""
+    config = Config()
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    seen = []
+    for i in range(0, len(stream), 128):
+        arrived = t0 + (i + 128) / SAMPLE_RATE
+        seen += [(seg.position, e.kind, e.utterance) for e in seg.feed(stream[i:i + 128], arrived)]
+    return seen
+
+
+def talk_in_babble(lead_s: float, between_s: float = 1.5, tail_s: float = 5.0) -> tuple[np.ndarray, list]:
+    """Three other people talking 20 dB under the user from the stream's first sample; the two questions from
+    `lead_s` on. Returns the stream and each question's first and last voiced sample in it."""
+    parts, spans, at = [silence(lead_s)], [], int(lead_s * SAMPLE_RATE)
+    for text in QUESTIONS:
+        question = np.asarray(spoken(text))
+        spans.append(truth(question, at))
+        parts += [question, silence(between_s)]
+        at += question.size + int(between_s * SAMPLE_RATE)
+    parts.append(silence(tail_s))
+    stream = np.concatenate(parts).astype(np.float32)
+    stream += np.random.default_rng(5).normal(0, 10, stream.size)
+    stream += under(babble(stream.size / SAMPLE_RATE), np.asarray(spoken(QUESTIONS[0])), 20)
+    return np.clip(stream, -32768, 32767).astype(np.int16), spans
+
+
+def assert_each_question_its_own_utterance(seen, spans) -> None:
+    """Every start reported is ended or withdrawn, and the utterances are the questions, each from where it began to
+    where the user stopped (by the utterances' samples: a start withdrawn is reported again later)."""
+    kinds = [kind for _, kind, _ in seen]
+    ends = [u for _, kind, u in seen if kind is Heard.END]
+    assert kinds.count(Heard.START) == len(ends) + kinds.count(Heard.DROPPED), kinds
+    assert len(ends) == len(spans), [(u.start_sample / SAMPLE_RATE, u.speech_end_sample / SAMPLE_RATE) for u in ends]
+    for end, (first, last) in zip(ends, spans, strict=True):
+        assert first - 0.6 * SAMPLE_RATE <= end.start_sample <= first  # (with its pre-roll)
+        assert abs(end.speech_end_sample - last) < 0.3 * SAMPLE_RATE
+
+
+@pytest.mark.parametrize("lead_s", [1.5, 5.0])
+def test_other_people_talking_from_the_streams_first_moment_are_the_room_and_the_user_is_heard(lead_s):
+    """A page that opens its microphone in a cafe: Silero hears a voice from the first chunk, and none of the quiet
+    that follows a user's words. Taken for the user's, it held an utterance open to the 30 s cap, again and again;
+    it is the room's, and each question is heard alone (the first once the room is clear, 4 s in)."""
+    stream, spans = talk_in_babble(lead_s)
+    seen = heard_live(stream)
+    assert Heard.DROPPED in [kind for _, kind, _ in seen]  # the voice first taken for the user's, withdrawn
+    assert_each_question_its_own_utterance(seen, spans)
+
+
+def test_a_user_who_speaks_as_the_stream_starts_over_other_people_is_heard_and_each_question_ends_where_they_stop():
+    stream, spans = talk_in_babble(0.2)
+    assert_each_question_its_own_utterance(heard_live(stream), spans)
+
+
+def test_a_stream_that_starts_with_a_long_question_is_the_users_from_its_first_word_to_its_last():
+    """A client that sends audio only while its user speaks, and six seconds of speech with hardly a pause in it:
+    its level falls between words as no room's does, so it stays the user's (judged again as a room's, it was cut
+    into pieces)."""
+    from scripts.eval.questions import LONG
+
+    speech = np.asarray(spoken(" ".join(LONG[:3])))
+    seen = heard_live(np.concatenate([speech, silence(1.5)]))
+    kinds = [kind for _, kind, _ in seen]
+    assert kinds.count(Heard.START) == 1 and Heard.DROPPED not in kinds, kinds
+    (end,) = [u for _, kind, u in seen if kind is Heard.END]
+    first, last = truth(speech, 0)
+    assert end.start_sample <= first and abs(end.speech_end_sample - last) < 0.3 * SAMPLE_RATE

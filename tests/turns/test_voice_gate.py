@@ -10,6 +10,8 @@ from vita.turns.voice_gate import (
     ECHO_MARGIN_DB,
     ECHO_PRIOR_DB,
     FLOOR_MIN_CHUNKS,
+    FRESH_GAPS,
+    FRESH_MAX_CHUNKS,
     HOLD_SAMPLES,
     MIN_LEVEL_CHUNKS,
     ROOM_MIN_CHUNKS,
@@ -144,3 +146,42 @@ def test_a_stream_that_starts_with_the_users_voice_is_theirs_and_so_after_a_long
     s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
     later = times[-1] + STREAM_GAP_S + 1  # nothing sent for longer than a gap: the next stream starts afresh
     assert s.feed(VOICED, -24.0, at=later) == VOICED
+
+
+def arrival(n: int, start: float = 50.0) -> list[float]:
+    return list(start + np.arange(1, n + 1) * CHUNK / 16000)
+
+
+def test_a_stream_that_starts_amid_other_people_talking_is_found_to_be_the_rooms_and_judged_again():
+    """A page opened in a cafe: a voice from the first chunk that never falls silent nor far under itself. Until it
+    is clear, it is taken for the user's; then the gate forgets that, learns the room from all of it, and the user,
+    20 dB over it, is heard while the room is not."""
+    s = Stream()
+    levels, times = babble_levels(FRESH_MAX_CHUNKS, -45.0), arrival(FRESH_MAX_CHUNKS + 40)
+    outs = [s.feed(VOICED, level, at=t) for level, t in zip(levels, times, strict=False)]
+    assert outs[:-1] == [VOICED] * (FRESH_MAX_CHUNKS - 1) and s.gate.expired
+    s.gate.judge_again()
+    assert not s.gate.expired and s.gate.start is None
+    assert s.gate.floor_db == pytest.approx(np.percentile(levels, 20), abs=0.5)
+    later = babble_levels(30, -45.0, seed=3)
+    after = times[FRESH_MAX_CHUNKS:]
+    assert [s.feed(VOICED, level, at=t) for level, t in zip(later, after, strict=False)] == [0.0] * 30
+    assert s.feed(VOICED, -24.0, at=times[-1]) == VOICED
+
+
+def test_a_near_talkers_falling_level_makes_the_stream_theirs_and_the_room_is_heard_in_their_gaps():
+    """The user speaks from the stream's first chunk over other people 20 dB under: between the user's syllables
+    the level falls to the room's, which a room's own voices never do. The voice is the user's, and the room is
+    learnt from those gaps (not from the user's voice)."""
+    s = Stream()
+    times = iter(arrival(200))
+    pattern = [-24.0, -22.0, -26.0, -44.0]  # three chunks of a word, then the room between words
+    outs = []
+    while s.gate.start is not None or not outs:
+        level = pattern[len(outs) % len(pattern)]
+        outs.append(s.feed(VOICED, level, within=len(outs) > 2, at=next(times)))
+    assert len(outs) <= 4 * FRESH_GAPS + 16 and not s.gate.expired
+    assert outs[:-1] == [VOICED] * (len(outs) - 1)  # taken for the user's until then...
+    assert outs[-1] == 0.0  # ...and the gap that made it clear is judged as the room it is
+    assert s.gate.floor_db is not None and s.gate.floor_db < -40  # the room's, heard in the gaps
+    assert s.feed(VOICED, -45.0, at=next(times)) == 0.0  # ...and it is not the user

@@ -38,6 +38,11 @@ SPAN_MAX_GAP_CHUNKS = 10
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
 # voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
 SPAN_USER_LAG_CHUNKS = 1
+# Where the segmentation stands: kept when a stream starts afresh, to judge its chunks again if its first voice turns
+# out to be the room's.
+_SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
+                  "voiced_samples", "onset_reported", "confirmed", "confirm_reported", "pause_reported", "span_from",
+                  "span_voiced", "carried", "floor_levels", "tail_levels", "quiet_tail", "pre_roll")
 
 
 class SileroModel:
@@ -158,6 +163,10 @@ class VadSegmenter:
         self.voiced_samples = 0
         self.onset_reported = False  # onset_ms voiced: the start of speech has been reported
         self.confirmed = False  # min_utterance_ms voiced: the utterance will be kept
+        # Since the stream started afresh (the gate takes its first voice for the user's until it is clear whose):
+        # where the segmentation stood then, and each chunk since with Silero's probability, level and arrival.
+        self._before_fresh: dict | None = None
+        self._fresh_chunks: list[tuple[np.ndarray, float, float, float | None]] = []
 
     @property
     def guarded(self) -> bool:
@@ -214,6 +223,8 @@ class VadSegmenter:
         self.tail_levels.clear()
         self.pause_reported = False
         self.carried = None
+        if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
+            self._before_fresh, self._fresh_chunks = self._segment_state(), []
 
     def end_now(self) -> list[VadEvent]:
         """End the utterance being heard at this point (its turn is complete), as a long enough silence would."""
@@ -238,56 +249,99 @@ class VadSegmenter:
             samples = chunk.astype(np.float32) / 32768.0
             level = level_db(samples)
             at = None if arrived is None else arrived - (arrived_end - self.position - CHUNK) / SAMPLE_RATE
-            p = self.gate.judge(self.vad.probability(samples), level, self.position,
-                                self.speaking and self.onset_reported, self.end_threshold, at)
-            if p < self.end_threshold:
-                self.floor_levels.append(level)
-            chunk_start = self.position
-            self.position += CHUNK
-            if not self.speaking:
-                if p >= self.start_threshold:
-                    self.speaking = True
-                    self.speech = [*self.pre_roll, chunk]
-                    self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
-                    self.span_from, self.span_voiced = chunk_start, 0
-                    self.last_voiced_end = self.position
-                    self.silent_chunks = self.quiet_tail = 0
-                    self.tail_levels.clear()
-                    self.tail_levels.append(level)
-                    self.voiced_samples = CHUNK
-                    events += self._count_voiced()
-                    self.pre_roll.clear()
-                else:
-                    self.pre_roll.append(chunk)
-                continue
-            self.speech.append(chunk)
-            if p < self.end_threshold:
-                if self.silent_chunks == 0:
-                    self._credit_quiet_tail()
-                self.silent_chunks += 1
-                paused = self.silent_chunks + self.quiet_tail
-                if self.pause_chunks and paused >= self.pause_chunks and self.confirmed and not self.pause_reported:
-                    self.pause_reported = True
-                    events.append(VadEvent(Heard.PAUSE, self._so_far()))
-                elif self.pause_reported and paused == self.longer_pause_chunks:
-                    events.append(VadEvent(Heard.PAUSE_LONGER, self._so_far()))
-            else:
-                if self.pause_reported:
-                    self.pause_reported = False
-                    events.append(VadEvent(Heard.RESUME))
-                if self.silent_chunks + self.quiet_tail > SPAN_MAX_GAP_CHUNKS:
-                    self.span_from, self.span_voiced = chunk_start, 0
-                self.silent_chunks = self.quiet_tail = 0
-                self.tail_levels.append(level)
+            heard = self.vad.probability(samples)
+            p = self.gate.judge(heard, level, self.position, self.speaking and self.onset_reported,
+                                self.end_threshold, at)
+            if self.gate.fresh_started:
+                self._before_fresh, self._fresh_chunks = self._segment_state(), []
+            if self.gate.start is not None:
+                self._fresh_chunks.append((chunk, heard, level, at))
+            elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
+                self._before_fresh, self._fresh_chunks = None, []
+            events += self._step(chunk, p, level)
+            if self.gate.expired:
+                events += self._judge_again()
+        return events
+
+    def _step(self, chunk: np.ndarray, p: float, level: float) -> list[VadEvent]:
+        """Advance by one chunk whose voice the gate judged `p` (0: not the user's)."""
+        events: list[VadEvent] = []
+        if p < self.end_threshold:
+            self.floor_levels.append(level)
+        chunk_start = self.position
+        self.position += CHUNK
+        if not self.speaking:
+            if p >= self.start_threshold:
+                self.speaking = True
+                self.speech = [*self.pre_roll, chunk]
+                self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
+                self.span_from, self.span_voiced = chunk_start, 0
                 self.last_voiced_end = self.position
-                self.voiced_samples += CHUNK
+                self.silent_chunks = self.quiet_tail = 0
+                self.tail_levels.clear()
+                self.tail_levels.append(level)
+                self.voiced_samples = CHUNK
                 events += self._count_voiced()
-            began = self.carried.start_sample if self.carried is not None else self.speech_start
-            too_long = self.position - began >= self.max_samples  # a request carried on and on is still capped
-            if self.silent_chunks >= self.end_silence_chunks or too_long:
-                event = self._close()
-                if event is not None:
-                    events.append(event)
+                self.pre_roll.clear()
+            else:
+                self.pre_roll.append(chunk)
+            return events
+        self.speech.append(chunk)
+        if p < self.end_threshold:
+            if self.silent_chunks == 0:
+                self._credit_quiet_tail()
+            self.silent_chunks += 1
+            paused = self.silent_chunks + self.quiet_tail
+            if self.pause_chunks and paused >= self.pause_chunks and self.confirmed and not self.pause_reported:
+                self.pause_reported = True
+                events.append(VadEvent(Heard.PAUSE, self._so_far()))
+            elif self.pause_reported and paused == self.longer_pause_chunks:
+                events.append(VadEvent(Heard.PAUSE_LONGER, self._so_far()))
+        else:
+            if self.pause_reported:
+                self.pause_reported = False
+                events.append(VadEvent(Heard.RESUME))
+            if self.silent_chunks + self.quiet_tail > SPAN_MAX_GAP_CHUNKS:
+                self.span_from, self.span_voiced = chunk_start, 0
+            self.silent_chunks = self.quiet_tail = 0
+            self.tail_levels.append(level)
+            self.last_voiced_end = self.position
+            self.voiced_samples += CHUNK
+            events += self._count_voiced()
+        began = self.carried.start_sample if self.carried is not None else self.speech_start
+        too_long = self.position - began >= self.max_samples  # a request carried on and on is still capped
+        if self.silent_chunks >= self.end_silence_chunks or too_long:
+            event = self._close()
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _segment_state(self) -> dict:
+        """A copy of where the segmentation stands (not Silero's state: its probabilities are kept)."""
+        state = {}
+        for name in _SEGMENT_STATE:
+            value = getattr(self, name)
+            state[name] = (deque(value, maxlen=value.maxlen) if isinstance(value, deque)
+                           else list(value) if isinstance(value, list) else value)
+        return state
+
+    def _judge_again(self) -> list[VadEvent]:
+        """The stream's first voice was the room's, not the user's (see VoiceGate.judge_again): what was reported of
+        it is withdrawn, and its chunks are judged again from where it started, with the room learnt from them."""
+        events = []
+        if self.speaking and self.onset_reported:
+            if self.pause_reported:
+                events.append(VadEvent(Heard.RESUME))
+            events.append(VadEvent(Heard.DROPPED))
+        chunks, self._fresh_chunks = self._fresh_chunks, []
+        for name, value in (self._before_fresh or {}).items():
+            setattr(self, name, value)
+        self._before_fresh = None
+        self.gate.judge_again()
+        for chunk, heard, level, at in chunks:
+            p = self.gate.judge(heard, level, self.position, self.speaking and self.onset_reported,
+                                self.end_threshold, at)
+            events += self._step(chunk, p, level)
         return events
 
     def _credit_quiet_tail(self) -> None:

@@ -14,6 +14,7 @@ Pure and per session: the segmenter (``vita/turns/vad.py``) owns one and calls `
 from __future__ import annotations
 
 from collections import deque
+from enum import StrEnum
 
 import numpy as np
 
@@ -23,12 +24,21 @@ CHUNK_S = CHUNK / SAMPLE_RATE
 
 ABS_FLOOR_DBFS = -60.0  # never the user's under this (a quiet speaker in a quiet room is still -50 or more)
 STREAM_GAP_S = 3.0  # audio arriving after this long without any starts the stream afresh: its room is unheard
+# A stream that starts with a voice takes it for the user's until it is clear whose it is (``StreamStart``):
+FRESH_REFERENCE_CHUNKS = 16  # the voice's level: the median of its first half second
+FRESH_QUIET_UNDER_DB = 10.0  # quiet after it: chunks Silero calls silent this far under it (a babble's are not)
+FRESH_GAP_UNDER_DB = 12.0  # a near talker's gaps: chunks this far under it, voiced or not
+FRESH_GAPS = 8  # ...this many: 8 in 0.7-1.9 s of speech; 2-5 in 4 s of three talkers, none of a TV or babble over noise
+FRESH_MAX_S = 4.0  # neither within this: the voice was the room's
+FRESH_MAX_CHUNKS = int(FRESH_MAX_S * 16000 / 512)
 ROOM_CHUNKS = 128  # the room: the last ~4 s of chunks that were not the user's
 ALL_CHUNKS = 128  # ...and the last ~4 s of every chunk, for its floor while the room is still unknown
 ROOM_MIN_CHUNKS = 16  # known after half a second of it
 FLOOR_MIN_CHUNKS = 8  # the floor after a quarter of a second (until then nothing is the user's: the room is unknown)
 ROOM_LOUD_PERCENTILE = 90  # the room's loud end: other voices' syllables
 OVER_ROOM_DB = 3.0  # the user stands this far above the room's loud end...
+OPEN_OVER_ROOM_DB = 6.0  # ...and starts this far above it (a babble's loudest syllables reach 3-5 dB over its 90th
+# percentile, and the hold strung them into utterances nobody said)
 FLOOR_PERCENTILE = 20  # ...and this far above the floor of everything heard (before the room is known, the floor
 OVER_FLOOR_DB = 12.0  # is all there is: a babble's loud syllables stand 8-12 dB over its floor)
 KEEP_OVER_FLOOR_DB = 6.0  # once the user is speaking, the floor's bar is this: steady noise 10 dB under the voice
@@ -106,6 +116,49 @@ class EchoReference:
             self.coupling.append(level - reference)
 
 
+class Whose(StrEnum):
+    USERS = "users"  # quiet followed the voice: it was the user's (a client sending audio only while they speak)
+    USERS_OVER_ROOM = "users_over_room"  # a near talker's deep gaps, the room heard in them: the user's
+    ROOMS = "rooms"  # neither in FRESH_MAX_S: the room's (people talking from the moment a page opened its microphone)
+
+
+class StreamStart:
+    """The first seconds of a stream that began with a voice, until it is clear whose voice it is.
+
+    Taken for the room's floor, a user's first words barred the user; taken for the user's, three people talking
+    from the moment a page opened its microphone held an utterance open to its 30 s cap, again and again. A near
+    talker's level falls 12 dB and more between syllables and words; other people's voices, several at once and far
+    away, keep a level that hardly falls. So the voice is the user's once quiet follows it or once it has shown
+    FRESH_GAPS such gaps, and the room's when neither came in FRESH_MAX_S: then the stream is judged again from its
+    start, with the room learnt from all of it.
+    """
+
+    def __init__(self, before: dict, coupling: deque[float] | None):
+        self.before, self.coupling = before, coupling  # what the gate had learnt when the stream started
+        self.levels: list[float] = []  # dBFS of every chunk since
+        self.voice: list[float] = []  # ...of the first FRESH_REFERENCE_CHUNKS voiced ones
+        self.gaps: list[float] = []  # ...of the voiced ones far under those
+        self.quiet = 0
+        self.under = 0  # chunks far under the voice, voiced or not
+
+    def hear(self, voiced: bool, level: float) -> Whose | None:
+        self.levels.append(level)
+        if voiced and len(self.voice) < FRESH_REFERENCE_CHUNKS:
+            self.voice.append(level)
+        reference = float(np.median(self.voice)) if self.voice else None
+        if not voiced and (reference is None or level <= reference - FRESH_QUIET_UNDER_DB):
+            self.quiet += 1
+        if reference is not None and level <= reference - FRESH_GAP_UNDER_DB:
+            self.under += 1
+            if voiced:
+                self.gaps.append(level)
+        if self.quiet >= FLOOR_MIN_CHUNKS:
+            return Whose.USERS
+        if self.under >= FRESH_GAPS:
+            return Whose.USERS_OVER_ROOM
+        return Whose.ROOMS if len(self.levels) >= FRESH_MAX_CHUNKS else None
+
+
 class VoiceGate:
     """One session's judge of whose voice each chunk is (see the module's doc). `guarded` is set by the owner
     while the assistant's reply plays; `echo` (an EchoReference) is given for clients that do not cancel their
@@ -124,9 +177,10 @@ class VoiceGate:
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
-        self.quiet = 0  # chunks Silero called silence since the stream (re)started
-        self.fresh = False  # the stream started with no room heard: a client sending audio only while its user speaks
         self.last_at: float | None = None  # when the latest chunk arrived (monotonic)
+        self.start: StreamStart | None = None  # the stream began with a voice and it is not yet clear whose
+        self.fresh_started = False  # this chunk began it (the owner keeps what follows, in case it is judged again)
+        self.expired = False  # the voice was the room's: the owner judges the stream again (``judge_again``)
 
     @property
     def level_db(self) -> float | None:
@@ -145,7 +199,7 @@ class VoiceGate:
         if self._floor is not None:
             room = max(room, self._floor + (KEEP_OVER_FLOOR_DB if speaking else OVER_FLOOR_DB))
         if self._room_loud is not None:
-            room = max(room, self._room_loud + OVER_ROOM_DB)
+            room = max(room, self._room_loud + (OVER_ROOM_DB if speaking else OPEN_OVER_ROOM_DB))
         return room if user is None else max(room, user - USER_RANGE_DB)
 
     def opens(self, user: float | None) -> float:
@@ -158,29 +212,37 @@ class VoiceGate:
         """Silero's probability `p` for the chunk ending at stream `position`, at `level` dBFS (arrived at `at`,
         monotonic), or 0 when it is not the user's. `within`: an utterance of theirs is open (its softer syllables
         may be held); `threshold`: the probability under which a chunk is silence anyway."""
+        self.fresh_started = False
         if at is not None:
-            first = self.last_at is None and not self.heard
-            if first or (self.last_at is not None and at - self.last_at > STREAM_GAP_S):
-                # The stream starts (again) with this chunk: a client that sends nothing until its user speaks
-                # (push-to-talk, a client's own VAD, a typed question then speech over the reply) begins with the
-                # user's own voice, which would otherwise be taken for the room's floor and bar the user.
-                self.fresh, self.quiet = True, 0
-            self.last_at = at
+            self._arrive(at)
         reference = self.echo.reference(at) if self.echo is not None and at is not None else None
+        if self.start is not None:
+            whose = self.start.hear(p >= threshold, level)
+            if whose is Whose.USERS:
+                self.start = None
+            elif whose is Whose.USERS_OVER_ROOM:
+                for gap in self.start.gaps:  # (the room, heard between the user's syllables)
+                    self._observe(gap)
+                    self._not_users(gap, None)
+                self.start = None
+            elif whose is Whose.ROOMS:
+                self.expired = True
         if p < threshold:
             self._observe(level)
-            self.quiet += 1
             self._not_users(level, reference)
             return p
-        if self.fresh and self.quiet < FLOOR_MIN_CHUNKS:
+        if self.start is not None or self.expired:
             return p  # no room heard since the stream started: the voice is the user's, as a VAD alone has it
-        self.fresh = False
         self._observe(level)
         if self._floor is None and not within:  # the room is still unknown: nothing starts yet
             self._not_users(level, reference)
             return 0.0
         user = self.level_db
-        need = self.needed(user, speaking=True) if within else self.opens(user)
+        # Inside the user's speech the room's lower bar holds while a word of theirs was heard within the hold; after
+        # a longer gap the room's bar for starting does (a babble's loudest syllables kept a question open long after
+        # it). Not over the reply: there the echo guard's bar holds anyway, and an interruption must not wait.
+        going = self.guarded or position - self.heard_at <= HOLD_SAMPLES
+        need = self.needed(user, speaking=going) if within else self.opens(user)
         echo = self.echo.explains(reference) if reference is not None else None
         if echo is not None:
             need = max(need, echo + ECHO_MARGIN_DB)
@@ -209,6 +271,38 @@ class VoiceGate:
             return p  # a softer syllable of the word the user is saying
         self._not_users(level, reference)
         return 0.0
+
+    def judge_again(self) -> None:
+        """The stream's first voice was the room's (``expired``): what was learnt since it started is forgotten, the
+        room is learnt from every chunk of it, and the owner judges its chunks again."""
+        start, self.start, self.expired = self.start, None, False
+        if start is None:
+            return
+        for name, value in start.before.items():
+            setattr(self, name, value)
+        if self.echo is not None:
+            self.echo.coupling = start.coupling
+        for level in start.levels:
+            self.heard.append(level)
+        self._floor = float(np.percentile(self.heard, FLOOR_PERCENTILE))
+        for level in start.levels:
+            self._not_users(level, None)
+        if len(self.room) >= ROOM_MIN_CHUNKS:
+            self._room_loud = float(np.percentile(self.room, ROOM_LOUD_PERCENTILE))
+
+    def _arrive(self, at: float) -> None:
+        first = self.last_at is None and not self.heard
+        if first or (self.last_at is not None and at - self.last_at > STREAM_GAP_S):
+            # The stream starts (again) with this chunk: a client that sends nothing until its user speaks
+            # (push-to-talk, a client's own VAD, a typed question then speech over the reply) begins with the
+            # user's own voice, which would otherwise be taken for the room's floor and bar the user.
+            self.fresh_started, self.expired = True, False
+            before = {"levels": deque(self.levels, maxlen=LEVEL_CHUNKS), "room": deque(self.room, maxlen=ROOM_CHUNKS),
+                      "heard": deque(self.heard, maxlen=ALL_CHUNKS), "heard_at": self.heard_at,
+                      "loud_at": self.loud_at, "_floor": self._floor, "_room_loud": self._room_loud}
+            coupling = self.echo.coupling.copy() if self.echo is not None else None
+            self.start = StreamStart(before, coupling)
+        self.last_at = at
 
     def echo_removed(self) -> None:
         """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
