@@ -31,6 +31,7 @@ FRESH_GAP_UNDER_DB = 12.0  # a near talker's gaps: chunks this far under it, voi
 FRESH_GAPS = 8  # ...this many: 8 in 0.7-1.9 s of speech; 2-5 in 4 s of three talkers, none of a TV or babble over noise
 FRESH_MAX_S = 4.0  # neither within this: the voice was the room's
 FRESH_MAX_CHUNKS = int(FRESH_MAX_S * 16000 / 512)
+FRESH_ROOM_OVER_DB = 8.0  # ...and the room is learnt from its chunks up to this far above that voice's level
 ROOM_CHUNKS = 128  # the room: the last ~4 s of chunks that were not the user's
 ALL_CHUNKS = 128  # ...and the last ~4 s of every chunk, for its floor while the room is still unknown
 ROOM_MIN_CHUNKS = 16  # known after half a second of it
@@ -136,16 +137,23 @@ class StreamStart:
     def __init__(self, before: dict, coupling: deque[float] | None):
         self.before, self.coupling = before, coupling  # what the gate had learnt when the stream started
         self.levels: list[float] = []  # dBFS of every chunk since
+        self.voiced: list[bool] = []  # ...and whether Silero called it speech
         self.voice: list[float] = []  # ...of the first FRESH_REFERENCE_CHUNKS voiced ones
         self.gaps: list[float] = []  # ...of the voiced ones far under those
         self.quiet = 0
         self.under = 0  # chunks far under the voice, voiced or not
 
+    @property
+    def reference(self) -> float:
+        """The first voice's level (dBFS): the median of its first half second."""
+        return float(np.median(self.voice)) if self.voice else -np.inf
+
     def hear(self, voiced: bool, level: float) -> Whose | None:
         self.levels.append(level)
+        self.voiced.append(voiced)
         if voiced and len(self.voice) < FRESH_REFERENCE_CHUNKS:
             self.voice.append(level)
-        reference = float(np.median(self.voice)) if self.voice else None
+        reference = self.reference if self.voice else None
         if not voiced and (reference is None or level <= reference - FRESH_QUIET_UNDER_DB):
             self.quiet += 1
         if reference is not None and level <= reference - FRESH_GAP_UNDER_DB:
@@ -171,9 +179,11 @@ class VoiceGate:
         self.guarded = False
         self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's clearly voiced chunks
         self.room: deque[float] = deque(maxlen=ROOM_CHUNKS)  # dBFS of chunks that were not the user's
+        self.room_voiced: deque[bool] = deque(maxlen=ROOM_CHUNKS)  # ...and whether Silero called each one speech
         self.heard: deque[float] = deque(maxlen=ALL_CHUNKS)  # dBFS of every chunk
         self.heard_at = -HOLD_SAMPLES * 10  # stream position of the latest chunk at the user's level
         self.loud_at = -HOLD_SAMPLES * 10  # ...of the latest one while guarded within voice_db of it
+        self._over_at = -CHUNK  # ...of the latest one over the bar
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
@@ -186,6 +196,11 @@ class VoiceGate:
     def level_db(self) -> float | None:
         """The user's speech level: the 75th percentile of their recent clearly voiced chunks (dBFS)."""
         return float(np.percentile(self.levels, 75)) if len(self.levels) >= MIN_LEVEL_CHUNKS else None
+
+    @property
+    def voices(self) -> bool:
+        """Other people talk in the room: Silero called most of its recent chunks speech (steady noise: none)."""
+        return len(self.room_voiced) >= ROOM_MIN_CHUNKS and 2 * sum(self.room_voiced) >= len(self.room_voiced)
 
     @property
     def floor_db(self) -> float | None:
@@ -223,26 +238,28 @@ class VoiceGate:
             elif whose is Whose.USERS_OVER_ROOM:
                 for gap in self.start.gaps:  # (the room, heard between the user's syllables)
                     self._observe(gap)
-                    self._not_users(gap, None)
+                    self._not_users(gap, None, voiced=True)
                 self.start = None
             elif whose is Whose.ROOMS:
                 self.expired = True
         if p < threshold:
             self._observe(level)
-            self._not_users(level, reference)
+            self._not_users(level, reference, voiced=False)
             return p
         if self.start is not None or self.expired:
             return p  # no room heard since the stream started: the voice is the user's, as a VAD alone has it
         self._observe(level)
         if self._floor is None and not within:  # the room is still unknown: nothing starts yet
-            self._not_users(level, reference)
+            self._not_users(level, reference, voiced=True)
             return 0.0
         user = self.level_db
-        # Inside the user's speech the room's lower bar holds while a word of theirs was heard within the hold; after
-        # a longer gap the room's bar for starting does (a babble's loudest syllables kept a question open long after
-        # it). Not over the reply: there the echo guard's bar holds anyway, and an interruption must not wait.
-        going = self.guarded or position - self.heard_at <= HOLD_SAMPLES
-        need = self.needed(user, speaking=going) if within else self.opens(user)
+        # Inside the user's speech, a chunk over the room's lower bar is theirs while a word of theirs was heard within
+        # the hold; after a longer gap, in a room of voices, only with the chunk after it (a babble's loudest
+        # syllables, a chunk each, kept a question open long after it; held to the bar for starting instead, a
+        # softer last word, "...of Japan?", was lost). Not over the reply: the echo guard's bar holds there anyway,
+        # and an interruption must not wait.
+        going = self.guarded or not self.voices or position - self.heard_at <= HOLD_SAMPLES
+        need = self.needed(user, speaking=True) if within else self.opens(user)
         echo = self.echo.explains(reference) if reference is not None else None
         if echo is not None:
             need = max(need, echo + ECHO_MARGIN_DB)
@@ -253,6 +270,9 @@ class VoiceGate:
         learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
                  and reference is None)
         if level >= need:
+            over, self._over_at = self._over_at, position
+            if within and not going and over != position - CHUNK:
+                return 0.0
             if self.guarded and self.echo_guard_db and user is not None:
                 if level >= user - self.voice_db:  # the user's voice itself: their softer syllables may follow
                     self.heard_at = self.loud_at = position
@@ -269,7 +289,7 @@ class VoiceGate:
                         echo if echo is not None else -np.inf)
         if within and position - self.heard_at <= HOLD_SAMPLES and level >= hold_need:
             return p  # a softer syllable of the word the user is saying
-        self._not_users(level, reference)
+        self._not_users(level, reference, voiced=True)
         return 0.0
 
     def judge_again(self) -> None:
@@ -282,11 +302,14 @@ class VoiceGate:
             setattr(self, name, value)
         if self.echo is not None:
             self.echo.coupling = start.coupling
-        for level in start.levels:
+        # (the room's level is its first voice's: what rose far above it since was someone nearer, the user perhaps)
+        room = [(level, voiced) for level, voiced in zip(start.levels, start.voiced, strict=True)
+                if level <= start.reference + FRESH_ROOM_OVER_DB]
+        for level, _ in room:
             self.heard.append(level)
         self._floor = float(np.percentile(self.heard, FLOOR_PERCENTILE))
-        for level in start.levels:
-            self._not_users(level, None)
+        for level, voiced in room:
+            self._not_users(level, None, voiced)
         if len(self.room) >= ROOM_MIN_CHUNKS:
             self._room_loud = float(np.percentile(self.room, ROOM_LOUD_PERCENTILE))
 
@@ -298,6 +321,7 @@ class VoiceGate:
             # user's own voice, which would otherwise be taken for the room's floor and bar the user.
             self.fresh_started, self.expired = True, False
             before = {"levels": deque(self.levels, maxlen=LEVEL_CHUNKS), "room": deque(self.room, maxlen=ROOM_CHUNKS),
+                      "room_voiced": deque(self.room_voiced, maxlen=ROOM_CHUNKS),
                       "heard": deque(self.heard, maxlen=ALL_CHUNKS), "heard_at": self.heard_at,
                       "loud_at": self.loud_at, "_floor": self._floor, "_room_loud": self._room_loud}
             coupling = self.echo.coupling.copy() if self.echo is not None else None
@@ -308,6 +332,7 @@ class VoiceGate:
         """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
         uncancelled echo, the room's loud end and how loud the echo comes back, is learnt again."""
         self.room.clear()
+        self.room_voiced.clear()
         self._room_loud = None
         if self.echo is not None:
             self.echo.coupling.clear()
@@ -322,8 +347,9 @@ class VoiceGate:
             if len(self.room) >= ROOM_MIN_CHUNKS:
                 self._room_loud = float(np.percentile(self.room, ROOM_LOUD_PERCENTILE))
 
-    def _not_users(self, level: float, reference: float | None) -> None:
+    def _not_users(self, level: float, reference: float | None, voiced: bool) -> None:
         if self._floor is None or level < self._floor + LEARN_OVER_FLOOR_DB:  # (a near voice is no room's)
             self.room.append(level)
+            self.room_voiced.append(voiced)
         if reference is not None:
             self.echo.learn(reference, level)
