@@ -406,3 +406,26 @@ def test_a_session_guarded_against_its_speakers_echo_cancels_it_with_what_its_cl
     finally:
         turns.close()
         turns.detach(s)
+
+
+@pytest.mark.parametrize(("speaker_echo", "reason"), [(False, "extended"), (True, "barge-in")])
+def test_speech_just_after_the_replys_first_audio_goes_on_with_the_request_unless_the_speaker_may_echo(
+        speaker_echo, reason):
+    """Within turn.extend_grace_ms of the reply's first audio, speech is the user going on with the request; from a
+    client whose speaker's echo comes back it may be that echo (which withdrew the reply and asked again with its
+    own first words), so there it is an interruption."""
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page = speaker_echo
+    s = session(turns)
+    try:
+        spoken(turns, s)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic()))
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == [reason]
+    finally:
+        turns.close()
+        turns.detach(s)

@@ -9,6 +9,7 @@ is handled after the action list, never inside it, so actions leave in the order
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -136,12 +137,16 @@ class TurnController:
     def attach(self, session: Session) -> None:
         """Give the session its turn machine, its ears and its mailbox thread."""
         limits = self.config.limits
-        session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
-                                   speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
-                                   rules=self.rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
-        session.listener = self.ears.listener()
         turn = self.config.turn
         session.speaker_echo = turn.speaker_echo_realtime if session.channel is not None else turn.speaker_echo_page
+        # A client whose speaker's echo comes back: speech that starts once the reply is playing may be its echo,
+        # and taken as the user going on with the request it withdrew the reply ("extended") and asked again with
+        # the reply's own first words in it. There it is an interruption, judged as one, or nothing.
+        rules = dataclasses.replace(self.rules, extend_grace_s=0.0) if session.speaker_echo else self.rules
+        session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
+                                   speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
+                                   rules=rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
+        session.listener = self.ears.listener()
         if session.speaker_echo:  # what the client is played, to tell its echo from the user
             session.listener.segmenter.gate.echo = EchoReference()
             if turn.echo_cancel:  # ...and to take out of what its microphone hears
