@@ -490,3 +490,44 @@ def test_a_stream_that_starts_with_a_long_question_is_the_users_from_its_first_w
     (end,) = [u for _, kind, u in seen if kind is Heard.END]
     first, last = truth(speech, 0)
     assert end.start_sample <= first and abs(end.speech_end_sample - last) < 0.3 * SAMPLE_RATE
+
+
+def scripted_stream(script: str, pre_roll_ms: int = 0) -> tuple[VadSegmenter, object]:
+    """A segmenter whose Silero is scripted by `script` ("#", "-" voiced; "." silent) and a feeder of such chunks on
+    the arrival clock (a gap in the clock is a gap in what the client sent)."""
+    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-" else 0.0 for c in script]), 0.5, 0.35, end_silence_ms=500,
+                       pre_roll_ms=pre_roll_ms, min_utterance_ms=250, max_utterance_s=30, onset_ms=64)
+    clock = [100.0]
+
+    def feed(chunks: str, after_s: float = 0.0) -> list[Heard]:
+        clock[0] += after_s
+        kinds = []
+        for c in chunks:
+            clock[0] += CHUNK / SAMPLE_RATE
+            kinds += [e.kind for e in seg.feed(SCRIPTED_AUDIO[c], clock[0])]
+        return kinds
+
+    return seg, feed
+
+
+@pytest.mark.fast
+def test_audio_back_after_a_long_gap_ends_the_speech_it_cut_off_which_stays_the_users():
+    """The client stopped sending mid-utterance and came back 3.5 s later (the stream starts afresh): the speech cut
+    off is over, and when the new stream's first voice turns out to be the room's, only that is withdrawn."""
+    seg, feed = scripted_stream("." * 32 + "#" * 20 + "#" * 200)
+    feed("." * 32)
+    speech = feed("#" * 20)
+    assert speech[0] is Heard.START and Heard.END not in speech
+    back = feed("#" * 200, after_s=3.5)  # a voice whose level never falls: the room's
+    assert back[0] is Heard.END  # the speech the gap cut off, ended where its audio did
+    assert back.count(Heard.END) == 1 and back.count(Heard.DROPPED) == 1  # ...and the room's voice withdrawn
+    assert back.index(Heard.DROPPED) > back.index(Heard.END)
+
+
+@pytest.mark.fast
+def test_a_clients_own_settings_made_while_a_streams_start_is_unclear_stay_when_it_is_judged_again():
+    seg, feed = scripted_stream("#" * 200, pre_roll_ms=96)
+    feed("#" * 10)
+    seg.tune(0.5, 500, 288)  # a Realtime session.update: 9 chunks of pre-roll
+    assert Heard.DROPPED in feed("#" * 190)  # 4 s of a voice whose level never falls: judged again
+    assert seg.pre_roll.maxlen == 9

@@ -42,7 +42,18 @@ SPAN_USER_LAG_CHUNKS = 1
 # out to be the room's.
 _SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
                   "voiced_samples", "onset_reported", "confirmed", "confirm_reported", "pause_reported", "span_from",
-                  "span_voiced", "carried", "floor_levels", "tail_levels", "quiet_tail", "pre_roll")
+                  "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "pre_roll")
+
+
+@dataclass(frozen=True)
+class KeptChunk:
+    """A chunk heard since the stream started afresh, with what judging it again needs."""
+
+    chunk: np.ndarray
+    probability: float  # Silero's
+    level: float  # dBFS
+    at: float | None  # when it arrived (monotonic)
+    guarded: bool  # whether the assistant's reply was playing
 
 
 class SileroModel:
@@ -166,7 +177,7 @@ class VadSegmenter:
         # Since the stream started afresh (the gate takes its first voice for the user's until it is clear whose):
         # where the segmentation stood then, and each chunk since with Silero's probability, level and arrival.
         self._before_fresh: dict | None = None
-        self._fresh_chunks: list[tuple[np.ndarray, float, float, float | None]] = []
+        self._fresh_chunks: list[KeptChunk] = []
 
     @property
     def guarded(self) -> bool:
@@ -249,13 +260,16 @@ class VadSegmenter:
             samples = chunk.astype(np.float32) / 32768.0
             level = level_db(samples)
             at = None if arrived is None else arrived - (arrived_end - self.position - CHUNK) / SAMPLE_RATE
-            heard = self.vad.probability(samples)
-            p = self.gate.judge(heard, level, self.position, self.speaking and self.onset_reported,
+            probability = self.vad.probability(samples)
+            guarded = self.gate.guarded
+            p = self.gate.judge(probability, level, self.position, self.speaking and self.onset_reported,
                                 self.end_threshold, at)
             if self.gate.fresh_started:
+                if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
+                    events += [e for e in [self._close()] if e is not None]
                 self._before_fresh, self._fresh_chunks = self._segment_state(), []
             if self.gate.start is not None:
-                self._fresh_chunks.append((chunk, heard, level, at))
+                self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
                 self._before_fresh, self._fresh_chunks = None, []
             events += self._step(chunk, p, level)
@@ -321,27 +335,37 @@ class VadSegmenter:
         state = {}
         for name in _SEGMENT_STATE:
             value = getattr(self, name)
-            state[name] = (deque(value, maxlen=value.maxlen) if isinstance(value, deque)
+            state[name] = (deque(value) if isinstance(value, deque)
                            else list(value) if isinstance(value, list) else value)
         return state
 
+    def _restore(self, state: dict) -> None:
+        for name, value in state.items():
+            current = getattr(self, name)  # (a deque keeps its length now: `tune` may have changed it since)
+            setattr(self, name, deque(value, maxlen=current.maxlen) if isinstance(current, deque) else value)
+
     def _judge_again(self) -> list[VadEvent]:
-        """The stream's first voice was the room's, not the user's (see VoiceGate.judge_again): what was reported of
-        it is withdrawn, and its chunks are judged again from where it started, with the room learnt from them."""
+        """The stream's first voice was the room's, not the user's (see VoiceGate.judge_again): the utterance it
+        holds open is withdrawn, and the chunks since the stream started (or since the last utterance ended, which
+        stays reported) are judged again, with the room learnt from them."""
         events = []
         if self.speaking and self.onset_reported:
             if self.pause_reported:
                 events.append(VadEvent(Heard.RESUME))
             events.append(VadEvent(Heard.DROPPED))
-        chunks, self._fresh_chunks = self._fresh_chunks, []
-        for name, value in (self._before_fresh or {}).items():
-            setattr(self, name, value)
-        self._before_fresh = None
+        chunks, before = self._fresh_chunks, self._before_fresh
+        self._fresh_chunks, self._before_fresh = [], None
         self.gate.judge_again()
-        for chunk, heard, level, at in chunks:
-            p = self.gate.judge(heard, level, self.position, self.speaking and self.onset_reported,
-                                self.end_threshold, at)
-            events += self._step(chunk, p, level)
+        if before is None:  # (nothing kept to judge again from)
+            return events
+        self._restore(before)
+        guarded = self.gate.guarded
+        for kept in chunks:
+            self.gate.guarded = kept.guarded
+            p = self.gate.judge(kept.probability, kept.level, self.position, self.speaking and self.onset_reported,
+                                self.end_threshold, kept.at)
+            events += self._step(kept.chunk, p, kept.level)
+        self.gate.guarded = guarded
         return events
 
     def _credit_quiet_tail(self) -> None:
@@ -410,4 +434,6 @@ class VadSegmenter:
             return VadEvent(Heard.DROPPED) if reported else None
         utterance = self._utterance(audio)
         self.carried = None
+        if self._before_fresh is not None:  # (reported, it stays: the stream may be judged again from here on)
+            self._before_fresh, self._fresh_chunks = self._segment_state(), []
         return VadEvent(Heard.END, utterance)

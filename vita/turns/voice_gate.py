@@ -14,6 +14,7 @@ Pure and per session: the segmenter (``vita/turns/vad.py``) owns one and calls `
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -26,11 +27,13 @@ ABS_FLOOR_DBFS = -60.0  # never the user's under this (a quiet speaker in a quie
 STREAM_GAP_S = 3.0  # audio arriving after this long without any starts the stream afresh: its room is unheard
 # A stream that starts with a voice takes it for the user's until it is clear whose it is (``StreamStart``):
 FRESH_REFERENCE_CHUNKS = 16  # the voice's level: the median of its first half second
-FRESH_QUIET_UNDER_DB = 10.0  # quiet after it: chunks Silero calls silent this far under it (a babble's are not)
+FRESH_QUIET_UNDER_DB = 6.0  # quiet after it: chunks Silero calls silent this far under it (a babble's are not; a
+# client that sends only its user's speech from a car or a fan's room has its pauses at the noise, 6-10 dB under)
 FRESH_GAP_UNDER_DB = 12.0  # a near talker's gaps: chunks this far under it, voiced or not
-FRESH_GAPS = 8  # ...this many: 8 in 0.7-1.9 s of speech; 2-5 in 4 s of three talkers, none of a TV or babble over noise
+FRESH_GAPS = 8  # ...this many chunks: 8 in 0.7-1.9 s of speech; 2-5 in 4 s of three talkers, none of a TV or babble
+# over noise
 FRESH_MAX_S = 4.0  # neither within this: the voice was the room's
-FRESH_MAX_CHUNKS = int(FRESH_MAX_S * 16000 / 512)
+FRESH_MAX_CHUNKS = int(FRESH_MAX_S / CHUNK_S)
 FRESH_ROOM_OVER_DB = 8.0  # ...and the room is learnt from its chunks up to this far above that voice's level
 ROOM_CHUNKS = 128  # the room: the last ~4 s of chunks that were not the user's
 ALL_CHUNKS = 128  # ...and the last ~4 s of every chunk, for its floor while the room is still unknown
@@ -63,7 +66,8 @@ ECHO_PRIOR_DB = -10.0  # until it is learnt, the echo comes back this far under 
 # at a third of its level; taken as loud as played, a call that cancels its own echo could not be interrupted)
 ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
 ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
-ECHO_HISTORY_S = 2.0  # played audio kept this long after it played
+ECHO_HISTORY_S = FRESH_MAX_S + 2.0  # played audio kept this long after it played (a stream's start may be judged
+# again that much later)
 
 
 def level_db(samples: np.ndarray) -> float:
@@ -118,9 +122,42 @@ class EchoReference:
 
 
 class Whose(StrEnum):
+    """Whose a stream's first voice was, once it is clear."""
+
     USERS = "users"  # quiet followed the voice: it was the user's (a client sending audio only while they speak)
     USERS_OVER_ROOM = "users_over_room"  # a near talker's deep gaps, the room heard in them: the user's
     ROOMS = "rooms"  # neither in FRESH_MAX_S: the room's (people talking from the moment a page opened its microphone)
+
+
+@dataclass
+class GateMemory:
+    """What a gate has learnt of its room, its user and its echo: kept when a stream starts afresh, to go back to if
+    its first voice turns out to be the room's."""
+
+    levels: deque[float]
+    room: deque[float]
+    room_voiced: deque[bool]
+    heard: deque[float]
+    heard_at: int
+    loud_at: int
+    floor: float | None
+    room_loud: float | None
+    coupling: deque[float] | None
+
+    @classmethod
+    def of(cls, gate: VoiceGate) -> GateMemory:
+        coupling = gate.echo.coupling if gate.echo is not None else None
+        return cls(deque(gate.levels, maxlen=LEVEL_CHUNKS), deque(gate.room, maxlen=ROOM_CHUNKS),
+                   deque(gate.room_voiced, maxlen=ROOM_CHUNKS), deque(gate.heard, maxlen=ALL_CHUNKS), gate.heard_at,
+                   gate.loud_at, gate._floor, gate._room_loud,
+                   deque(coupling, maxlen=coupling.maxlen) if coupling is not None else None)
+
+    def restore(self, gate: VoiceGate) -> None:
+        gate.levels, gate.room, gate.room_voiced, gate.heard = self.levels, self.room, self.room_voiced, self.heard
+        gate.heard_at, gate.loud_at, gate._floor, gate._room_loud = self.heard_at, self.loud_at, self.floor, \
+            self.room_loud
+        if gate.echo is not None and self.coupling is not None:
+            gate.echo.coupling = self.coupling
 
 
 class StreamStart:
@@ -129,41 +166,45 @@ class StreamStart:
     Taken for the room's floor, a user's first words barred the user; taken for the user's, three people talking
     from the moment a page opened its microphone held an utterance open to its 30 s cap, again and again. A near
     talker's level falls 12 dB and more between syllables and words; other people's voices, several at once and far
-    away, keep a level that hardly falls. So the voice is the user's once quiet follows it or once it has shown
-    FRESH_GAPS such gaps, and the room's when neither came in FRESH_MAX_S: then the stream is judged again from its
-    start, with the room learnt from all of it.
+    away, keep a level that hardly falls. So the voice is the user's once quiet follows it or once FRESH_GAPS chunks
+    have fallen that far, and the room's when neither came in FRESH_MAX_S: then the stream is judged again from its
+    start, with the room learnt from its chunks up to FRESH_ROOM_OVER_DB over that voice.
     """
 
-    def __init__(self, before: dict, coupling: deque[float] | None):
-        self.before, self.coupling = before, coupling  # what the gate had learnt when the stream started
+    def __init__(self, memory: GateMemory):
+        self.memory = memory  # what the gate had learnt when the stream started
         self.levels: list[float] = []  # dBFS of every chunk since
         self.voiced: list[bool] = []  # ...and whether Silero called it speech
         self.voice: list[float] = []  # ...of the first FRESH_REFERENCE_CHUNKS voiced ones
-        self.gaps: list[float] = []  # ...of the voiced ones far under those
-        self.quiet = 0
+        self.gaps: list[float] = []  # ...of the voiced ones far under those (the room between a near talker's words)
+        self.quiet = 0  # chunks Silero called silent, before the voice or well under it
         self.under = 0  # chunks far under the voice, voiced or not
+        self.voiced_at: int | None = None  # stream position of the latest voiced chunk
 
     @property
     def reference(self) -> float:
         """The first voice's level (dBFS): the median of its first half second."""
         return float(np.median(self.voice)) if self.voice else -np.inf
 
-    def hear(self, voiced: bool, level: float) -> Whose | None:
+    def hear(self, voiced: bool, level: float, position: int) -> Whose | None:
+        """One more chunk (ending at stream `position`): whose the voice is, once that is clear."""
         self.levels.append(level)
         self.voiced.append(voiced)
-        if voiced and len(self.voice) < FRESH_REFERENCE_CHUNKS:
-            self.voice.append(level)
+        if voiced:
+            self.voiced_at = position
+            if len(self.voice) < FRESH_REFERENCE_CHUNKS:
+                self.voice.append(level)
         reference = self.reference if self.voice else None
         if not voiced and (reference is None or level <= reference - FRESH_QUIET_UNDER_DB):
             self.quiet += 1
-        if reference is not None and level <= reference - FRESH_GAP_UNDER_DB:
-            self.under += 1
-            if voiced:
-                self.gaps.append(level)
+        gap = reference is not None and level <= reference - FRESH_GAP_UNDER_DB
+        self.under += gap
         if self.quiet >= FLOOR_MIN_CHUNKS:
             return Whose.USERS
         if self.under >= FRESH_GAPS:
             return Whose.USERS_OVER_ROOM
+        if voiced and gap:  # (the deciding chunk is judged as any other, once it is clear)
+            self.gaps.append(level)
         return Whose.ROOMS if len(self.levels) >= FRESH_MAX_CHUNKS else None
 
 
@@ -232,13 +273,14 @@ class VoiceGate:
             self._arrive(at)
         reference = self.echo.reference(at) if self.echo is not None and at is not None else None
         if self.start is not None:
-            whose = self.start.hear(p >= threshold, level)
-            if whose is Whose.USERS:
-                self.start = None
-            elif whose is Whose.USERS_OVER_ROOM:
+            whose = self.start.hear(p >= threshold, level, position)
+            if whose is Whose.USERS_OVER_ROOM:
                 for gap in self.start.gaps:  # (the room, heard between the user's syllables)
                     self._observe(gap)
                     self._not_users(gap, None, voiced=True)
+            if whose in (Whose.USERS, Whose.USERS_OVER_ROOM):
+                if self.start.voiced_at is not None:  # (their last word's softer syllables go on with it)
+                    self.heard_at = max(self.heard_at, self.start.voiced_at)
                 self.start = None
             elif whose is Whose.ROOMS:
                 self.expired = True
@@ -247,7 +289,7 @@ class VoiceGate:
             self._not_users(level, reference, voiced=False)
             return p
         if self.start is not None or self.expired:
-            return p  # no room heard since the stream started: the voice is the user's, as a VAD alone has it
+            return p  # not yet clear whose the stream's first voice is: the user's, as a VAD alone has it
         self._observe(level)
         if self._floor is None and not within:  # the room is still unknown: nothing starts yet
             self._not_users(level, reference, voiced=True)
@@ -294,20 +336,18 @@ class VoiceGate:
 
     def judge_again(self) -> None:
         """The stream's first voice was the room's (``expired``): what was learnt since it started is forgotten, the
-        room is learnt from every chunk of it, and the owner judges its chunks again."""
+        room is learnt from its chunks up to FRESH_ROOM_OVER_DB over that voice, and the owner judges them again."""
         start, self.start, self.expired = self.start, None, False
         if start is None:
             return
-        for name, value in start.before.items():
-            setattr(self, name, value)
-        if self.echo is not None:
-            self.echo.coupling = start.coupling
-        # (the room's level is its first voice's: what rose far above it since was someone nearer, the user perhaps)
+        start.memory.restore(self)
+        # (what rose far above the first voice since was someone nearer: the user, perhaps)
         room = [(level, voiced) for level, voiced in zip(start.levels, start.voiced, strict=True)
                 if level <= start.reference + FRESH_ROOM_OVER_DB]
         for level, _ in room:
             self.heard.append(level)
-        self._floor = float(np.percentile(self.heard, FLOOR_PERCENTILE))
+        if self.heard:
+            self._floor = float(np.percentile(self.heard, FLOOR_PERCENTILE))
         for level, voiced in room:
             self._not_users(level, None, voiced)
         if len(self.room) >= ROOM_MIN_CHUNKS:
@@ -320,20 +360,21 @@ class VoiceGate:
             # (push-to-talk, a client's own VAD, a typed question then speech over the reply) begins with the
             # user's own voice, which would otherwise be taken for the room's floor and bar the user.
             self.fresh_started, self.expired = True, False
-            before = {"levels": deque(self.levels, maxlen=LEVEL_CHUNKS), "room": deque(self.room, maxlen=ROOM_CHUNKS),
-                      "room_voiced": deque(self.room_voiced, maxlen=ROOM_CHUNKS),
-                      "heard": deque(self.heard, maxlen=ALL_CHUNKS), "heard_at": self.heard_at,
-                      "loud_at": self.loud_at, "_floor": self._floor, "_room_loud": self._room_loud}
-            coupling = self.echo.coupling.copy() if self.echo is not None else None
-            self.start = StreamStart(before, coupling)
+            self.start = StreamStart(GateMemory.of(self))
         self.last_at = at
 
     def echo_removed(self) -> None:
         """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
         uncancelled echo, the room's loud end and how loud the echo comes back, is learnt again."""
-        self.room.clear()
-        self.room_voiced.clear()
+        memories = [self] if self.start is None else [self, self.start.memory]
+        for memory in memories:
+            memory.room.clear()
+            memory.room_voiced.clear()
         self._room_loud = None
+        if self.start is not None:
+            self.start.memory.room_loud = None
+            if self.start.memory.coupling is not None:
+                self.start.memory.coupling.clear()
         if self.echo is not None:
             self.echo.coupling.clear()
 
