@@ -429,3 +429,28 @@ def test_speech_just_after_the_replys_first_audio_goes_on_with_the_request_unles
     finally:
         turns.close()
         turns.detach(s)
+
+
+@pytest.mark.parametrize("over_echo", [True, False])
+def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not_asked_again(over_echo):
+    """A speakerphone: what the canceller leaves of the reply's echo, heard as "Thank you so much.", made the
+    assistant say "Sorry, I didn't catch that" to nobody. Speech that began where the echo could be, not
+    understood, is dropped; elsewhere the user is asked to say it again."""
+    from vita.words import ASK_AGAIN
+
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        if over_echo:  # the reply was playing at the client as the speech began
+            s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000,
+                                                time.monotonic() - 1.2)
+        spoken(turns, s)
+        s.actor.post(messages.ReplyText("s1", 1, ASK_AGAIN + " "))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]
+        assert cancelled == (["echo"] if over_echo else [])
+    finally:
+        turns.close()
+        turns.detach(s)

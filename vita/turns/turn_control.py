@@ -84,9 +84,9 @@ from vita.turns.turn_events import (
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
-from vita.turns.voice_gate import EchoReference
+from vita.turns.voice_gate import CHUNK_S, EchoReference
 from vita.turns.worker_news import client_event_for
-from vita.words import echoes, stop_phrases
+from vita.words import ASK_AGAIN, echoes, stop_phrases
 
 log = logging.getLogger("vita.turns")
 
@@ -346,6 +346,13 @@ class TurnController:
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return
+        if (isinstance(message, ReplyText) and message.delta.strip() == ASK_AGAIN and turn_id in session.over_echo
+                and turn_id == session.turns.active_turn):
+            # Whisper made nothing of speech that began where the reply's echo could be: what is left of the echo
+            # after the canceller ("Thank you so much.", "There are days going to be."), not a question to ask again.
+            log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))
+            self._handle(session, Interrupted(time.monotonic(), ECHOED))
+            return
         if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
             self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
         decision = session.turns.route(turn_id)
@@ -436,6 +443,9 @@ class TurnController:
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
+        echo = session.listener.segmenter.gate.echo if session.speaker_echo else None
+        if speech is not None and echo is not None and echo.reference(speech.started_at + CHUNK_S) is not None:
+            session.over_echo.append(action.turn_id)
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
                 self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
