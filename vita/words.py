@@ -4,6 +4,8 @@ the phrases the assistant says of itself, which the LLM worker sends and the TTS
 
 from __future__ import annotations
 
+import re
+
 # What the assistant says of itself, word for word, in any session: the TTS worker has them spoken in every voice
 # before it is ready (workers/tts/phrase_cache.StockPhrases), so they play at once.
 ASK_AGAIN = "Sorry, I didn't catch that. Could you say it again?"  # the reply when ASR misheard
@@ -100,3 +102,16 @@ def _in_order(a: list[str], b: list[str]) -> int:
         for j, other in enumerate(b, 1):
             diagonal, row[j] = row[j], diagonal + 1 if word == other else max(row[j], row[j - 1])
     return row[-1]
+
+
+_ASKED_AGAIN = re.compile(r"\b(didn't|did not|couldn't|could not|can't|cannot)\s+(quite\s+)?(catch|make out|understand|"
+                          r"hear)\s+(that|you|what you said|it)\b", re.I)
+ASKED_AGAIN_MAX_WORDS = 16  # a reply that says so is short; a longer one answers something
+
+
+def asks_again(reply: str) -> bool:
+    """Does the reply say, in its first sentence, that it did not catch what the user said (ASK_AGAIN, or the model
+    told so by the LLM worker's sense check)?"""
+    reply = reply.replace("\u2019", "'").strip()
+    first = re.split(r"(?<=[.!?])\s", reply, maxsplit=1)[0]
+    return len(reply.split()) <= ASKED_AGAIN_MAX_WORDS and bool(_ASKED_AGAIN.search(first))

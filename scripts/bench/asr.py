@@ -170,9 +170,10 @@ def sense(transcripts: str, below: float | None, write_to: str | None = None) ->
     one): what the model asks again on top of the rules above, garbled and not."""
     import os
 
+    from vita.words import asks_again
     from workers.llm.local_engine import device_env, engine_kwargs
     from workers.llm.prompting import ConversationHistory, PromptBuilder
-    from workers.llm.turn_run import SENSE_CHECK, asks_again
+    from workers.llm.turn_run import SENSE_CHECK
 
     config = Config()
     os.environ.update(device_env(config))

@@ -86,7 +86,7 @@ from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
 from vita.turns.voice_gate import CHUNK_S, EchoReference
 from vita.turns.worker_news import client_event_for
-from vita.words import ASK_AGAIN, echoes, stop_phrases
+from vita.words import asks_again, echoes, stop_phrases
 
 log = logging.getLogger("vita.turns")
 
@@ -346,8 +346,8 @@ class TurnController:
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return
-        if (isinstance(message, ReplyText) and message.delta.strip() == ASK_AGAIN and turn_id in session.over_echo
-                and turn_id == session.turns.active_turn):
+        if (isinstance(message, ReplyText) and turn_id in session.over_echo and turn_id == session.turns.active_turn
+                and asks_again(message.text if message.done else message.delta)):
             # Whisper made nothing of speech that began where the reply's echo could be: what is left of the echo
             # after the canceller ("Thank you so much.", "There are days going to be."), not a question to ask again.
             log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))

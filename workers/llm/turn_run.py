@@ -3,7 +3,6 @@ and the words and limits more than one part uses."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,18 +20,6 @@ WARM_DELAY_S = 0.4
 # rise between Europe and North America.") has confident-looking words that only a reader can judge.
 SENSE_CHECK = ("The speech recognizer was unsure of the user's next words: they may be misheard. If they do not "
                "make sense as something a person would say to you, reply only: Sorry, I didn't catch that.")
-_ASKED_AGAIN = re.compile(r"\b(didn't|did not|couldn't|could not|can't|cannot)\s+(quite\s+)?(catch|make out|understand|"
-                          r"hear)\s+(that|you|what you said|it)\b", re.I)
-ASKED_AGAIN_MAX_WORDS = 16  # a reply that says so is short; a longer one answers something
-
-
-def asks_again(reply: str) -> bool:
-    """Did the model say, in its first sentence, that it did not catch what the user said (SENSE_CHECK)?"""
-    reply = reply.replace("\u2019", "'").strip()
-    first = re.split(r"(?<=[.!?])\s", reply, maxsplit=1)[0]
-    return len(reply.split()) <= ASKED_AGAIN_MAX_WORDS and bool(_ASKED_AGAIN.search(first))
-
-
 class TtsBusy(Exception):
     """The TTS queue stayed full: the TTS worker is stuck or far behind."""
 

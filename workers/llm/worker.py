@@ -36,7 +36,7 @@ from vita.messages import (
     read_messages,
 )
 from vita.ops.logs import turn_ids
-from vita.words import is_stop_command
+from vita.words import asks_again, is_stop_command
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
 from workers.llm.camera_questions import about_picture
@@ -60,7 +60,6 @@ from workers.llm.turn_run import (
     ImplausibleWords,
     TtsBusy,
     TurnRun,
-    asks_again,
 )
 from workers.stage import run_stage
 from workers.tools.client_tools import AwaitedCalls

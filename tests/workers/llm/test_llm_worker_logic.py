@@ -31,13 +31,13 @@ from vita.messages import (
     TurnRequest,
     TurnTimings,
 )
-from vita.words import APOLOGY, ASK_AGAIN, FILLER
+from vita.words import APOLOGY, ASK_AGAIN, FILLER, asks_again
 from workers.common import StatusReporter
 from workers.llm.asr import Transcription
 from workers.llm.camera_questions import PICTURE_OPEN
 from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.prompting import PromptBuilder
-from workers.llm.turn_run import SENSE_CHECK, asks_again
+from workers.llm.turn_run import SENSE_CHECK
 from workers.llm.worker import MAILBOX_BOUND, LlmWorker
 from workers.tools.builtin import builtin_tools
 from workers.tools.forced_calls import FORCED_CALL_TOKENS
