@@ -347,7 +347,8 @@ class TurnController:
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return
         if (isinstance(message, ReplyText) and turn_id in session.over_echo and turn_id == session.turns.active_turn
-                and asks_again(message.text if message.done else message.delta)):
+                and asks_again(message.text if message.done else "".join(
+                    m.delta for m in session.unheard if m.turn_id == turn_id) + message.delta)):
             # Whisper made nothing of speech that began where the reply's echo could be: what is left of the echo
             # after the canceller ("Thank you so much.", "There are days going to be."), not a question to ask again.
             log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))

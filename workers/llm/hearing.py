@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from vita.messages import (
     InterjectionCheck,
     InterjectionText,
+    ReplyText,
     Transcript,
     TtsPiece,
     TurnRequest,
@@ -105,6 +106,9 @@ class Hearing:
         run.timings["asked_again"] = 1.0
         run.user_text = ""  # nor does a cancel put its words there
         started = time.monotonic()
+        # Its text first, as a generated reply's: the voice has it ready at once, and the front must know what it is
+        # before it plays (over a speakerphone's echo it drops it: nobody spoke).
+        self.out.publish(ReplyText(sid, tid, ASK_AGAIN + " "))
         await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
         await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
         self.out.publish_answered(sid, tid, run)

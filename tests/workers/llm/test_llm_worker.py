@@ -232,6 +232,8 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     (_, timings), = llm.of("unsure", TurnTimings)
     assert timings.timings["asked_again"] == 1 and timings.timings["asr_logprob"] < 0
     assert [m.text for _, m in llm.of("unsure", ReplyText) if m.done] == [ASK_AGAIN]
+    # ...its text streamed as a generated reply's is (the front tells what it is before its voice plays)
+    assert "".join(m.delta for _, m in llm.of("unsure", ReplyText) if not m.done).strip() == ASK_AGAIN
     assert not len(llm.worker.histories.get("unsure", []))
 
 
