@@ -436,7 +436,6 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
     """A speakerphone: what the canceller leaves of the reply's echo, heard as "Thank you so much.", made the
     assistant say "Sorry, I didn't catch that" to nobody. Speech that began where the echo could be, not
     understood, is dropped; elsewhere the user is asked to say it again."""
-    from vita.words import ASK_AGAIN
 
     wire = Wire()
     turns = controller(wire)
@@ -452,6 +451,34 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
         assert s.actor.call_and_wait(lambda: None, 5)
         cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]
         assert cancelled == (["echo"] if over_echo else [])
+    finally:
+        turns.close()
+        turns.detach(s)
+
+
+def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_asked_again():
+    """Speech that stopped the reply is the user's own, echo or not: misheard, they are asked to say it again."""
+    from vita.words import ASK_AGAIN
+
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        spoken(turns, s)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(48000, 3000, np.int16).tobytes()))  # 2 s playing
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        playing = time.monotonic()  # (the reply plays at the client from about now: its echo may come back)
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic()))  # over the reply: it stops
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        over = Speech(np.zeros(16000, np.int16).tobytes(), playing, playing + 0.3)
+        assert s.listener.segmenter.gate.echo.reference(playing + 0.032) is not None  # ...where the echo could be
+        turns.post(s, UtteranceEnded(time.monotonic(), over))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        s.actor.post(messages.ReplyText("s1", 2, ASK_AGAIN + " "))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["barge-in"]
     finally:
         turns.close()
         turns.detach(s)

@@ -54,7 +54,8 @@ class Session:
     speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it
     said: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2), repr=False)  # its last
     # replies' words (with speaker_echo: a transcript that is one of them is the echo, not a question)
-    # ...and its latest turns whose speech began where the reply's echo could be (not understood, they are dropped)
+    # ...and its latest turns whose speech began where the reply's echo could be and did not interrupt it (not
+    # understood, they are dropped)
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread

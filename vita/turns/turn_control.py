@@ -444,8 +444,11 @@ class TurnController:
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
+        # Speech that began where the reply's echo could be and did not interrupt it (an interruption is the user's
+        # own: misheard, they are asked again)
         echo = session.listener.segmenter.gate.echo if session.speaker_echo else None
-        if speech is not None and echo is not None and echo.reference(speech.started_at + CHUNK_S) is not None:
+        if (speech is not None and echo is not None and not action.stopped_reply
+                and echo.reference(speech.started_at + CHUNK_S) is not None):
             session.over_echo.append(action.turn_id)
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
