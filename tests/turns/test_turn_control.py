@@ -446,7 +446,8 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
             s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000,
                                                 time.monotonic() - 1.2)
         spoken(turns, s)
-        s.actor.post(messages.ReplyText("s1", 1, "Sorry, I didn't "))  # (its text streams before its voice)
+        s.actor.post(messages.ReplyText("s1", 1, "Sorry, I didn't "))  # (judged on its first sentence, whole...)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # (...even once its first words are playing)
         s.actor.post(messages.ReplyText("s1", 1, "catch that. "))
         assert s.actor.call_and_wait(lambda: None, 5)
         cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]

@@ -54,9 +54,10 @@ class Session:
     speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it
     said: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2), repr=False)  # its last
     # replies' words (with speaker_echo: a transcript that is one of them is the echo, not a question)
-    # ...and its latest turns whose speech began where the reply's echo could be and did not interrupt it (not
-    # understood, they are dropped)
+    # ...and its latest turns whose speech began over the reply's audible echo and did not interrupt it (not
+    # understood, they are dropped), with the active one's reply text so far
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
+    over_echo_reply: dict[int, str] = field(default_factory=dict, repr=False)
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)

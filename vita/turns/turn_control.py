@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -84,7 +85,7 @@ from vita.turns.turn_events import (
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
 from vita.turns.vad import SAMPLE_RATE
-from vita.turns.voice_gate import CHUNK_S, EchoReference
+from vita.turns.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, EchoReference
 from vita.turns.worker_news import client_event_for
 from vita.words import asks_again, echoes, stop_phrases
 
@@ -101,6 +102,7 @@ SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it 
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
+SENTENCE_END = re.compile(r"[.!?](\s|$)")  # a reply's first sentence is over
 EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
 
 
@@ -346,14 +348,17 @@ class TurnController:
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return
-        if (isinstance(message, ReplyText) and turn_id in session.over_echo and turn_id == session.turns.active_turn
-                and asks_again(message.text if message.done else "".join(
-                    m.delta for m in session.unheard if m.turn_id == turn_id) + message.delta)):
-            # Whisper made nothing of speech that began where the reply's echo could be: what is left of the echo
-            # after the canceller ("Thank you so much.", "There are days going to be."), not a question to ask again.
-            log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))
-            self._handle(session, Interrupted(time.monotonic(), ECHOED))
-            return
+        if isinstance(message, ReplyText) and turn_id in session.over_echo and turn_id == session.turns.active_turn:
+            # Speech that began over the reply's audible echo and did not interrupt it, answered with a request to
+            # say it again (Whisper, or the model reading it, made nothing of it): what is left of the echo ("Thank
+            # you so much.", "There are days going to be."), not a question. Judged on the reply's first sentence.
+            so_far = message.text if message.done else session.over_echo_reply.get(turn_id, "") + message.delta
+            session.over_echo_reply = {turn_id: so_far}
+            if (message.done or SENTENCE_END.search(so_far)) and asks_again(so_far):
+                log.info("dropped speech over the reply's echo that made no sense",
+                         extra=turn_ids(session.sid, turn_id))
+                self._handle(session, Interrupted(time.monotonic(), ECHOED))
+                return
         if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
             self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
         decision = session.turns.route(turn_id)
@@ -444,12 +449,14 @@ class TurnController:
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
-        # Speech that began where the reply's echo could be and did not interrupt it (an interruption is the user's
-        # own: misheard, they are asked again)
+        # Speech whose onset (after the VAD's pre-roll) came where the reply's audible echo could be, and that did not
+        # interrupt it (an interruption is the user's own: misheard, they are asked again)
         echo = session.listener.segmenter.gate.echo if session.speaker_echo else None
-        if (speech is not None and echo is not None and not action.stopped_reply
-                and echo.reference(speech.started_at + CHUNK_S) is not None):
-            session.over_echo.append(action.turn_id)
+        if speech is not None and echo is not None and not action.stopped_reply:
+            onset = speech.started_at + (session.listener.segmenter.pre_roll.maxlen or 0) * CHUNK_S + CHUNK_S
+            played = echo.reference(onset)
+            if played is not None and played >= ECHO_LEARN_ABOVE_DBFS:
+                session.over_echo.append(action.turn_id)
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
                 self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
