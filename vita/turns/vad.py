@@ -235,7 +235,7 @@ class VadSegmenter:
         self.pause_reported = False
         self.carried = None
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
-            self._before_fresh, self._fresh_chunks = self._segment_state(), []
+            self._keep_from_here()
 
     def end_now(self) -> list[VadEvent]:
         """End the utterance being heard at this point (its turn is complete), as a long enough silence would."""
@@ -267,7 +267,7 @@ class VadSegmenter:
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
-                self._before_fresh, self._fresh_chunks = self._segment_state(), []
+                self._keep_from_here()
             if self.gate.start is not None:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
@@ -329,6 +329,10 @@ class VadSegmenter:
             if event is not None:
                 events.append(event)
         return events
+
+    def _keep_from_here(self) -> None:
+        """Judging the stream again, if it comes to that, starts from where the segmentation stands now."""
+        self._before_fresh, self._fresh_chunks = self._segment_state(), []
 
     def _segment_state(self) -> dict:
         """A copy of where the segmentation stands (not Silero's state: its probabilities are kept)."""
@@ -435,5 +439,5 @@ class VadSegmenter:
         utterance = self._utterance(audio)
         self.carried = None
         if self._before_fresh is not None:  # (reported, it stays: the stream may be judged again from here on)
-            self._before_fresh, self._fresh_chunks = self._segment_state(), []
+            self._keep_from_here()
         return VadEvent(Heard.END, utterance)
