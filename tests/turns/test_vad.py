@@ -531,3 +531,31 @@ def test_a_clients_own_settings_made_while_a_streams_start_is_unclear_stay_when_
     seg.tune(0.5, 500, 288)  # a Realtime session.update: 9 chunks of pre-roll
     assert Heard.DROPPED in feed("#" * 190)  # 4 s of a voice whose level never falls: judged again
     assert seg.pre_roll.maxlen == 9
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.15, 0.3, 0.6])
+def test_a_user_as_loud_as_the_reply_interrupts_its_first_moments_on_a_call_that_cancels_its_own_echo(after_s):
+    """A call guarded against its speaker's echo whose client cancels it itself: the microphone stays quiet while
+    the reply plays, and the user says "Wait, stop please." as loud as the reply, `after_s` into it, before the echo's
+    coupling is known. Their words are kept: confirmed (a barge-in), or paused after (then the words decide:
+    "Wait," is a stop command), never dropped as a cough."""
+    from vita.turns.voice_gate import EchoReference
+
+    config = Config()
+    seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
+    seg.gate.echo = EchoReference()
+    quiet = np.random.default_rng(3).normal(0, 3, 2 * SAMPLE_RATE).astype(np.int16)  # a decoded call's silence
+    t0 = 100.0
+    for i in range(0, quiet.size, 320):  # 20 ms frames, as a call's arrive
+        seg.feed(quiet[i:i + 320], t0 + (i + 320) / SAMPLE_RATE)
+    reply = np.asarray(spoken("Once upon a time, a dragon lived in a cave high in the mountains."))
+    played_at = t0 + quiet.size / SAMPLE_RATE
+    seg.gate.echo.play(reply.astype("<i2").tobytes(), SAMPLE_RATE, played_at)
+    seg.guarded = True
+    user = np.asarray(spoken("Wait, stop please."))
+    mic = np.concatenate([quiet[:int(after_s * SAMPLE_RATE)], user, quiet[:SAMPLE_RATE]])
+    kinds = []
+    for i in range(0, mic.size, 320):
+        kinds += [e.kind for e in seg.feed(mic[i:i + 320], played_at + (i + 320) / SAMPLE_RATE)]
+    assert kinds[0] is Heard.START and kinds[1] in (Heard.CONFIRM, Heard.PAUSE), kinds
+    assert Heard.DROPPED not in kinds

@@ -135,6 +135,26 @@ def test_before_the_coupling_is_learnt_the_echo_is_taken_to_come_back_10_db_unde
     assert s.feed(VOICED, -20.0 + ECHO_PRIOR_DB + ECHO_MARGIN_DB + 1, at=10.25) == VOICED
 
 
+def test_a_user_as_loud_as_the_reply_interrupting_its_first_moments_is_not_learnt_as_its_echo():
+    """A call whose client cancels its own echo: the microphone is silent while the reply plays, and the user talks
+    over the reply's first half second, as loud as it, before the echo's coupling is known. Their words' rising
+    onsets and falling tails fall under the bar (the reply's 10 dB prior, plus the margin); learnt as the echo, they
+    raised the bar over the user word by word until the interruption was never heard."""
+    echo = EchoReference()
+    s = Stream(VoiceGate(echo=echo))
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    played(echo, -20.0, 6.0, at=10.0)
+    at = iter(10.1 + np.arange(400) * CHUNK / 16000)
+    for _ in range(3):  # a few chunks of silence while the reply plays
+        s.feed(SILENT, -80.0, at=next(at))
+    word = [-32.0, -28.0, -26.0, -22.0, -21.0, -22.0, -23.0, -27.0, -29.0, -31.0, -33.0, -35.0, -37.0]
+    heard_last = []
+    for _ in range(10):
+        heard_last = [s.feed(VOICED, level, within=True, at=next(at)) for level in word]
+    assert heard_last[3:5] == [VOICED, VOICED]  # the tenth word is still theirs
+    assert max(echo.coupling) < -40  # only the silence was learnt as the echo
+
+
 def test_a_stream_that_starts_with_the_users_voice_is_theirs_and_so_after_a_long_silence_of_the_client():
     """A client that sends audio only while its user speaks (push-to-talk, its own VAD, speech over a reply to a
     typed question) starts its stream with their voice: taken for the room's floor, that voice barred itself and

@@ -66,6 +66,9 @@ ECHO_PRIOR_DB = -10.0  # until it is learnt, the echo comes back this far under 
 # at a third of its level; taken as loud as played, a call that cancels its own echo could not be interrupted)
 ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
 ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
+ECHO_ONSET_CHUNKS = 8  # a voiced chunk is learnt as the echo only once this many later ones have come without the
+# user's speech starting: the first syllables of an interruption fall under the bar before one rises over it, and
+# learnt as the echo, a user as loud as the reply raised the bar over themselves and was never heard again
 ECHO_HISTORY_S = FRESH_MAX_S + 2.0  # played audio kept this long after it played (a stream's start may be judged
 # again that much later)
 
@@ -228,6 +231,8 @@ class VoiceGate:
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
+        self._echo_onset: deque[tuple[float, float]] = deque()  # (played, heard) dBFS of the latest voiced chunks
+        # under the bar while something played: the echo's, unless the user's speech starts right after them
         self.last_at: float | None = None  # when the latest chunk arrived (monotonic)
         self.start: StreamStart | None = None  # the stream began with a voice and it is not yet clear whose
         self.fresh_started = False  # this chunk began it (the owner keeps what follows, in case it is judged again)
@@ -312,6 +317,7 @@ class VoiceGate:
         learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
                  and reference is None)
         if level >= need:
+            self._echo_onset.clear()  # (what fell under the bar just before was the onset of this voice)
             over, self._over_at = self._over_at, position
             if within and not going and over != position - CHUNK:
                 return 0.0
@@ -329,9 +335,11 @@ class VoiceGate:
             self.levels.append(level)
         hold_need = max(self._floor + HOLD_OVER_FLOOR_DB if self._floor is not None else ABS_FLOOR_DBFS,
                         echo if echo is not None else -np.inf)
-        if within and position - self.heard_at <= HOLD_SAMPLES and level >= hold_need:
+        near = position - self.heard_at <= HOLD_SAMPLES
+        if within and near and level >= hold_need:
             return p  # a softer syllable of the word the user is saying
-        self._not_users(level, reference, voiced=True)
+        if not near:  # (right after the user's voice, what falls under the bar is theirs: no measure of the room)
+            self._not_users(level, reference, voiced=True)
         return 0.0
 
     def judge_again(self) -> None:
@@ -341,6 +349,7 @@ class VoiceGate:
         if start is None:
             return
         start.memory.restore(self)
+        self._echo_onset.clear()
         # (what rose far above the first voice since was someone nearer: the user, perhaps)
         room = [(level, voiced) for level, voiced in zip(start.levels, start.voiced, strict=True)
                 if level <= start.reference + FRESH_ROOM_OVER_DB]
@@ -366,6 +375,7 @@ class VoiceGate:
     def echo_removed(self) -> None:
         """The echo is taken out of the audio from now on (the server's canceller found it): what was learnt from the
         uncancelled echo, the room's loud end and how loud the echo comes back, is learnt again."""
+        self._echo_onset.clear()
         memories = [self] if self.start is None else [self, self.start.memory]
         for memory in memories:
             memory.room.clear()
@@ -392,5 +402,11 @@ class VoiceGate:
         if self._floor is None or level < self._floor + LEARN_OVER_FLOOR_DB:  # (a near voice is no room's)
             self.room.append(level)
             self.room_voiced.append(voiced)
-        if reference is not None:
-            self.echo.learn(reference, level)
+        if reference is None:
+            return
+        if not voiced or level - reference < ECHO_PRIOR_DB - ECHO_MARGIN_DB:
+            self.echo.learn(reference, level)  # (so far under the reply: no onset that could raise the bar)
+            return
+        self._echo_onset.append((reference, level))
+        if len(self._echo_onset) > ECHO_ONSET_CHUNKS:
+            self.echo.learn(*self._echo_onset.popleft())
