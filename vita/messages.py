@@ -272,6 +272,15 @@ class TurnEnded:
 
 
 @dataclass(frozen=True)
+class TurnWorking:
+    """The LLM worker is still at work on this turn (sent every few seconds while the engine steps): a turn that a
+    busy machine makes slow, a tool call generated whole before anything is sent, is not a stuck one."""
+
+    session_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True)
 class SessionError:
     """A readable error for one session; code is stable for clients to switch on."""
 

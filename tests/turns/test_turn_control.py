@@ -201,6 +201,26 @@ def test_a_workers_news_of_the_turn_moves_the_watchdogs_clock():
         assert wire.states() == ["thinking", "listening"]
 
 
+def test_the_llm_workers_word_that_it_is_still_at_work_keeps_a_slow_turn_from_stalling_and_tells_nothing():
+    """A tool call is generated whole before anything is sent; on a busy machine that took longer than the limit."""
+    wire = Wire()
+    with live(wire) as (turns, s):
+        spoken(turns, s)
+        assert wire.wait_for(lambda: "thinking" in wire.states())
+        committed = s.turns.turn.committed_at
+        told = len(wire.sent)
+        s.actor.post(messages.TurnWorking("s1", 7))  # (another turn's word moves nothing)
+        deadline = time.monotonic() + 5.0
+        while s.turns.turn.progress_at <= committed + 0.02 and time.monotonic() < deadline:
+            s.actor.post(messages.TurnWorking("s1", 1))  # (again and again, as the worker sends it)
+            time.sleep(0.005)
+        assert s.turns.turn.progress_at > committed + 0.02
+        turns.post(s, Tick(committed + s.turns.stall_s + 0.01, True))  # past the limit counted from the commit
+        s.actor.post(messages.Transcript("s1", 1, "What is the capital of France?"))  # (all before it handled)
+        assert wire.wait_for(lambda: any(e == "transcript" for e, _ in wire.sent)), wire.sent[told:]
+        assert [e for e, _ in wire.sent[told:]] == ["transcript"]  # no error, no state: still thinking
+
+
 def test_ending_a_session_cancels_its_turn_then_tells_the_workers_then_ends_its_thread():
     wire = Wire()
     with live(wire) as (turns, s):

@@ -84,7 +84,7 @@ class ReplyProgress:
         return actions
 
     def _on_WorkerProgress(self, e: WorkerProgress) -> list[Action]:
-        if self.route(e.turn_id) is Route.DELIVER:
+        if self.route(e.turn_id) is not Route.DROP:  # (a held reply's worker is at work on it too)
             self.turn.progress_at = max(self.turn.progress_at, e.now)
         return []
 

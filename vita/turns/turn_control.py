@@ -298,6 +298,8 @@ class TurnController:
             session.output.due(time.monotonic(), timer=item.timer)
         elif isinstance(item, EVENTS):
             self._handle(session, item)
+        elif isinstance(item, messages.TurnWorking):  # (nothing to tell, nothing to record)
+            self._handle(session, WorkerProgress(time.monotonic(), item.turn_id))
         elif isinstance(item, messages.InterjectionText):
             log.debug("heard over the reply: %r", item.text, extra=turn_ids(session.sid, item.turn_id))
             self._handle(session, InterjectionHeard(time.monotonic(), item.turn_id, item.pause, item.text))

@@ -32,6 +32,7 @@ from vita.messages import (
     TurnEnded,
     TurnRequest,
     TurnTimings,
+    TurnWorking,
     WorkerState,
     read_messages,
 )
@@ -240,6 +241,8 @@ class LlmWorker:
         while True:
             if self.kit.engine.healthy():
                 await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
+                for session_id, (turn_id, _task) in list(self.running.items()):  # (the front's stall watchdog)
+                    self.publisher.publish(TurnWorking(session_id, turn_id))
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _serve_inbox(self) -> None:

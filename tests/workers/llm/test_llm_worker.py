@@ -32,6 +32,7 @@ from vita.messages import (
     TurnEnded,
     TurnRequest,
     TurnTimings,
+    TurnWorking,
     WorkerStatus,
 )
 from workers.common import StatusReporter
@@ -336,6 +337,22 @@ def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     (exchange,) = list(llm.worker.histories["cut"])
     assert exchange.interrupted and exchange.assistant == spoken_text and exchange.user == LONG_REPLY
     assert not any(m.done for _, m in llm.of("cut", ReplyText))
+
+
+def test_while_a_turn_runs_the_worker_says_it_is_still_at_work_and_stops_once_it_ends(llm):
+    """The front's stall watchdog counts this as news of the turn: a slow turn on a busy machine is not a stuck
+    one, but a turn the worker no longer runs (its end lost on the way) still is."""
+    llm.inbox.put(TurnRequest("busy", 1, text=LONG_REPLY))
+    assert llm.wait(lambda: bool(llm.of("busy", TurnWorking)), 30)
+    assert all(m.turn_id == 1 for _, m in llm.of("busy", TurnWorking))
+    llm.inbox.put(CancelTurn("busy", 1, "barge-in"))
+    llm.wait_ended("busy")
+    ended_at = llm.of("busy", TurnEnded)[0][0]
+    llm.inbox.put(TurnRequest("after", 1, text=LONG_REPLY))  # (its own word shows a beat went by since)
+    assert llm.wait(lambda: any(t > ended_at + 0.5 for t, _ in llm.of("after", TurnWorking)), 30)
+    assert not [t for t, _ in llm.of("busy", TurnWorking) if t > ended_at + 0.5]
+    llm.inbox.put(CancelTurn("after", 1, "barge-in"))
+    llm.wait_ended("after")
 
 
 @pytest.mark.parametrize("audio", [silence(1.0), noise(1.5), noise(1.0, level=2000, seed=3)],
