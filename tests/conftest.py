@@ -233,3 +233,18 @@ def pytest_unconfigure(config):
     running = config.stash.get(EARLY_SERVER, None)
     if running is not None:
         stop_server(running)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on a running server shows what that server logged meanwhile: a failure a busy CI machine
+    brings out once in many runs is read from the report, not run again."""
+    report = yield
+    running = item.funcargs.get("server") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(running, RunningServer):
+        with contextlib.suppress(OSError):
+            lines = running.log().splitlines()
+            noisy = ("Connection(", "InsecureRequestWarning")
+            tail = [line for line in lines if not any(n in line for n in noisy)][-80:]
+            report.sections.append(("the server's log, its last 80 lines", "\n".join(tail)))
+    return report
