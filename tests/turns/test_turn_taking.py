@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vita.client_events import ErrorNotice, OutOfTime, VadChanged
+from vita.client_events import ErrorNotice, OutOfTime, StopSpeaking, VadChanged
 from vita.turns.turn_events import (
     DISCARDED,
     ECHOED,
@@ -1027,7 +1027,20 @@ def test_a_turn_that_was_the_replys_own_echo_is_cancelled_and_forgotten():
     """A speakerphone's echo transcribed as a question: the turn goes, and the workers keep nothing of it."""
     m = machine()
     turn = speaking(m)
-    assert of(m.handle(Interrupted(4.0, ECHOED)), StopTurn) == [StopTurn(turn, ECHOED, audible=True, forget=True)]
+    actions = m.handle(Interrupted(4.0, ECHOED))
+    assert of(actions, StopTurn) == [StopTurn(turn, ECHOED, audible=True, forget=True)]
+    assert [a.event for a in of(actions, Send) if isinstance(a.event, StopSpeaking)]  # its own words stop
+
+
+def test_the_echos_own_turn_stops_no_audio_the_reply_it_echoed_may_still_be_ending():
+    """The reply's last words heard back after its turn ended make a turn of their own, dropped as the echo once
+    their words are in: a stop_tts then cut the tail of the reply the client was still playing."""
+    m = machine()
+    m.handle(PlaybackDone(5.0, speaking(m)))
+    echo = spoken_turn(m, now=5.6)
+    actions = m.handle(Interrupted(6.0, ECHOED))
+    assert of(actions, StopTurn) == [StopTurn(echo, ECHOED, audible=True, forget=True)]
+    assert not [a for a in of(actions, Send) if isinstance(a.event, StopSpeaking)]
 
 
 @pytest.mark.parametrize(("heard", "echo"), [

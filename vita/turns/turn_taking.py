@@ -35,6 +35,7 @@ from vita.client_events import (
 from vita.turns.reply_progress import ReplyProgress
 from vita.turns.turn_events import (
     DISCARDED,
+    ECHOED,
     EXTENDED,
     Action,
     CarrySpeech,
@@ -466,6 +467,9 @@ class TurnTaking(ReplyProgress):
             return []
         if turn.speculative:
             return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
-        return [Send(StopSpeaking()), StopTurn(turn.turn_id, reason, audible=True, forget=forget),
+        # (the echo's own turn, with no audio of its own, stops nothing: the reply it echoed may still be ending)
+        silent = reason == ECHOED and turn.first_audio_at is None
+        return [*([] if silent else [Send(StopSpeaking())]),
+                StopTurn(turn.turn_id, reason, audible=True, forget=forget),
                 Send(TurnCancelled(turn.turn_id, reason)),
                 Send(StateChanged("listening", turn.turn_id, reason))]
