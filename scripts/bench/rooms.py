@@ -49,6 +49,7 @@ import numpy as np
 
 RATE = 16000
 REPLY_RATE = 24000  # the reply audio both doors send
+CUT_MIN_S = 0.05  # a stop that drops less than this of the reply still to sound cuts nothing audible
 USER_DB = -26.0  # the user's voice at the microphone while voiced (dBFS): every utterance is brought to it
 ECHO_DB = 10.0  # the speaker's echo this much under the user's voice
 RT60_S = 0.3
@@ -163,6 +164,7 @@ class Speaker:
         self.end_t = 0.0  # when what is queued has sounded
         self.lock = threading.Lock()
         self.energy, self.voiced = 0.0, 0  # what came out of it, for the level report
+        self.cuts: list[float] = []  # when a stop dropped reply audio still to sound (a stop with none cuts nothing)
 
     def play(self, pcm24: bytes, at: float) -> None:
         import soxr
@@ -178,6 +180,8 @@ class Speaker:
     def stop(self, at: float) -> None:
         cut = round((at - self.t0) * RATE)
         with self.lock:
+            if self.end_t > at + CUT_MIN_S:
+                self.cuts.append(at)
             self.end_t = min(self.end_t, at)
             kept = []
             for first, samples in self.segments:
@@ -474,6 +478,7 @@ class RoomResult:
     unasked: list[dict] = field(default_factory=list)  # replies to no question of the user's
     echo_cuts: list[dict] = field(default_factory=list)  # stops while the user said nothing
     echo_dropped: int = 0  # turns the server dropped as the reply's echo
+    idle_stops: int = 0  # stops while the user said nothing that found no reply audio still to sound
     server_cores: float = 0.0
     front_cores: float = 0.0
     client_cores: float = 0.0
@@ -490,7 +495,8 @@ class RoomResult:
         return {"room": self.room, "door": self.door, "right": sum(a.right for a in questions),
                 "asked": len(questions), "unanswered": sum(a.answer is None for a in questions),
                 "unasked_replies": len(self.unasked), "echo_cuts": len(self.echo_cuts),
-                "echo_dropped": self.echo_dropped, "barges_stopped": len(stops), "barges": len(barges),
+                "echo_dropped": self.echo_dropped, "idle_stops": self.idle_stops,
+                "barges_stopped": len(stops), "barges": len(barges),
                 "barges_not_over_a_reply": sum(not a.over_reply for a in barges),
                 "barges_stopped_by_else": sum(a.stopped_before for a in barges),
                 "stop_p50_s": round(statistics.median(stops), 3) if stops else None,
@@ -670,6 +676,9 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
     result.echo_dropped = sum(t.reason == "echo" for t in turns)
     for s in stops:
         if not any(on - 0.2 <= s <= off + 1.5 for on, off in spans):
+            if speaker is not None and s not in speaker.cuts:  # (the client was playing nothing: nothing was cut)
+                result.idle_stops += 1
+                continue
             cut = next((t for t in turns if t.first_audio is not None and t.first_audio <= s
                         and (t.end is None or t.end >= s - 0.05)), None)
             result.echo_cuts.append({"at_s": round(s - t0, 2), "turn": asdict(cut) if cut else None})
