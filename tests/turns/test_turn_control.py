@@ -472,6 +472,31 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
         assert s.actor.call_and_wait(lambda: None, 5)
         cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]
         assert cancelled == (["echo"] if over_echo else [])
+        told = [e for e, _ in wire.sent]
+        # (dropped, nothing of it was heard and nothing else is stopped: the reply it echoed may still be ending)
+        assert ("audio" in told, "stop_tts" in told) == ((False, False) if over_echo else (True, False))
+    finally:
+        turns.close()
+        turns.detach(s)
+
+
+def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence_is_judged():
+    """Its audio arriving before its words is held, not lost: the user asked something after all."""
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000, time.monotonic() - 1.2)
+        spoken(turns, s)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # (the voice before the words)
+        s.actor.post(messages.ReplyText("s1", 1, "The capital "))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert not [e for e, _ in wire.sent if e == "audio"]  # held while the first sentence is unfinished
+        s.actor.post(messages.ReplyText("s1", 1, "of France is Paris. "))
+        s.actor.post(messages.TtsChunk("s1", 1, 1, PCM))
+        assert wire.wait_for(lambda: sum(e == "audio" for e, _ in wire.sent) == 2)
+        assert not [e for e, _ in wire.sent if e in ("turn_cancelled", "stop_tts")]
     finally:
         turns.close()
         turns.detach(s)

@@ -58,6 +58,7 @@ class Session:
     # understood, they are dropped), with the active one's reply text so far
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     over_echo_reply: dict[int, str] = field(default_factory=dict, repr=False)
+    over_echo_audio: list = field(default_factory=list, repr=False)  # its reply audio, held until that is judged
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)

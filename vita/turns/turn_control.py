@@ -350,16 +350,15 @@ class TurnController:
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return
-        if isinstance(message, ReplyText) and turn_id in session.over_echo and turn_id == session.turns.active_turn:
+        if turn_id in session.over_echo and turn_id == session.turns.active_turn:
             # Speech that began over the reply's audible echo and did not interrupt it, answered with a request to
             # say it again (Whisper, or the model reading it, made nothing of it): what is left of the echo ("Thank
-            # you so much.", "There are days going to be."), not a question. Judged on the reply's first sentence.
-            so_far = message.text if message.done else session.over_echo_reply.get(turn_id, "") + message.delta
-            session.over_echo_reply = {turn_id: so_far}
-            if (message.done or SENTENCE_END.search(so_far)) and asks_again(so_far):
-                log.info("dropped speech over the reply's echo that made no sense",
-                         extra=turn_ids(session.sid, turn_id))
-                self._handle(session, Interrupted(time.monotonic(), ECHOED))
+            # you so much.", "There are days going to be."), not a question. Judged on the reply's first sentence,
+            # and its audio held until then (a request to say it again is quick to voice: its first words played).
+            if isinstance(message, TtsChunk):
+                session.over_echo_audio.append(message)
+                return
+            if isinstance(message, ReplyText) and self._echo_made_no_sense(session, message):
                 return
         if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
             self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
@@ -372,6 +371,24 @@ class TurnController:
             self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:
             self._deliver(session, message)
+
+    def _echo_made_no_sense(self, session: Session, message: ReplyText) -> bool:
+        """Judge the reply to speech over the echo on its first sentence: drop the turn (True), or let its held
+        audio go on."""
+        turn_id = message.turn_id
+        so_far = message.text if message.done else session.over_echo_reply.get(turn_id, "") + message.delta
+        session.over_echo_reply = {turn_id: so_far}
+        if not message.done and not SENTENCE_END.search(so_far):
+            return False
+        held, session.over_echo_audio = session.over_echo_audio, []
+        if asks_again(so_far):
+            log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))
+            self._handle(session, Interrupted(time.monotonic(), ECHOED))
+            return True
+        session.over_echo.remove(turn_id)  # a request of the user's after all: its reply goes as any other
+        for chunk in held:
+            self._on_output(session, chunk)
+        return False
 
     def _deliver(self, session: Session, message: Any) -> None:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
@@ -459,6 +476,7 @@ class TurnController:
             played = echo.reference(onset)
             if played is not None and played >= ECHO_LEARN_ABOVE_DBFS:
                 session.over_echo.append(action.turn_id)
+                session.over_echo_audio = []
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
                 self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
