@@ -289,9 +289,10 @@ class VoiceGate:
                 self.start = None
             elif whose is Whose.ROOMS:
                 self.expired = True
+        near = position - self.heard_at <= HOLD_SAMPLES  # (right after the user's voice: the tail of their word)
         if p < threshold:
             self._observe(level)
-            self._not_users(level, reference, voiced=False)
+            self._not_users(level, None if near else reference, voiced=False)  # (no measure of the echo)
             return p
         if self.start is not None or self.expired:
             return p  # not yet clear whose the stream's first voice is: the user's, as a VAD alone has it
@@ -335,7 +336,6 @@ class VoiceGate:
             self.levels.append(level)
         hold_need = max(self._floor + HOLD_OVER_FLOOR_DB if self._floor is not None else ABS_FLOOR_DBFS,
                         echo if echo is not None else -np.inf)
-        near = position - self.heard_at <= HOLD_SAMPLES
         if within and near and level >= hold_need:
             return p  # a softer syllable of the word the user is saying
         if not near:  # (right after the user's voice, what falls under the bar is theirs: no measure of the room)
