@@ -210,6 +210,7 @@ def test_the_llm_workers_word_that_it_is_still_at_work_keeps_a_slow_turn_from_st
         committed = s.turns.turn.committed_at
         told = len(wire.sent)
         s.actor.post(messages.TurnWorking("s1", 7))  # (another turn's word moves nothing)
+        assert s.actor.call_and_wait(lambda: None, 5) and s.turns.turn.progress_at == committed
         deadline = time.monotonic() + 5.0
         while s.turns.turn.progress_at <= committed + 0.02 and time.monotonic() < deadline:
             s.actor.post(messages.TurnWorking("s1", 1))  # (again and again, as the worker sends it)
@@ -497,6 +498,29 @@ def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence
         s.actor.post(messages.TtsChunk("s1", 1, 1, PCM))
         assert wire.wait_for(lambda: sum(e == "audio" for e, _ in wire.sent) == 2)
         assert not [e for e, _ in wire.sent if e in ("turn_cancelled", "stop_tts")]
+    finally:
+        turns.close()
+        turns.detach(s)
+
+
+def test_a_reply_held_for_judging_is_let_go_when_its_turn_is_cancelled():
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000, time.monotonic() - 1.2)
+        spoken(turns, s)
+        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))
+        s.actor.post(messages.ReplyText("s1", 1, "The capital "))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert len(s.over_echo_audio) == 1
+        turns.post(s, SpeechStarted(time.monotonic()))  # the user speaks again: a new request
+        turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert s.over_echo_audio == [] and 1 not in s.over_echo_reply
+        assert not [e for e, _ in wire.sent if e == "audio"]
     finally:
         turns.close()
         turns.detach(s)

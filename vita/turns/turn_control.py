@@ -429,6 +429,7 @@ class TurnController:
             session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
             session.silent_turns.discard(action.turn_id)
+            self._forget_over_echo(session, action.turn_id)
             self._say_unheard(session)  # a reply with no audio at all still shows its text
             self.records.finished(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
@@ -534,7 +535,15 @@ class TurnController:
         window = WINDOW_S * SAMPLE_RATE  # the model hears the last 8 s: hand over no more than that
         self.end_of_turn.judge(session.sid, np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
 
+    @staticmethod
+    def _forget_over_echo(session: Session, turn_id: int) -> None:
+        """The turn is over: its reply held for judging, if any, will never be heard."""
+        if turn_id in session.over_echo:
+            session.over_echo_audio = []
+            session.over_echo_reply.pop(turn_id, None)
+
     def _cancel(self, session: Session, action: StopTurn) -> None:
+        self._forget_over_echo(session, action.turn_id)
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
         self.put("requests", cancel)
         self.put("tts", cancel)

@@ -68,6 +68,7 @@ from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers
 
 HEARTBEAT_S = 2.0
+WORKING_MAX_STALLS = 4  # a turn is said to be at work for at most this many of the front's stall limits
 ENGINE_FAILURE_GRACE_S = 2.0  # after the engine failed, how long its turns get to send their errors
 MAILBOX_BOUND = 64  # messages read from the inbox and not yet handled by the event loop
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
@@ -237,12 +238,20 @@ class LlmWorker:
 
     async def _beat(self) -> None:
         """Heartbeats from the event loop every turn runs on, while the engine is stepping: they stop if either
-        is stuck, and the supervisor restarts the worker."""
+        is stuck, and the supervisor restarts the worker. With them, each turn the local engine is stepping is
+        said to be at work (the front's stall watchdog), for at most WORKING_MAX_STALLS of its stall limit: a
+        remote server's health is not seen from here, and a turn stuck in a live worker still ends."""
+        first_seen: dict[tuple[str, int], float] = {}
+        longest = WORKING_MAX_STALLS * self.config.limits.turn_stall_s
         while True:
             if self.kit.engine.healthy():
                 await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
-                for session_id, (turn_id, _task) in list(self.running.items()):  # (the front's stall watchdog)
-                    self.publisher.publish(TurnWorking(session_id, turn_id))
+                now, running = time.monotonic(), {(sid, tid) for sid, (tid, _) in self.running.items()}
+                first_seen = {turn: first_seen.get(turn, now) for turn in running}
+                if isinstance(self.kit.engine, LocalVllmEngine):
+                    for (session_id, turn_id), seen in first_seen.items():
+                        if now - seen < longest:
+                            self.publisher.publish(TurnWorking(session_id, turn_id))
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _serve_inbox(self) -> None:
