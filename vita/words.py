@@ -68,14 +68,27 @@ def stop_phrases(setting: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in setting.split(",") if p.strip())
 
 
+# What a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a second.", "That's enough."):
+# any other word makes it a request ("Stop, do cats bark?" went unanswered as a command).
+COMMAND_FILLER = frozenset([
+    "please", "now", "it", "that", "that's", "this", "oh", "no", "ok", "okay", "just", "a", "one", "second", "sec",
+    "moment", "minute", "there", "right", "talking", "thanks", "thank", "you", "hey", "um", "uh", "so", "well",
+    "be", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
+
+
 def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
     """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No."), not a backchannel ("Mm-hmm.",
-    "Yeah.", "Okay.") nor a sentence that happens to hold one of the words."""
+    "Yeah.", "Okay.") nor a sentence or a request that happens to hold one of the words."""
     words = words_of(text)
     if not words or len(words) > MAX_COMMAND_WORDS:
         return False
-    joined_words = f" {' '.join(words)} "
-    return any(f" {' '.join(words_of(p))} " in joined_words for p in phrases if words_of(p))
+    joined = f" {' '.join(words)} "
+    said = [f" {' '.join(words_of(p))} " for p in phrases if words_of(p)]
+    if not any(phrase in joined for phrase in said):
+        return False
+    for phrase in said:
+        joined = joined.replace(phrase, " ")
+    return set(joined.split()) <= COMMAND_FILLER
 
 
 

@@ -880,14 +880,16 @@ def commanding() -> TurnTaking:
                                                                   stop_phrases=STOP))
 
 
-@pytest.mark.parametrize("text", ["Stop.", "Stop!", "Wait, wait.", "No.", "Hold on please.", "Oh, never mind."])
+@pytest.mark.parametrize("text", ["Stop.", "Stop!", "Wait, wait.", "No.", "Hold on please.", "Oh, never mind.",
+                                  "Wait a second.", "Stop it please.", "No, stop."])
 def test_a_few_words_that_ask_to_stop_are_a_command(text):
     assert is_stop_command(text, STOP)
 
 
 @pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "", "Nope, I know.",
                                   "Holding on to that thought is not easy.", "Stopwatch.",
-                                  "I do not want you to stop talking about it."])
+                                  "I do not want you to stop talking about it.", "Stop, do cats bark?",
+                                  "Wait, what's that?"])
 def test_backchannels_other_words_and_sentences_are_not(text):
     assert not is_stop_command(text, STOP)
 
