@@ -389,13 +389,16 @@ class RealtimeDoor(Door):
         from tests.harness.realtime_client import RealtimeClient
 
         speaker = self.speaker
+        voiced: set[str] = set()  # the responses whose audio it was given (a client drops only those when cancelled)
 
         class Client(RealtimeClient):
             def _heard(self, at: float, record: dict) -> None:
                 kind = record.get("type")
                 if speaker is not None and kind == "response.output_audio.delta":
+                    voiced.add(record.get("response_id"))
                     speaker.play(base64.b64decode(record["delta"]), at)
-                elif speaker is not None and kind == "response.done" and record["response"]["status"] == "cancelled":
+                elif (speaker is not None and kind == "response.done" and record["response"]["status"] == "cancelled"
+                      and record["response"].get("id") in voiced):
                     speaker.stop(at)
 
         self.client = Client(self.url)
