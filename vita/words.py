@@ -68,26 +68,33 @@ def stop_phrases(setting: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in setting.split(",") if p.strip())
 
 
-# What a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a second.", "That's enough."):
-# any other word makes it a request ("Stop, do cats bark?" went unanswered as a command).
+def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
+    """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No.", "Wait, stop. Do cats..." heard
+    at a pause over the reply), not a backchannel ("Mm-hmm.", "Yeah.", "Okay.") nor a sentence that happens to hold
+    one of the words."""
+    words = words_of(text)
+    if not words or len(words) > MAX_COMMAND_WORDS:
+        return False
+    joined_words = f" {' '.join(words)} "
+    return any(f" {' '.join(words_of(p))} " in joined_words for p in phrases if words_of(p))
+
+
+# What a request that is only a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a
+# second.", "That's enough."): any other word makes it a request to answer ("Stop, do cats bark?" went unanswered).
 COMMAND_FILLER = frozenset([
     "please", "now", "it", "that", "that's", "this", "oh", "no", "ok", "okay", "just", "a", "one", "second", "sec",
     "moment", "minute", "there", "right", "talking", "thanks", "thank", "you", "hey", "um", "uh", "so", "well",
     "be", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
 
 
-def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
-    """A few words that ask the assistant to stop ("Stop.", "Wait, wait.", "No."), not a backchannel ("Mm-hmm.",
-    "Yeah.", "Okay.") nor a sentence or a request that happens to hold one of the words."""
-    words = words_of(text)
-    if not words or len(words) > MAX_COMMAND_WORDS:
+def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
+    """A stop command and nothing more to answer: its stop phrase and a few fillers at most."""
+    if not is_stop_command(text, phrases):
         return False
-    joined = f" {' '.join(words)} "
-    said = [f" {' '.join(words_of(p))} " for p in phrases if words_of(p)]
-    if not any(phrase in joined for phrase in said):
-        return False
-    for phrase in said:
-        joined = joined.replace(phrase, " ")
+    joined = f" {' '.join(words_of(text))} "
+    for phrase in phrases:
+        if words_of(phrase):
+            joined = joined.replace(f" {' '.join(words_of(phrase))} ", " ")
     return set(joined.split()) <= COMMAND_FILLER
 
 

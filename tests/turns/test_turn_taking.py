@@ -54,7 +54,7 @@ from vita.turns.turn_events import (
     joined,
 )
 from vita.turns.turn_taking import MAX_EXTENDED_S, TurnTaking
-from vita.words import echoes, is_stop_command, sounds_unfinished
+from vita.words import echoes, is_stop_command, only_asks_to_stop, sounds_unfinished
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -888,10 +888,17 @@ def test_a_few_words_that_ask_to_stop_are_a_command(text):
 
 @pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "", "Nope, I know.",
                                   "Holding on to that thought is not easy.", "Stopwatch.",
-                                  "I do not want you to stop talking about it.", "Stop, do cats bark?",
-                                  "Wait, what's that?"])
+                                  "I do not want you to stop talking about it."])
 def test_backchannels_other_words_and_sentences_are_not(text):
     assert not is_stop_command(text, STOP)
+
+
+@pytest.mark.parametrize(("text", "only"), [("Stop.", True), ("Oh, stop it please.", True), ("Wait a second.", True),
+                                            ("Hold on please.", True), ("Stop, do cats bark?", False),
+                                            ("Wait, what's that?", False), ("No, stop. Why?", False)])
+def test_a_stop_command_asks_for_nothing_more_only_with_nothing_but_fillers_beside_it(text, only):
+    """Over the reply any of these stops it; the speech is answered unless it was only the command."""
+    assert is_stop_command(text, STOP) and only_asks_to_stop(text, STOP) is only
 
 
 def test_short_speech_over_the_reply_is_heard_at_its_pause_and_stop_interrupts():

@@ -37,7 +37,7 @@ from vita.messages import (
     read_messages,
 )
 from vita.ops.logs import turn_ids
-from vita.words import asks_again, is_stop_command
+from vita.words import asks_again, only_asks_to_stop
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
 from workers.llm.camera_questions import about_picture
@@ -357,7 +357,7 @@ class LlmWorker:
             await self._take_fair_share(sid, run)
             history = self.histories.setdefault(sid, ConversationHistory(self.config.llm.history_turns))
             prepared = await self._prepare(req, run, history)
-            if req.unless_command and not self.kit.mode.omni and is_stop_command(run.user_text, req.unless_command):
+            if req.unless_command and not self.kit.mode.omni and only_asks_to_stop(run.user_text, req.unless_command):
                 self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # "No, stop.": nothing to answer
                 return
             if run.misheard:

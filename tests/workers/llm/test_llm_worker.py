@@ -384,7 +384,8 @@ def test_an_interjection_is_transcribed_alone_and_makes_no_turn(llm):
     assert not llm.of("over", TtsPiece) and not llm.of("over", TurnEnded) and "over" not in llm.worker.histories
 
 
-@pytest.mark.parametrize("words, answered", [("No, stop.", False), ("Stop. What is the capital of Spain?", True)])
+@pytest.mark.parametrize("words, answered", [("No, stop.", False), ("Stop. What is the capital of Spain?", True),
+                                             ("Stop. Do cats bark?", True)])  # (few words, but a request)
 def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_something(llm, words, answered):
     session = f"after-stop-{answered}"
     audio = np.concatenate([silence(0.2), spoken(words), silence(0.2)])
