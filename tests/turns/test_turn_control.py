@@ -481,9 +481,10 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
         turns.detach(s)
 
 
-def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence_is_judged():
-    """Its audio arriving before its words is held, not lost: the user asked something after all."""
-    wire = Wire()
+@contextlib.contextmanager
+def answering_speech_over_the_echo(wire: Wire):
+    """A speakerphone session whose request began over the reply's echo, its answer's first audio in before its
+    first sentence is whole: (controller, session)."""
     turns = controller(wire)
     turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
     s = session(turns)
@@ -493,27 +494,26 @@ def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence
         s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # (the voice before the words)
         s.actor.post(messages.ReplyText("s1", 1, "The capital "))
         assert s.actor.call_and_wait(lambda: None, 5)
-        assert not [e for e, _ in wire.sent if e == "audio"]  # held while the first sentence is unfinished
-        s.actor.post(messages.ReplyText("s1", 1, "of France is Paris. "))
-        s.actor.post(messages.TtsChunk("s1", 1, 1, PCM))
-        assert wire.wait_for(lambda: sum(e == "audio" for e, _ in wire.sent) == 2)
-        assert not [e for e, _ in wire.sent if e in ("turn_cancelled", "stop_tts")]
+        yield turns, s
     finally:
         turns.close()
         turns.detach(s)
 
 
+def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence_is_judged():
+    """Its audio arriving before its words is held, not lost: the user asked something after all."""
+    wire = Wire()
+    with answering_speech_over_the_echo(wire) as (_turns, s):
+        assert not [e for e, _ in wire.sent if e == "audio"]  # held while the first sentence is unfinished
+        s.actor.post(messages.ReplyText("s1", 1, "of France is Paris. "))
+        s.actor.post(messages.TtsChunk("s1", 1, 1, PCM))
+        assert wire.wait_for(lambda: sum(e == "audio" for e, _ in wire.sent) == 2)
+        assert not [e for e, _ in wire.sent if e in ("turn_cancelled", "stop_tts")]
+
+
 def test_a_reply_held_for_judging_is_let_go_when_its_turn_is_cancelled():
     wire = Wire()
-    turns = controller(wire)
-    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
-    s = session(turns)
-    try:
-        s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000, time.monotonic() - 1.2)
-        spoken(turns, s)
-        s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))
-        s.actor.post(messages.ReplyText("s1", 1, "The capital "))
-        assert s.actor.call_and_wait(lambda: None, 5)
+    with answering_speech_over_the_echo(wire) as (turns, s):
         assert len(s.over_echo_audio) == 1
         turns.post(s, SpeechStarted(time.monotonic()))  # the user speaks again: a new request
         turns.post(s, UtteranceEnded(time.monotonic(), speech()))
@@ -521,9 +521,6 @@ def test_a_reply_held_for_judging_is_let_go_when_its_turn_is_cancelled():
         assert s.actor.call_and_wait(lambda: None, 5)
         assert s.over_echo_audio == [] and 1 not in s.over_echo_reply
         assert not [e for e, _ in wire.sent if e == "audio"]
-    finally:
-        turns.close()
-        turns.detach(s)
 
 
 def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_asked_again():
