@@ -84,17 +84,18 @@ def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
 COMMAND_FILLER = frozenset([
     "please", "now", "it", "that", "that's", "this", "oh", "no", "ok", "okay", "just", "a", "one", "second", "sec",
     "moment", "minute", "there", "right", "talking", "thanks", "thank", "you", "hey", "um", "uh", "so", "well",
-    "be", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
+    "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
 
 
 def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
     """A stop command and nothing more to answer: its stop phrase and a few fillers at most."""
     if not is_stop_command(text, phrases):
         return False
-    joined = f" {' '.join(words_of(text))} "
-    for phrase in phrases:
-        if words_of(phrase):
-            joined = joined.replace(f" {' '.join(words_of(phrase))} ", " ")
+    joined = " " + " ".join(words_of(text.replace("\u2019", "'"))) + " "  # (a typographic apostrophe too)
+    said = [f" {' '.join(words_of(p))} " for p in phrases if words_of(p)]
+    while any(phrase in joined for phrase in said):  # ("hold on, hold on": the second after the first is gone)
+        for phrase in said:
+            joined = joined.replace(phrase, " ")
     return set(joined.split()) <= COMMAND_FILLER
 
 

@@ -895,7 +895,8 @@ def test_backchannels_other_words_and_sentences_are_not(text):
 
 @pytest.mark.parametrize(("text", "only"), [("Stop.", True), ("Oh, stop it please.", True), ("Wait a second.", True),
                                             ("Hold on please.", True), ("Stop, do cats bark?", False),
-                                            ("Wait, what's that?", False), ("No, stop. Why?", False)])
+                                            ("Wait, what's that?", False), ("No, stop. Why?", False),
+                                            ("Hold on, hold on.", True), ("Stop, that\u2019s it.", True)])
 def test_a_stop_command_asks_for_nothing_more_only_with_nothing_but_fillers_beside_it(text, only):
     """Over the reply any of these stops it; the speech is answered unless it was only the command."""
     assert is_stop_command(text, STOP) and only_asks_to_stop(text, STOP) is only
@@ -913,6 +914,17 @@ def test_short_speech_over_the_reply_is_heard_at_its_pause_and_stop_interrupts()
     assert m.phase is Phase.LISTENING and m.route(turn) is Route.DROP
     ended = m.handle(UtteranceEnded(5.1, SPEECH))  # "Stop." asked for nothing more: no turn of its own
     assert sent(ended) == ["vad"] and not of(ended, StartTurn) and m.active_turn is None
+
+
+def test_a_stop_said_in_one_breath_with_a_request_stops_the_reply_and_is_a_turn():
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH)), HearInterjection)
+    stopped = m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop, do cats bark?"))
+    assert of(stopped, StopTurn)[0].reason == "barge-in"
+    (start,) = of(m.handle(UtteranceEnded(5.1, SPEECH)), StartTurn)  # (the words go to the LLM worker to answer)
+    assert start.speech == SPEECH and start.stopped_reply
 
 
 def test_a_stop_that_goes_on_into_a_request_is_a_turn():

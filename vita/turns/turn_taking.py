@@ -69,7 +69,7 @@ from vita.turns.turn_events import (
     joined,
 )
 from vita.turns.turn_state import ActiveTurn, OpenPause, UserSpeech
-from vita.words import ends_sentence, is_stop_command, sounds_unfinished
+from vita.words import ends_sentence, is_stop_command, only_asks_to_stop, sounds_unfinished
 
 SPECULATE_MAX_S = 10.0  # speech longer than this is not speculated on (its ASR alone costs ~0.3 s)
 SPECULATION_BACKOFF_S = 0.5  # after a discarded speculative turn, the next waits this long, doubling each time
@@ -257,11 +257,12 @@ class TurnTaking(ReplyProgress):
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
         speech = self.speech
         if is_stop_command(e.text, self.rules.stop_phrases):
-            # "Stop." said all there was to say, unless the speech goes on; if it already has ("No, stop.", "Wait,
-            # tell me..."), its words decide whether it is a request (the turn goes with unless_command)
+            # "Stop." said all there was to say, unless the speech goes on or said more ("Stop, do cats bark?"); if
+            # so ("No, stop.", "Wait, tell me..."), its words decide whether it is a request (the turn goes with
+            # unless_command)
             if speech is not None:
-                speech.commanded = speech.pause is not None
-                speech.stopped_reply = speech.stopped_reply or speech.pause is None
+                speech.commanded = speech.pause is not None and only_asks_to_stop(e.text, self.rules.stop_phrases)
+                speech.stopped_reply = speech.stopped_reply or not speech.commanded
             return self._cancel("barge-in")
         return self._unduck() if speech is None or speech.pause is not None else []
 
