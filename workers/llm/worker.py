@@ -75,6 +75,14 @@ FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for th
 ASR_DECODE_FACTOR = 1.4  # a short question's ASR against its encoder's time alone (see _time_asr)
 
 
+def turns_at_work(running: set[tuple[str, int]], first_seen: dict[tuple[str, int], float], now: float,
+                  longest: float) -> tuple[dict[tuple[str, int], float], list[tuple[str, int]]]:
+    """When each running (session, turn) was first seen at work (only those still running), and those that may
+    still be said to be at work: seen for less than `longest`."""
+    seen = {turn: first_seen.get(turn, now) for turn in running}
+    return seen, sorted(turn for turn, since in seen.items() if now - since < longest)
+
+
 class LlmWorker:
     """One process's turns, from every session, on one engine: the inbox read, each turn run as a task, the
     history kept. Its parts each hold the kit (config, engine, prompts, tools, ears) and what they call: hearing
@@ -246,12 +254,11 @@ class LlmWorker:
         while True:
             if self.kit.engine.healthy():
                 await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
-                now, running = time.monotonic(), {(sid, tid) for sid, (tid, _) in self.running.items()}
-                first_seen = {turn: first_seen.get(turn, now) for turn in running}
+                running = {(sid, tid) for sid, (tid, _) in self.running.items()}
+                first_seen, working = turns_at_work(running, first_seen, time.monotonic(), longest)
                 if isinstance(self.kit.engine, LocalVllmEngine):
-                    for (session_id, turn_id), seen in first_seen.items():
-                        if now - seen < longest:
-                            self.publisher.publish(TurnWorking(session_id, turn_id))
+                    for session_id, turn_id in working:
+                        self.publisher.publish(TurnWorking(session_id, turn_id))
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _serve_inbox(self) -> None:

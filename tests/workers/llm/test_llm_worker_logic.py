@@ -38,7 +38,7 @@ from workers.llm.camera_questions import PICTURE_OPEN
 from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.prompting import PromptBuilder
 from workers.llm.turn_run import SENSE_CHECK
-from workers.llm.worker import MAILBOX_BOUND, LlmWorker
+from workers.llm.worker import MAILBOX_BOUND, LlmWorker, turns_at_work
 from workers.tools.builtin import builtin_tools
 from workers.tools.forced_calls import FORCED_CALL_TOKENS
 from workers.tools.registry import Tool, ToolBox
@@ -117,6 +117,18 @@ def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None 
 
 def spoken_text(pieces: list) -> str:
     return " ".join(p.text for p in pieces if isinstance(p, TtsPiece) and p.text)
+
+
+def test_a_turn_is_said_to_be_at_work_for_a_bounded_time_and_forgotten_once_it_ends():
+    """The front's stall watchdog still ends a turn stuck in a live worker: after `longest`, no more word of it."""
+    seen, working = turns_at_work({("a", 1)}, {}, now=10.0, longest=60.0)
+    assert seen == {("a", 1): 10.0} and working == [("a", 1)]
+    seen, working = turns_at_work({("a", 1), ("b", 3)}, seen, now=69.0, longest=60.0)
+    assert seen == {("a", 1): 10.0, ("b", 3): 69.0} and working == [("a", 1), ("b", 3)]
+    seen, working = turns_at_work({("a", 1), ("b", 3)}, seen, now=70.5, longest=60.0)
+    assert working == [("b", 3)]  # (a: at work for over a minute, its word stops)
+    seen, working = turns_at_work({("b", 3)}, seen, now=72.0, longest=60.0)
+    assert seen == {("b", 3): 69.0} and working == [("b", 3)]  # (a ended: forgotten)
 
 
 def test_a_run_on_reply_stops_at_the_word_budget_and_the_generation_is_aborted():
