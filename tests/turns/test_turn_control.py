@@ -514,12 +514,12 @@ def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence
 def test_a_reply_held_for_judging_is_let_go_when_its_turn_is_cancelled():
     wire = Wire()
     with answering_speech_over_the_echo(wire) as (turns, s):
-        assert len(s.over_echo_audio) == 1
+        assert len(s.held) == 1
         turns.post(s, SpeechStarted(time.monotonic()))  # the user speaks again: a new request
         turns.post(s, UtteranceEnded(time.monotonic(), speech()))
         assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
         assert s.actor.call_and_wait(lambda: None, 5)
-        assert s.over_echo_audio == [] and 1 not in s.over_echo_reply
+        assert s.held == [] and 1 not in s.over_echo_reply
         assert not [e for e, _ in wire.sent if e == "audio"]
 
 

@@ -58,14 +58,14 @@ class Session:
     # understood, they are dropped), with the active one's reply text so far
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     over_echo_reply: dict[int, str] = field(default_factory=dict, repr=False)
-    over_echo_audio: list = field(default_factory=list, repr=False)  # its reply audio, held until that is judged
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
     listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
     frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
-    held: list = field(default_factory=list, repr=False)  # a speculative turn's outputs, until it is committed
+    held: list = field(default_factory=list, repr=False)  # outputs held back: a speculative turn's until it is
+    # committed, the reply to speech over the echo until its first sentence is judged
     unheard: list[ReplyText] = field(default_factory=list, repr=False)  # the reply's text, until its audio goes out
     audio_at: float = 0.0  # when the latest microphone audio arrived (monotonic)
     # Microphone audio, whatever the transport: real time with room to spare (the VAD behind it runs in real time).

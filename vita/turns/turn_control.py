@@ -354,9 +354,10 @@ class TurnController:
             # Speech that began over the reply's audible echo and did not interrupt it, answered with a request to
             # say it again (Whisper, or the model reading it, made nothing of it): what is left of the echo ("Thank
             # you so much.", "There are days going to be."), not a question. Judged on the reply's first sentence,
-            # and its audio held until then (a request to say it again is quick to voice: its first words played).
+            # its audio held until then with the other held outputs (a request to say it again is quick to voice:
+            # its first words played).
             if isinstance(message, TtsChunk):
-                session.over_echo_audio.append(message)
+                session.held.append(message)
                 return
             if isinstance(message, ReplyText) and self._echo_made_no_sense(session, message):
                 return
@@ -380,14 +381,12 @@ class TurnController:
         session.over_echo_reply = {turn_id: so_far}
         if not message.done and not SENTENCE_END.search(so_far):
             return False
-        held, session.over_echo_audio = session.over_echo_audio, []
-        if asks_again(so_far):
+        if asks_again(so_far):  # (its cancel drops what was held)
             log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return True
         session.over_echo.remove(turn_id)  # a request of the user's after all: its reply goes as any other
-        for chunk in held:
-            self._on_output(session, chunk)
+        self._release_held(session)
         return False
 
     def _deliver(self, session: Session, message: Any) -> None:
@@ -429,7 +428,6 @@ class TurnController:
             session.actor.after(action.delay, PlaybackDone(time.monotonic() + action.delay, action.turn_id))
         elif isinstance(action, TurnDone):
             session.silent_turns.discard(action.turn_id)
-            self._forget_over_echo(session, action.turn_id)
             self._say_unheard(session)  # a reply with no audio at all still shows its text
             self.records.finished(sid, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
@@ -477,7 +475,6 @@ class TurnController:
             played = echo.reference(onset)
             if played is not None and played >= ECHO_LEARN_ABOVE_DBFS:
                 session.over_echo.append(action.turn_id)
-                session.over_echo_audio = []
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
                 self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
@@ -535,15 +532,8 @@ class TurnController:
         window = WINDOW_S * SAMPLE_RATE  # the model hears the last 8 s: hand over no more than that
         self.end_of_turn.judge(session.sid, np.frombuffer(action.speech.pcm, np.int16)[-window:].copy(), answer)
 
-    @staticmethod
-    def _forget_over_echo(session: Session, turn_id: int) -> None:
-        """The turn is over: its reply held for judging, if any, will never be heard."""
-        if turn_id in session.over_echo:
-            session.over_echo_audio = []
-            session.over_echo_reply.pop(turn_id, None)
-
     def _cancel(self, session: Session, action: StopTurn) -> None:
-        self._forget_over_echo(session, action.turn_id)
+        session.over_echo_reply.pop(action.turn_id, None)
         cancel = messages.CancelTurn(session.sid, action.turn_id, action.reason, forget=action.forget)
         self.put("requests", cancel)
         self.put("tts", cancel)
