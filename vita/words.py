@@ -76,7 +76,12 @@ def is_stop_command(text: str, phrases: tuple[str, ...]) -> bool:
     if not words or len(words) > MAX_COMMAND_WORDS:
         return False
     joined_words = f" {' '.join(words)} "
-    return any(f" {' '.join(words_of(p))} " in joined_words for p in phrases if words_of(p))
+    return any(phrase in joined_words for phrase in _spaced(phrases))
+
+
+def _spaced(phrases: tuple[str, ...]) -> list[str]:
+    """Each phrase as its words between spaces, to be found whole in a text's words joined the same way."""
+    return [f" {' '.join(words_of(p))} " for p in phrases if words_of(p)]
 
 
 # What a request that is only a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a
@@ -92,7 +97,7 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
     if not is_stop_command(text, phrases):
         return False
     joined = " " + " ".join(words_of(text.replace("\u2019", "'"))) + " "  # (a typographic apostrophe too)
-    said = [f" {' '.join(words_of(p))} " for p in phrases if words_of(p)]
+    said = _spaced(phrases)
     while any(phrase in joined for phrase in said):  # ("hold on, hold on": the second after the first is gone)
         for phrase in said:
             joined = joined.replace(phrase, " ")

@@ -251,12 +251,13 @@ class LlmWorker:
         remote server's health is not seen from here, and a turn stuck in a live worker still ends."""
         first_seen: dict[tuple[str, int], float] = {}
         longest = WORKING_MAX_STALLS * self.config.limits.turn_stall_s
+        local = isinstance(self.kit.engine, LocalVllmEngine)
         while True:
             if self.kit.engine.healthy():
                 await asyncio.get_running_loop().run_in_executor(None, self.report.heartbeat)
-                running = {(sid, tid) for sid, (tid, _) in self.running.items()}
-                first_seen, working = turns_at_work(running, first_seen, time.monotonic(), longest)
-                if isinstance(self.kit.engine, LocalVllmEngine):
+                if local:
+                    running = {(sid, tid) for sid, (tid, _) in self.running.items()}
+                    first_seen, working = turns_at_work(running, first_seen, time.monotonic(), longest)
                     for session_id, turn_id in working:
                         self.publisher.publish(TurnWorking(session_id, turn_id))
             await asyncio.sleep(HEARTBEAT_S)
