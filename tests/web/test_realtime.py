@@ -17,7 +17,8 @@ from tests.harness.realtime_client import RealtimeClient, pcm24
 from tests.harness.server import wait_health, wait_no_sessions
 from tests.harness.speech import silence, spoken
 from tests.workers.llm.test_llm_worker import LONG_REPLY
-from vita.web.realtime.protocol import ULAW_DECODE, encode_g711
+from vita.web.codecs import ULAW_DECODE
+from vita.web.realtime.protocol import encode_g711
 
 REPLY = 60  # seconds a response may take on two busy cores
 ORDER_TOOL = {"type": "function", "name": "get_order_status",

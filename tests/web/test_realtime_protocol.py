@@ -22,11 +22,10 @@ from vita.client_events import (
     VadChanged,
 )
 from vita.messages import ClientTool
+from vita.web.codecs import ALAW_DECODE, ULAW_DECODE
 from vita.web.realtime.conversation import RealtimeConversation
 from vita.web.realtime.items import heard_part
 from vita.web.realtime.protocol import (
-    ALAW_DECODE,
-    ULAW_DECODE,
     ProtocolError,
     Settings,
     decode_audio,

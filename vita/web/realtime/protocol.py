@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from vita.messages import ClientTool
+from vita.web.codecs import G711_RATE, Law, g711_decode, g711_encode
 
 PCM_RATE = 24000  # audio/pcm: 24 kHz mono 16-bit little-endian, both ways
-G711_RATE = 8000
 FORMATS = {"audio/pcm": PCM_RATE, "audio/pcmu": G711_RATE, "audio/pcma": G711_RATE}
 BETA_FORMATS = {"pcm16": "audio/pcm", "g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}  # the beta's names
 MAX_INSTRUCTIONS_CHARS = 16_000
@@ -138,43 +138,11 @@ def read_response_options(options: Any, server_max_tokens: int) -> ResponseOptio
 
 
 # --- audio -----------------------------------------------------------------------------------------------------
-def _ulaw_table() -> np.ndarray:
-    codes = ~np.arange(256, dtype=np.uint8)
-    sign, exponent, mantissa = codes & 0x80, (codes >> 4) & 0x07, codes & 0x0F
-    magnitude = ((mantissa.astype(np.int32) << 3) + 0x84) << exponent
-    return np.where(sign, 0x84 - magnitude, magnitude - 0x84).astype(np.int16)
-
-
-def _alaw_table() -> np.ndarray:
-    codes = np.arange(256, dtype=np.uint8) ^ 0x55
-    sign, exponent, mantissa = codes & 0x80, (codes >> 4) & 0x07, (codes & 0x0F).astype(np.int32)
-    magnitude = np.where(exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(exponent - 1, 0))
-    return np.where(sign, magnitude, -magnitude).astype(np.int16)
-
-
-def _encode_table(table: np.ndarray) -> np.ndarray:
-    """For every 16-bit value, the nearest G.711 code (its codes are monotonic within each sign, so the nearest
-    decoded level is the right code)."""
-    values = np.arange(-32768, 32768, dtype=np.int32)
-    order = np.argsort(table, kind="stable")
-    levels = table[order].astype(np.int32)
-    right = np.clip(np.searchsorted(levels, values), 1, len(levels) - 1)
-    left = right - 1
-    nearer_left = (values - levels[left]) <= (levels[right] - values)
-    return order[np.where(nearer_left, left, right)].astype(np.uint8)
-
-
-def _constant(array: np.ndarray) -> np.ndarray:
-    array.setflags(write=False)
-    return array
-
-
-ULAW_DECODE, ALAW_DECODE = _constant(_ulaw_table()), _constant(_alaw_table())
-G711_ENCODE = {"audio/pcmu": _constant(_encode_table(ULAW_DECODE)), "audio/pcma": _constant(_encode_table(ALAW_DECODE))}
+LAWS: dict[str, Law] = {"audio/pcmu": "ulaw", "audio/pcma": "alaw"}  # the G.711 formats (vita/web/codecs.py)
 
 
 def encode_g711(pcm: np.ndarray, kind: str) -> bytes:
-    return G711_ENCODE[kind][pcm.astype(np.int32) + 32768].tobytes()
+    return g711_encode(pcm, LAWS[kind])
 
 
 def audio_seconds(b64: Any, kind: str) -> float:
@@ -198,8 +166,7 @@ def decode_audio(b64: Any, kind: str, max_bytes: int) -> np.ndarray:
         if len(raw) % 2:
             raise ProtocolError("invalid_value", "audio/pcm must be whole 16-bit samples", "audio")
         return np.frombuffer(raw, dtype="<i2").astype(np.int16)
-    codes = np.frombuffer(raw, dtype=np.uint8)
-    return (ULAW_DECODE if kind == "audio/pcmu" else ALAW_DECODE)[codes]
+    return g711_decode(raw, LAWS[kind])
 
 
 # --- the session's settings ---------------------------------------------------------------------------------------
