@@ -1,16 +1,18 @@
 """What a session's client is told, whatever door it came in by: one typed vocabulary for the turn machine and the
 turn adapter (vita/turns/), which never know the transport.
 
-Each door turns these into its own wire: `vita/web/socketio_wire.py` for the Socket.IO clients (VITA's page and our
+Each door turns these into its own wire: `vita/web/socketio/wire.py` for the Socket.IO clients (VITA's page and our
 own), `vita/web/realtime/conversation.py` for the OpenAI Realtime clients. A new door adds its serializer, not a
 new vocabulary. `EVENT` is the event's Socket.IO name (the original protocol's, which the other doors translate).
+``Channel`` is the other half of the contract: what a door gives each of its sessions, so that the front and the
+turn machine reach every client the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 
 @dataclass(frozen=True)
@@ -192,3 +194,39 @@ class OutOfTime(ClientEvent):
     """The session was idle past the server's timeout: it is being closed."""
 
     EVENT = "out_time"
+
+
+@dataclass(frozen=True)
+class ServerStatus(ClientEvent):
+    """Whether the assistant can answer (its workers' state); on the seat it gives, also the session's pseudonym,
+    which front seated it, and what WebRTC it offers (our page starts then)."""
+
+    EVENT = "server_status"
+    OPTIONAL = frozenset({"session", "front", "webrtc"})
+    ready: bool
+    workers: Mapping[str, Any]
+    session: str | None = None
+    front: str | None = None
+    webrtc: Mapping[str, Any] | None = None
+
+
+class Channel(Protocol):
+    """How one session's client is reached, whichever door it came in by (Socket.IO, a Realtime WebSocket or call,
+    a phone line): each door gives every session it seats one of these (``vita/web/doors.py``), and nothing else
+    asks which door a session has."""
+
+    door: str  # which door ("socketio", "realtime", "call", ...): for the logs
+
+    def tell(self, event: ClientEvent) -> None:
+        """An event, in the door's own words (one it has no words for is not sent)."""
+
+    def close(self) -> None:
+        """The server ends the connection (idle, refused too often, shutting down); the session ends as the door
+        notices the connection is gone."""
+
+    def hears_echo(self, turn: Any) -> bool:
+        """Whether this door's clients may send the reply's echo back (a speaker with no echo cancellation of its
+        own): the turn machine then guards against it. `turn`: the configuration's ``turn`` section."""
+
+    def track(self) -> Any:
+        """The connected WebRTC peer the reply plays on now, or None: it goes out as ``ReplyAudio`` events, paced."""

@@ -35,7 +35,7 @@ from vita.turns.turn_events import (
     UtteranceEnded,
 )
 from vita.turns.vad import SileroVad, VadSegmenter
-from vita.web.socketio_wire import socketio_event
+from vita.web.socketio.wire import socketio_event
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
@@ -97,8 +97,27 @@ def deaf_ears(config: Config) -> Ears:
     return Ears(lambda: SpeechListener(VadSegmenter.from_config(config.vad, SilentProbe(), config.turn)), None)
 
 
+class PageChannel:
+    """A Socket.IO client's door as the turn machine asks it (a fake for this unit test of the adapter: what the
+    session is told goes through the controller's `tell`, here the Wire)."""
+
+    door = "socketio"
+
+    def tell(self, event):
+        raise AssertionError("the controller tells a session through the front's tell")
+
+    def close(self):
+        pass
+
+    def hears_echo(self, turn):
+        return turn.speaker_echo_page
+
+    def track(self):
+        return None
+
+
 def session(turns: TurnController) -> Session:
-    s = Session("s1")
+    s = Session("s1", channel=PageChannel())
     turns.attach(s)
     return s
 

@@ -53,6 +53,7 @@ class Front:
         self.heard: list[np.ndarray] = []
         self.text_cost = TextCost(local_tokenizer_file(self.config))
         self.refusals = 0
+        self.rtc = None
 
     def session_allows_event(self, _session) -> bool:
         return True
@@ -430,6 +431,7 @@ def test_a_client_keys_instructions_are_charged_when_its_session_opens():
     import dataclasses
 
     from vita.turns.sessions import SessionRegistry
+    from vita.web.doors import Doorway
     from vita.web.realtime.protocol import ProtocolError
     from vita.web.realtime.settings import first_settings
 
@@ -438,6 +440,7 @@ def test_a_client_keys_instructions_are_charged_when_its_session_opens():
     front.metrics = SimpleNamespace(audio_dropped=Counter(), sessions_opened=Counter(), sessions_refused=Counter())
     front.turns.attach = lambda session: setattr(session, "actor", SimpleNamespace(call=lambda _fn: None))
     front.turns.detach = lambda _session: None
+    front.doorway = Doorway(front)  # the real lifecycle, over this fake front
     environ = {"REMOTE_ADDR": "10.0.0.9"}
 
     def keyed(instructions: str) -> RealtimeSession:

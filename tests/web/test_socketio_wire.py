@@ -17,7 +17,7 @@ from vita.client_events import (
     TurnStarted,
     VadChanged,
 )
-from vita.web.socketio_wire import socketio_event
+from vita.web.socketio.wire import socketio_event
 
 pytestmark = pytest.mark.fast
 

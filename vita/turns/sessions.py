@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
+from vita.client_events import Channel
 from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
@@ -48,7 +49,8 @@ class Session:
     tool_outputs: tuple = ()  # its results for the calls of its turn before, taken by the next committed turn
     must_call: tuple[str, ...] = ()  # its replies must call one of these client_tools (tool_choice); (): any reply
     output_audio: bool = True  # False: a text-only Realtime client (no voice is synthesized)
-    channel: Any = field(default=None, repr=False)  # where its events go when it is not a Socket.IO client
+    channel: Channel | None = field(default=None, repr=False)  # its door's way to its client (vita/web/doors.py);
+    # None until a door attaches it
     audio_rate: int = 16000  # rate of our page's binary audio frames (set by `audio_format`)
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
     speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it

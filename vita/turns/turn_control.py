@@ -108,12 +108,10 @@ EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else 
 
 class TurnController:
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
-                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, rtc: Any = None, *,
+                 workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, *,
                  line: SeatLine | None):
         self.config = config
         self.line = line  # clients waiting for a seat: an idle session gives its up sooner (None: no line)
-        self.rtc = rtc  # the front's RtcHub (vita/web/webrtc/hub.py): a session with a connected peer hears
-        # replies there
         self.metrics = metrics
         save = config.limits.save_utterances_dir
         self.records = TurnRecords(metrics, turn_log, Path(save).expanduser() if save else None)
@@ -140,7 +138,7 @@ class TurnController:
         """Give the session its turn machine, its ears and its mailbox thread."""
         limits = self.config.limits
         turn = self.config.turn
-        session.speaker_echo = turn.speaker_echo_realtime if session.channel is not None else turn.speaker_echo_page
+        session.speaker_echo = session.channel is not None and session.channel.hears_echo(turn)
         # A client whose speaker's echo comes back: speech that starts once the reply is playing may be its echo,
         # and taken as the user going on with the request it withdrew the reply ("extended") and asked again with
         # the reply's own first words in it. There it is an interruption, judged as one, or nothing.
@@ -161,7 +159,8 @@ class TurnController:
         session.actor.start()
 
     def _output(self, session: Session) -> ReplyOutput:
-        """The session's reply audio: Socket.IO's `audio` event, paced, or its WebRTC peer's track."""
+        """The session's reply audio: `ReplyAudio` events through its channel, paced, or the WebRTC track its door
+        says is connected."""
         def fate(turn_id: int) -> Fate:
             route = session.turns.route(turn_id)
             return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
@@ -177,7 +176,8 @@ class TurnController:
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)),
                             played=played)
         return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
-                            lambda delay: session.actor.after(delay, PaceDue()), events, lambda: self._peer(session))
+                            lambda delay: session.actor.after(delay, PaceDue()), events,
+                            lambda: session.channel.track() if session.channel is not None else None)
 
     def _canceller(self) -> EchoCanceller | None:
         """A session's echo canceller, or None where WebRTC's audio processing cannot load (the voice gate's echo
@@ -453,11 +453,6 @@ class TurnController:
         """Idle past the line's limit, and a waiting client not yet promised another session's seat."""
         return (self.line is not None and session.turns.idle_for(now) > self.config.server.timeout_when_waiting
                 and self.line.give_seat_to_line(session.sid))
-
-    def _peer(self, session: Session) -> Any:
-        """The session's connected WebRTC peer, or None (its audio goes over Socket.IO)."""
-        peer = self.rtc.peer(session.sid) if self.rtc is not None else None
-        return peer if peer is not None and peer.connected else None
 
     def _start(self, session: Session, action: StartTurn) -> None:
         now = time.monotonic()

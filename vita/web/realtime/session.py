@@ -28,7 +28,7 @@ from vita.rate_budget import RateBudget
 from vita.text_cost import FUNCTIONS_SHOWN_TOKENS
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
-from vita.turns.turn_events import Connected, InputCommitted, Speech, SpeechDropped, joined
+from vita.turns.turn_events import InputCommitted, Speech, SpeechDropped, joined
 from vita.turns.vad import SAMPLE_RATE
 from vita.web.http.web_security import client_address
 from vita.web.realtime.audio_buffer import PushToTalkBuffer
@@ -135,16 +135,14 @@ class RealtimeSession:
         """Take a seat of --max_users; False when there is none. ProtocolError (rate_limited, the seat given back)
         when the settings it is bound to bring a prompt its client's text budget cannot pay for."""
         front = self.front
-        session = front.sessions.open(self.sid, client_address(self.environ))
+        session = front.doorway.open(self.sid, client_address(self.environ))
         if session is None:
             front.metrics.sessions_refused.inc()
             return False
         self.session = session
-        session.channel = self
         session.voice = self.settings.voice
-        front.metrics.sessions_opened.inc()
         try:
-            front.turns.attach(session)
+            front.doorway.attach(session, self)
             if self.bound is not None:  # the client key's settings, before anything of the session happens
                 bound = self.bound
                 self._charge_settings(bound)  # as a session.update would be (its VAD turns use them)
@@ -157,11 +155,11 @@ class RealtimeSession:
 
     def run(self) -> None:
         """The open session's life: session.created, then the client's events in order until it goes."""
-        front, session = self.front, self.session
+        front = self.front
         try:
             log.info("Realtime session opened (model %r asked)", self.requested_model, extra=turn_ids(self.sid))
             self.conversation.send({"type": "session.created", "session": self._session_json()})
-            front.turns.post(session, Connected(time.monotonic()))
+            front.doorway.connected(self.session)
             while (data := self.ws.wait()) is not None:
                 if front.sessions.get(self.sid) is None or self.closed:
                     break
@@ -172,15 +170,27 @@ class RealtimeSession:
     def end(self) -> None:
         """The seat back, the turn machine detached (whichever way the session ended; once)."""
         self.closed = True
-        if self.session is not None and self.front.sessions.close(self.sid) is not None:
-            self.front.turns.detach(self.session)
-            log.info("Realtime session closed", extra=turn_ids(self.sid))
+        if self.session is not None:
+            self.front.doorway.detach(self.sid)
 
     def count_audio(self, samples: int, rate: int) -> None:
         """Input audio received (an append's, or a call's track): the VAD events' audio_start_ms / audio_end_ms."""
         self.received_ms += 1000 * samples // rate
 
-    # --- what the front tells this session ---------------------------------------------------------------------
+    # --- its channel: what the front and the turn machine tell this session ------------------------------------
+    @property
+    def door(self) -> str:
+        return "call" if self.conversation.webrtc else "realtime"
+
+    def hears_echo(self, turn: Any) -> bool:
+        return turn.speaker_echo_realtime  # apps on a laptop's or a kiosk's speaker often cancel no echo
+
+    def track(self) -> Any:
+        """A call's WebRTC peer, once connected (its replies go on the Opus track); a WebSocket has none."""
+        rtc = self.front.rtc
+        peer = rtc.peer(self.sid) if rtc is not None and self.conversation.webrtc else None
+        return peer if peer is not None and peer.connected else None
+
     def tell(self, event: ClientEvent) -> None:
         self.conversation.tell(event)
         if isinstance(event, TurnStarted):

@@ -1,0 +1,1 @@
+"""The Socket.IO door: VITA's page and our own, over Flask-SocketIO (threading mode)."""
