@@ -11,23 +11,33 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vita.client_events import Channel
 from vita.ops.logs import turn_ids
-from vita.turns.sessions import Session
+from vita.turns.sessions import Session, SessionRegistry
 from vita.turns.turn_events import Connected
 
 if TYPE_CHECKING:
-    from vita.web.front_host import SessionHost
+    from vita.ops.metrics import FrontMetrics
+    from vita.turns.turn_control import TurnController
 
 log = logging.getLogger("vita.web.doors")
+
+
+class Seats(Protocol):
+    """What the doorway uses of the front (the front's SessionHost has it all)."""
+
+    sessions: SessionRegistry
+    turns: TurnController
+    metrics: FrontMetrics
+    rtc: Any
 
 
 class Doorway:
     """Seats, attaches and ends the sessions of every door, on one front."""
 
-    def __init__(self, host: SessionHost):
+    def __init__(self, host: Seats):
         self.host = host
 
     def open(self, sid: str, address: str | None) -> Session | None:
