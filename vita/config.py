@@ -284,7 +284,7 @@ class Config:
             return self.llm_model_path().name, "--model_path names it"
         if self.llm.model != "auto":
             return self.llm.model, "llm.model in the configuration names it"
-        from vita.machine.cpu import choose_llm, read_cpu
+        from vita.cpu import choose_llm, read_cpu
 
         return choose_llm(read_cpu())
 

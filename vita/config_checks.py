@@ -11,6 +11,17 @@ from vita.config import Config, ConfigError
 ICE_URL_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
 MIN_TOKEN_CHARS = 16  # a guesser is throttled too (vita.web.http.access), but a short token is a guessable one
 
+PAGE_NAMES = ("index.html", "demo.html", "resources/index.html", "resources/demo.html")  # --web_root's page
+
+
+def page_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be a web root, for the CLI's one-line error; None when it can."""
+    if not folder.is_dir():
+        return f"no folder at {folder}"
+    if not any((folder / name).is_file() for name in PAGE_NAMES):
+        return f"{folder} has none of {', '.join(PAGE_NAMES)}"
+    return None
+
 
 def check_ice_servers(servers: list) -> list[dict]:
     """webrtc.ice_servers: a list of {urls, username?, credential?} as a browser's RTCPeerConnection takes them."""
@@ -210,8 +221,6 @@ def validate(config: Config) -> Config:
     _check(s.message_queue is None or s.message_queue.startswith(("redis://", "rediss://", "unix://")),
            "--message_queue", f"must be a redis:// URL, got {s.message_queue!r}")
     if s.web_root is not None:
-        from vita.web.http.web_root import page_problem
-
         problem = page_problem(Path(s.web_root).expanduser())
         _check(problem is None, "--web_root", problem or "")
     model = config.llm_model_path()
@@ -251,7 +260,7 @@ def validate(config: Config) -> Config:
 
 def _cores_error(configured: str) -> str | None:
     """Why a core list cannot be used on this machine (not a list; none of the cores this process may use)."""
-    from vita.machine.cpu import engine_cores, read_cpu
+    from vita.cpu import engine_cores, read_cpu
 
     try:
         engine_cores(configured, read_cpu())

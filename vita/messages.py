@@ -115,7 +115,7 @@ class InterjectionCheck:
 
 @dataclass(frozen=True)
 class Picture:
-    """A camera picture checked at the door (vita/turns/camera.py): the file as the client sent it, and the small
+    """A camera picture checked at the door (vita/pictures.py): the file as the client sent it, and the small
     grey signature made from the checking decode, so that the vision stage tells an unchanged picture without
     decoding it again and decodes a changed one once."""
 

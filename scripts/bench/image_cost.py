@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 
 from tests.harness import hostile_images
-from vita.turns.camera import MAX_JPEG_SCANS, FrameError, check_picture, image_layout
+from vita.pictures import MAX_JPEG_SCANS, FrameError, check_picture, image_layout
 from workers.vision.stage import decode_pixels
 
 

@@ -262,13 +262,14 @@ def _check_piper(path: Path) -> None:
 
 
 def _check_smart_turn(path: Path) -> None:
-    """Loads in onnxruntime and answers with a probability."""
+    """Loads in onnxruntime and answers with a probability (for 8 s of silence's features: 80 mel bands, 800
+    frames, as vita/turns/end_of_turn.py computes them)."""
     import numpy as np
+    import onnxruntime
 
-    from vita.turns.end_of_turn import EndOfTurnModel
-
-    model = EndOfTurnModel(path / SMART_TURN_FILE)
-    probability = model.probability(np.zeros(16000, np.int16))
+    session = onnxruntime.InferenceSession(str(path / SMART_TURN_FILE), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {"input_features": np.full((1, 80, 800), -1.5, np.float32)})
+    probability = float(np.asarray(out).reshape(-1)[0])
     if not 0.0 <= probability <= 1.0:
         raise RuntimeError(f"end-of-turn probability {probability} is not a probability")
 
@@ -282,7 +283,7 @@ def _check_silero(path: Path) -> None:
         raise RuntimeError(f"unexpected ONNX inputs {sorted(names)}")
 
 
-# The default LLM where the CPU runs it well (vita/machine/cpu.py choose_llm): the best answerer of the packaged models,
+# The default LLM where the CPU runs it well (vita/cpu.py choose_llm): the best answerer of the packaged models,
 # in int8 so that it decodes about as fast as the 0.5B did in bf16 (docs/models.md "Which LLM serves").
 DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct-int8"
 FAST_LLM = "qwen2.5-coder-0.5b-instruct"

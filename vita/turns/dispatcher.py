@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Any
 
-from vita.machine.cpu import name_os_thread
+from vita.cpu import name_os_thread
 from vita.messages import Shutdown, read_messages
 from vita.turns.sessions import SessionRegistry
 from vita.turns.turn_control import TurnController

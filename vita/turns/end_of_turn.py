@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vita.machine.cpu import name_os_thread
+from vita.cpu import name_os_thread
 from vita.rate_budget import RateBudget
 
 log = logging.getLogger("vita.turns.end_of_turn")

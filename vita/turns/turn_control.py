@@ -33,7 +33,7 @@ from vita.client_events import (
     Unduck,
 )
 from vita.config import Config
-from vita.machine.cpu import trim_heap
+from vita.cpu import trim_heap
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics

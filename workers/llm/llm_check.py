@@ -17,7 +17,7 @@ EXPECTED = "paris"
 
 def answer(model_dir: Path) -> str:
     from vita.config import Config
-    from vita.machine.cpu import apply_isa_cap
+    from vita.cpu import apply_isa_cap
     from workers.llm.local_engine import device_env, engine_kwargs
 
     config = Config()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vita.config import Config
-from vita.machine.cpu import (
+from vita.cpu import (
     CpuFeatures,
     apply_isa_cap,
     cpu_dtype,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vita.config import Config
-from vita.machine.cpu import name_os_thread
+from vita.cpu import name_os_thread
 from vita.messages import (
     ALL_TURNS,
     CameraFrame,

@@ -7,7 +7,7 @@ the last one analysed). When the turn starts, the scene of its latest frame is u
 analysed while the question was being said. A turn with no analysis under way (a typed question) gets one at once,
 ahead of the pictures no turn waits for.
 
-Each picture is decoded once, here: the front read only its structure (vita/turns/camera.py), and the analysis,
+Each picture is decoded once, here: the front read only its structure (vita/pictures.py), and the analysis,
 the change check and the page's thumbnail share one array. A WebRTC camera's picture comes with the signature of
 its own pixels, so an unchanged one is not decoded at all.
 
@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from vita.messages import Picture
-from vita.turns.camera import SIGNATURE_SIZE, image_dimensions, picture_signature
+from vita.pictures import SIGNATURE_SIZE, image_dimensions, picture_signature
 
 log = logging.getLogger("vita.vision")
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from vita.config import Config
-from vita.machine.cpu import CpuFeatures
+from vita.cpu import CpuFeatures
 from workers.llm import local_engine
 from workers.llm.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
 

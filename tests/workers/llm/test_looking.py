@@ -15,7 +15,7 @@ import pytest
 
 from vita.config import VisionConfig
 from vita.messages import Picture, SceneSeen, TurnRequest
-from vita.turns.camera import check_picture
+from vita.pictures import check_picture
 from workers.common import Publisher
 from workers.llm.camera_questions import CAMERA_OFF, STILL_LOOKING
 from workers.llm.looking import Looking

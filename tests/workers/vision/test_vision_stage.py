@@ -11,7 +11,7 @@ import pytest
 
 from tests.harness import hostile_images
 from vita.messages import Picture
-from vita.turns.camera import check_picture
+from vita.pictures import check_picture
 from workers.vision.stage import (
     WORKING_SIDE,
     VisionStage,

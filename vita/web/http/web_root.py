@@ -13,7 +13,7 @@ from pathlib import Path
 
 from werkzeug.security import safe_join
 
-PAGE_NAMES = ("index.html", "demo.html", "resources/index.html", "resources/demo.html")
+from vita.config_checks import PAGE_NAMES
 
 
 class WebRoot:
@@ -37,12 +37,3 @@ class WebRoot:
             if joined is not None and Path(joined).is_file():
                 return Path(joined)
         return None
-
-
-def page_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be a web root, for the CLI's one-line error; None when it can."""
-    if not folder.is_dir():
-        return f"no folder at {folder}"
-    if not any((folder / name).is_file() for name in PAGE_NAMES):
-        return f"{folder} has none of {', '.join(PAGE_NAMES)}"
-    return None

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vita.messages import Picture
+from vita.pictures import FrameError, FrameOverBudget, decode_frame
 from vita.rate_budget import RateBudget
-from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
 from vita.web.realtime.protocol import MAX_CONTENT_PARTS, ProtocolError
 
 IMAGE_DETAILS = ("auto", "low", "high")

@@ -18,7 +18,7 @@ from flask import request
 from vita.client_events import ClientEvent, ErrorNotice, ServerStatus
 from vita.messages import REPLY_MODES
 from vita.ops.logs import turn_ids
-from vita.turns.camera import FrameError, FrameOverBudget, decode_frame
+from vita.pictures import FrameError, FrameOverBudget, decode_frame
 from vita.turns.sessions import MIN_TEXT_COST, Session
 from vita.turns.turn_events import TextTyped
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message

@@ -21,8 +21,8 @@ from typing import Any
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 
 from vita.messages import Picture
+from vita.pictures import picture_signature
 from vita.rate_budget import RateBudget
-from vita.turns.camera import picture_signature
 
 log = logging.getLogger("vita.web.webrtc")
 VIDEO_JITTER_PACKETS = 128  # as aiortc's own video jitter buffer (a frame of more packets is never whole)

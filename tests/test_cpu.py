@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from vita.machine.cpu import (
+from vita.cpu import (
     ISA_CAP_ENV,
     choose_llm,
     cpu_dtype,
