@@ -75,7 +75,7 @@ class TurnConfig:
     # cancels it)
     speaker_echo_realtime: bool = True  # ...and Realtime clients' (many play through a speaker with no canceller)
     echo_cancel: bool = True  # those sessions' microphone audio also has what was played taken out of it, by WebRTC's
-    # echo canceller (vita/turns/echo_canceller.py), before the VAD and the ASR hear it, once it is seen to carry it
+    # echo canceller (vita/hearing/echo_canceller.py), before the VAD and the ASR hear it, once it is seen to carry it
     noise_suppression: bool = False  # ...and WebRTC's noise suppressor runs there too (not shown to help Whisper)
     stop_words: str = "stop, wait, hold on, hang on, pause, enough, cancel, quiet, shut up, never mind"
 

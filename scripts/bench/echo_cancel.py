@@ -1,4 +1,4 @@
-"""Benchmark the server's echo canceller (vita/turns/echo_canceller.py) on a simulated speakerphone
+"""Benchmark the server's echo canceller (vita/hearing/echo_canceller.py) on a simulated speakerphone
 (tests/harness/speakerphone.py: the reply heard back 50-350 ms later, 10 dB down, through a synthetic room).
 
 echo: how far the echo is cut once the canceller has converged (after the reply's first 1.5 s), how much of the
@@ -27,7 +27,7 @@ import numpy as np
 from scripts.eval.voices import synthesize
 from tests.harness.speakerphone import Call, Speakerphone, level_db
 from tests.harness.speech import babble, noise, spoken, under
-from vita.turns.echo_canceller import FRAME, RATE, EchoCanceller
+from vita.hearing.echo_canceller import FRAME, RATE, EchoCanceller
 
 REPLY = ("The capital of France is Paris. It is a lovely city in spring, with wide avenues and old cafes.",
          "Would you like to hear more about its museums and its history?")
@@ -92,9 +92,9 @@ def echo(args) -> list[dict]:
 
 def gate(args) -> list[dict]:
     from vita.config import Config
+    from vita.hearing.vad import SileroModel, VadSegmenter
+    from vita.hearing.voice_gate import EchoReference
     from vita.turns.listener import SpeechListener
-    from vita.turns.vad import SileroModel, VadSegmenter
-    from vita.turns.voice_gate import EchoReference
 
     config = Config()
     model = SileroModel(config.vad_model_path())

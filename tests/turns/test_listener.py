@@ -7,9 +7,9 @@ import pytest
 
 from tests.harness.speech import silence, spoken
 from vita.config import Config
+from vita.hearing.vad import VadSegmenter
 from vita.turns.listener import SpeechListener
 from vita.turns.turn_events import SpeechDropped, SpeechPaused, SpeechStarted, UtteranceEnded
-from vita.turns.vad import VadSegmenter
 
 
 def listener() -> SpeechListener:

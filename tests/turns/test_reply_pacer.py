@@ -99,7 +99,7 @@ def test_a_reply_that_began_here_is_known_to_have_begun_here_even_once_drained()
 
 
 def test_each_chunk_says_when_the_client_starts_playing_it():
-    """What the client plays, and when, is what its echo is judged by (vita/turns/voice_gate.py)."""
+    """What the client plays, and when, is what its echo is judged by (vita/hearing/voice_gate.py)."""
     pacer = ReplyPacer(lead_s=0.25, chunk_s=0.1)
     pacer.push(1, pcm(0.3), RATE)
     first = pacer.take(5.0, send)

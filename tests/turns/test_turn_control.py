@@ -19,6 +19,7 @@ import pytest
 from vita import messages
 from vita.client_events import ClientEvent
 from vita.config import Config
+from vita.hearing.vad import SileroVad, VadSegmenter
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
@@ -34,7 +35,6 @@ from vita.turns.turn_events import (
     Tick,
     UtteranceEnded,
 )
-from vita.turns.vad import SileroVad, VadSegmenter
 from vita.web.socketio.wire import socketio_event
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast

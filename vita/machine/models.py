@@ -263,7 +263,7 @@ def _check_piper(path: Path) -> None:
 
 def _check_smart_turn(path: Path) -> None:
     """Loads in onnxruntime and answers with a probability (for 8 s of silence's features: 80 mel bands, 800
-    frames, as vita/turns/end_of_turn.py computes them)."""
+    frames, as vita/hearing/end_of_turn.py computes them)."""
     import numpy as np
     import onnxruntime
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vita.config import Config
-from vita.turns.end_of_turn import EndOfTurnJudge, EndOfTurnModel
+from vita.hearing.end_of_turn import EndOfTurnJudge, EndOfTurnModel
+from vita.hearing.vad import SileroModel, VadSegmenter
 from vita.turns.listener import SpeechListener
-from vita.turns.vad import SileroModel, VadSegmenter
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from vita.turns.echo_canceller import EchoCanceller
+from vita.hearing.echo_canceller import EchoCanceller
+from vita.hearing.vad import CHUNK, SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -22,7 +23,6 @@ from vita.turns.turn_events import (
     SpeechStarted,
     UtteranceEnded,
 )
-from vita.turns.vad import CHUNK, SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
 
 
 def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from vita.cpu import name_os_thread
-from vita.turns.vad import CHUNK, SAMPLE_RATE
+from vita.hearing.vad import CHUNK, SAMPLE_RATE
 
 log = logging.getLogger("vita.session")
 

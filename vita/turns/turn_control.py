@@ -34,13 +34,15 @@ from vita.client_events import (
 )
 from vita.config import Config
 from vita.cpu import trim_heap
+from vita.hearing.echo_canceller import EchoCanceller
+from vita.hearing.end_of_turn import WINDOW_S
+from vita.hearing.vad import SAMPLE_RATE
+from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, EchoReference
 from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
-from vita.turns.echo_canceller import EchoCanceller
-from vita.turns.end_of_turn import WINDOW_S
 from vita.turns.reply_pacer import Fate
 from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
@@ -84,8 +86,6 @@ from vita.turns.turn_events import (
 )
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
-from vita.turns.vad import SAMPLE_RATE
-from vita.turns.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, EchoReference
 from vita.turns.worker_news import client_event_for
 from vita.words import asks_again, echoes, stop_phrases
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from vita.client_events import ClientEvent
+from vita.hearing.vad import MAX_JOIN_GAP_S
 
 
 class Phase(StrEnum):
@@ -56,9 +57,6 @@ class Speech:
     ended_at: float
     details: dict = field(default_factory=dict, compare=False)
     samples: tuple[int, int, int] | None = field(default=None, compare=False)
-
-
-MAX_JOIN_GAP_S = 0.3  # silence kept between the two parts of a request joined into one turn (ASR needs a little)
 
 
 def joined(first: Speech, then: Speech) -> Speech:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from vita import messages
+from vita.hearing.vad import SAMPLE_RATE
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.turn_events import DISCARDED
-from vita.turns.vad import SAMPLE_RATE
 
 log = logging.getLogger("vita.turns")
 

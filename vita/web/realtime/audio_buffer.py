@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import soxr
 
+from vita.hearing.vad import SAMPLE_RATE
 from vita.turns.turn_events import Speech
-from vita.turns.vad import SAMPLE_RATE
 from vita.web.realtime.protocol import ProtocolError
 
 MIN_COMMIT_S = 0.1  # the protocol's floor: a commit with less audio is input_audio_buffer_commit_empty

@@ -22,6 +22,7 @@ import soxr
 
 from vita.capacity import CHARS_PER_TOKEN
 from vita.client_events import ClientEvent, TurnStarted
+from vita.hearing.vad import SAMPLE_RATE
 from vita.messages import CameraFrame, ClientTool, ToolOutput
 from vita.ops.logs import turn_ids
 from vita.rate_budget import RateBudget
@@ -29,7 +30,6 @@ from vita.text_cost import FUNCTIONS_SHOWN_TOKENS
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_control import FRAME_SEND_EVERY_S
 from vita.turns.turn_events import InputCommitted, Speech, SpeechDropped, joined
-from vita.turns.vad import SAMPLE_RATE
 from vita.web.http.web_security import client_address
 from vita.web.realtime.audio_buffer import PushToTalkBuffer
 from vita.web.realtime.conversation import Item, RealtimeConversation

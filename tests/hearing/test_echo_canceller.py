@@ -1,4 +1,4 @@
-"""The server's echo canceller (vita/turns/echo_canceller.py): what was played and what the microphone heard reach
+"""The server's echo canceller (vita/hearing/echo_canceller.py): what was played and what the microphone heard reach
 WebRTC's audio processing module in step, whatever the network's jitter (fast, with a recording stand-in for the
 module); and the real module on real speech (slow: Piper and hibari voices)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vita.turns.echo_canceller import FRAME, RATE, RESYNC_S, EchoCanceller, EchoDetector, MicClock, PlayedAudio
+from vita.hearing.echo_canceller import FRAME, RATE, RESYNC_S, EchoCanceller, EchoDetector, MicClock, PlayedAudio
 
 T0 = 1000.0
 
@@ -233,9 +233,9 @@ def ears_on_a_call(voices, cancel: bool, user: bool) -> list[tuple[float, str]]:
     """A session's ears (Silero, the voice gate with what was played, the canceller) on a speakerphone call,
     guarded as while a reply plays: what they heard, when (seconds into the call)."""
     from vita.config import Config
+    from vita.hearing.vad import SileroModel, VadSegmenter
+    from vita.hearing.voice_gate import EchoReference
     from vita.turns.listener import SpeechListener
-    from vita.turns.vad import SileroModel, VadSegmenter
-    from vita.turns.voice_gate import EchoReference
 
     config = Config()
     reference = EchoReference()
@@ -304,9 +304,9 @@ def test_once_the_echo_is_taken_out_what_the_voice_gate_learnt_of_it_is_learnt_a
     it aged out, 4 s on."""
     from tests.turns.test_turn_control import SilentProbe
     from vita.config import Config
+    from vita.hearing.vad import VadSegmenter
+    from vita.hearing.voice_gate import EchoReference
     from vita.turns.listener import SpeechListener
-    from vita.turns.vad import VadSegmenter
-    from vita.turns.voice_gate import EchoReference
 
     config, echo = Config(), EchoReference()
     listener = SpeechListener(VadSegmenter.from_config(config.vad, SilentProbe(), config.turn, echo=echo),

@@ -7,7 +7,7 @@ import pytest
 
 from tests.harness.speech import silence, voiced_span
 from vita.config import Config
-from vita.turns.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
+from vita.hearing.end_of_turn import SAMPLE_RATE, WINDOW_S, EndOfTurnModel, last_window, log_mel
 
 
 def hibari(text: str) -> np.ndarray:
@@ -70,7 +70,7 @@ def test_a_session_has_one_job_waiting_so_a_flood_of_pauses_cannot_delay_another
     jobs are replaced by its newest, and another session's pause is judged right after."""
     import threading
 
-    from vita.turns.end_of_turn import EndOfTurnJudge
+    from vita.hearing.end_of_turn import EndOfTurnJudge
 
     judge = EndOfTurnJudge(model)
     answered: list[str] = []
@@ -102,7 +102,7 @@ def test_a_session_pausing_after_every_word_gets_its_share_of_the_model_and_no_m
     import threading
     import time
 
-    from vita.turns.end_of_turn import SESSION_BURST_S, SESSION_SHARE, EndOfTurnJudge
+    from vita.hearing.end_of_turn import SESSION_BURST_S, SESSION_SHARE, EndOfTurnJudge
 
     judge = EndOfTurnJudge(model)
     busy = {"words": 0.0, "longest": 0.0}

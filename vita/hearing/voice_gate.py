@@ -8,7 +8,7 @@ stands above what the room explains: above the loud end of the room's recent sou
 user's own recent level, and above the echo that what was just played could make (``EchoReference``). A word's
 softer syllables right after such a chunk are the user's too (the hold), but only above the room's floor.
 
-Pure and per session: the segmenter (``vita/turns/vad.py``) owns one and calls ``judge`` for every 32 ms chunk.
+Pure and per session: the segmenter (``vita/hearing/vad.py``) owns one and calls ``judge`` for every 32 ms chunk.
 """
 
 from __future__ import annotations

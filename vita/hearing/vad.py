@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vita.turns.turn_events import MAX_JOIN_GAP_S
-from vita.turns.voice_gate import EchoReference, VoiceGate, level_db
+from vita.hearing.voice_gate import EchoReference, VoiceGate, level_db
 
 if TYPE_CHECKING:
     from vita.config import TurnConfig, VadConfig
 
 SAMPLE_RATE = 16000
 CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
+MAX_JOIN_GAP_S = 0.3  # silence kept between the two parts of a request joined into one turn (ASR needs a little)
 _CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
 ECHO_VOICE_DB = 10  # while a reply plays, a chunk within this of the user's level is their voice (it renews the hold)
 # Silero's probability falls 2-3 chunks after the voice does (its recurrent state lags: 85-230 ms, p50 ~110 ms on

@@ -1,7 +1,7 @@
 """Server-side echo cancellation (and optional noise suppression) for a client that does not cancel its own echo.
 
 A Realtime client on a laptop, a kiosk or a phone line plays the reply through a speaker, and its microphone hears
-it again 50-250 ms later, about 10 dB down, smeared by the room. The voice gate (``vita/turns/voice_gate.py``)
+it again 50-250 ms later, about 10 dB down, smeared by the room. The voice gate (``vita/hearing/voice_gate.py``)
 then only asks the user to be louder than that echo; this module takes the echo out of the microphone audio itself,
 before Silero and before the audio kept for Whisper, with WebRTC's audio processing module (AEC3, from the
 ``livekit`` wheel): it is given what the client played and finds the echo path (delay and room) by itself.

@@ -4,8 +4,9 @@ Anna, and..." — the intonation and the words can.
 
 The model takes Whisper-style log-mel features (80 bins, 8 s at 16 kHz, the last 8 s of the utterance,
 zero-padded in front) and returns the probability that the turn is complete. The features are computed here with
-numpy (Whisper's own recipe; checked against transformers' WhisperFeatureExtractor in tests/turns/test_end_of_turn.py),
-so the front imports neither torch nor transformers. One ONNX session on one thread of its own, shared by every
+numpy (Whisper's own recipe; checked against transformers' WhisperFeatureExtractor in
+tests/hearing/test_end_of_turn.py), so the front imports neither torch nor transformers. One ONNX session on one
+thread of its own, shared by every
 session (`EndOfTurnJudge`): a session's VAD keeps running while the model thinks, and the model's buffers stay
 in one thread's memory instead of growing in every session thread's malloc arena.
 """
@@ -24,7 +25,7 @@ import numpy as np
 from vita.cpu import name_os_thread
 from vita.rate_budget import RateBudget
 
-log = logging.getLogger("vita.turns.end_of_turn")
+log = logging.getLogger("vita.hearing.end_of_turn")
 
 SAMPLE_RATE = 16000
 WINDOW_S = 8

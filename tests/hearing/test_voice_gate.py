@@ -1,11 +1,11 @@
-"""Whose voice a chunk is (vita/turns/voice_gate.py), on levels alone: Silero's probability is scripted."""
+"""Whose voice a chunk is (vita/hearing/voice_gate.py), on levels alone: Silero's probability is scripted."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vita.turns.voice_gate import (
+from vita.hearing.voice_gate import (
     CHUNK,
     ECHO_MARGIN_DB,
     ECHO_PRIOR_DB,

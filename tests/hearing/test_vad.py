@@ -7,7 +7,7 @@ import pytest
 
 from tests.harness.speech import babble, noise, silence, spoken, under, voiced_span
 from vita.config import Config
-from vita.turns.vad import (
+from vita.hearing.vad import (
     CHUNK,
     QUIET_TAIL_CHUNKS,
     SAMPLE_RATE,
@@ -16,7 +16,7 @@ from vita.turns.vad import (
     SileroVad,
     VadSegmenter,
 )
-from vita.turns.voice_gate import MIN_LEVEL_CHUNKS
+from vita.hearing.voice_gate import MIN_LEVEL_CHUNKS
 
 
 @pytest.fixture(scope="module")
@@ -539,7 +539,7 @@ def test_a_user_as_loud_as_the_reply_interrupts_its_first_moments_on_a_call_that
     the reply plays, and the user says "Wait, stop please." as loud as the reply, `after_s` into it, before the echo's
     coupling is known. Their words are kept: confirmed (a barge-in), or paused after (then the words decide:
     "Wait," is a stop command), never dropped as a cough."""
-    from vita.turns.voice_gate import EchoReference
+    from vita.hearing.voice_gate import EchoReference
 
     config = Config()
     seg = VadSegmenter.from_config(config.vad, config.vad_model_path(), config.turn)
