@@ -21,8 +21,8 @@ PROMPTS = ["Tell me about the history of Rome in detail.", "Describe a summer da
 async def measure(config, streams: int = 1) -> None:
     from transformers import AutoTokenizer
 
-    from workers.llm.generation import EnginePrompt, SamplingSettings
-    from workers.llm.local_engine import LocalVllmEngine
+    from workers.llm.engines.generation import EnginePrompt, SamplingSettings
+    from workers.llm.engines.local_engine import LocalVllmEngine
     from workers.llm.prompting import ConversationHistory, PromptBuilder
 
     started = time.monotonic()
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=1, help="requests at once (default 1)")
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.llm.local_engine import device_env
+    from workers.llm.engines.local_engine import device_env
 
     config = load_config(args.config)
     if args.model:

@@ -157,7 +157,7 @@ def processed(audio: np.ndarray, ns: bool) -> np.ndarray:
 def noisy(args) -> list[dict]:
     from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
     from vita.config import Config
-    from workers.llm.asr import WhisperTranscriber, word_error_rate
+    from workers.llm.engines.asr import WhisperTranscriber, word_error_rate
 
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"]
                  if "camera" not in q and q.get("set") == "report"][:args.questions]

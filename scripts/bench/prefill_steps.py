@@ -23,8 +23,8 @@ LONG = "Please read this carefully. " + " ".join(f"Item {i} is a small blue box 
 async def measure(config, rounds: int) -> None:
     from transformers import AutoTokenizer
 
-    from workers.llm.generation import EnginePrompt, SamplingSettings
-    from workers.llm.local_engine import LocalVllmEngine
+    from workers.llm.engines.generation import EnginePrompt, SamplingSettings
+    from workers.llm.engines.local_engine import LocalVllmEngine
     from workers.llm.prompting import ConversationHistory, PromptBuilder
 
     engine = LocalVllmEngine(config)
@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.llm.local_engine import device_env
+    from workers.llm.engines.local_engine import device_env
 
     config = load_config(args.config)
     if args.chunk is not None:

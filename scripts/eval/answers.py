@@ -34,8 +34,8 @@ from scripts.eval.voices import synthesize
 async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     from transformers import AutoTokenizer
 
-    from workers.llm.generation import EnginePrompt, SamplingSettings
-    from workers.llm.local_engine import LocalVllmEngine
+    from workers.llm.engines.generation import EnginePrompt, SamplingSettings
+    from workers.llm.engines.local_engine import LocalVllmEngine
     from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
     from workers.llm.speech_pieces import ReplyShaper
 
@@ -138,7 +138,7 @@ def main() -> int:
         config = load_config(args.config)
         if args.model:
             config.llm.model_path = args.model
-        from workers.llm.local_engine import device_env
+        from workers.llm.engines.local_engine import device_env
 
         os.environ.update(device_env(config))
         runs = asyncio.run(typed_run(config, questions))

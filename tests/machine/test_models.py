@@ -37,7 +37,7 @@ def test_every_model_is_present_and_loads():
     # Every model every CPU needs, plus the LLM this CPU serves (llm.model auto: int8 1.5B, or the 0.5B).
     assert result.stdout.count("load check ok") == sum(not m.optional for m in EMBEDDED_MODELS) + 1
     assert f"LLM for this CPU: {chosen}" in result.stdout
-    # vLLM served it and it answered (workers/llm/llm_check.py).
+    # vLLM served it and it answered (workers/llm/engines/llm_check.py).
     assert "answer check ok" in result.stdout and "paris" in result.stdout.lower()
     config = json.loads((models / chosen / "config.json").read_text())
     weights = sum(p.stat().st_size for p in (models / chosen).glob("*.safetensors"))

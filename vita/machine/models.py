@@ -238,13 +238,13 @@ def _check_llm(path: Path) -> None:
 
 def _check_served_llm(path: Path) -> None:
     """The files, then vLLM itself: it loads the folder with the server's engine settings and answers a question
-    right (workers/llm/llm_check.py, in a process of its own: vLLM reads its settings at import; run, not imported,
-    so that vita/ still never imports workers/)."""
+    right (workers/llm/engines/llm_check.py, in a process of its own: vLLM reads its settings at import; run, not
+    imported, so that vita/ still never imports workers/)."""
     import subprocess
 
     _check_llm(path)
     try:
-        result = subprocess.run([sys.executable, "-m", "workers.llm.llm_check", str(path)], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "workers.llm.engines.llm_check", str(path)], capture_output=True,
                                 text=True, cwd=Path(__file__).resolve().parents[2], timeout=ANSWER_CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"vLLM answer check did not finish within {ANSWER_CHECK_TIMEOUT_S} s") from None

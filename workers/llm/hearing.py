@@ -16,7 +16,7 @@ from vita.messages import (
     TurnRequest,
 )
 from vita.words import ASK_AGAIN
-from workers.llm.asr import Transcription
+from workers.llm.engines.asr import Transcription
 from workers.llm.kit import LlmKit
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
@@ -33,7 +33,7 @@ def second_opinion(config: Config, threads: int) -> Any:
     if not cfg.second_opinion or cfg.second_opinion == cfg.model or (
             cfg.second_opinion.endswith(".en") and cfg.language not in ("en", None)):
         return None
-    from workers.llm.asr import WhisperTranscriber
+    from workers.llm.engines.asr import WhisperTranscriber
 
     second = WhisperTranscriber(config.models_path() / cfg.second_opinion, cfg.compute_type,
                                 threads, "en", cfg.beam_size, short_window=cfg.short_window,

@@ -8,8 +8,8 @@ import asyncio
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from workers.llm.asr import MisheardRule
-from workers.llm.generation import EnginePrompt, SamplingSettings, TextEngine
+from workers.llm.engines.asr import MisheardRule
+from workers.llm.engines.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.llm.omni import InputMode
 from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
 from workers.tools.registry import ToolBox

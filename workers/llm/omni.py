@@ -16,8 +16,8 @@ import cv2
 import numpy as np
 
 from vita.messages import Picture
-from workers.llm.asr import WHISPER_RATE, pcm16_to_float
-from workers.llm.generation import EnginePrompt
+from workers.llm.engines.asr import WHISPER_RATE, pcm16_to_float
+from workers.llm.engines.generation import EnginePrompt
 
 # Model types vLLM serves with audio input whose configs may not carry an `audio_config` key.
 AUDIO_MODEL_TYPES = frozenset({

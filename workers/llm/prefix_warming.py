@@ -10,9 +10,9 @@ import time
 
 from vita.capacity import seats_for
 from vita.messages import ClientTool, MeasuredSpeed
-from workers.llm.generation import SamplingSettings
+from workers.llm.engines.generation import SamplingSettings
+from workers.llm.engines.local_engine import EngineFailed, LocalVllmEngine
 from workers.llm.kit import LlmKit
-from workers.llm.local_engine import EngineFailed, LocalVllmEngine
 from workers.llm.prompting import ConversationHistory
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_run import WARM_DELAY_S

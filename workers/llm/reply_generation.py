@@ -9,8 +9,8 @@ import time
 
 from vita.messages import ReplyText, TtsPiece, TurnRequest
 from vita.words import APOLOGY
-from workers.llm.asr import Transcription
-from workers.llm.generation import EnginePrompt
+from workers.llm.engines.asr import Transcription
+from workers.llm.engines.generation import EnginePrompt
 from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import ReplyShaper, SpeechClock

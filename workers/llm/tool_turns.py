@@ -16,7 +16,7 @@ from vita.messages import (
 )
 from vita.text_cost import FUNCTIONS_BESIDE_TOKENS, estimated_tokens
 from vita.words import FILLER
-from workers.llm.generation import EnginePrompt
+from workers.llm.engines.generation import EnginePrompt
 from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import SpeechClock

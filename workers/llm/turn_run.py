@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.llm.asr import Transcription
+from workers.llm.engines.asr import Transcription
 from workers.llm.prompting import with_cues
 from workers.tools.registry import ToolBox
 

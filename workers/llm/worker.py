@@ -39,18 +39,18 @@ from vita.messages import (
 from vita.ops.logs import turn_ids
 from vita.words import asks_again, only_asks_to_stop
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
-from workers.llm.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
 from workers.llm.camera_questions import about_picture
+from workers.llm.engines.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
+from workers.llm.engines.generation import EnginePrompt
+from workers.llm.engines.local_engine import EngineFailed, LocalVllmEngine, device_env
+from workers.llm.engines.remote_engine import RemoteEngine, RemoteEngineError
 from workers.llm.fair_share import ServiceLedger
-from workers.llm.generation import EnginePrompt
 from workers.llm.hearing import Hearing, second_opinion
 from workers.llm.kit import LlmKit
-from workers.llm.local_engine import EngineFailed, LocalVllmEngine, device_env
 from workers.llm.looking import Looking
 from workers.llm.omni import detect_input_mode, load_processor, omni_prompt, read_model_config
 from workers.llm.prefix_warming import PrefixWarming
 from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder, PromptBuilder
-from workers.llm.remote_engine import RemoteEngine, RemoteEngineError
 from workers.llm.reply_generation import ReplyGeneration
 from workers.llm.tool_setup import start_tools
 from workers.llm.tool_turns import ToolTurns

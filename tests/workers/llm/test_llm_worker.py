@@ -57,7 +57,7 @@ class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
     def __init__(self, config: Config | None = None, vision: bool = False):
-        from workers.llm.local_engine import device_env
+        from workers.llm.engines.local_engine import device_env
         from workers.llm.worker import LlmWorker
 
         config = config or Config()
@@ -424,7 +424,7 @@ def test_a_failing_engine_fails_its_turns_at_once_and_ends_the_worker(llm):
     readable error at once and serve() ends with the error (run_stage then reports FAILED and exits, and the
     supervisor restarts it: tests/test_server_lifecycle.py). A fault injected between the engine's steps (the same
     path as a step that raises). It breaks the module's worker: last in this file."""
-    from workers.llm.local_engine import EngineFailed
+    from workers.llm.engines.local_engine import EngineFailed
 
     sessions = ("failing-a", "failing-b")
     for session in sessions:

@@ -33,9 +33,9 @@ from vita.messages import (
 )
 from vita.words import APOLOGY, ASK_AGAIN, FILLER, asks_again
 from workers.common import StatusReporter
-from workers.llm.asr import Transcription
 from workers.llm.camera_questions import PICTURE_OPEN
-from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm.engines.asr import Transcription
+from workers.llm.engines.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.prompting import PromptBuilder
 from workers.llm.turn_run import SENSE_CHECK
 from workers.llm.worker import MAILBOX_BOUND, LlmWorker, turns_at_work

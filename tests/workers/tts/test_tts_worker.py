@@ -12,7 +12,7 @@ import pytest
 from vita.config import Config
 from vita.messages import CancelTurn, Shutdown, TtsChunk, TtsPiece, TurnTimings, WorkerState, WorkerStatus
 from vita.process_graph import QUEUES
-from workers.llm.asr import word_error_rate
+from workers.llm.engines.asr import word_error_rate
 from workers.tts.worker import run_tts_worker
 
 SENTENCE = "The capital of France is Paris, and it is a beautiful city to visit in the spring."

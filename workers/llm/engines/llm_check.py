@@ -1,7 +1,7 @@
 """Set-up's proof that a built LLM folder really serves: vLLM loads it with the server's own engine settings and
 this CPU's kernels, and it answers one question right. Run in a process of its own (vLLM reads its settings from
-the environment at import): ``python -m workers.llm.llm_check MODEL_DIR``; exit status 0 = it answered, 1 = it did not
-(the reason on stderr).
+the environment at import): ``python -m workers.llm.engines.llm_check MODEL_DIR``; exit status 0 = it answered, 1 =
+it did not (the reason on stderr).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ EXPECTED = "paris"
 def answer(model_dir: Path) -> str:
     from vita.config import Config
     from vita.cpu import apply_isa_cap
-    from workers.llm.local_engine import device_env, engine_kwargs
+    from workers.llm.engines.local_engine import device_env, engine_kwargs
 
     config = Config()
     config.llm.model_path = str(model_dir)

@@ -15,7 +15,7 @@ import pytest
 from vita.config import Config
 from vita.cpu import CpuFeatures
 from workers.llm import local_engine
-from workers.llm.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
+from workers.llm.engines.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
 
 pytestmark = pytest.mark.fast
 
@@ -66,7 +66,7 @@ def test_the_openmp_threads_the_engine_thread_starts_run_on_its_cores_only():
         import json, os, threading
         os.environ["OMP_NUM_THREADS"] = "2"
         import torch
-        from workers.llm.local_engine import bind_engine_thread
+        from workers.llm.engines.local_engine import bind_engine_thread
         seen = {{}}
         def engine():
             before = set(os.listdir("/proc/self/task"))

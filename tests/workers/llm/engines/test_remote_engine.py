@@ -13,8 +13,8 @@ from tests.harness.server import ROOT
 from tests.workers.llm.test_llm_worker import LONG_REPLY, LlmHarness, pieces
 from vita.config import Config
 from vita.messages import CancelTurn, ReplyText, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
-from workers.llm.generation import EnginePrompt, SamplingSettings
-from workers.llm.remote_engine import RemoteEngine, RemoteEngineError, openai_messages
+from workers.llm.engines.generation import EnginePrompt, SamplingSettings
+from workers.llm.engines.remote_engine import RemoteEngine, RemoteEngineError, openai_messages
 
 log = logging.getLogger("test.remote")
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from vita.messages import WorkerState
-from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm.engines.generation import Delta, EnginePrompt, SamplingSettings
 
 RETRY_EVERY_S = 2.0
 KEEPALIVE_S = 4.0

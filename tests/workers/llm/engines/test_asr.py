@@ -10,7 +10,7 @@ import pytest
 
 from tests.harness.speech import noise, silence, spoken
 from vita.config import Config
-from workers.llm.asr import (
+from workers.llm.engines.asr import (
     MisheardRule,
     Transcription,
     WhisperTranscriber,

@@ -28,7 +28,7 @@ from vita.cpu import (
     set_nice,
 )
 from vita.messages import WorkerState
-from workers.llm.generation import Delta, EnginePrompt, SamplingSettings
+from workers.llm.engines.generation import Delta, EnginePrompt, SamplingSettings
 from workers.llm.omni import read_model_config
 
 
