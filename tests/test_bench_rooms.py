@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soxr
 
-from scripts.bench import rooms
+from scripts.bench.rooms import sounds as rooms
 
 pytestmark = pytest.mark.fast
 

@@ -12,8 +12,8 @@ from tests.harness.server import ROOT
 
 
 def test_tts_benchmark_runs_the_real_worker_and_reports():
-    result = subprocess.run([sys.executable, "-m", "scripts.bench.tts", "--runs", "1"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=180)
+    result = subprocess.run([sys.executable, "-m", "scripts.bench.stages.tts", "--runs", "1"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "first chunk p50" in result.stdout and "RTF p50" in result.stdout, result.stdout
 

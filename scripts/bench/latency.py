@@ -7,7 +7,8 @@ The microphone stays open throughout (silence between questions), questions are 
 (hibari) or Piper, and the history grows turn after turn. For every answered question it reports:
 - voice-to-voice at the client (last voiced sample sent → first reply audio received) and as the server timed it;
 - the stages (end of speech → turn, ASR, first token, first piece, TTS first chunk) and the engine's decode speed
-  inside the server (tokens after the first / time after the first token), to compare with scripts/bench/decode.py;
+  inside the server (tokens after the first / time after the first token), to compare with
+  scripts/bench/stages/decode.py;
 - gaps inside a reply: a chunk that arrives after the previous ones have finished playing, as the page plays them;
 - interruptions (`--barge N`): a question spoken over a long reply, onset of speech sent → the reply's sound
   ducked or stopped at the client (the last full-volume audio played out, `duck` for our page, or `stop_tts`).

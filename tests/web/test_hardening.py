@@ -211,7 +211,7 @@ def test_idle_and_slow_tls_sockets_do_not_stop_a_spoken_turn(server):
     """The soak: 200 idle TCP sockets and 50 clients stuck mid TLS handshake, held open while a real question
     is asked and answered; /health answers throughout and memory stays put. A handshake done in the accept loop
     would hold every poll for limits.handshake_timeout_s (10 s); how fast a healthy answer is depends on the CPU and
-    what else runs (benchmark: scripts/bench/soak_tls.py), so the bound is far under the stall, not a latency target."""
+    what else runs (benchmark: scripts/bench/soak/tls.py), so the bound is far under the stall, not a latency target."""
     before = quiet(server)
     address = urlparse(server.url)
     held: list[socket.socket] = []

@@ -11,8 +11,8 @@ import random
 import threading
 import time
 
-from scripts.bench.soak_control import Soak
-from scripts.bench.soak_turn import HARD_CAP_S, Turn, now
+from scripts.bench.soak.control import Soak
+from scripts.bench.soak.turn import HARD_CAP_S, Turn, now
 from scripts.eval.questions import E2E_LONG_QUESTIONS as LONG_QUESTIONS
 from scripts.eval.questions import E2E_QUESTIONS as QUESTIONS
 from tests.harness.client import RecordingClient

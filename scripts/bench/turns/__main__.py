@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 from scripts.bench.common import cpu_description, percentile
-from scripts.bench.turn_scenarios import INTERRUPTION_LEADS_S, NOISES, PAUSES_S, plan, synthesize_all
-from scripts.bench.turn_sessions import Sessions, run_group
+from scripts.bench.turns.scenarios import INTERRUPTION_LEADS_S, NOISES, PAUSES_S, plan, synthesize_all
+from scripts.bench.turns.sessions import Sessions, run_group
 from tests.harness.server import start_server, stop_server, wait_ready
 
 MAX_ONE_REPLY_PAUSE_S = 1.2  # up to this inner pause, one reply that heard both halves

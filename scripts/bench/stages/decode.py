@@ -1,6 +1,6 @@
 """Benchmark the LLM engine alone: first token and decode tokens/s with this config (dtype, compilation...).
 
-Usage: .venv/bin/python -m scripts.bench.decode [--config FILE] [--model NAME|DIR] [--dtype DTYPE] [--streams N]
+Usage: .venv/bin/python -m scripts.bench.stages.decode [--config FILE] [--model NAME|DIR] [--dtype DTYPE] [--streams N]
 (a config file e.g. with `llm: {enforce_eager: false}`; --streams: N requests at once, as N users asking together,
 each stream's first token and decode rate)
 """

@@ -2,7 +2,7 @@
 structure read; nothing decoded) and the vision stage's one decode, each the best of --repeat runs on this CPU. A
 refused picture costs only the reading of its structure. No model, no server.
 
-Usage: .venv/bin/python -m scripts.bench.image_cost [--repeat 5] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.image_cost [--repeat 5] [--json out.json]
 """
 
 from __future__ import annotations

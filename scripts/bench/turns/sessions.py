@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from scripts.bench.turn_events import since, state_of
+from scripts.bench.turns.events import since, state_of
 from tests.harness.client import RecordingClient
 
 SESSION_TRIALS = 6

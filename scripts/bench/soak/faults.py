@@ -32,10 +32,10 @@ within 60 s of it; front threads at the end <= at the start (both taken with the
 turns each) and RSS at most 20 MB above the start. No fault is injected in the last 60 s. Exit code 0 when every
 target holds.
 
-Usage: .venv/bin/python -m scripts.bench.soak_faults [--minutes 20] [--fault_every 60] [--freeze_s 20]
+Usage: .venv/bin/python -m scripts.bench.soak.faults [--minutes 20] [--fault_every 60] [--freeze_s 20]
        [--faults kill_llm,freeze_llm,engine_raise,freeze_tts,lose_end|none] [--url URL] [--json FILE] [--seed 1]
        [--verbose]
-e.g.   .venv/bin/python -m scripts.bench.soak_faults --minutes 4 --fault_every 45 \
+e.g.   .venv/bin/python -m scripts.bench.soak.faults --minutes 4 --fault_every 45 \
            --faults kill_llm,freeze_llm,freeze_tts
 """
 
@@ -57,9 +57,9 @@ from pathlib import Path
 
 import tests.harness.server as harness
 from scripts.bench.common import percentile
-from scripts.bench.soak_control import FAULTS, HEALTH_EVERY_S, RECOVERY_S, Soak
-from scripts.bench.soak_session import EXTRA_QUESTIONS, WARMUP_TURNS, Session
-from scripts.bench.soak_turn import HARD_CAP_S, Turn, now
+from scripts.bench.soak.control import FAULTS, HEALTH_EVERY_S, RECOVERY_S, Soak
+from scripts.bench.soak.session import EXTRA_QUESTIONS, WARMUP_TURNS, Session
+from scripts.bench.soak.turn import HARD_CAP_S, Turn, now
 from scripts.eval.questions import E2E_LONG_QUESTIONS as LONG_QUESTIONS
 from scripts.eval.questions import E2E_QUESTIONS as QUESTIONS
 from tests.harness.speech import spoken
@@ -91,7 +91,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--faults: unknown {unknown}; choose from {', '.join(FAULTS)} (or none)")
     stall_s = args.stall_s or load_config().limits.turn_stall_s
-    command = " ".join([".venv/bin/python", "-m", "scripts.bench.soak_faults", *map(shlex.quote, sys.argv[1:])])
+    command = " ".join([".venv/bin/python", "-m", "scripts.bench.soak.faults", *map(shlex.quote, sys.argv[1:])])
 
     print("speaking the questions ...", flush=True)
     for question in set(QUESTIONS + EXTRA_QUESTIONS + LONG_QUESTIONS):

@@ -13,7 +13,7 @@ other people talking, at 10, 5 and 0 dB SNR: word error rate and garbled transcr
 through the canceller with the suppressor off (with nothing played it passes the microphone's audio on: a second
 raw run, which shows how much Whisper's own results vary), and with it on.
 
-Usage: .venv/bin/python -m scripts.bench.echo_cancel [echo|gate|noise] [--questions N] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.echo_cancel [echo|gate|noise] [--questions N] [--json out.json]
 """
 
 from __future__ import annotations

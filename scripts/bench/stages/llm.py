@@ -2,7 +2,7 @@
 
 Runs the real LLM worker process (faster-whisper + vLLM with the bundled models) through real Manager queues,
 as the server does. The first turn after start-up is reported too but left out of the medians.
-Usage: .venv/bin/python -m scripts.bench.llm [--runs 2] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.llm [--runs 2] [--json out.json]
 """
 
 from __future__ import annotations

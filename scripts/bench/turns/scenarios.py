@@ -7,8 +7,8 @@ import argparse
 import functools
 from collections.abc import Callable
 
-from scripts.bench.turn_sounds import SOUNDS, say
-from scripts.bench.turn_trials import (
+from scripts.bench.turns.sounds import SOUNDS, say
+from scripts.bench.turns.trials import (
     command_over_reply,
     complete_question,
     interruption,

@@ -16,7 +16,7 @@ log-probability of the words, workers/llm/local_engine.words_logprob, as a first
 and judged by the server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the
 rest.
 
-Usage: .venv/bin/python -m scripts.bench.asr [speed|batch|accuracy|sense|reading] [--voices hibari,piper,espeak]
+Usage: .venv/bin/python -m scripts.bench.stages.asr [speed|batch|accuracy|sense|reading] [--voices hibari,piper,espeak]
        [--models ...] [--json transcripts.json] [--out judged.json]
 """
 

@@ -1,7 +1,7 @@
 """Benchmark the TTS stage: time from a piece arriving to its first 24 kHz chunk, and the real-time factor.
 
 Runs the real TTS worker process with the bundled Piper voice through real Manager queues.
-Usage: .venv/bin/python -m scripts.bench.tts [--runs 3] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.tts [--runs 3] [--json out.json]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ child process, so no model loads. Each session connects over WSS, says hello and
 later (the path an idle timeout takes); meanwhile other clients fetch /health over fresh HTTPS connections. A
 TLS layer that lets two threads use one connection, or reads a closed connection's descriptor, shows up here as
 failed handshakes on newcomers or a dead server.
-Usage: .venv/bin/python -m scripts.bench.soak_tls [--seconds 120] [--sessions 4] [--pollers 3]
+Usage: .venv/bin/python -m scripts.bench.soak.tls [--seconds 120] [--sessions 4] [--pollers 3]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from scripts.bench.measure import barge_in_reaction, send_speech, voice_to_voice
-from scripts.bench.turn_events import (
+from scripts.bench.turns.events import (
     answered,
     content_words,
     ended_naturally_at,
@@ -22,7 +22,7 @@ from scripts.bench.turn_events import (
     turns,
     wait_open_mic,
 )
-from scripts.bench.turn_sounds import say
+from scripts.bench.turns.sounds import say
 from tests.harness.client import RecordingClient
 from tests.harness.speech import RATE, silence, voiced_span
 

@@ -3,7 +3,7 @@ Piper-spoken sentences, and the `audio` event handler's own work (decode + hand 
 JSON messages and our binary frames.
 
 Uses the real Silero model and the code the socket handler runs; no server needed.
-Usage: .venv/bin/python -m scripts.bench.front [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.front [--json out.json]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark the engine's prefill steps: a short question asked while another session's long prompt is prefilled.
 
-Usage: .venv/bin/python -m scripts.bench.prefill_steps [--config FILE] [--chunk N] [--share N] [--rounds N]
+Usage: .venv/bin/python -m scripts.bench.stages.prefill_steps [--config FILE] [--chunk N] [--share N] [--rounds N]
 (--chunk 0 --share 0: vLLM's own steps, a whole prompt at once)
 
 Prints the first token and the whole reply of: a short question alone, a ~720-token prompt alone (uncached: each

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from scripts.bench.soak_turn import Turn, now
+from scripts.bench.soak.turn import Turn, now
 
 FAULTS = ("kill_llm", "freeze_llm", "engine_raise", "freeze_tts", "lose_end")
 WORKER_OF = {"kill_llm": "llm", "freeze_llm": "llm", "engine_raise": "llm", "freeze_tts": "tts", "lose_end": "tts"}
