@@ -67,7 +67,7 @@ FAULT_SIGNALS_ENV = "VITA_FAULT_SIGNALS"  # "1": SIGUSR1 injects this worker's t
 
 def install_fault_signal(inject: Callable[[], None], log: logging.Logger) -> bool:
     """Off unless the environment asks: SIGUSR1 runs ``inject`` (the worker's fault, injected from outside, so
-    tests and scripts/bench/soak_faults.py exercise the real recovery path). True if installed."""
+    tests and scripts/bench/soak/faults.py exercise the real recovery path). True if installed."""
     if os.environ.get(FAULT_SIGNALS_ENV) != "1":
         return False
 

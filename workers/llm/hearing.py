@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vita.messages import (
@@ -43,17 +44,18 @@ def second_opinion(config: Config, threads: int) -> Any:
 
 
 class Hearing:
-    """latest_check: session -> (turn, pause) of its newest interjection check (the worker's, kept as it reads
-    its inbox)."""
+    """latest_check(session): (turn, pause) of its newest interjection check (the worker's, kept as it reads its
+    inbox)."""
 
-    def __init__(self, kit: LlmKit, out: TurnOutput, log: logging.Logger, latest_check: dict[str, tuple[int, int]]):
+    def __init__(self, kit: LlmKit, out: TurnOutput, log: logging.Logger,
+                 latest_check: Callable[[str], tuple[int, int] | None]):
         self.kit, self.out, self.log, self.latest_check = kit, out, log, latest_check
 
     async def hear_interjection(self, check: InterjectionCheck) -> None:
         """ASR alone on short speech over a reply (the front decides whether it was "Stop."); no turn, no history.
         It shares the ASR threads with the turns' transcripts, first come, first served."""
         def transcribe_if_newest() -> str | None:  # a later pause's check supersedes it: skip the Whisper run
-            if self.latest_check.get(check.session_id) != (check.turn_id, check.pause):
+            if self.latest_check(check.session_id) != (check.turn_id, check.pause):
                 return None
             return self.kit.asr.transcribe(check.audio, check.sample_rate, redecode=False)  # a stop must not wait
 
@@ -88,7 +90,7 @@ class Hearing:
         return " ".join(t for t in (transcript, req.text.strip()) if t)
 
     async def disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
-        """Whisper was unsure: does a second model hear the same words? (scripts/bench/asr.py accuracy: with it,
+        """Whisper was unsure: does a second model hear the same words? (scripts/bench/stages/asr.py accuracy: with it,
         "say it again" catches 7 of 9 garbled robotic questions instead of 5, 34 of 46 noisy ones instead of 28.)"""
         if self.kit.second_asr is None:
             return False

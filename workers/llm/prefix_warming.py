@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from vita.capacity import seats_for
 from vita.messages import ClientTool, MeasuredSpeed
@@ -38,10 +39,10 @@ MIN_MEASURED_TOKENS = 4  # a decoding speed from fewer is noise: the seats then 
 
 
 class PrefixWarming:
-    """running: session -> its turn in flight (the worker's): a warm-up waits while any session's turn runs."""
+    """turns_running(): whether any session has a turn in flight (the worker's): a warm-up waits while one runs."""
 
-    def __init__(self, kit: LlmKit, tools: ToolTurns, log: logging.Logger, running: dict):
-        self.kit, self.tools, self.log, self.running = kit, tools, log, running
+    def __init__(self, kit: LlmKit, tools: ToolTurns, log: logging.Logger, turns_running: Callable[[], bool]):
+        self.kit, self.tools, self.log, self.turns_running = kit, tools, log, turns_running
         self.warming: dict[str, asyncio.Task] = {}  # session -> its next prompt's prefix being prefilled
 
     async def warm_up(self) -> MeasuredSpeed | None:
@@ -183,7 +184,7 @@ class PrefixWarming:
 
         async def warm() -> None:
             await asyncio.sleep(WARM_DELAY_S)
-            if self.running:  # another session's turn is generating: it goes first
+            if self.turns_running():  # another session's turn is generating: it goes first
                 return
             async for _ in kit.engine.stream(prompt, SamplingSettings(1, 0.0), f"{session_id}:{turn_id}:warm"):
                 pass

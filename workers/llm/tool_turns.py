@@ -22,6 +22,7 @@ from workers.llm.prompting import ConversationHistory
 from workers.llm.speech_pieces import SpeechClock
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import TurnRun
+from workers.llm.worker_sessions import WorkerSessions
 from workers.tools.client_tools import SOURCE as CLIENT_TOOL
 from workers.tools.client_tools import AwaitedCalls, as_tools, new_call_id
 from workers.tools.forced_calls import ForcedCall, forced_call
@@ -36,10 +37,10 @@ MOST_BESIDE_TOKENS = FUNCTIONS_BESIDE_TOKENS
 
 
 class ToolTurns:
-    """awaited: session -> the turn waiting for its client's tool results (the worker's: it forgets a session's)."""
+    """sessions: the worker's, where a session's turn waiting for its client's tool results is kept."""
 
-    def __init__(self, kit: LlmKit, out: TurnOutput, awaited: dict[str, AwaitedCalls]):
-        self.kit, self.out, self.awaited = kit, out, awaited
+    def __init__(self, kit: LlmKit, out: TurnOutput, sessions: WorkerSessions):
+        self.kit, self.out, self.sessions = kit, out, sessions
         self.unforced_said = False  # the log has said once that required calls cannot be forced here
 
     @staticmethod
@@ -141,7 +142,7 @@ class ToolTurns:
         if not theirs:
             return False
         named = [(new_call_id(), c) for c in theirs]
-        self.awaited[req.session_id] = AwaitedCalls.of(run.user_text, run.tool_messages, named)
+        self.sessions.of(req.session_id).awaited = AwaitedCalls.of(run.user_text, run.tool_messages, named)
         for call_id, call in named:
             self.out.publish(ToolCallRequested(req.session_id, req.turn_id, call_id, call.name,
                                                json.dumps(call.arguments, ensure_ascii=False)))

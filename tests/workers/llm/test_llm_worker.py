@@ -235,7 +235,7 @@ def test_words_asr_is_unsure_of_are_asked_again_not_answered(llm):
     assert [m.text for _, m in llm.of("unsure", ReplyText) if m.done] == [ASK_AGAIN]
     # ...its text streamed as a generated reply's is (the front tells what it is before its voice plays)
     assert "".join(m.delta for _, m in llm.of("unsure", ReplyText) if not m.done).strip() == ASK_AGAIN
-    assert not len(llm.worker.histories.get("unsure", []))
+    assert not len(llm.worker.sessions.history("unsure") or [])
 
 
 def test_the_engine_reads_the_words_and_asks_again_when_they_are_unlikely(llm):
@@ -257,7 +257,7 @@ def test_the_engine_reads_the_words_and_asks_again_when_they_are_unlikely(llm):
     assert ended.spoken == ASK_AGAIN
     # not a word of the reply reached the page: only the request to say it again
     assert "".join(m.delta for _, m in llm.of("read-unlikely", ReplyText) if not m.done).strip() == ASK_AGAIN
-    assert not len(llm.worker.histories.get("read-unlikely", []))
+    assert not len(llm.worker.sessions.history("read-unlikely") or [])
 
 
 def test_an_unsure_transcript_gets_a_second_opinion_and_is_answered_when_they_agree(llm):
@@ -297,9 +297,9 @@ def test_two_sessions_are_generated_together_and_keep_their_own_history(llm):
     b = [t for t, m in llm.of("bob", ReplyText) if m.delta]
     assert a and b
     assert a[0] < b[-1] and b[0] < a[-1]  # token streams interleave: one engine batch, not one after another
-    histories = llm.worker.histories
-    assert [ex.user for ex in histories["alice"]] == [LONG_REPLY]
-    assert [ex.user for ex in histories["bob"]] == [SHORT_REPLY]
+    history = llm.worker.sessions.history
+    assert [ex.user for ex in history("alice")] == [LONG_REPLY]
+    assert [ex.user for ex in history("bob")] == [SHORT_REPLY]
 
 
 def test_a_long_prompt_is_prefilled_in_steps_that_a_short_turn_beside_it_joins(llm):
@@ -328,13 +328,13 @@ def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     assert ended_at - cancelled_at < 0.2
     # The turn's task is over (nothing can send a piece any more) once the worker forgets it, and the abort
     # reached vLLM: the request no longer holds a slot (nothing else is generating in this test).
-    assert llm.wait(lambda: "cut" not in llm.worker.running, 5)
+    assert llm.wait(lambda: llm.worker.sessions.turn_of("cut") is None, 5)
     engine = llm.worker.kit.engine
     assert wait_until(lambda: not engine.turns and engine.in_engine == 0, 5), (engine.turns, engine.in_engine)
     late = [p for t, p in llm.of("cut", TtsPiece) if t > cancelled_at + 0.2]
     assert not late, late
     spoken_text = " ".join(p.text for _, p in pieces(llm, "cut"))
-    (exchange,) = list(llm.worker.histories["cut"])
+    (exchange,) = list(llm.worker.sessions.history("cut"))
     assert exchange.interrupted and exchange.assistant == spoken_text and exchange.user == LONG_REPLY
     assert not any(m.done for _, m in llm.of("cut", ReplyText))
 
@@ -347,7 +347,7 @@ def test_while_a_turn_runs_the_worker_says_it_is_still_at_work_and_stops_once_it
     assert all(m.turn_id == 1 for _, m in llm.of("busy", TurnWorking))
     llm.inbox.put(CancelTurn("busy", 1, "barge-in"))
     llm.wait_ended("busy")
-    assert wait_until(lambda: "busy" not in llm.worker.running, 5)
+    assert wait_until(lambda: llm.worker.sessions.turn_of("busy") is None, 5)
     forgotten = time.monotonic() + 1.0  # (a word sent just before, still on its way)
     llm.inbox.put(TurnRequest("after", 1, text=LONG_REPLY))  # (its own word shows a beat went by since)
     assert llm.wait(lambda: any(t > forgotten for t, _ in llm.of("after", TurnWorking)), 30)
@@ -369,9 +369,9 @@ def test_no_speech_gets_no_reply(llm, audio):
 def test_end_session_forgets_history(llm):
     llm.inbox.put(TurnRequest("leaver", 1, text=SHORT_REPLY))
     llm.wait_ended("leaver")
-    assert "leaver" in llm.worker.histories
+    assert llm.worker.sessions.history("leaver") is not None
     llm.inbox.put(EndSession("leaver"))
-    assert wait_until(lambda: "leaver" not in llm.worker.histories, 5)
+    assert wait_until(lambda: "leaver" not in llm.worker.sessions, 5)
 
 
 def test_an_interjection_is_transcribed_alone_and_makes_no_turn(llm):
@@ -381,7 +381,8 @@ def test_an_interjection_is_transcribed_alone_and_makes_no_turn(llm):
     assert llm.wait(lambda: llm.of("over", InterjectionText), 30), llm.events
     (_, heard), = llm.of("over", InterjectionText)
     assert (heard.turn_id, heard.pause) == (4, 2) and "stop" in heard.text.lower()
-    assert not llm.of("over", TtsPiece) and not llm.of("over", TurnEnded) and "over" not in llm.worker.histories
+    assert not llm.of("over", TtsPiece) and not llm.of("over", TurnEnded)
+    assert llm.worker.sessions.history("over") is None
 
 
 @pytest.mark.parametrize("words, answered", [("No, stop.", False), ("Stop. What is the capital of Spain?", True),
@@ -394,7 +395,7 @@ def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_someth
     assert (ended.reason == "done") == answered, (ended, llm.of(session, Transcript))
     assert bool(llm.of(session, TtsPiece)) == answered
     if not answered:
-        assert ended.reason == "stop command" and not len(llm.worker.histories[session])
+        assert ended.reason == "stop command" and not len(llm.worker.sessions.history(session))
 
 
 def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
@@ -403,7 +404,7 @@ def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
     from workers.llm.prompting import ConversationHistory
 
     session = "warmed"
-    llm.worker.histories[session] = ConversationHistory(2)  # trimmed when the third exchange is added
+    llm.worker.sessions.of(session).history = ConversationHistory(2)  # trimmed when the third exchange is added
     questions = ["What is the capital of France?", "And of Spain?", "And of Italy?", "And what about Germany?"]
     for turn, question in enumerate(questions, 1):
         llm.inbox.put(TurnRequest(session, turn, text=question))
@@ -412,7 +413,7 @@ def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):
         assert wait_until(lambda: session in llm.worker.warmer.warming, 5)
         assert wait_until(lambda: session not in llm.worker.warmer.warming, 30)  # its prefix is in the cache
     timings = {m.turn_id: m.timings for _, m in llm.of(session, TurnTimings)}
-    assert len(llm.worker.histories[session]) == 2  # trimmed before the last turn
+    assert len(llm.worker.sessions.history(session)) == 2  # trimmed before the last turn
     question = len(llm.worker.kit.prompts.tokenizer(questions[3], add_special_tokens=False)["input_ids"])
     block = Config().llm.block_size
     # all but the question, the template's few tokens around it and the last partial block

@@ -100,7 +100,7 @@ def run_turn(worker: LlmWorker, request: TurnRequest, cancel: CancelTurn | None 
              cancel_after_pieces: int = 1) -> None:
     async def scenario() -> None:
         worker._handle(request)  # as the inbox does: starts the turn's task and its done-callback
-        _, task = worker.running[request.session_id]
+        _, task = worker.sessions.turn_of(request.session_id)
         if cancel is not None:
             def pieces() -> int:
                 return sum(isinstance(m, TtsPiece) and bool(m.text) for m in list(worker.out.tts.queue))
@@ -139,7 +139,7 @@ def test_a_run_on_reply_stops_at_the_word_budget_and_the_generation_is_aborted()
     said = [p.text for p in pieces if isinstance(p, TtsPiece) and p.text]
     assert said[0] == "The sky is blue" and " ".join(said) == "The sky is blue today."
     assert pieces[-1].last and engine.aborted == ["s:1"]
-    (exchange,) = worker.histories["s"]
+    (exchange,) = worker.sessions.history("s")
     assert exchange.assistant == "The sky is blue today." and not exchange.interrupted
 
 
@@ -177,7 +177,7 @@ def test_a_cancelled_turn_keeps_what_was_said_marked_interrupted():
     worker.kit.engine.step_s = 0.01
     run_turn(worker, TurnRequest("s", 1, text="Tell me"), CancelTurn("s", 1, "barge-in"))
     said = spoken_text(drained(worker.out.tts))
-    (exchange,) = worker.histories["s"]
+    (exchange,) = worker.sessions.history("s")
     assert exchange.interrupted and exchange.assistant == said and said.startswith("Well,")
     assert [m.reason for m in drained(worker.outbox) if isinstance(m, TurnEnded)] == ["cancelled"]
 
@@ -188,16 +188,16 @@ def test_a_discarded_speculative_turn_leaves_no_history_even_if_it_spoke():
     run_turn(worker, TurnRequest("s", 1, text="Tell me", speculative=True),
              CancelTurn("s", 1, "speech resumed", forget=True))
     assert spoken_text(drained(worker.out.tts)).startswith("Well,")  # held by the front, never played
-    assert list(worker.histories["s"]) == [] and not worker.forgotten
+    assert list(worker.sessions.history("s")) == [] and not worker.sessions.get("s").forgotten
 
 
 def test_a_speculative_turn_discarded_after_it_finished_is_taken_back_from_history():
     worker, _ = make_worker(["Yes."])
     run_turn(worker, TurnRequest("s", 1, text="Ready?", speculative=True))
     run_turn(worker, TurnRequest("s", 2, text="Ready now?"))
-    assert [ex.turn_id for ex in worker.histories["s"]] == [1, 2]
+    assert [ex.turn_id for ex in worker.sessions.history("s")] == [1, 2]
     worker._handle(CancelTurn("s", 1, "speech resumed", forget=True))
-    assert [ex.turn_id for ex in worker.histories["s"]] == [2]
+    assert [ex.turn_id for ex in worker.sessions.history("s")] == [2]
 
 
 def test_nothing_said_before_a_cancel_leaves_no_history():
@@ -206,13 +206,13 @@ def test_nothing_said_before_a_cancel_leaves_no_history():
 
     async def scenario() -> None:
         worker._handle(TurnRequest("s", 1, text="Hi"))
-        _, task = worker.running["s"]
+        _, task = worker.sessions.turn_of("s")
         await asyncio.sleep(0.03)  # a few tokens in, no piece yet (no boundary)
         worker._handle(CancelTurn("s", 1, "barge-in"))
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
-    assert not spoken_text(drained(worker.out.tts)) and list(worker.histories["s"]) == []
+    assert not spoken_text(drained(worker.out.tts)) and list(worker.sessions.history("s")) == []
 
 
 def test_a_stuck_voice_fails_only_this_turn_with_a_readable_error():
@@ -224,7 +224,8 @@ def test_a_stuck_voice_fails_only_this_turn_with_a_readable_error():
     outputs = drained(worker.outbox)
     assert [m.code for m in outputs if isinstance(m, SessionError)] == ["tts_busy"]
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tts_busy"]
-    assert list(worker.histories["s"]) == [] and not worker.running  # nothing said, nothing kept, no task left
+    assert list(worker.sessions.history("s")) == []  # nothing said, nothing kept
+    assert not worker.sessions.any_turn()  # no task left
 
 
 def test_the_inbox_hand_over_waits_while_the_event_loop_is_behind():
@@ -259,7 +260,7 @@ def test_a_stuck_voice_queue_never_stops_the_event_loop():
 
     async def scenario() -> float:
         worker._handle(TurnRequest("s", 1, text="Capital of France?"))
-        _, task = worker.running["s"]
+        _, task = worker.sessions.turn_of("s")
         await wait_for_async(lambda: worker.out.tts.full() and not task.done())
         started = loop_time()
         await asyncio.sleep(0.05)  # another session's work on the same loop
@@ -318,11 +319,11 @@ def test_a_session_over_its_share_lets_another_sessions_turn_finish_first():
 
     async def scenario() -> None:
         worker._handle(TurnRequest("calm", 1, text="Capital of France?"))
-        calm = worker.running["calm"][1]
+        calm = worker.sessions.turn_of("calm")[1]
         calm.add_done_callback(lambda _t: order.append("calm done"))
         await asyncio.sleep(0.005)
         worker._handle(TurnRequest("busy", 2, text="Go."))
-        busy = worker.running["busy"][1]
+        busy = worker.sessions.turn_of("busy")[1]
         await asyncio.gather(calm, busy, return_exceptions=True)
 
     asyncio.run(scenario())
@@ -383,7 +384,7 @@ def test_a_reply_that_is_a_tool_call_is_not_spoken_and_its_result_is():
     assert (used.name, json.loads(used.arguments), used.result, used.ok) == ("lookup", {"item": "widgets"},
                                                                           "42 widgets", True)
     assert "<tool_call>" not in "".join(m.delta for m in outputs if isinstance(m, ReplyText))
-    (exchange,) = worker.histories["s"]  # kept, so that a follow-up ("and gadgets?") has it
+    (exchange,) = worker.sessions.history("s")  # kept, so that a follow-up ("and gadgets?") has it
     assert [m["role"] for m in exchange.tool_messages] == ["assistant", "tool"]
     (timings,) = [m for m in outputs if isinstance(m, TurnTimings)]
     assert timings.timings["tool_calls"] == 1
@@ -394,7 +395,7 @@ def test_a_plain_arithmetic_question_is_calculated_and_said_without_asking_the_m
     run_turn(worker, TurnRequest("s", 1, text="What is 347 times 29?"))
     assert engine.prompts == []  # no generation: the model's own 9823 never comes up
     assert spoken_text(drained(worker.out.tts)) == "347 times 29 is 10063."
-    (exchange,) = worker.histories["s"]
+    (exchange,) = worker.sessions.history("s")
     assert exchange.assistant == "347 times 29 is 10063." and exchange.tool_messages == ()  # the answer says it
 
 
@@ -427,7 +428,7 @@ def test_a_barge_in_during_a_tool_call_ends_the_turn_at_once():
 
     async def scenario() -> float:
         worker._handle(TurnRequest("s", 1, text="Where are the widgets?"))
-        _, task = worker.running["s"]
+        _, task = worker.sessions.turn_of("s")
         while not started.is_set():
             await asyncio.sleep(0.005)
         cancelled_at = time.monotonic()
@@ -464,11 +465,11 @@ def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_
     assert (asked.name, json.loads(asked.arguments)) == ("order_status", {"id": "4512"})
     assert [m.reason for m in outputs if isinstance(m, TurnEnded)] == ["tool_call"]
     assert not [m for m in outputs if isinstance(m, ToolUsed)]  # nothing ran here
-    assert not list(worker.histories["s"])  # the exchange is written when the question is answered
+    assert not list(worker.sessions.history("s"))  # the exchange is written when the question is answered
     engine.rounds.insert(0, ["Hmm."])
     run_turn(worker, TurnRequest("s", 2, text="Hmm", speculative=True))  # a pause meanwhile: the call still waits
-    worker.histories["s"].drop_turn(2)
-    assert "s" in worker.awaited
+    worker.sessions.history("s").drop_turn(2)
+    assert worker.sessions.get("s").awaited is not None
     drained(worker.out.tts)
     run_turn(worker, TurnRequest("s", 3, client_tools=(ORDER,),
                                  tool_outputs=(ToolOutput(asked.call_id, '{"arrives": "Friday"}'),)))
@@ -478,7 +479,7 @@ def test_a_call_of_the_clients_tool_goes_to_the_client_and_its_result_continues_
     assert continued[-2]["tool_calls"][0]["id"] == asked.call_id
     assert continued[-1] == {"role": "tool", "name": "order_status", "tool_call_id": asked.call_id,
                              "content": '{"arrives": "Friday"}'}
-    (exchange,) = worker.histories["s"]
+    (exchange,) = worker.sessions.history("s")
     assert (exchange.user, exchange.assistant, exchange.turn_id) == ("Where is order 4512?",
                                                                     "It arrives on Friday.", 3)
     assert [m["role"] for m in exchange.tool_messages] == ["assistant", "tool"]
@@ -500,14 +501,14 @@ def test_history_edits_cut_a_reply_to_what_was_heard_or_drop_it_even_while_its_t
     worker, _ = make_worker(words, max_reply_words=40, first_piece_words=3, max_tokens=64)
     run_turn(worker, TurnRequest("s", 1, text="Tell me a story."))
     worker._handle(EditHistory("s", 1, "Once upon"))
-    (exchange,) = worker.histories["s"]
+    (exchange,) = worker.sessions.history("s")
     assert exchange.assistant == "Once upon" and exchange.interrupted
 
     worker.kit.engine.step_s = 0.02
 
     async def barge_in_then_truncate() -> None:
         worker._handle(TurnRequest("s", 2, text="Another one."))
-        _, task = worker.running["s"]
+        _, task = worker.sessions.turn_of("s")
         while not any(isinstance(m, TtsPiece) and m.text and m.turn_id == 2 for m in list(worker.out.tts.queue)):
             await asyncio.sleep(0.001)
         worker._handle(CancelTurn("s", 2))
@@ -516,9 +517,9 @@ def test_history_edits_cut_a_reply_to_what_was_heard_or_drop_it_even_while_its_t
         await asyncio.sleep(0)
 
     asyncio.run(barge_in_then_truncate())
-    assert [(ex.turn_id, ex.assistant) for ex in worker.histories["s"]] == [(1, "Once upon"), (2, "Once")]
+    assert [(ex.turn_id, ex.assistant) for ex in worker.sessions.history("s")] == [(1, "Once upon"), (2, "Once")]
     worker._handle(EditHistory("s", 1, None))
-    assert [ex.turn_id for ex in worker.histories["s"]] == [2]
+    assert [ex.turn_id for ex in worker.sessions.history("s")] == [2]
 
 
 # --- asking again ------------------------------------------------------------------------------------------------
@@ -554,7 +555,7 @@ def test_turns_of_two_sessions_that_end_together_are_heard_side_by_side():
     async def together() -> None:
         worker._handle(TurnRequest("a", 1, audio=bytes(32000)))
         worker._handle(TurnRequest("b", 1, audio=bytes(32000)))
-        tasks = [task for _, task in worker.running.values()]
+        tasks = [task for _, _, task in worker.sessions.turns()]
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0)
 
@@ -605,7 +606,7 @@ def test_words_whisper_was_unsure_of_are_checked_for_sense_by_the_model(logprob,
     assert notes == [SENSE_CHECK if noted else ""]  # where the note goes: tests/workers/llm/test_prompting.py
     (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
     assert ("asked_again" in timings.timings) is asked
-    assert len(worker.histories["s"]) == (0 if asked else 1)  # nonsense stays out of the history
+    assert len(worker.sessions.history("s")) == (0 if asked else 1)  # nonsense stays out of the history
 
 
 class WordTokenizer:
@@ -662,7 +663,7 @@ def test_words_whisper_was_unsure_of_are_read_by_the_model_before_any_reply_goes
     assert ("words_logprob" in timings.timings) is (read is not None and judged)
     assert ("words_unread" in timings.timings) is (read is None and judged)
     assert timings.timings["prompt_tokens"] == 20  # the first delta's own timings, asked again or not
-    assert len(worker.histories["s"]) == (0 if asked else 1)
+    assert len(worker.sessions.history("s")) == (0 if asked else 1)
     assert engine.prompts[0].text is not None and SENSE_CHECK not in engine.prompts[0].text  # read, not noted
     if asked:
         assert engine.aborted  # the reply's request was stopped

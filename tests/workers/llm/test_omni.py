@@ -120,7 +120,7 @@ def test_worker_feeds_the_utterance_audio_into_vllm(omni_llm):
     # ASR still ran beside the model, for the page and the history (which keeps text only).
     (_, transcript), = omni_llm.of("omni", Transcript)
     assert "capital of france" in transcript.text.lower()
-    (exchange,) = list(omni_llm.worker.histories["omni"])
+    (exchange,) = list(omni_llm.worker.sessions.history("omni"))
     assert exchange.user == transcript.text
 
     # Turn 2 carries turn 1 as text, and the new utterance as audio.

@@ -147,7 +147,7 @@ class MisheardRule:
     their opening token) is held to `ask_again_below`: fluent nonsense ("Is my murder flying insect?") is unlikely
     to the model where Whisper is only a little unsure. Where the engine cannot read (a remote server), under
     `sense_check_below` the model is asked whether the words make sense (workers/llm/turn_run.SENSE_CHECK). Shared
-    by the LLM worker (workers/llm/hearing.py) and scripts/bench/asr.py."""
+    by the LLM worker (workers/llm/hearing.py) and scripts/bench/stages/asr.py."""
 
     ask_again_below: float | None = -0.9
     doubt_below: float = -0.6

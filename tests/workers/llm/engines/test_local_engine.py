@@ -14,7 +14,7 @@ import pytest
 
 from vita.config import Config
 from vita.cpu import CpuFeatures
-from workers.llm import local_engine
+from workers.llm.engines import local_engine
 from workers.llm.engines.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
 
 pytestmark = pytest.mark.fast

@@ -56,7 +56,7 @@ def test_worker_answers_a_spoken_question_through_the_remote_server(remote_llm, 
     expected = len(AutoTokenizer.from_pretrained(str(Config().llm_model_path()))(rendered)["input_ids"])
     assert abs(t["prompt_tokens"] - expected) <= 1 and t["tokens"] >= 1, (t["prompt_tokens"], expected)
     assert vllm_api.metric("vllm:generation_tokens_total") - tokens_before == t["tokens"]
-    assert [ex.user for ex in remote_llm.worker.histories["far"]] == [transcript.text]
+    assert [ex.user for ex in remote_llm.worker.sessions.history("far")] == [transcript.text]
 
 
 def test_barge_in_cancels_the_turn_and_its_remote_request(remote_llm):
@@ -69,7 +69,7 @@ def test_barge_in_cancels_the_turn_and_its_remote_request(remote_llm):
     ended = remote_llm.wait_ended("cut")
     assert ended.reason == "cancelled"
     assert remote_llm.of("cut", TurnEnded)[0][0] - cancelled_at < 0.2
-    (exchange,) = list(remote_llm.worker.histories["cut"])
+    (exchange,) = list(remote_llm.worker.sessions.history("cut"))
     assert exchange.interrupted and exchange.user == LONG_REPLY
 
 

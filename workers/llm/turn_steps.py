@@ -1,0 +1,219 @@
+"""One turn in the LLM worker, in the order it happens: its share of the worker, hear, look, prompt, generate (with
+its tools), keep. Each step is a method here, called once, top to bottom, over the turn's run (``TurnRun``) and its
+session (``WorkerSession``); what a step needs of a model or a client's tools it asks of the part that holds it
+(hearing, looking, the tool turns, the reply's generation), each of which reports through the one output.
+
+A cancel (barge-in) or a failure ends the turn with a TurnEnded that says so; what it keeps of a cancelled turn is
+what the user heard of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from vita.config import Config
+from vita.messages import SessionError, TurnEnded, TurnRequest, TurnTimings
+from vita.ops.logs import turn_ids
+from vita.words import asks_again, only_asks_to_stop
+from workers.llm.camera_questions import about_picture
+from workers.llm.engines.generation import EnginePrompt
+from workers.llm.engines.local_engine import EngineFailed
+from workers.llm.engines.remote_engine import RemoteEngineError
+from workers.llm.fair_share import ServiceLedger
+from workers.llm.hearing import Hearing
+from workers.llm.kit import LlmKit
+from workers.llm.looking import Looking
+from workers.llm.omni import omni_prompt
+from workers.llm.prefix_warming import PrefixWarming
+from workers.llm.prompting import ConversationHistory, Exchange
+from workers.llm.reply_generation import ReplyGeneration
+from workers.llm.tool_turns import ToolTurns
+from workers.llm.turn_output import TurnOutput
+from workers.llm.turn_run import NAME, SENSE_CHECK, ImplausibleWords, TtsBusy, TurnRun
+from workers.llm.worker_sessions import WorkerSessions
+
+FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
+
+
+class TurnSteps:
+    """The steps of every turn this worker runs, over the parts it holds."""
+
+    def __init__(self, config: Config, kit: LlmKit, out: TurnOutput, sessions: WorkerSessions, ledger: ServiceLedger,
+                 hearing: Hearing, looking: Looking, tool_turns: ToolTurns, replies: ReplyGeneration,
+                 warmer: PrefixWarming, log: logging.Logger):
+        self.config, self.kit, self.out, self.sessions, self.ledger = config, kit, out, sessions, ledger
+        self.hearing, self.looking, self.tool_turns, self.replies, self.warmer = (hearing, looking, tool_turns,
+                                                                                   replies, warmer)
+        self.log = log
+
+    async def run(self, req: TurnRequest) -> None:
+        """One turn's life in this worker, from its request to its TurnEnded."""
+        sid, tid = req.session_id, req.turn_id
+        run = TurnRun(request_id=f"{sid}:{tid}", started=time.monotonic())
+        try:
+            await self.share(sid, run)
+            history = self.sessions.conversation(sid)
+            transcribing = None
+            if self.kit.mode.omni:  # the model hears and sees for itself
+                prompt, transcribing = self.omni(req, run, history)
+            else:
+                scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
+                await self.hear(req, run)
+                if await self.nothing_to_answer(req, run):
+                    return
+                await self.look(req, run, scene, history)
+                prompt = self.prompt(req, run, history)
+            run.timings["context_turns"] = float(len(history))
+            generated = await self.generate(req, run, prompt, history)
+            if generated:
+                await self.keep(req, run, history, transcribing)
+        except asyncio.CancelledError:
+            await self.cancelled(req, run)
+        except TtsBusy as exc:
+            self.log.error("turn dropped: %s", exc, extra=turn_ids(sid, tid))
+            self.out.publish(SessionError(sid, tid, "tts_busy", f"The assistant could not speak: {exc}."))
+            self.out.publish(TurnEnded(sid, tid, NAME, "tts_busy", spoken=run.said))
+        except Exception as exc:  # one bad turn must not take the worker (and every session) down
+            self.log.exception("turn failed", extra=turn_ids(sid, tid))
+            reason = str(exc) if isinstance(exc, RemoteEngineError) else f"{exc.__class__.__name__}: {exc}"
+            if isinstance(exc, EngineFailed):
+                reason = "its language model stopped and is being restarted; please ask again in a moment"
+            self.out.publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
+            self.out.publish(TurnEnded(sid, tid, NAME, "error"))
+
+    # --- the steps, in order -------------------------------------------------------------------------------------
+    async def share(self, sid: str, run: TurnRun) -> None:
+        """A session over its share of the worker lets the turns other sessions have in flight now finish first
+        (see fair_share); a cancel while waiting ends the turn as usual."""
+        self.ledger.started(sid, run.started)
+        if not self.ledger.over_share(sid, run.started):
+            return
+        others = [task for other, _tid, task in self.sessions.turns()
+                  if other != sid and not self.sessions.of(other).yielding and not task.done()]
+        if not others:
+            return
+        session = self.sessions.of(sid)
+        session.yielding = True
+        try:
+            await asyncio.wait(others, timeout=FAIR_WAIT_MAX_S)
+        finally:
+            session.yielding = False
+        now = time.monotonic()
+        run.timings["fair_wait_s"] = now - run.started
+        run.started = now  # the turn's own timings start when it does
+
+    def omni(self, req: TurnRequest, run: TurnRun, history: ConversationHistory) -> tuple[EnginePrompt, Any]:
+        """An omni model's prompt carries the audio and frames themselves; ASR runs beside it only for the page
+        and the history (the task transcribing, or None)."""
+        prompt = omni_prompt(self.kit, req, history, self.config.llm.limit_images_per_prompt)
+        transcribing = asyncio.ensure_future(self.hearing.omni_transcript(req)) if req.audio else None
+        run.user_text = req.text.strip() or "(spoken)"
+        return prompt, transcribing
+
+    async def hear(self, req: TurnRequest, run: TurnRun) -> None:
+        """The user's words: the utterance through ASR with any typed text, or, when the turn brings the client's
+        results for the calls its question made, that question again (with whatever was said meanwhile)."""
+        session = self.sessions.of(req.session_id)
+        awaited = session.awaited
+        if req.tool_outputs and not req.speculative and awaited is not None and awaited.answers(req.tool_outputs):
+            session.awaited = None  # the client's results: the same question goes on
+            run.user_text = awaited.user_text
+            said = await self.hearing.cascade_text(req, run) if req.audio or req.text.strip() else ""
+            run.tool_messages = awaited.answered(req.tool_outputs, said)
+            run.reading = None  # the prompt's words are the question's, not these
+        else:
+            run.user_text = await self.hearing.cascade_text(req, run)  # meanwhile, the frames
+
+    async def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> bool:
+        """The turn ends here, told why: a command to stop the reply it interrupted ("No, stop."), words ASR
+        misheard (asked again at once: the frames are not waited for), or no speech at all."""
+        sid, tid = req.session_id, req.turn_id
+        if req.unless_command and only_asks_to_stop(run.user_text, req.unless_command):
+            self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # nothing to answer
+            return True
+        if run.misheard:
+            await self.hearing.ask_again(req, run)
+            return True
+        if not run.user_text:
+            self.out.publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
+            return True
+        return False
+
+    async def look(self, req: TurnRequest, run: TurnRun, scene: Any, history: ConversationHistory) -> None:
+        """What the camera shows, for a question about it (a follow-up to one looks at the picture again)."""
+        last = list(history)[-1:]
+        await self.looking.look(req, run, scene, after_camera=bool(last) and about_picture(last[0].user))
+
+    def prompt(self, req: TurnRequest, run: TurnRun, history: ConversationHistory) -> EnginePrompt:
+        """The tools the turn may call and those the model is shown, then the prompt."""
+        run.tools = self.tool_turns.session_tools(req)
+        run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
+        run.cache_salt = req.session_id if req.instructions or req.client_tools else None
+        # (with the client's results in the turn, its functions are not offered beside the question again: the
+        # model called the same function again instead of answering from them; nor with results it no longer
+        # waits for, as the front charges no functions' section for a response that brings any)
+        # (with the picture's text in the prompt, only the tools the user's own words ask for)
+        run.picture_in_prompt = bool(run.cues) or any(about_picture(ex.user) for ex in history)
+        run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
+            run.tools, run.user_text, history, picture=run.picture_in_prompt)
+        cues, camera_note = self.kit.camera_words(run)
+        notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
+        prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
+                                      req.instructions, notes, read_words=run.reading is not None,
+                                      fixed=run.fixed_tools, salt=run.cache_salt)
+        # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
+        run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
+        return prompt
+
+    async def generate(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt,
+                       history: ConversationHistory) -> bool:
+        """The reply, streamed to the voice piece by piece, with the tool calls it makes. False when the turn ends
+        without one: it called the client's tools (theirs to run), or its first words showed the model could not
+        read the user's (asked again, as if Whisper alone had doubted them)."""
+        sid, tid = req.session_id, req.turn_id
+        try:
+            generated = await self.replies.generate(req, run, prompt, history)
+        except ImplausibleWords:  # nothing of the reply went out
+            run.generating = False
+            with contextlib.suppress(Exception):
+                await self.kit.engine.abort(run.request_id)
+            await self.hearing.ask_again(req, run)
+            return False
+        if not generated:
+            self.out.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
+            self.out.publish(TurnEnded(sid, tid, NAME, "tool_call"))
+        return generated
+
+    async def keep(self, req: TurnRequest, run: TurnRun, history: ConversationHistory, transcribing: Any) -> None:
+        """The exchange into the history (unless the words made no sense to the model: noise, not history), the
+        turn answered, and the next prompt's prefix warmed while the user listens."""
+        sid, tid = req.session_id, req.turn_id
+        if transcribing is not None:  # omni: the transcript is for the page and the history, not the model
+            run.user_text = await transcribing or run.user_text
+        if run.sense_check and asks_again(run.said):
+            run.timings["asked_again"] = 1.0
+        else:
+            history.add(Exchange(run.asked(), run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
+        self.out.publish_answered(sid, tid, run)
+        try:
+            self.warmer.warm(sid, tid, history, run.tools, req.instructions, run.cache_salt)
+        except Exception:  # only an optimisation: the turn is answered either way
+            self.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
+
+    async def cancelled(self, req: TurnRequest, run: TurnRun) -> None:
+        """A cancel (barge-in, a newer turn, the session's end): the request aborted, and what the user heard of
+        the reply kept, unless the turn was a discarded speculation or nothing of it was said."""
+        sid, tid = req.session_id, req.turn_id
+        if run.generating:
+            with contextlib.suppress(Exception):
+                await self.kit.engine.abort(run.request_id)
+        session = self.sessions.get(sid)
+        history = session.history if session is not None else None
+        if run.user_text and run.spoken and history is not None and tid not in session.forgotten:
+            history.add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
+                                 tool_messages=run.kept_tool_messages))
+        self.out.publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
