@@ -101,7 +101,7 @@ def launch_vllm_api(folder: Path) -> VllmApiServer:
     """
     from vita.config import Config
     from vita.cpu import cpu_dtype, read_cpu
-    from workers.llm.engines.local_engine import device_env
+    from workers.llm.engines.vllm_settings import device_env
 
     config = Config()
     port = free_port()

@@ -106,7 +106,7 @@ class AsrConfig:
 # A CPU prefills ~80 (Zen 1, 0.5B fp32) to a few hundred tokens a second, and vLLM schedules a whole prompt in one
 # step by default: a 720-token prompt held every other session's next token for 8 s. In steps of at most this many
 # tokens, another session's turn joins the next step: its first token 1.7 s after it came, against 8.4 s; the long
-# prompt itself 3-9 % slower alone; short turns are unchanged (scripts/bench/prefill_steps.py, Zen 1).
+# prompt itself 3-9 % slower alone; short turns are unchanged (scripts/bench/stages/prefill_steps.py, Zen 1).
 CPU_PREFILL_CHUNK = 128
 # While others wait, a long prompt takes at most this many of a step's tokens (vLLM's long_prefill_token_threshold:
 # alone, it takes them all), so another turn prefills in the same step and decodes beside it.

@@ -290,6 +290,11 @@ class SessionError:
     message: str
 
 
+# What a session's mailbox gets from the workers (the output dispatcher routes each by its session_id).
+WorkerOutput = (TtsChunk | Transcript | SceneSeen | ToolUsed | ToolCallRequested | InterjectionText | ReplyText
+                | TurnTimings | TurnEnded | TurnWorking | SessionError)
+
+
 # --- workers -> front, on the status queue (never mixed with a session's outputs) ---------------------
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ MAX_JPEG_SEGMENTS = 256  # markers of every kind (APPn, tables, scans): a photo 
 MAX_PNG_CHUNKS = 4096  # IDAT chunks of 512 bytes still fit a 2 MB frame
 MAX_PNG_PACKED_BYTES = 16_384  # zTXt, iTXt and iCCP together, compressed (an ICC profile is ~0.5-3 KB)
 # What decoding a picture costs, in megapixels of a baseline JPEG (the unit of a session's image budget), measured
-# on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (scripts/bench/image_cost.py): a progressive
+# on a 2-core Zen 4 with OpenCV's libjpeg-turbo, libpng and libwebp (scripts/bench/stages/image_cost.py): a progressive
 # JPEG ~2x (each scan is a pass over the picture's coefficients), a WebP ~4x, a PNG of a photo 8-14x.
 SCAN_COST = 0.12
 JPEG_BYTES_PER_MP = 200_000  # a JPEG's entropy decoding grows with its bytes: 1.6 MB of 1.9 MP at quality 95 cost

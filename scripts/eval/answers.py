@@ -138,7 +138,7 @@ def main() -> int:
         config = load_config(args.config)
         if args.model:
             config.llm.model_path = args.model
-        from workers.llm.engines.local_engine import device_env
+        from workers.llm.engines.vllm_settings import device_env
 
         os.environ.update(device_env(config))
         runs = asyncio.run(typed_run(config, questions))

@@ -54,6 +54,15 @@ class SpeechListener:
         """The utterance being heard continues `speech` (a request the user went on with); None: it does not."""
         self.segmenter.carried = Utterance(speech.pcm, *speech.samples) if speech and speech.samples else None
 
+    def played(self, pcm: bytes, rate: int, at: float) -> None:
+        """Reply audio the client starts playing at `at` (monotonic): its echo may come back in the microphone, to
+        be told from the user (the voice gate's echo reference) and taken out (the canceller), where they are on."""
+        echo = self.segmenter.gate.echo
+        if echo is not None:
+            echo.play(pcm, rate, at)
+        if self.canceller is not None:
+            self.canceller.played(pcm, rate, at)
+
     def samples_to_next_step(self) -> int:
         """16 kHz samples the VAD needs before it reads its next step."""
         needed = CHUNK - self.segmenter.pending.size

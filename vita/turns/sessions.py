@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vita.capacity import MOST_TEXT_CHARS_S, SEATS_BEFORE_MEASURED, seats_for, text_chars_per_s
 from vita.client_events import Channel
@@ -19,6 +19,11 @@ from vita.messages import MeasuredSpeed, ReplyText
 from vita.rate_budget import RateBudget
 from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
+
+if TYPE_CHECKING:
+    from vita.turns.listener import SpeechListener
+    from vita.turns.reply_sinks import ReplyOutput
+    from vita.turns.session_actor import SessionActor
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +66,8 @@ class Session:
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     over_echo_reply: dict[int, str] = field(default_factory=dict, repr=False)
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
-    actor: Any = field(default=None, repr=False)  # the session's SessionActor: its mailbox and thread
-    listener: Any = field(default=None, repr=False)  # the session's SpeechListener (its VAD)
+    actor: SessionActor | None = field(default=None, repr=False)  # its mailbox and thread
+    listener: SpeechListener | None = field(default=None, repr=False)  # its ears (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
     turn_frames: int = 0  # camera frames the latest turn took
     frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
@@ -80,7 +85,7 @@ class Session:
     # Images it sends (camera frames, a Realtime client's input_image), in megapixels: each is decoded to be checked.
     image_budget: RateBudget = field(default_factory=lambda: RateBudget(IMAGE_MP_PER_S, IMAGE_BURST_MP,
                                                                         time.monotonic()), repr=False)
-    output: Any = field(default=None, repr=False)  # where its reply audio goes (vita/turns/reply_sinks.py)
+    output: ReplyOutput | None = field(default=None, repr=False)  # where its reply audio goes
     handling: bool = False  # the turn machine is handling an event (re-entry would be a bug: it raises)
     timed_out: bool = False  # the turn machine closed it for being idle (its connection is being closed)
     rtc_offered_at: float = -1e9  # the session's last WebRTC offer (monotonic; they are rate-limited)

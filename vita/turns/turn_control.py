@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -25,8 +24,6 @@ from vita.client_events import (
     Duck,
     ErrorNotice,
     ReplyAudio,
-    ReplyDelta,
-    ResponseText,
     StopSpeaking,
     Timings,
     TurnStarted,
@@ -34,11 +31,10 @@ from vita.client_events import (
 )
 from vita.config import Config
 from vita.cpu import trim_heap
-from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.end_of_turn import WINDOW_S
 from vita.hearing.vad import SAMPLE_RATE
-from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, EchoReference
-from vita.messages import ReplyText, SessionError, Transcript, TtsChunk, TurnEnded
+from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
+from vita.messages import WorkerOutput
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -48,7 +44,6 @@ from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_outpu
 from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
 from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
-    ECHOED,
     STALLED,
     Action,
     AudioSent,
@@ -62,7 +57,6 @@ from vita.turns.turn_events import (
     FinishAfter,
     FirstAudio,
     HearInterjection,
-    InterjectionHeard,
     Interrupted,
     JudgeTurn,
     PauseWaited,
@@ -78,16 +72,14 @@ from vita.turns.turn_events import (
     StopTurn,
     Tick,
     TurnDone,
-    TurnHeard,
     TurnJudged,
     TurnRules,
     TurnUnanswered,
-    WorkerProgress,
 )
 from vita.turns.turn_records import TurnRecords
 from vita.turns.turn_taking import TurnTaking
-from vita.turns.worker_news import client_event_for
-from vita.words import asks_again, echoes, stop_phrases
+from vita.turns.worker_news import WorkerNews
+from vita.words import stop_phrases
 
 log = logging.getLogger("vita.turns")
 
@@ -102,11 +94,12 @@ SESSION_JOIN_S = 2.0  # how long ending a session waits for its thread (then it 
 END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried while a worker's queue stays full
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
-SENTENCE_END = re.compile(r"[.!?](\s|$)")  # a reply's first sentence is over
-EVENTS = get_args(Event)  # the turn machine's events, as mail (everything else in a mailbox is a worker's output)
+EVENTS = get_args(Event)  # the turn machine's events, as mail
+WORKER_OUTPUTS = get_args(WorkerOutput)  # the workers' outputs, as mail
+Mail = AudioIn | ClockTick | PaceDue | Event | WorkerOutput  # everything a session's mailbox holds
 
 
-class TurnController:
+class TurnController(WorkerNews):
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, *,
                  line: SeatLine | None):
@@ -132,6 +125,7 @@ class TurnController:
         self.vision_on = vision.text or vision.objects or vision.people or vision.hands
         self.closing = False
         self.end_retry = threading.Event()  # set when the server stops: retries of EndSession give up at once
+        self._mail = self._mail_handlers()
 
     # --- session lifetime (any thread) ---------------------------------------------------------------------
     def attach(self, session: Session) -> None:
@@ -146,11 +140,7 @@ class TurnController:
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
-        session.listener = self.ears.listener()
-        if session.speaker_echo:  # what the client is played, to tell its echo from the user
-            session.listener.segmenter.gate.echo = EchoReference()
-            if turn.echo_cancel:  # ...and to take out of what its microphone hears
-                session.listener.canceller = self._canceller()
+        session.listener = self.ears.session_listener(session.speaker_echo, turn)
         session.output = self._output(session)
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
@@ -165,28 +155,12 @@ class TurnController:
             route = session.turns.route(turn_id)
             return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP
 
-        def played(pcm: bytes, rate: int, at: float) -> None:
-            echo = session.listener.segmenter.gate.echo
-            if echo is not None:
-                echo.play(pcm, rate, at)
-            if session.listener.canceller is not None:
-                session.listener.canceller.played(pcm, rate, at)
-
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)),
-                            played=played)
+                            played=lambda pcm, rate, at: session.listener.played(pcm, rate, at))
         return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
                             lambda delay: session.actor.after(delay, PaceDue()), events,
                             lambda: session.channel.track() if session.channel is not None else None)
-
-    def _canceller(self) -> EchoCanceller | None:
-        """A session's echo canceller, or None where WebRTC's audio processing cannot load (the voice gate's echo
-        guard still stands)."""
-        try:
-            return EchoCanceller(noise_suppression=self.config.turn.noise_suppression)
-        except Exception:
-            log.exception("no echo canceller: the session keeps only the echo guard")
-            return None
 
     def detach(self, session: Session) -> None:
         """End the session: its turn is cancelled, then the workers forget it, then its thread ends — in that
@@ -276,35 +250,38 @@ class TurnController:
             self.end_of_turn.close()
 
     # --- the session's thread --------------------------------------------------------------------------------
-    def receive(self, session: Session, item: Any) -> None:
-        """One item of the session's mail (see SessionActor)."""
-        if isinstance(item, AudioIn):
-            self._listen(session, item)
-        elif isinstance(item, ClockTick):
-            now = time.monotonic()
-            if session.turns.user_speaking and now - session.audio_at > AUDIO_GONE_S:
-                # The client stopped sending audio mid-speech (a muted or broken microphone, or a client that
-                # never meant to finish): what was heard ends where its audio did, as silence would have ended it.
-                for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
-                    session.actor.follow(event)
-            give_up = self._may_give_seat_up(session, now)
-            try:
-                self._handle(session, Tick(now, self.workers_ready(), give_up))
-            finally:
-                line = self.line
-                if give_up and line is not None and not session.timed_out:  # not idle after all: the line may
-                    line.keep_seat(session.sid)  # ask another session
-        elif isinstance(item, PaceDue):
-            session.output.due(time.monotonic(), timer=item.timer)
-        elif isinstance(item, EVENTS):
-            self._handle(session, item)
-        elif isinstance(item, messages.TurnWorking):  # (nothing to tell, nothing to record)
-            self._handle(session, WorkerProgress(time.monotonic(), item.turn_id))
-        elif isinstance(item, messages.InterjectionText):
-            log.debug("heard over the reply: %r", item.text, extra=turn_ids(session.sid, item.turn_id))
-            self._handle(session, InterjectionHeard(time.monotonic(), item.turn_id, item.pause, item.text))
-        else:
-            self._on_output(session, item)
+    def receive(self, session: Session, item: Mail) -> None:
+        """One item of the session's mail (see SessionActor), to the handler of its kind."""
+        self._mail[type(item)](session, item)
+
+    def _mail_handlers(self) -> dict[type, Callable[[Session, Any], None]]:
+        """Every kind of mail a session's thread gets, and what handles it: the microphone, the clock, the reply's
+        pacing, the turn machine's own events, and the workers' outputs."""
+        handlers: dict[type, Callable[[Session, Any], None]] = {
+            AudioIn: self._listen,
+            ClockTick: self._tick,
+            PaceDue: lambda session, due: session.output.due(time.monotonic(), timer=due.timer),
+            messages.TurnWorking: self._working,
+            messages.InterjectionText: self._interjection,
+        }
+        handlers.update({kind: self._handle for kind in EVENTS})
+        handlers.update({kind: self._on_output for kind in WORKER_OUTPUTS if kind not in handlers})
+        return handlers
+
+    def _tick(self, session: Session, _tick: ClockTick) -> None:
+        now = time.monotonic()
+        if session.turns.user_speaking and now - session.audio_at > AUDIO_GONE_S:
+            # The client stopped sending audio mid-speech (a muted or broken microphone, or a client that never
+            # meant to finish): what was heard ends where its audio did, as silence would have ended it.
+            for event in session.listener.end_now(session.audio_at) or [SpeechDropped(now)]:
+                session.actor.follow(event)
+        give_up = self._may_give_seat_up(session, now)
+        try:
+            self._handle(session, Tick(now, self.workers_ready(), give_up))
+        finally:
+            line = self.line
+            if give_up and line is not None and not session.timed_out:  # not idle after all: the line may ask
+                line.keep_seat(session.sid)  # another session
 
     def _listen(self, session: Session, audio: AudioIn) -> None:
         try:
@@ -335,75 +312,6 @@ class TurnController:
             return actions
         finally:
             session.handling = False
-
-    # --- workers' outputs ----------------------------------------------------------------------------------
-    def record(self, message: Any) -> None:
-        """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
-        self.records.worker_fact(message)
-
-    def _on_output(self, session: Session, message: Any) -> None:
-        turn_id = getattr(message, "turn_id", None)
-        if isinstance(message, ReplyText) and message.done and message.text:
-            session.said.append(message.text)
-        if (isinstance(message, Transcript) and session.speaker_echo and turn_id == session.turns.active_turn
-                and echoes(message.text, tuple(session.said))):  # the reply heard back from a speaker: no question
-            log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
-            self._handle(session, Interrupted(time.monotonic(), ECHOED))
-            return
-        if turn_id in session.over_echo and turn_id == session.turns.active_turn:
-            # Speech that began over the reply's audible echo and did not interrupt it, answered with a request to
-            # say it again (Whisper, or the model reading it, made nothing of it): what is left of the echo ("Thank
-            # you so much.", "There are days going to be."), not a question. Judged on the reply's first sentence,
-            # its audio held until then with the other held outputs (a request to say it again is quick to voice:
-            # its first words played).
-            if isinstance(message, TtsChunk):
-                session.held.append(message)
-                return
-            if isinstance(message, ReplyText) and self._echo_made_no_sense(session, message):
-                return
-        if isinstance(message, Transcript):  # a speculative turn's words have a say in whether the turn ends
-            self._handle(session, TurnHeard(time.monotonic(), turn_id, message.text))
-        decision = session.turns.route(turn_id)
-        if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
-            session.held.append(message)
-            return
-        self.record(message)
-        if isinstance(message, SessionError):
-            self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
-        elif decision is Route.DELIVER:
-            self._deliver(session, message)
-
-    def _echo_made_no_sense(self, session: Session, message: ReplyText) -> bool:
-        """Judge the reply to speech over the echo on its first sentence: drop the turn (True), or let its held
-        audio go on."""
-        turn_id = message.turn_id
-        so_far = message.text if message.done else session.over_echo_reply.get(turn_id, "") + message.delta
-        session.over_echo_reply = {turn_id: so_far}
-        if not message.done and not SENTENCE_END.search(so_far):
-            return False
-        if asks_again(so_far):  # (its cancel drops what was held)
-            log.info("dropped speech over the reply's echo that made no sense", extra=turn_ids(session.sid, turn_id))
-            self._handle(session, Interrupted(time.monotonic(), ECHOED))
-            return True
-        session.over_echo.remove(turn_id)  # a request of the user's after all: its reply goes as any other
-        self._release_held(session)
-        return False
-
-    def _deliver(self, session: Session, message: Any) -> None:
-        sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
-        if isinstance(message, TtsChunk):
-            session.output.play(message, now)
-            return
-        self._handle(session, WorkerProgress(now, turn_id))  # a slow worker at work on the turn is not a stuck one
-        if isinstance(message, ReplyText):
-            session.unheard.append(message)  # a reply that may yet be withdrawn unheard leaves no text on the page
-            if session.turns.first_audio_sent or turn_id in session.silent_turns:  # (a text-only turn hears none)
-                self._say_unheard(session)
-        elif isinstance(message, TurnEnded) and message.stage == "llm" and message.reason != "done":
-            # Nothing will be spoken (no speech recognised, cancelled, error): back to listening.
-            self._handle(session, TurnUnanswered(now, turn_id, message.reason))
-        elif (event := client_event_for(message)) is not None:
-            self.tell(event, to=sid)
 
     # --- the machine's actions -----------------------------------------------------------------------------
     def _carry_out(self, session: Session, action: Action) -> None:
@@ -508,14 +416,6 @@ class TurnController:
             self.tell(Timings(turn_id, "vad", {"end_of_speech_s": round(end_of_speech, 4)}), to=sid)
         self._release_held(session)  # what the speculative turn produced meanwhile
 
-    @staticmethod
-    def _release_held(session: Session) -> None:
-        """Deliver the held outputs of the active turn in order, after the current actions."""
-        held, session.held = session.held, []
-        for message in held:
-            session.actor.follow(message)
-        session.actor.follow(PaceDue(timer=False))  # the paced audio of a reply held while the user spoke goes on
-
     def _judge(self, session: Session, action: JudgeTurn) -> None:
         """Ask the end-of-turn model (on its own thread, ~30-60 ms); the answer comes back as mail, and the VAD
         goes on meanwhile (speech resuming makes the answer stale: the machine then ignores it)."""
@@ -542,12 +442,3 @@ class TurnController:
         self.records.first_audio(session.sid, action.turn_id, action.times)
         self.tell(Timings(action.turn_id, "front", {k: round(v, 4) for k, v in action.times.items()}), to=session.sid)
         self._say_unheard(session)
-
-    def _say_unheard(self, session: Session) -> None:
-        """The reply's text so far, now that its audio is heard (or it ended with none)."""
-        unheard, session.unheard = session.unheard, []
-        for message in unheard:
-            if message.done:
-                self.tell(ResponseText(message.turn_id, message.text), to=session.sid)
-            else:
-                self.tell(ReplyDelta(message.turn_id, message.delta), to=session.sid)

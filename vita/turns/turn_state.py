@@ -1,11 +1,24 @@
 """The turn machine's named state: the turn in flight, the speech being heard and the pause the user is in.
-Each is one object, dropped when it ends, so the machine's rules read against named state, not loose flags."""
+Each is one object, dropped when it ends, so the machine's rules read against named state, not loose flags. And
+the steps that make and end the turn in flight (``TurnMaking``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vita.turns.turn_events import Phase, Speech
+from vita.client_events import Duck, StateChanged, StopSpeaking, TurnCancelled, Unduck
+from vita.turns.turn_events import (
+    DISCARDED,
+    ECHOED,
+    EXTENDED,
+    Action,
+    CommitTurn,
+    Phase,
+    Send,
+    Speech,
+    StartTurn,
+    StopTurn,
+)
 
 
 @dataclass
@@ -61,3 +74,68 @@ class UserSpeech:
     discarded_in_a_row: int = 0  # speculative turns of this speech that it went on from
     speculated_at: float = 0.0  # when its latest speculative turn started
     pause: OpenPause | None = None  # the pause the user is in now, if any
+
+
+class TurnMaking:
+    """A part of TurnTaking (vita/turns/turn_taking.py): its methods run on the machine itself, over its turn in
+    flight (``turn``), its last turn id, its typed text waiting and its count of requests gone on with."""
+
+    def _duck(self) -> list[Action]:
+        turn = self.turn
+        if not self._committed() or turn.first_audio_at is None or turn.ducked:
+            return []
+        turn.ducked = True
+        return [Send(Duck(turn.turn_id))]
+
+    def _unduck(self) -> list[Action]:
+        if self.turn is None or not self.turn.ducked:
+            return []
+        self.turn.ducked = False
+        return [Send(Unduck(self.turn.turn_id))]
+
+    def _withdraw(self) -> list[Action]:
+        """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
+        stopped)."""
+        turn, self.turn = self.turn, None
+        if turn.held_by is None:  # (a pause its words kept open, or that went on before they came, was no early end)
+            self.went_on += 1
+        return [*([Send(StopSpeaking())] if turn.first_audio_at is not None else []),  # words of a reply too soon
+                StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
+                Send(TurnCancelled(turn.turn_id, EXTENDED)),
+                Send(StateChanged("listening", turn.turn_id, EXTENDED))]
+
+    def _typed_turn(self, now: float) -> list[Action]:
+        """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""
+        text, self.pending_text = self.pending_text, ""
+        if not text:
+            return []
+        actions = self._cancel("new turn") if self.turn is not None else []
+        turn_id = self._new_turn()
+        return actions + [StartTurn(turn_id, None, text)] + self._commit(turn_id, None, text, now)
+
+    def _new_turn(self, speculative: bool = False) -> int:
+        self._last_turn += 1
+        self.turn = ActiveTurn(self._last_turn, speculative=speculative)
+        return self._last_turn
+
+    def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:
+        turn = self.turn
+        turn.committed_at = turn.progress_at = now
+        turn.speech_end_at = speech.ended_at if speech is not None else None
+        turn.speech = speech
+        return [CommitTurn(turn_id, speech, text), Send(StateChanged("thinking", turn_id))]
+
+    def _cancel(self, reason: str, forget: bool = False) -> list[Action]:
+        """Cancel the active turn; the client hears of it only if it had been told of the turn (`forget`: the
+        workers keep nothing of it)."""
+        turn, self.turn = self.turn, None
+        if turn is None:
+            return []
+        if turn.speculative:
+            return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
+        # (the echo's own turn, with no audio of its own, stops nothing: the reply it echoed may still be ending)
+        silent = reason == ECHOED and turn.first_audio_at is None
+        return [*([] if silent else [Send(StopSpeaking())]),
+                StopTurn(turn.turn_id, reason, audible=True, forget=forget),
+                Send(TurnCancelled(turn.turn_id, reason)),
+                Send(StateChanged("listening", turn.turn_id, reason))]

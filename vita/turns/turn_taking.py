@@ -23,23 +23,15 @@ carries its audio (one reply for the whole request, not two). Unconfirmed speech
 from __future__ import annotations
 
 from vita.client_events import (
-    Duck,
     ErrorNotice,
-    StateChanged,
-    StopSpeaking,
     TextQueued,
-    TurnCancelled,
-    Unduck,
     VadChanged,
 )
 from vita.turns.reply_progress import ReplyProgress
 from vita.turns.turn_events import (
     DISCARDED,
-    ECHOED,
-    EXTENDED,
     Action,
     CarrySpeech,
-    CommitTurn,
     EndPauseAfter,
     EndUtterance,
     Event,
@@ -52,7 +44,6 @@ from vita.turns.turn_events import (
     ReleaseHeld,
     Route,
     Send,
-    Speech,
     SpeechConfirmed,
     SpeechDropped,
     SpeechPaused,
@@ -60,7 +51,6 @@ from vita.turns.turn_events import (
     SpeechResumed,
     SpeechStarted,
     StartTurn,
-    StopTurn,
     TextTyped,
     TurnHeard,
     TurnJudged,
@@ -68,7 +58,7 @@ from vita.turns.turn_events import (
     UtteranceEnded,
     joined,
 )
-from vita.turns.turn_state import ActiveTurn, OpenPause, UserSpeech
+from vita.turns.turn_state import ActiveTurn, OpenPause, TurnMaking, UserSpeech
 from vita.words import ends_sentence, is_stop_command, only_asks_to_stop, sounds_unfinished
 
 SPECULATE_MAX_S = 10.0  # speech longer than this is not speculated on (its ASR alone costs ~0.3 s)
@@ -84,7 +74,7 @@ MAX_EXTENDED_S = 12.0
 EARLY_ENDS_PER_REQUEST = 2
 
 
-class TurnTaking(ReplyProgress):
+class TurnTaking(ReplyProgress, TurnMaking):
     """The turn state of one session: the turn in flight and the speech being heard, each None when there is
     none. Not thread-safe: its owner serialises calls."""
 
@@ -377,13 +367,6 @@ class TurnTaking(ReplyProgress):
     def _committed(self) -> bool:
         return self.turn is not None and not self.turn.speculative
 
-    def _duck(self) -> list[Action]:
-        turn = self.turn
-        if not self._committed() or turn.first_audio_at is None or turn.ducked:
-            return []
-        turn.ducked = True
-        return [Send(Duck(turn.turn_id))]
-
     def _may_continue(self) -> bool:
         """The user is speaking, and may be going on with the committed request (nothing of its reply heard)."""
         return (self.speech is not None and self._continues_request(self.speech) and not self.first_audio_sent
@@ -409,12 +392,6 @@ class TurnTaking(ReplyProgress):
         return (self.rules.extend and request is not None and speech.before_reply
                 and len(request.pcm) / 32000 < MAX_EXTENDED_S)
 
-    def _unduck(self) -> list[Action]:
-        if self.turn is None or not self.turn.ducked:
-            return []
-        self.turn.ducked = False
-        return [Send(Unduck(self.turn.turn_id))]
-
     def _extend(self, speech: UserSpeech) -> list[Action]:
         """The user goes on with the request before any reply was heard: withdraw the turn (no history, no
         reply) and carry its speech into the utterance being heard, which becomes the turn."""
@@ -427,50 +404,3 @@ class TurnTaking(ReplyProgress):
         actions = self._withdraw()
         speech.carrying = turn.speech
         return actions + [CarrySpeech(turn.speech)]
-
-    def _withdraw(self) -> list[Action]:
-        """Withdraw the committed turn: the request goes on (no reply, no history; a few words already sent are
-        stopped)."""
-        turn, self.turn = self.turn, None
-        if turn.held_by is None:  # (a pause its words kept open, or that went on before they came, was no early end)
-            self.went_on += 1
-        return [*([Send(StopSpeaking())] if turn.first_audio_at is not None else []),  # words of a reply too soon
-                StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
-                Send(TurnCancelled(turn.turn_id, EXTENDED)),
-                Send(StateChanged("listening", turn.turn_id, EXTENDED))]
-
-    def _typed_turn(self, now: float) -> list[Action]:
-        """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""
-        text, self.pending_text = self.pending_text, ""
-        if not text:
-            return []
-        actions = self._cancel("new turn") if self.turn is not None else []
-        turn_id = self._new_turn()
-        return actions + [StartTurn(turn_id, None, text)] + self._commit(turn_id, None, text, now)
-
-    def _new_turn(self, speculative: bool = False) -> int:
-        self._last_turn += 1
-        self.turn = ActiveTurn(self._last_turn, speculative=speculative)
-        return self._last_turn
-
-    def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:
-        turn = self.turn
-        turn.committed_at = turn.progress_at = now
-        turn.speech_end_at = speech.ended_at if speech is not None else None
-        turn.speech = speech
-        return [CommitTurn(turn_id, speech, text), Send(StateChanged("thinking", turn_id))]
-
-    def _cancel(self, reason: str, forget: bool = False) -> list[Action]:
-        """Cancel the active turn; the client hears of it only if it had been told of the turn (`forget`: the
-        workers keep nothing of it)."""
-        turn, self.turn = self.turn, None
-        if turn is None:
-            return []
-        if turn.speculative:
-            return [StopTurn(turn.turn_id, DISCARDED, audible=False, forget=True)]
-        # (the echo's own turn, with no audio of its own, stops nothing: the reply it echoed may still be ending)
-        silent = reason == ECHOED and turn.first_audio_at is None
-        return [*([] if silent else [Send(StopSpeaking())]),
-                StopTurn(turn.turn_id, reason, audible=True, forget=forget),
-                Send(TurnCancelled(turn.turn_id, reason)),
-                Send(StateChanged("listening", turn.turn_id, reason))]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.llm.engines.asr import MisheardRule
 from workers.llm.engines.generation import EnginePrompt, SamplingSettings, TextEngine
-from workers.llm.omni import InputMode
+from workers.llm.engines.omni import InputMode
 from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
 from workers.tools.registry import ToolBox
 

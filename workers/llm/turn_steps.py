@@ -22,19 +22,18 @@ from vita.words import asks_again, only_asks_to_stop
 from workers.llm.camera_questions import about_picture
 from workers.llm.engines.generation import EnginePrompt
 from workers.llm.engines.local_engine import EngineFailed
+from workers.llm.engines.omni import omni_prompt
 from workers.llm.engines.remote_engine import RemoteEngineError
-from workers.llm.fair_share import ServiceLedger
 from workers.llm.hearing import Hearing
 from workers.llm.kit import LlmKit
 from workers.llm.looking import Looking
-from workers.llm.omni import omni_prompt
 from workers.llm.prefix_warming import PrefixWarming
 from workers.llm.prompting import ConversationHistory, Exchange
 from workers.llm.reply_generation import ReplyGeneration
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import NAME, SENSE_CHECK, ImplausibleWords, TtsBusy, TurnRun
-from workers.llm.worker_sessions import WorkerSessions
+from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
 
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
 
@@ -88,7 +87,7 @@ class TurnSteps:
     # --- the steps, in order -------------------------------------------------------------------------------------
     async def share(self, sid: str, run: TurnRun) -> None:
         """A session over its share of the worker lets the turns other sessions have in flight now finish first
-        (see fair_share); a cancel while waiting ends the turn as usual."""
+        (see worker_sessions.ServiceLedger); a cancel while waiting ends the turn as usual."""
         self.ledger.started(sid, run.started)
         if not self.ledger.over_share(sid, run.started):
             return

@@ -35,13 +35,13 @@ from vita.messages import (
 )
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.engines.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
-from workers.llm.engines.local_engine import LocalVllmEngine, device_env
+from workers.llm.engines.local_engine import LocalVllmEngine
+from workers.llm.engines.omni import detect_input_mode, load_processor, read_model_config
 from workers.llm.engines.remote_engine import RemoteEngine
-from workers.llm.fair_share import ServiceLedger
+from workers.llm.engines.vllm_settings import device_env
 from workers.llm.hearing import Hearing, second_opinion
 from workers.llm.kit import LlmKit
 from workers.llm.looking import Looking
-from workers.llm.omni import detect_input_mode, load_processor, read_model_config
 from workers.llm.prefix_warming import PrefixWarming
 from workers.llm.prompting import OmniPromptBuilder, PromptBuilder
 from workers.llm.reply_generation import ReplyGeneration
@@ -52,7 +52,7 @@ from workers.llm.turn_run import (
     NAME,
 )
 from workers.llm.turn_steps import TurnSteps
-from workers.llm.worker_sessions import WorkerSessions
+from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
 from workers.stage import run_stage
 from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers

@@ -171,7 +171,7 @@ def sense(transcripts: str, below: float | None, write_to: str | None = None) ->
     import os
 
     from vita.words import asks_again
-    from workers.llm.engines.local_engine import device_env, engine_kwargs
+    from workers.llm.engines.vllm_settings import device_env, engine_kwargs
     from workers.llm.prompting import ConversationHistory, PromptBuilder
     from workers.llm.turn_run import SENSE_CHECK
 
@@ -212,7 +212,8 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     topics (where every question in a long session comes). --out keeps the second reading's judgement."""
     import os
 
-    from workers.llm.engines.local_engine import device_env, engine_kwargs, words_logprob
+    from workers.llm.engines.local_engine import words_logprob
+    from workers.llm.engines.vllm_settings import device_env, engine_kwargs
     from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
 
     config = Config()

@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=1, help="requests at once (default 1)")
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.llm.engines.local_engine import device_env
+    from workers.llm.engines.vllm_settings import device_env
 
     config = load_config(args.config)
     if args.model:

@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     from vita.config import load_config
-    from workers.llm.engines.local_engine import device_env
+    from workers.llm.engines.vllm_settings import device_env
 
     config = load_config(args.config)
     if args.chunk is not None:

@@ -57,7 +57,7 @@ class LlmHarness:
     """Feeds the worker's inbox and records every output and TTS piece with its arrival time."""
 
     def __init__(self, config: Config | None = None, vision: bool = False):
-        from workers.llm.engines.local_engine import device_env
+        from workers.llm.engines.vllm_settings import device_env
         from workers.llm.worker import LlmWorker
 
         config = config or Config()

@@ -18,7 +18,7 @@ EXPECTED = "paris"
 def answer(model_dir: Path) -> str:
     from vita.config import Config
     from vita.cpu import apply_isa_cap
-    from workers.llm.engines.local_engine import device_env, engine_kwargs
+    from workers.llm.engines.vllm_settings import device_env, engine_kwargs
 
     config = Config()
     config.llm.model_path = str(model_dir)

@@ -15,7 +15,8 @@ import pytest
 from vita.config import Config
 from vita.cpu import CpuFeatures
 from workers.llm.engines import local_engine
-from workers.llm.engines.local_engine import LocalVllmEngine, TextAssembler, device_env, engine_kwargs, words_logprob
+from workers.llm.engines.local_engine import LocalVllmEngine, TextAssembler, words_logprob
+from workers.llm.engines.vllm_settings import device_env, engine_kwargs
 
 pytestmark = pytest.mark.fast
 

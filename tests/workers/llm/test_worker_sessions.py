@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.llm.fair_share import ServiceLedger
+from workers.llm.worker_sessions import ServiceLedger
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 

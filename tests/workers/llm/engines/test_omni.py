@@ -20,7 +20,7 @@ from tests.tiny_models import build_tiny_qwen2_audio, qwen2_audio_processor
 from tests.workers.llm.test_llm_worker import LlmHarness
 from vita.config import Config
 from vita.messages import Picture, ReplyText, Transcript, TurnEnded, TurnRequest, TurnTimings, WorkerStatus
-from workers.llm.omni import detect_input_mode, frames_to_images
+from workers.llm.engines.omni import detect_input_mode, frames_to_images
 from workers.llm.prompting import ConversationHistory, Exchange, OmniPromptBuilder
 
 PERSONA = "Vita is a helpful voice assistant."
