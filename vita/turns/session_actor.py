@@ -25,12 +25,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from vita.cpu import name_os_thread
 from vita.hearing.vad import CHUNK, SAMPLE_RATE
+from vita.messages import WorkerOutput
+from vita.turns.reply_sinks import PaceDue
+from vita.turns.turn_events import Event
 
 log = logging.getLogger("vita.session")
 
@@ -56,6 +58,10 @@ class Call:
 @dataclass(frozen=True)
 class ClockTick:
     """The session's periodic tick: idle timeout and turn watchdog."""
+
+
+# Everything a session's mailbox holds for its receiver (Call runs on the thread and is not handed on).
+Mail = AudioIn | ClockTick | PaceDue | Event | WorkerOutput
 
 
 _STOP = object()
@@ -116,7 +122,7 @@ class SessionActor:
     """The mailbox and its thread. `receive(item)` is the session's behaviour (the turn controller's); it may
     call `follow` and `after` while it runs, and nothing else of this class needs a lock."""
 
-    def __init__(self, name: str, receive: Callable[[Any], None], tick_s: float, max_audio: int = 2000,
+    def __init__(self, name: str, receive: Callable[[Mail], None], tick_s: float, max_audio: int = 2000,
                  vad_needs: Callable[[], int] | None = None):
         """vad_needs: on this thread, the 16 kHz samples the VAD needs to complete its next step (None: steps
         counted from the first sample)."""
@@ -130,7 +136,7 @@ class SessionActor:
         self._audio_queued = 0  # the client's audio messages waiting: bounded, the rest of the mail is not
         self._gathered = AudioGatherer()  # under _audio_lock
         self._followups: deque = deque()  # this thread only
-        self._timers: list[tuple[float, int, Any]] = []  # (due, order, item), a heap; this thread only
+        self._timers: list[tuple[float, int, Mail]] = []  # (due, order, item), a heap; this thread only
         self._order = itertools.count()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -138,7 +144,7 @@ class SessionActor:
     def start(self) -> None:
         self.thread.start()
 
-    def post(self, item: Any) -> None:
+    def post(self, item: Mail | Call) -> None:
         """Never blocks. Audio gathered before it is handled before it (a "recording stopped" after its speech)."""
         self._post_gathered()
         self.inbox.put(item)
@@ -192,11 +198,11 @@ class SessionActor:
         return threading.current_thread() is self.thread
 
     # --- from the session's own thread (inside receive) -----------------------------------------------------
-    def follow(self, item: Any) -> None:
+    def follow(self, item: Mail) -> None:
         """Handle `item` once the current item and the follow-ups before it are done: never from inside."""
         self._followups.append(item)
 
-    def after(self, delay: float, item: Any) -> None:
+    def after(self, delay: float, item: Mail) -> None:
         """Post `item` to this mailbox after `delay` seconds (a timer without a thread)."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._order), item))
 
@@ -243,7 +249,7 @@ class SessionActor:
         with self._audio_lock:
             self._put_audio(self._gathered.vad_at(self._handled, needed))
 
-    def _handle(self, item: Any) -> None:
+    def _handle(self, item: Mail | Call) -> None:
         self._followups.append(item)
         while self._followups:
             current = self._followups.popleft()

@@ -41,7 +41,7 @@ from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
 from vita.turns.reply_pacer import Fate
 from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_output
-from vita.turns.session_actor import AudioIn, ClockTick, SessionActor
+from vita.turns.session_actor import AudioIn, ClockTick, Mail, SessionActor
 from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
     STALLED,
@@ -96,7 +96,6 @@ END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
 EVENTS = get_args(Event)  # the turn machine's events, as mail
 WORKER_OUTPUTS = get_args(WorkerOutput)  # the workers' outputs, as mail
-Mail = AudioIn | ClockTick | PaceDue | Event | WorkerOutput  # everything a session's mailbox holds
 
 
 class TurnController(WorkerNews):
