@@ -37,10 +37,6 @@ class WorkerSession:
     yielding: bool = False  # its turn waits for the others' (and is never waited on in turn)
     ended: bool = False  # the session ended: forgotten once its turn in flight is over
 
-    def running(self) -> asyncio.Task | None:
-        """Its turn's task while it has not finished."""
-        return self.turn[1] if self.turn is not None and not self.turn[1].done() else None
-
     def forget_conversation(self) -> None:
         """A reset (or the session's end): no history, no check, no tool results awaited."""
         self.history, self.latest_check, self.awaited = None, None, None
