@@ -18,7 +18,7 @@ import websocket
 from tests.harness.client import RawSocketIO, RecordingClient
 from tests.harness.server import wait_health, wait_no_sessions
 from tests.harness.speech import silence, spoken, stream
-from tests.turns.test_camera import image_bomb
+from tests.test_pictures import image_bomb
 
 PARTIAL_CLIENT_HELLO = bytes.fromhex("160301020001")  # the first bytes of a TLS ClientHello, then nothing
 

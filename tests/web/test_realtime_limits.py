@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import vita.web.realtime.responses as responses
 import vita.web.realtime.session as realtime
 from vita.client_events import StateChanged, TurnStarted
 from vita.config import Config
@@ -151,8 +152,8 @@ def test_a_recorded_clip_comes_at_once_up_to_the_utterance_cap_and_is_paid_off_a
 
 def test_an_items_audio_is_counted_capped_and_charged_before_it_is_decoded(monkeypatch):
     decoded = []
-    decode = realtime.decode_audio
-    monkeypatch.setattr(realtime, "decode_audio", lambda *args: decoded.append(args) or decode(*args))
+    decode = responses.decode_audio
+    monkeypatch.setattr(responses, "decode_audio", lambda *args: decoded.append(args) or decode(*args))
     c = Client()
     (parts,) = c.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
         {"type": "input_audio", "audio": "AAA="}] * (MAX_CONTENT_PARTS + 1)}})
@@ -473,7 +474,7 @@ def test_a_refused_response_does_not_join_its_pending_audio(monkeypatch):
     """Joining many items' audio is quadratic in their number: done only once the response is charged, so a
     response refused again and again costs nothing more."""
     joins = []
-    monkeypatch.setattr(realtime, "joined", lambda a, b: joins.append(1) or a)
+    monkeypatch.setattr(responses, "joined", lambda a, b: joins.append(1) or a)
     c = Client()
     for _ in range(3):
         assert c.send(audio_item(0.5)) == []
@@ -517,7 +518,7 @@ def test_a_response_that_brings_function_results_is_not_charged_the_functions_se
     answered(c, 1)
     budget = c.rt.session.text_budget
     before = budget.available(time.monotonic())
-    c.rt.pending.append(realtime.Item("item_x", "function_call_output", tool_output=realtime.ToolOutput(
+    c.rt.pending.append(responses.Item("item_x", "function_call_output", tool_output=responses.ToolOutput(
         "call_1", "Shipped; it arrives on Friday.")))
     assert c.send({"type": "response.create"}) == []
     assert before - budget.available(time.monotonic()) == pytest.approx(200, abs=5)  # the least cost only
