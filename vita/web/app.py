@@ -111,11 +111,13 @@ class FrontApp:
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
         self.doorway = Doorway(self)  # every door seats and ends its sessions through it
-        # The doors, each a folder of vita/web/ (its wire, its route); a new door is one more line here.
+        # The doors, each a folder of vita/web/ (its wire, its route): Socket.IO's handlers on the server above, and
+        # each door with a route of its own around the app's (a new door is one more line: `routes = Door(routes,
+        # self)`).
         self.socketio_door = SocketIoDoor(self)
-        realtime = RealtimeRoute(self.flask.wsgi_app, self)
+        routes = realtime = RealtimeRoute(self.flask.wsgi_app, self)
         # Every HTTP request, the doors' included: a locked-out address waits (a Realtime client key lets it in).
-        self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(realtime, self.guard, realtime.token_of,
+        self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(routes, self.guard, realtime.token_of,
                                                              realtime.keys.holds), config.trusted_proxies())
         install_routes(self)
 
