@@ -250,8 +250,9 @@ class TurnController(WorkerNews):
 
     # --- the session's thread --------------------------------------------------------------------------------
     def receive(self, session: Session, item: Mail) -> None:
-        """One item of the session's mail (see SessionActor), to the handler of its kind."""
-        self._mail[type(item)](session, item)
+        """One item of the session's mail (see SessionActor), to the handler of its kind (a kind of worker output
+        not named in the vocabulary's union is delivered as one)."""
+        self._mail.get(type(item), self._on_output)(session, item)
 
     def _mail_handlers(self) -> dict[type, Callable[[Session, Any], None]]:
         """Every kind of mail a session's thread gets, and what handles it: the microphone, the clock, the reply's

@@ -48,9 +48,7 @@ from workers.llm.reply_generation import ReplyGeneration
 from workers.llm.tool_setup import start_tools
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
-from workers.llm.turn_run import (
-    NAME,
-)
+from workers.llm.turn_run import NAME
 from workers.llm.turn_steps import TurnSteps
 from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
 from workers.stage import run_stage

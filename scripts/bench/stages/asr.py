@@ -12,9 +12,9 @@ the rest.
 sense: those transcripts (accuracy --json) through the LLM with the server's note for words Whisper was unsure of
 (what a remote engine does).
 reading: those transcripts read by the LLM as the server reads them (asr.reading_below: the model's mean
-log-probability of the words, workers/llm/local_engine.words_logprob, as a first question and after four exchanges)
-and judged by the server's rule (MisheardRule.implausible): what it asks again among the garbled, the exact and the
-rest.
+log-probability of the words, workers/llm/engines/local_engine.words_logprob, as a first question and after four
+exchanges) and judged by the server's rule (MisheardRule.implausible): what it asks again among the garbled, the
+exact and the rest.
 
 Usage: .venv/bin/python -m scripts.bench.stages.asr [speed|batch|accuracy|sense|reading] [--voices hibari,piper,espeak]
        [--models ...] [--json transcripts.json] [--out judged.json]
@@ -125,8 +125,9 @@ def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def accuracy(models: Path, names: list[str], voices: list[str], out: str | None) -> None:
-    """Each model as the server's first ASR, with the server's rule for "say it again" (workers/llm/asr.MisheardRule:
-    its confidence, then, when unsure, the configured second model's opinion)."""
+    """Each model as the server's first ASR, with the server's rule for "say it again"
+    (workers/llm/engines/asr.MisheardRule: its confidence, then, when unsure, the configured second model's
+    opinion)."""
     questions = [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
     cfg = Config().asr
     rule = MisheardRule.from_config(cfg)

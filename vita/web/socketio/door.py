@@ -159,8 +159,7 @@ class SocketIoDoor:
         front = self.front
         if not front.guard.allows(request, auth):
             log.warning("refused %s: no valid access token", request.sid)
-            self.emit(*socketio_event(ErrorNotice("unauthorized", "This assistant needs an access token.")),
-                      to=request.sid)
+            front.tell(ErrorNotice("unauthorized", "This assistant needs an access token."), to=request.sid)
             self._after_handshake(self.disconnect, request.sid)
             return
         with self._line_lock:
@@ -248,7 +247,6 @@ class SocketIoDoor:
         self.front.admit_audio(session, pcm, rate)
         self.front.metrics.audio_handler.observe(time.perf_counter() - started)
 
-
     def on_rtc_offer(self, session: Session, data: Any) -> None:
         """The page's WebRTC offer (ICE gathered, no trickle needed): the answer, or `rtc_failed` and the page stays
         on Socket.IO audio."""
@@ -267,12 +265,13 @@ class SocketIoDoor:
         try:
             if offer.get("type") != "offer":
                 raise RtcError("rtc_offer needs {\"type\": \"offer\", \"sdp\": \"...\"}")
-            sdp = self.front.rtc.answer(session.sid, offer.get("sdp"),
-                                  lambda pcm, rate: self.front.admit_audio(session, pcm, rate, charged=True),
-                                  client=client_address(request.environ),
-                                  see=lambda image: self.front.turns.camera_frame(session, image),
-                                  budgets=PeerBudgets(session.audio_budget, lambda: self.front.audio_overrun(session),
-                                                      session.image_budget))
+            front = self.front
+            sdp = front.rtc.answer(session.sid, offer.get("sdp"),
+                                   lambda pcm, rate: front.admit_audio(session, pcm, rate, charged=True),
+                                   client=client_address(request.environ),
+                                   see=lambda image: front.turns.camera_frame(session, image),
+                                   budgets=PeerBudgets(session.audio_budget, lambda: front.audio_overrun(session),
+                                                       session.image_budget))
         except RtcError as exc:
             log.warning("WebRTC offer refused: %s", exc, extra=turn_ids(session.sid))
             self.emit("rtc_failed", {"message": str(exc)}, to=session.sid)
