@@ -34,7 +34,6 @@ from vita.cpu import trim_heap
 from vita.hearing.end_of_turn import WINDOW_S
 from vita.hearing.vad import SAMPLE_RATE
 from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
-from vita.messages import WorkerOutput
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
@@ -95,7 +94,6 @@ END_SESSION_PATIENCE_S = 30.0  # how long a session's EndSession is retried whil
 END_SESSION_RETRY_S = 0.5  # between those retries (a queue that is gone refuses at once)
 FRAME_SEND_EVERY_S = 0.9  # while the user speaks, their camera's newest picture goes to the vision stage this often
 EVENTS = get_args(Event)  # the turn machine's events, as mail
-WORKER_OUTPUTS = get_args(WorkerOutput)  # the workers' outputs, as mail
 
 
 class TurnController(WorkerNews):
@@ -156,7 +154,7 @@ class TurnController(WorkerNews):
 
         events = SinkEvents(sent=lambda now, turn_id, seconds: self._handle(session, AudioSent(now, turn_id, seconds)),
                             complete=lambda now, turn_id: self._handle(session, ReplyComplete(now, turn_id)),
-                            played=lambda pcm, rate, at: session.listener.played(pcm, rate, at))
+                            played=session.listener.played)
         return reply_output(self.config.tts, lambda pcm: self.tell(ReplyAudio(pcm), to=session.sid), fate,
                             lambda delay: session.actor.after(delay, PaceDue()), events,
                             lambda: session.channel.track() if session.channel is not None else None)
@@ -250,13 +248,14 @@ class TurnController(WorkerNews):
 
     # --- the session's thread --------------------------------------------------------------------------------
     def receive(self, session: Session, item: Mail) -> None:
-        """One item of the session's mail (see SessionActor), to the handler of its kind (a kind of worker output
-        not named in the vocabulary's union is delivered as one)."""
+        """One item of the session's mail (see SessionActor), to the handler of its kind; every other kind is a
+        worker's output."""
         self._mail.get(type(item), self._on_output)(session, item)
 
     def _mail_handlers(self) -> dict[type, Callable[[Session, Any], None]]:
-        """Every kind of mail a session's thread gets, and what handles it: the microphone, the clock, the reply's
-        pacing, the turn machine's own events, and the workers' outputs."""
+        """The kinds of mail a session's thread gets that are not plain worker outputs, and what handles each: the
+        microphone, the clock, the reply's pacing, the worker's word that it is at work or heard an interjection,
+        the turn machine's own events."""
         handlers: dict[type, Callable[[Session, Any], None]] = {
             AudioIn: self._listen,
             ClockTick: self._tick,
@@ -265,7 +264,6 @@ class TurnController(WorkerNews):
             messages.InterjectionText: self._interjection,
         }
         handlers.update({kind: self._handle for kind in EVENTS})
-        handlers.update({kind: self._on_output for kind in WORKER_OUTPUTS if kind not in handlers})
         return handlers
 
     def _tick(self, session: Session, _tick: ClockTick) -> None:

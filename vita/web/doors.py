@@ -70,3 +70,9 @@ class Doorway:
         host.turns.detach(session)  # its turn cancelled, then EndSession to the workers, then its thread ends
         log.info("disconnected", extra=turn_ids(sid))
         return session
+
+
+def connected_track(rtc: Any, sid: str) -> Any:
+    """The session's WebRTC peer once it is connected (a channel's ``track``), or None: no WebRTC, no peer yet."""
+    peer = rtc.peer(sid) if rtc is not None else None
+    return peer if peer is not None and peer.connected else None

@@ -21,6 +21,7 @@ from vita.ops.logs import turn_ids
 from vita.rate_budget import RateBudget
 from vita.turns.sessions import MIN_TEXT_COST
 from vita.turns.turn_events import SpeechDropped
+from vita.web.doors import connected_track
 from vita.web.http.web_security import client_address
 from vita.web.realtime.audio_buffer import PushToTalkBuffer
 from vita.web.realtime.conversation import Item, RealtimeConversation
@@ -168,9 +169,7 @@ class RealtimeSession(ItemsAndResponses):
 
     def track(self) -> Any:
         """A call's WebRTC peer, once connected (its replies go on the Opus track); a WebSocket has none."""
-        rtc = self.front.rtc
-        peer = rtc.peer(self.sid) if rtc is not None and self.conversation.webrtc else None
-        return peer if peer is not None and peer.connected else None
+        return connected_track(self.front.rtc, self.sid) if self.conversation.webrtc else None
 
     def tell(self, event: ClientEvent) -> None:
         self.conversation.tell(event)

@@ -22,6 +22,7 @@ from vita.pictures import FrameError, FrameOverBudget, decode_frame
 from vita.turns.sessions import MIN_TEXT_COST, Session
 from vita.turns.turn_events import TextTyped
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
+from vita.web.doors import connected_track
 from vita.web.http.web_security import client_address
 from vita.web.socketio.wire import socketio_event
 
@@ -58,9 +59,7 @@ class SocketIoChannel:
 
     def track(self) -> Any:
         """Our page's WebRTC peer, once connected: its replies go on the Opus track instead of the socket."""
-        rtc = self._door.front.rtc
-        peer = rtc.peer(self.sid) if rtc is not None else None
-        return peer if peer is not None and peer.connected else None
+        return connected_track(self._door.front.rtc, self.sid)
 
 
 class SocketIoDoor:
