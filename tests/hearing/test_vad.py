@@ -240,7 +240,7 @@ def test_a_clients_turn_detection_settings_retune_the_segmenter(speech):
     slow.tune(0.5, 1500, 300)
     quick.tune(0.6, 400, 100)
     assert (quick.start_threshold, quick.end_threshold) == (0.6, pytest.approx(0.45))
-    assert quick.pre_roll.maxlen == round(100 * SAMPLE_RATE / 1000 / 512)
+    assert quick.pre_roll_chunks == round(100 * SAMPLE_RATE / 1000 / 512)
     assert ended_at(slow) - ended_at(quick) == pytest.approx(1.1, abs=0.1)
 
 
@@ -530,7 +530,7 @@ def test_a_clients_own_settings_made_while_a_streams_start_is_unclear_stay_when_
     feed("#" * 10)
     seg.tune(0.5, 500, 288)  # a Realtime session.update: 9 chunks of pre-roll
     assert Heard.DROPPED in feed("#" * 190)  # 4 s of a voice whose level never falls: judged again
-    assert seg.pre_roll.maxlen == 9
+    assert seg.pre_roll_chunks == 9
 
 
 @pytest.mark.parametrize("after_s", [0.0, 0.15, 0.3, 0.6])
@@ -559,3 +559,31 @@ def test_a_user_as_loud_as_the_reply_interrupts_its_first_moments_on_a_call_that
         kinds += [e.kind for e in seg.feed(mic[i:i + 320], played_at + (i + 320) / SAMPLE_RATE)]
     assert kinds[0] is Heard.START and kinds[1] in (Heard.CONFIRM, Heard.PAUSE), kinds
     assert Heard.DROPPED not in kinds
+
+
+def opened_at(lead_in_db: float) -> tuple[int, int]:
+    """Other people talk 6 s (Silero: speech throughout, ±2 dB around one level), then the user: 0.5 s at
+    `lead_in_db` over the room, then at 14 dB over it. Returns (the utterance's first chunk, the chunk its louder
+    part began), in chunks of the stream."""
+    rng = np.random.default_rng(7)
+    room = [float(rng.uniform(-2, 2)) for _ in range(190)]
+    script = room + [lead_in_db] * 16 + [14.0] * 30 + [-40.0] * 60
+    seg = VadSegmenter(ScriptedVad([0.9 if db > -40 else 0.0 for db in script]), 0.5, 0.35, end_silence_ms=700,
+                       pre_roll_ms=300, min_utterance_ms=250, max_utterance_s=30)
+    ends = []
+    for db in script:
+        chunk = (TONE / 8 * 10 ** (db / 20)).astype(np.int16)
+        ends += [e.utterance for e in seg.feed(chunk) if e.kind is Heard.END]
+    (utterance,) = ends
+    return utterance.start_sample // CHUNK, len(room) + 16
+
+
+@pytest.mark.fast
+def test_speech_opened_over_a_talking_room_begins_where_the_users_voice_rose_over_it():
+    """The room's voices hold speech back until the user stands well over them (12 dB over the room's floor), a word
+    into the sentence; the voiced chunks just before that already over the bar for going on (6 dB) are the
+    sentence's start."""
+    first, louder = opened_at(7.0)
+    assert first <= louder - 16 - 5  # the whole 0.5 s lead-in, and some pre-roll before it
+    first, louder = opened_at(-40.0 + 1)  # (nothing over the room before: the fixed pre-roll only)
+    assert louder - 10 <= first <= louder - 9

@@ -38,11 +38,28 @@ SPAN_MAX_GAP_CHUNKS = 10
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
 # voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
 SPAN_USER_LAG_CHUNKS = 1
+# In a talking room speech opens only well over the room's loud end, a syllable or a word into the user's sentence
+# (babble and a fan 10 dB under the voice cut "What is the capital of..." 0.7 s late). When it opens, the voiced
+# chunks just before it that already stood over the bar for going on are the start of the same speech: the
+# utterance begins there (hysteresis, as at its end), at most LEAD_IN_MAX_CHUNKS back, with short gaps between
+# words (LEAD_IN_GAP_CHUNKS) and the fixed pre-roll before them. Never across the reply's own audio.
+LEAD_IN_MAX_CHUNKS = 47  # ~1.5 s
+LEAD_IN_GAP_CHUNKS = 3  # ~0.1 s
 # Where the segmentation stands: kept when a stream starts afresh, to judge its chunks again if its first voice turns
 # out to be the room's.
 _SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
                   "voiced_samples", "onset_reported", "confirmed", "confirm_reported", "pause_reported", "span_from",
-                  "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "pre_roll")
+                  "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "before")
+
+
+@dataclass(frozen=True)
+class HeardBefore:
+    """A chunk heard while no speech was open, with what the lead-in of the next speech is judged by."""
+
+    chunk: np.ndarray
+    probability: float  # Silero's
+    level: float  # dBFS
+    guarded: bool  # the assistant's reply was playing (its echo may be in it)
 
 
 @dataclass(frozen=True)
@@ -145,7 +162,9 @@ class VadSegmenter:
         self.pause_chunks = pause_chunks if pause_chunks < self.end_silence_chunks else 0
         self.longer_pause_chunks = self.pause_chunks + QUIET_TAIL_CHUNKS if self.pause_chunks else 0
         self.pause_reported = False
-        self.pre_roll = deque(maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
+        self.pre_roll_chunks = max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK))
+        # The latest chunks heard before speech opened: the pre-roll, and the lead-in that may come before it.
+        self.before: deque[HeardBefore] = deque(maxlen=self.pre_roll_chunks + LEAD_IN_MAX_CHUNKS)
         self.min_samples = min_utterance_ms * SAMPLE_RATE // 1000
         self.onset_samples = min(onset_ms * SAMPLE_RATE // 1000, self.min_samples)
         self.confirm_samples = max(confirm_ms * SAMPLE_RATE // 1000, self.onset_samples)
@@ -221,11 +240,12 @@ class VadSegmenter:
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
         if self.pause_chunks >= self.end_silence_chunks:
             self.pause_chunks = self.longer_pause_chunks = 0
-        self.pre_roll = deque(self.pre_roll, maxlen=max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK)))
+        self.pre_roll_chunks = max(0, round(pre_roll_ms * SAMPLE_RATE / 1000 / CHUNK))
+        self.before = deque(self.before, maxlen=self.pre_roll_chunks + LEAD_IN_MAX_CHUNKS)
 
     def reset(self) -> None:
         self.vad.reset()
-        self.pre_roll.clear()
+        self.before.clear()
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = False
         self.confirmed = self.onset_reported = self.confirm_reported = False
@@ -272,13 +292,15 @@ class VadSegmenter:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
                 self._before_fresh, self._fresh_chunks = None, []
-            events += self._step(chunk, p, level)
+            events += self._step(chunk, p, level, probability, guarded)
             if self.gate.expired:
                 events += self._judge_again()
         return events
 
-    def _step(self, chunk: np.ndarray, p: float, level: float) -> list[VadEvent]:
-        """Advance by one chunk whose voice the gate judged `p` (0: not the user's)."""
+    def _step(self, chunk: np.ndarray, p: float, level: float, probability: float,
+              guarded: bool) -> list[VadEvent]:
+        """Advance by one chunk whose voice the gate judged `p` (0: not the user's; Silero's own: `probability`;
+        `guarded`: the reply was playing)."""
         events: list[VadEvent] = []
         if p < self.end_threshold:
             self.floor_levels.append(level)
@@ -287,8 +309,9 @@ class VadSegmenter:
         if not self.speaking:
             if p >= self.start_threshold:
                 self.speaking = True
-                self.speech = [*self.pre_roll, chunk]
-                self.speech_start = chunk_start - CHUNK * len(self.pre_roll)
+                lead = self._lead_in()
+                self.speech = [*lead, chunk]
+                self.speech_start = chunk_start - CHUNK * len(lead)
                 self.span_from, self.span_voiced = chunk_start, 0
                 self.last_voiced_end = self.position
                 self.silent_chunks = self.quiet_tail = 0
@@ -296,9 +319,9 @@ class VadSegmenter:
                 self.tail_levels.append(level)
                 self.voiced_samples = CHUNK
                 events += self._count_voiced()
-                self.pre_roll.clear()
+                self.before.clear()
             else:
-                self.pre_roll.append(chunk)
+                self.before.append(HeardBefore(chunk, probability, level, guarded))
             return events
         self.speech.append(chunk)
         if p < self.end_threshold:
@@ -368,9 +391,25 @@ class VadSegmenter:
             self.gate.guarded = kept.guarded
             p = self.gate.judge(kept.probability, kept.level, self.position, self.speaking and self.onset_reported,
                                 self.end_threshold, kept.at)
-            events += self._step(kept.chunk, p, kept.level)
+            events += self._step(kept.chunk, p, kept.level, kept.probability, kept.guarded)
         self.gate.guarded = guarded
         return events
+
+    def _lead_in(self) -> list[np.ndarray]:
+        """The chunks the speech opening now begins with: the pre-roll, or, when the voiced chunks just before it
+        already stood over the bar for speech going on, those and the pre-roll before them."""
+        heard = list(self.before)
+        bar = self.gate.needed(self.level_db, speaking=True)
+        run = gap = 0
+        for back, kept in enumerate(reversed(heard), start=1):
+            if kept.guarded or back > LEAD_IN_MAX_CHUNKS:
+                break
+            if kept.probability >= self.end_threshold and kept.level >= bar:
+                run, gap = back, 0
+            elif (gap := gap + 1) > LEAD_IN_GAP_CHUNKS:
+                break
+        keep = min(len(heard), max(self.pre_roll_chunks, run + self.pre_roll_chunks) if run else self.pre_roll_chunks)
+        return [kept.chunk for kept in heard[len(heard) - keep:]] if keep else []
 
     def _credit_quiet_tail(self) -> None:
         """Silero has just called a chunk silent: the voiced chunks before it that were already down at the

@@ -372,7 +372,7 @@ class TurnController(WorkerNews):
         # interrupt it (an interruption is the user's own: misheard, they are asked again)
         echo = session.listener.segmenter.gate.echo if session.speaker_echo else None
         if speech is not None and echo is not None and not action.stopped_reply:
-            onset = speech.started_at + (session.listener.segmenter.pre_roll.maxlen or 0) * CHUNK_S + CHUNK_S
+            onset = speech.started_at + session.listener.segmenter.pre_roll_chunks * CHUNK_S + CHUNK_S
             played = echo.reference(onset)
             if played is not None and played >= ECHO_LEARN_ABOVE_DBFS:
                 session.over_echo.append(action.turn_id)
