@@ -4,7 +4,8 @@ Typed (the LLM alone, through the project's own PromptBuilder, history and reply
     .venv/bin/python -m scripts.eval.answers typed [--model NAME|DIR] [--set report|tune|all]
 Spoken (the full server over the socket, one long session per voice, camera questions left out: no face
 can be synthesised for the Haar cue; they are measured typed):
-    .venv/bin/python -m scripts.eval.answers spoken [--url URL] [--voices hibari,espeak] [-- server flags]
+    .venv/bin/python -m scripts.eval.answers spoken [--url URL] [--voices hibari,espeak] [--lines wide,phone]
+        [-- server flags]      (phone: each question as a phone line carries it, 8 kHz G.711 μ-law)
 
 Questions live in scripts/eval/questions.json; each says which words make it right. 'tune' questions may be
 used to choose prompts and settings, 'report' ones only to report. Prints right %, heard % (spoken: the
@@ -80,8 +81,11 @@ async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     engine.close()
     return out
 
-def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
+def spoken_run(url: str, voice: str, questions: list[dict], line: str = "wide") -> list[Result]:
+    """line "phone": each question as a phone line carries it (8 kHz G.711 μ-law), what the server's ASR hears of a
+    call; "wide": the page's 16 kHz."""
     from tests.harness.client import RecordingClient
+    from tests.harness.phone_client import as_heard_over_phone
 
     client = RecordingClient(url).connect()
     results = []
@@ -89,6 +93,8 @@ def spoken_run(url: str, voice: str, questions: list[dict]) -> list[Result]:
         for group in chains(questions):
             for q in group:
                 speech = synthesize(voice, q["q"])
+                if line == "phone":
+                    speech = as_heard_over_phone(speech)
                 voiced_at = send_speech(client, speech, lead_s=0.3, tail_s=0.2)
                 result = Result(q["id"], q["kind"], q["q"])
                 try:
@@ -123,6 +129,7 @@ def main() -> int:
     parser.add_argument("--config", help="YAML config (default: configs/default.yaml)")
     parser.add_argument("--url", help="spoken: a running server (default: start one with the default config)")
     parser.add_argument("--voices", default="hibari,espeak:en-us", help="spoken: comma-separated voices")
+    parser.add_argument("--lines", default="wide", help="spoken: comma-separated: wide (16 kHz), phone (8 kHz μ-law)")
     parser.add_argument("--json", help="write all results here")
     # (split by hand: argparse does not give a positional list the words after "--" once `mode` is taken)
     argv = sys.argv[1:]
@@ -158,11 +165,13 @@ def main() -> int:
             wait_ready(server)
             url = server.url
         try:
-            for voice in args.voices.split(","):
-                results = spoken_run(url, voice, spoken_qs)
-                score(results, by_id)
-                report[voice] = {"summary": print_results(f"spoken, one session, voice {voice}", results),
-                                 "results": [asdict(r) for r in results]}
+            for line in args.lines.split(","):
+                for voice in args.voices.split(","):
+                    results = spoken_run(url, voice, spoken_qs, line)
+                    score(results, by_id)
+                    name = voice if line == "wide" else f"{voice}, {line} line"
+                    report[name] = {"summary": print_results(f"spoken, one session, voice {name}", results),
+                                    "results": [asdict(r) for r in results]}
         finally:
             if server is not None:
                 stop_server(server)

@@ -41,6 +41,9 @@ class Counter:
     def inc(self, amount: float = 1) -> None:
         self.value += amount
 
+    def labels(self, *_values: str) -> Counter:
+        return self
+
 
 class Front:
     """What a RealtimeSession uses of its SessionHost; the session's thread is not run (its calls are only kept)."""

@@ -42,7 +42,8 @@ class FrontMetrics:
         r = self.registry = CollectorRegistry()
         Gauge("vita_sessions", "Sessions connected now", registry=r).set_function(sessions)
         Gauge("vita_sessions_waiting", "Clients waiting in line for a seat", registry=r).set_function(waiting)
-        self.sessions_opened = Counter("vita_sessions_opened", "Sessions accepted", registry=r)
+        self.sessions_opened = Counter("vita_sessions_opened", "Sessions accepted, by the door they came in by",
+                                       ["door"], registry=r)
         self.sessions_refused = Counter("vita_sessions_refused", "Connections refused by --max_users",
                                         registry=r)
         self.turns_started = Counter("vita_turns_started", "Turns submitted to the workers", ["source"],

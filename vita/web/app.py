@@ -33,6 +33,7 @@ from vita.web.http.web_root import WebRoot
 from vita.web.http.web_security import ForwardedHeaders, security_headers
 from vita.web.message_queue import QueueProbe, socketio_options
 from vita.web.page_routes import install_routes
+from vita.web.phone.route import PhoneRoute
 from vita.web.realtime.route import RealtimeRoute
 from vita.web.socketio.door import SocketIoDoor
 from vita.web.socketio.wire import socketio_event
@@ -116,6 +117,7 @@ class FrontApp:
         # self)`).
         self.socketio_door = SocketIoDoor(self)
         routes = realtime = RealtimeRoute(self.flask.wsgi_app, self)
+        routes = PhoneRoute(routes, self)
         # Every HTTP request, the doors' included: a locked-out address waits (a Realtime client key lets it in).
         self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(routes, self.guard, realtime.token_of,
                                                              realtime.keys.holds), config.trusted_proxies())

@@ -48,7 +48,7 @@ class Doorway:
         """A seated session (new, or from the line) gets its door's channel, then its turn machine and thread."""
         host = self.host
         session.channel = channel
-        host.metrics.sessions_opened.inc()
+        host.metrics.sessions_opened.labels(channel.door).inc()
         host.turns.attach(session)
         log.info("connected by %s (%d/%d)", channel.door, len(host.sessions), host.sessions.max_users,
                  extra=turn_ids(session.sid))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import psutil
@@ -70,6 +71,7 @@ def install_routes(front: FrontHost) -> None:
             "status": "ready" if front.graph.ready() else "starting",
             "workers": workers,
             "sessions": len(front.sessions),
+            "doors": dict(Counter(s.channel.door for s in front.sessions.all() if s.channel is not None)),
             "waiting": front.sessions.waiting_count(),
             "vad_threads": sum(t.name.startswith("vad-") for t in threading.enumerate()),
             **thread_counts(),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.rooms.doors import DOORS, Door
+from scripts.bench.rooms.doors import DOORS, Door, PhoneDoor
 from scripts.bench.rooms.sounds import (
     BARGE_AFTER_S,
     EARLIEST_STOP_S,
@@ -167,7 +167,8 @@ def first_reply_audio(door: Door, after: float, cap_s: float) -> float | None:
 
 
 def run_room(url: str, pid: int | None, door_name: str, room: str, questions: list[dict], follow_ups: list[dict],
-             barges: int, reply_db: float) -> RoomResult:
+             barges: int, reply_db: float, files: tuple[Path, Path] | None = None) -> RoomResult:
+    """`files`: the server's state folder and log, when the benchmark started it (the phone door reads them)."""
     from scripts.eval.questions import LONG
     from scripts.eval.scoring import MAX_WORDS, heard_ok, is_right
 
@@ -187,7 +188,7 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
             plan.append(Asked("request", LONG[i % len(LONG)], voices[i % 2]))
             plan.append(Asked("barge", f"Wait, stop. {q['q']}", voices[i % 2], qid=q["id"]))
     speech = {(a.voice, a.text): user_speech(a.voice, a.text) for a in plan}
-    door = DOORS[door_name](url, speaker).connect()
+    door = (PhoneDoor(url, speaker, files) if door_name == "phone" else DOORS[door_name](url, speaker)).connect()
     mic = RoomMicrophone(door.send, door.chunk_ms, bed, speaker)
     cpu0, front0, mine0, t0 = *tree_cpu(pid), own_cpu(), time.monotonic()
     result = RoomResult(room, door_name)
@@ -275,11 +276,11 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
 
 # --- the run -----------------------------------------------------------------------------------------------------
 def print_table(rows: list[dict]) -> None:
-    head = ("room", "right/asked", "unasked replies", "cut, user silent", "echo dropped", "barge stopped", "stop p50",
-            "v2v p50/p90", "server cores", "front")
+    head = ("room", "door", "right/asked", "unasked replies", "cut, user silent", "echo dropped", "barge stopped",
+            "stop p50", "v2v p50/p90", "server cores", "front")
     print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
-        print(f"| {r['room']} | {r['right']}/{r['asked']} | {r['unasked_replies']} | {r['echo_cuts']} | "
+        print(f"| {r['room']} | {r['door']} | {r['right']}/{r['asked']} | {r['unasked_replies']} | {r['echo_cuts']} | "
               f"{r['echo_dropped']} | {r['barges_stopped']}/{r['barges']} | "
               f"{'-' if r['stop_p50_s'] is None else str(r['stop_p50_s']) + ' s'} | "
               f"{r['v2v_p50_s']} / {r['v2v_p90_s']} s | {r['server_cores']} | {r['front_cores']} |")
@@ -290,7 +291,8 @@ def main() -> int:
     parser.add_argument("--rooms", default=",".join(ROOMS), help="comma-separated: " + ", ".join(ROOMS))
     parser.add_argument("--questions", type=int, default=12, help="questions per room (doubletalk: interruptions)")
     parser.add_argument("--barges", type=int, default=1, help="interruptions in each room but doubletalk")
-    parser.add_argument("--door", choices=tuple(DOORS), default="vita")
+    parser.add_argument("--door", default="vita", help="comma-separated, each room through each on the same server: "
+                        + ", ".join(DOORS))
     parser.add_argument("--page_echo", choices=("on", "off", "default"), default="default",
                         help="the server started here: turn.speaker_echo_page on or off (default: its config's)")
     parser.add_argument("--url", help="a running server (with --server_pid: its front's pid, for the CPU)")
@@ -303,6 +305,10 @@ def main() -> int:
     for room in rooms:
         if room not in ROOMS:
             raise SystemExit(f"unknown room {room!r}: {', '.join(ROOMS)}")
+    doors = [d for d in args.door.split(",") if d]
+    for door in doors:
+        if door not in DOORS:
+            raise SystemExit(f"unknown door {door!r}: {', '.join(DOORS)}")
     from scripts.bench.common import cpu_description
     from scripts.eval.questions import plain_questions
     from tests.harness.speech import spoken
@@ -327,13 +333,15 @@ def main() -> int:
         print(f"server ready in {server.ready_after_s:.1f} s; log {server.log_path}", flush=True)
     results: list[RoomResult] = []
     try:
-        warm = run_room(url, pid, args.door, "quiet", asked[:1], asked[12:13], 0, reply_db)  # warm-up, not counted
-        print(f"warm-up: {warm.summary()['right']}/1 right", flush=True)
-        for room in rooms:
-            result = run_room(url, pid, args.door, room, questions, follow_ups, args.barges, reply_db)
+        files = (server.state_dir, server.log_path) if server is not None else None
+        for door in doors:
+            warm = run_room(url, pid, door, "quiet", asked[:1], asked[12:13], 0, reply_db, files)  # not counted
+            print(f"warm-up ({door}): {warm.summary()['right']}/1 right", flush=True)
+        for room, door in [(room, door) for room in rooms for door in doors]:
+            result = run_room(url, pid, door, room, questions, follow_ups, args.barges, reply_db, files)
             results.append(result)
             s = result.summary()
-            print(f"{room}: {json.dumps(s)}", flush=True)
+            print(f"{room} ({door}): {json.dumps(s)}", flush=True)
             for a in result.asked:
                 if a.kind == "request":
                     continue
@@ -352,7 +360,7 @@ def main() -> int:
             stop_server(server)
     rows = [r.summary() for r in results]
     print_table(rows)
-    print(f"\n{args.door} door, {args.questions} questions a room, {time.monotonic() - started:.0f} s in all; "
+    print(f"\n{args.door} door(s), {args.questions} questions a room, {time.monotonic() - started:.0f} s in all; "
           f"CPU {cpu_description()}")
     if args.json:
         Path(args.json).write_text(json.dumps({"door": args.door, "questions": args.questions,

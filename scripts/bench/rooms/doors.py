@@ -1,10 +1,13 @@
-"""The benchmark's clients: VITA's page and a Realtime client, each telling what it was told as one list of
-turns."""
+"""The benchmark's clients: VITA's page, a Realtime client and a phone call, each telling what it was told as one
+list of turns."""
 
 from __future__ import annotations
 
 import base64
+import re
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -169,4 +172,82 @@ class RealtimeDoor(Door):
         self.client.close()
 
 
-DOORS = {"vita": VitaDoor, "realtime": RealtimeDoor}
+class PhoneDoor(Door):
+    """A phone call through the phone door (Twilio's dialect, tests/harness/phone_client.py): the room's microphone
+    as 8 kHz μ-law in 20 ms media messages, the reply's media played as it comes, dropped at `clear`. A phone
+    hears no text: what each turn heard and said is read from the server's turn log (`files`: its state folder
+    and log), its first audio from the media the phone was sent."""
+
+    chunk_ms = 20
+
+    def __init__(self, url: str, speaker: Speaker | None, files: tuple[Path, Path] | None = None):
+        super().__init__(url, speaker)
+        if files is None:
+            raise SystemExit("--door phone reads the server's turn log: let the benchmark start the server")
+        self.state_dir, self.log_path = files
+
+    def connect(self) -> PhoneDoor:
+        import soxr
+
+        from tests.harness.phone_client import PhoneCall
+
+        speaker, up = self.speaker, soxr.ResampleStream(8000, REPLY_RATE, 1, dtype="int16")
+
+        class Call(PhoneCall):
+            def _play(self, message: dict, now: float) -> None:
+                super()._play(message, now)
+                if speaker is not None and message.get("event") == "media":
+                    speaker.play(up.resample_chunk(self.played[-1]).tobytes(), now)
+                elif speaker is not None and message.get("event") == "clear":
+                    speaker.stop(now)
+
+        self.call = Call(self.url, "twilio")
+        self.call.start()
+        self.clock = time.time() - time.monotonic()  # the turn log's wall clock, on ours
+        self.down = soxr.ResampleStream(RATE, 8000, 1, dtype="int16")
+        self.pending = np.zeros(0, np.int16)
+        self.chunk = 0
+        return self
+
+    def send(self, pcm: np.ndarray) -> None:
+        from vita.web.codecs import g711_encode
+
+        self.pending = np.concatenate([self.pending, self.down.resample_chunk(pcm)])
+        while self.pending.size >= 160:
+            frame, self.pending = self.pending[:160], self.pending[160:]
+            self.call.send(self.call.media(g711_encode(frame, "ulaw"), self.chunk))
+            self.chunk += 1
+
+    def _rows(self) -> list[dict]:
+        import sqlite3
+
+        found = re.search(rf"phone call {re.escape(self.call.call_id)} .*the turn log's session (\w+)",
+                          self.log_path.read_text(errors="replace"))
+        if found is None:
+            return []
+        try:
+            with sqlite3.connect(self.state_dir / "turns.sqlite3") as db:
+                db.row_factory = sqlite3.Row
+                return [dict(r) for r in db.execute("SELECT * FROM turns WHERE session = ? ORDER BY turn_id",
+                                                    (found.group(1),))]
+        except sqlite3.Error:
+            return []
+
+    def turns(self) -> list[Turn]:
+        media = [at for at, _ in self.call.of("media")]
+        turns = []
+        for row in self._rows():
+            at, end = row["started_at"] - self.clock, row["ended_at"] - self.clock
+            reason = None if row["end_reason"] in ("done", "") and not row["interrupted"] else row["end_reason"]
+            first = next((t for t in media if at <= t <= end), None)
+            turns.append(Turn(str(row["turn_id"]), at, row["transcript"], row["reply"], first, end, reason))
+        return turns
+
+    def stops(self) -> list[float]:
+        return [at for at, _ in self.call.of("clear")]
+
+    def close(self) -> None:
+        self.call.hang_up()
+
+
+DOORS = {"vita": VitaDoor, "realtime": RealtimeDoor, "phone": PhoneDoor}

@@ -1,0 +1,1 @@
+"""The phone door: Twilio, Telnyx and Plivo media streams (a call is a session like any other)."""
