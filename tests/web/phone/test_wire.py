@@ -1,13 +1,11 @@
 """The phone door's wire: Twilio's, Telnyx's and Plivo's media-stream messages read into the door's typed events,
-what the door sends back in each provider's words, the webhook's answer and refusal XML, the REST request that
-hangs a call up, and the malformed messages it refuses. Pure logic: no model, no server, no network."""
+what the door sends back in each provider's words, and the malformed messages it refuses (the webhook's XML and
+the hang-up request: test_wire_answers.py). Pure logic: no model, no server, no network."""
 
 from __future__ import annotations
 
 import base64
 import json
-import xml.etree.ElementTree as ET
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -32,7 +30,6 @@ from vita.web.phone.wire import (
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 AUDIO = bytes(range(256)) * 2  # 64 ms of G.711: every byte value, so base64 has to carry all of them
-HOSTILE = "a\"b'c<d>e&f g"  # quotes, markup and an ampersand: what an XML writer must escape
 
 # --- each provider's messages, as its documentation shows them ------------------------------------------------------
 TWILIO_CONNECTED = {"event": "connected", "protocol": "Call", "version": "1.0.0"}
@@ -338,125 +335,3 @@ def test_plivos_played_stream_needs_a_name(played):
     provider, _ = started(PLIVO_START)
     with pytest.raises(WireError):
         provider.read(played)
-
-
-# --- the webhook's XML ---------------------------------------------------------------------------------------------
-def test_twilios_answer_connects_the_call_with_the_token_as_a_parameter():
-    xml = Twilio.answer("wss://voice.example.com/phone/stream", {"token": "tok-123"})
-    assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?>')
-    root = ET.fromstring(xml)
-    assert root.tag == "Response" and [c.tag for c in root] == ["Connect"]
-    stream = root.find("Connect/Stream")
-    assert stream is not None and stream.get("url") == "wss://voice.example.com/phone/stream"  # no query string
-    assert [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")] == [("token", "tok-123")]
-
-
-@pytest.mark.parametrize("provider", [Telnyx, Plivo])
-def test_telnyx_and_plivo_answers_carry_the_token_in_the_stream_urls_query(provider):
-    root = ET.fromstring(provider.answer("wss://voice.example.com/phone/stream", {"token": "tok-123"}))
-    if provider is Telnyx:
-        stream = root.find("Connect/Stream")
-        assert stream is not None and stream.get("bidirectionalMode") == "rtp"
-        url = stream.get("url")
-    else:
-        stream = root.find("Stream")
-        assert stream is not None and stream.get("bidirectional") == "true"
-        assert stream.get("contentType") == "audio/x-mulaw;rate=8000"
-        url = stream.text
-    parts = urlsplit(url)
-    assert (parts.scheme, parts.netloc, parts.path) == ("wss", "voice.example.com", "/phone/stream")
-    assert parse_qs(parts.query) == {"token": ["tok-123"]}
-
-
-@pytest.mark.parametrize("provider", [Telnyx, Plivo])
-def test_a_query_already_on_the_stream_url_is_kept(provider):
-    root = ET.fromstring(provider.answer("wss://voice.example.com/phone/stream?room=1", {"token": "t"}))
-    url = root.find("Connect/Stream").get("url") if provider is Telnyx else root.find("Stream").text
-    assert parse_qs(urlsplit(url).query) == {"room": ["1"], "token": ["t"]}
-
-
-def test_hostile_values_keep_every_answer_well_formed_and_arrive_intact():
-    url = "wss://voice.example.com/phone/stream?a=1&b=\"2\"&c=<3>"
-    root = ET.fromstring(Twilio.answer(url, {"token": HOSTILE, HOSTILE: "x"}))
-    stream = root.find("Connect/Stream")
-    assert stream.get("url") == url
-    parameters = [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")]
-    assert parameters == [("token", HOSTILE), (HOSTILE, "x")]
-    for provider in (Telnyx, Plivo):
-        root = ET.fromstring(provider.answer(url, {"token": HOSTILE}))
-        streams = root.findall(".//Stream")
-        assert len(streams) == 1  # no markup got in
-        sent = streams[0].get("url") if provider is Telnyx else streams[0].text
-        assert sent.startswith(url + "&token=")
-        assert parse_qs(urlsplit(sent).query)["token"] == [HOSTILE]  # percent-encoded, read back whole
-
-
-def test_a_refusal_says_its_text_then_hangs_up():
-    for provider, say in ((Twilio, "Say"), (Telnyx, "Say"), (Plivo, "Speak")):
-        root = ET.fromstring(provider.refusal("All lines are busy. Goodbye."))
-        assert root.tag == "Response" and [c.tag for c in root] == [say, "Hangup"]
-        assert root[0].text == "All lines are busy. Goodbye."
-        assert ET.fromstring(provider.refusal(HOSTILE))[0].text == HOSTILE  # escaped, still one Say
-
-
-# --- hanging up ----------------------------------------------------------------------------------------------------
-def basic(header: str) -> str:
-    scheme, _, encoded = header.partition(" ")
-    assert scheme == "Basic"
-    return base64.b64decode(encoded, validate=True).decode()
-
-
-def test_twilios_hang_up_posts_completed_to_the_call_with_basic_auth():
-    credentials = {"TWILIO_ACCOUNT_SID": "AC0123456789abcdef0123456789abcdef", "TWILIO_AUTH_TOKEN": "s3cret"}
-    request = Twilio.hang_up("CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2", credentials)
-    assert request is not None and request.method == "POST"
-    assert request.url == ("https://api.twilio.com/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Calls/"
-                           "CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2.json")
-    assert basic(request.headers["Authorization"]) == "AC0123456789abcdef0123456789abcdef:s3cret"
-    assert request.headers["Content-Type"] == "application/x-www-form-urlencoded"
-    assert parse_qs(request.body.decode()) == {"Status": ["completed"]}
-
-
-def test_telnyxs_hang_up_posts_the_hangup_action_with_a_bearer_key():
-    call = "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg"
-    request = Telnyx.hang_up(call, {"TELNYX_API_KEY": "KEY0123"})
-    assert request is not None and request.method == "POST"
-    assert request.url == ("https://api.telnyx.com/v2/calls/"
-                           "v3%3AMdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg/actions/hangup")
-    assert request.headers["Authorization"] == "Bearer KEY0123"
-    assert json.loads(request.body) == {}
-
-
-def test_plivos_hang_up_deletes_the_call_with_basic_auth():
-    request = Plivo.hang_up("aeb2d8e3-5c4f", {"PLIVO_AUTH_ID": "MAXXXXXXXXXXXXXXXXXX", "PLIVO_AUTH_TOKEN": "s3cret"})
-    assert request is not None and request.method == "DELETE" and request.body is None
-    assert request.url == "https://api.plivo.com/v1/Account/MAXXXXXXXXXXXXXXXXXX/Call/aeb2d8e3-5c4f/"
-    assert basic(request.headers["Authorization"]) == "MAXXXXXXXXXXXXXXXXXX:s3cret"
-
-
-def test_hang_up_honours_each_api_base():
-    twilio = Twilio.hang_up("CA1", {"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "t",
-                                    "TWILIO_API_BASE": "http://127.0.0.1:8101/"})
-    assert twilio.url == "http://127.0.0.1:8101/2010-04-01/Accounts/AC1/Calls/CA1.json"
-    telnyx = Telnyx.hang_up("c1", {"TELNYX_API_KEY": "k", "TELNYX_API_BASE": "http://127.0.0.1:8102"})
-    assert telnyx.url == "http://127.0.0.1:8102/v2/calls/c1/actions/hangup"
-    plivo = Plivo.hang_up("c1", {"PLIVO_AUTH_ID": "MA1", "PLIVO_AUTH_TOKEN": "t",
-                                 "PLIVO_API_BASE": "http://127.0.0.1:8103/"})
-    assert plivo.url == "http://127.0.0.1:8103/v1/Account/MA1/Call/c1/"
-
-
-def test_an_id_from_the_stream_stays_in_its_path_segment():
-    telnyx = Telnyx.hang_up("a/../../b?c#d", {"TELNYX_API_KEY": "k"})
-    assert urlsplit(telnyx.url).path == "/v2/calls/a%2F..%2F..%2Fb%3Fc%23d/actions/hangup"
-    plivo = Plivo.hang_up("a/../b?c", {"PLIVO_AUTH_ID": "MA1", "PLIVO_AUTH_TOKEN": "t"})
-    assert urlsplit(plivo.url).path == "/v1/Account/MA1/Call/a%2F..%2Fb%3Fc/"
-
-
-@pytest.mark.parametrize(("provider", "credentials"), [
-    (Twilio, {}), (Twilio, {"TWILIO_ACCOUNT_SID": "AC1"}), (Twilio, {"TWILIO_AUTH_TOKEN": "t"}),
-    (Twilio, {"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": ""}),
-    (Telnyx, {}), (Telnyx, {"TELNYX_API_KEY": ""}), (Telnyx, {"TWILIO_ACCOUNT_SID": "AC1", "TWILIO_AUTH_TOKEN": "t"}),
-    (Plivo, {}), (Plivo, {"PLIVO_AUTH_ID": "MA1"}), (Plivo, {"PLIVO_AUTH_TOKEN": "t"}),
-])
-def test_no_hang_up_without_the_accounts_credentials(provider, credentials):
-    assert provider.hang_up("c1", {**credentials, f"{provider.name.upper()}_API_BASE": "http://127.0.0.1:1"}) is None
