@@ -233,7 +233,8 @@ def ears_on_a_call(voices, cancel: bool, user: bool) -> list[tuple[float, str]]:
     """A session's ears (Silero, the voice gate with what was played, the canceller) on a speakerphone call,
     guarded as while a reply plays: what they heard, when (seconds into the call)."""
     from vita.config import Config
-    from vita.hearing.vad import SileroModel, VadSegmenter
+    from vita.hearing.silero import SileroModel
+    from vita.hearing.vad import VadSegmenter
     from vita.hearing.voice_gate import EchoReference
     from vita.turns.listener import SpeechListener
 

@@ -19,7 +19,8 @@ import pytest
 from vita import messages
 from vita.client_events import ClientEvent
 from vita.config import Config
-from vita.hearing.vad import SileroVad, VadSegmenter
+from vita.hearing.silero import SileroVad
+from vita.hearing.vad import VadSegmenter
 from vita.ops.metrics import FrontMetrics
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears

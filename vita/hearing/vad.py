@@ -1,5 +1,5 @@
-"""Voice activity detection for one session: Silero VAD through onnxruntime (no torch in the front process),
-and a segmenter that turns a stream of 16 kHz PCM into utterances.
+"""Voice activity detection for one session: a segmenter that turns a stream of 16 kHz PCM into utterances, over
+Silero's per-chunk probabilities (vita/hearing/silero.py) and the voice gate's judgement of whose voice each is.
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vita.hearing.silero import CHUNK, SAMPLE_RATE, SileroModel, SileroVad
 from vita.hearing.voice_gate import EchoReference, VoiceGate, level_db
 
 if TYPE_CHECKING:
     from vita.config import TurnConfig, VadConfig
 
-SAMPLE_RATE = 16000
-CHUNK = 512  # samples per Silero step at 16 kHz (32 ms)
 MAX_JOIN_GAP_S = 0.3  # silence kept between the two parts of a request joined into one turn (ASR needs a little)
-_CONTEXT = 64  # Silero's ONNX model wants the last 64 samples of the previous chunk prepended
 ECHO_VOICE_DB = 10  # while a reply plays, a chunk within this of the user's level is their voice (it renews the hold)
 # Silero's probability falls 2-3 chunks after the voice does (its recurrent state lags: 85-230 ms, p50 ~110 ms on
 # 10 spoken questions), so pauses and the end of speech were found ~0.1 s late. Chunks at the end of the voiced
@@ -71,46 +69,6 @@ class KeptChunk:
     level: float  # dBFS
     at: float | None  # when it arrived (monotonic)
     guarded: bool  # whether the assistant's reply was playing
-
-
-class SileroModel:
-    """The Silero ONNX graph, loaded once per process and shared by every session's SileroVad: the RNN state
-    is an input and an output, so one InferenceSession serves concurrent sessions (onnxruntime's run is
-    thread-safe), and a connection costs no model load (about 0.75 MB and milliseconds each, otherwise).
-    """
-
-    def __init__(self, onnx_path: Path):
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.inter_op_num_threads = 1
-        options.intra_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
-                                                    providers=["CPUExecutionProvider"])
-        self.sr = np.array(SAMPLE_RATE, dtype=np.int64)
-
-    def run(self, x: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        out, state = self.session.run(None, {"input": x, "state": state, "sr": self.sr})
-        return out, state
-
-
-class SileroVad:
-    """Stateful speech probability per 512-sample chunk (one instance per session: it keeps the RNN state)."""
-
-    def __init__(self, model: SileroModel | Path):
-        self.model = model if isinstance(model, SileroModel) else SileroModel(model)
-        self.reset()
-
-    def reset(self) -> None:
-        self.state = np.zeros((2, 1, 128), dtype=np.float32)
-        self.context = np.zeros((1, _CONTEXT), dtype=np.float32)
-
-    def probability(self, chunk: np.ndarray) -> float:
-        """chunk: CHUNK float32 samples in [-1, 1]."""
-        x = np.concatenate([self.context, chunk.reshape(1, -1)], axis=1)
-        out, self.state = self.model.run(x, self.state)
-        self.context = x[:, -_CONTEXT:]
-        return float(out[0][0])
 
 
 @dataclass(frozen=True)

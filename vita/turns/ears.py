@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from vita.config import Config, TurnConfig
 from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.end_of_turn import EndOfTurnJudge, EndOfTurnModel
-from vita.hearing.vad import SileroModel, VadSegmenter
+from vita.hearing.silero import SileroModel
+from vita.hearing.vad import VadSegmenter
 from vita.hearing.voice_gate import EchoReference
 from vita.turns.listener import SpeechListener
 

@@ -1,5 +1,5 @@
-"""The LLM worker's ears: Whisper on a turn's audio (a second model's opinion when it is unsure), short speech over
-a reply heard for a stop command, and the short "say it again" when what was heard is not what was said."""
+"""The LLM worker's ears: Whisper on a turn's audio (a second model's opinion when it is unsure, and whether what it
+heard may not be what was said), and short speech over a reply heard for a stop command."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from typing import TYPE_CHECKING, Any
 from vita.messages import (
     InterjectionCheck,
     InterjectionText,
-    ReplyText,
     Transcript,
-    TtsPiece,
     TurnRequest,
 )
-from vita.words import ASK_AGAIN
 from workers.llm.engines.asr import Transcription
 from workers.llm.kit import LlmKit
 from workers.llm.turn_output import TurnOutput
@@ -100,20 +97,6 @@ class Hearing:
         run.timings["second_asr_s"] = time.monotonic() - started
         run.timings["asr_disagreement"] = round(rule.disagreement(heard, other), 3)
         return rule.disagree(heard, other)
-
-    async def ask_again(self, req: TurnRequest, run: TurnRun) -> None:
-        """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
-        rather than answer it. The exchange stays out of the history (its words are noise)."""
-        sid, tid = req.session_id, req.turn_id
-        run.timings["asked_again"] = 1.0
-        run.user_text = ""  # nor does a cancel put its words there
-        started = time.monotonic()
-        # Its text first, as a generated reply's: the voice has it ready at once, and the front must know what it is
-        # before it plays (over a speakerphone's echo it drops it: nobody spoke).
-        self.out.publish(ReplyText(sid, tid, ASK_AGAIN + " "))
-        await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
-        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
-        self.out.publish_answered(sid, tid, run)
 
     async def omni_transcript(self, req: TurnRequest) -> str:
         transcript = await self.kit.in_thread(self.kit.asr.transcribe, req.audio, req.sample_rate)

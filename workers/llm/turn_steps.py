@@ -1,7 +1,8 @@
 """One turn in the LLM worker, in the order it happens: its share of the worker, hear, look, prompt, generate (with
-its tools), keep. Each step is a method here, called once, top to bottom, over the turn's run (``TurnRun``) and its
-session (``WorkerSession``); what a step needs of a model or a client's tools it asks of the part that holds it
-(hearing, looking, the tool turns, the reply's generation), each of which reports through the one output.
+its tools), keep — or, when what was heard is not what was said, ask again. Each step is a method here, called
+once, top to bottom, over the turn's run (``TurnRun``) and its session (``WorkerSession``); what a step needs of a
+model or a client's tools it asks of the part that holds it (hearing, looking, the tool turns, the reply's
+generation), each of which reports through the one output.
 
 A cancel (barge-in) or a failure ends the turn with a TurnEnded that says so; what it keeps of a cancelled turn is
 what the user heard of it.
@@ -16,9 +17,9 @@ import time
 from typing import Any
 
 from vita.config import Config
-from vita.messages import SessionError, TurnEnded, TurnRequest, TurnTimings
+from vita.messages import ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
 from vita.ops.logs import turn_ids
-from vita.words import asks_again, only_asks_to_stop
+from vita.words import ASK_AGAIN, asks_again, only_asks_to_stop
 from workers.llm.camera_questions import about_picture
 from workers.llm.engines.generation import EnginePrompt
 from workers.llm.engines.local_engine import EngineFailed
@@ -62,7 +63,9 @@ class TurnSteps:
             else:
                 scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
                 await self.hear(req, run)
-                if await self.nothing_to_answer(req, run):
+                if self.nothing_to_answer(req, run):
+                    if run.misheard:
+                        await self.ask_again(req, run)
                     return
                 await self.look(req, run, scene, history)
                 prompt = self.prompt(req, run, history)
@@ -70,6 +73,8 @@ class TurnSteps:
             generated = await self.generate(req, run, prompt, history)
             if generated:
                 await self.keep(req, run, history, transcribing)
+            elif run.misheard:  # its first words showed the model could not read the user's
+                await self.ask_again(req, run)
         except asyncio.CancelledError:
             await self.cancelled(req, run)
         except TtsBusy as exc:
@@ -127,15 +132,14 @@ class TurnSteps:
         else:
             run.user_text = await self.hearing.cascade_text(req, run)  # meanwhile, the frames
 
-    async def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> bool:
+    def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> bool:
         """The turn ends here, told why: a command to stop the reply it interrupted ("No, stop."), words ASR
-        misheard (asked again at once: the frames are not waited for), or no speech at all."""
+        misheard (`run.misheard`: asked again at once, the frames not waited for), or no speech at all."""
         sid, tid = req.session_id, req.turn_id
         if req.unless_command and only_asks_to_stop(run.user_text, req.unless_command):
             self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # nothing to answer
             return True
         if run.misheard:
-            await self.hearing.ask_again(req, run)
             return True
         if not run.user_text:
             self.out.publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
@@ -180,12 +184,26 @@ class TurnSteps:
             run.generating = False
             with contextlib.suppress(Exception):
                 await self.kit.engine.abort(run.request_id)
-            await self.hearing.ask_again(req, run)
+            run.misheard = True  # (asked again, as if Whisper alone had doubted the words)
             return False
         if not generated:
             self.out.publish(TurnTimings(sid, tid, NAME, {k: round(v, 4) for k, v in run.timings.items()}))
             self.out.publish(TurnEnded(sid, tid, NAME, "tool_call"))
         return generated
+
+    async def ask_again(self, req: TurnRequest, run: TurnRun) -> None:
+        """What Whisper heard is not what was said ("We try to move the salon trunk."): say so, as a person would,
+        rather than answer it. The exchange stays out of the history (its words are noise)."""
+        sid, tid = req.session_id, req.turn_id
+        run.timings["asked_again"] = 1.0
+        run.user_text = ""  # nor does a cancel put its words there
+        started = time.monotonic()
+        # Its text first, as a generated reply's: the voice has it ready at once, and the front must know what it is
+        # before it plays (over a speakerphone's echo it drops it: nobody spoke).
+        self.out.publish(ReplyText(sid, tid, ASK_AGAIN + " "))
+        await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
+        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        self.out.publish_answered(sid, tid, run)
 
     async def keep(self, req: TurnRequest, run: TurnRun, history: ConversationHistory, transcribing: Any) -> None:
         """The exchange into the history (unless the words made no sense to the model: noise, not history), the

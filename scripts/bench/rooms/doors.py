@@ -241,6 +241,10 @@ class PhoneDoor(Door):
             reason = None if row["end_reason"] in ("done", "") and not row["interrupted"] else row["end_reason"]
             first = next((t for t in media if at <= t <= end), None)
             turns.append(Turn(str(row["turn_id"]), at, row["transcript"], row["reply"], first, end, reason))
+        # A turn is logged once it is over: a reply playing now is one whose audio came after the last logged turn
+        playing = [t for t in media if not turns or t > turns[-1].end]
+        if playing:
+            turns.append(Turn("playing", playing[0], first_audio=playing[0]))
         return turns
 
     def stops(self) -> list[float]:

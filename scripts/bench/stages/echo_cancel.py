@@ -92,7 +92,8 @@ def echo(args) -> list[dict]:
 
 def gate(args) -> list[dict]:
     from vita.config import Config
-    from vita.hearing.vad import SileroModel, VadSegmenter
+    from vita.hearing.silero import SileroModel
+    from vita.hearing.vad import VadSegmenter
     from vita.hearing.voice_gate import EchoReference
     from vita.turns.listener import SpeechListener
 

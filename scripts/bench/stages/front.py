@@ -20,7 +20,8 @@ import numpy as np
 from scripts.bench.common import summary_ms
 from tests.harness.speech import RATE, silence, spoken, vita_message, voiced_span
 from vita.config import Config
-from vita.hearing.vad import CHUNK, Heard, SileroVad, VadSegmenter
+from vita.hearing.silero import CHUNK, SileroVad
+from vita.hearing.vad import Heard, VadSegmenter
 from vita.turns.listener import SpeechListener
 from vita.turns.session_actor import AudioIn, SessionActor
 from vita.web.audio_input import decode_audio_message
