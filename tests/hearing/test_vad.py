@@ -561,17 +561,19 @@ def test_a_user_as_loud_as_the_reply_interrupts_its_first_moments_on_a_call_that
     assert Heard.DROPPED not in kinds
 
 
-def opened_at(lead_in_db: float) -> tuple[int, int]:
+def opened_at(lead_in_db: float, reply_over: int = 0) -> tuple[int, int]:
     """Other people talk 6 s (Silero: speech throughout, ±2 dB around one level), then the user: 0.5 s at
-    `lead_in_db` over the room, then at 14 dB over it. Returns (the utterance's first chunk, the chunk its louder
-    part began), in chunks of the stream."""
+    `lead_in_db` over the room, then at 14 dB over it (`reply_over`: the assistant's reply plays until that many
+    chunks into the lead-in). Returns (the utterance's first chunk, the chunk its louder part began), in chunks of
+    the stream."""
     rng = np.random.default_rng(7)
     room = [float(rng.uniform(-2, 2)) for _ in range(190)]
     script = room + [lead_in_db] * 16 + [14.0] * 30 + [-40.0] * 60
     seg = VadSegmenter(ScriptedVad([0.9 if db > -40 else 0.0 for db in script]), 0.5, 0.35, end_silence_ms=700,
                        pre_roll_ms=300, min_utterance_ms=250, max_utterance_s=30)
     ends = []
-    for db in script:
+    for i, db in enumerate(script):
+        seg.guarded = bool(reply_over) and len(room) - 10 <= i < len(room) + reply_over
         chunk = (TONE / 8 * 10 ** (db / 20)).astype(np.int16)
         ends += [e.utterance for e in seg.feed(chunk) if e.kind is Heard.END]
     (utterance,) = ends
@@ -587,3 +589,5 @@ def test_speech_opened_over_a_talking_room_begins_where_the_users_voice_rose_ove
     assert first <= louder - 16 - 5  # the whole 0.5 s lead-in, and some pre-roll before it
     first, louder = opened_at(-40.0 + 1)  # (nothing over the room before: the fixed pre-roll only)
     assert louder - 10 <= first <= louder - 9
+    first, louder = opened_at(7.0, reply_over=6)  # the reply played into it: the lead-in stops where it did
+    assert first == louder - 16 + 6

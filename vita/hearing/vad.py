@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vita.hearing.silero import CHUNK, SAMPLE_RATE, SileroModel, SileroVad
-from vita.hearing.voice_gate import EchoReference, VoiceGate, level_db
+from vita.hearing.voice_gate import ECHO_LEARN_ABOVE_DBFS, EchoReference, VoiceGate, level_db
 
 if TYPE_CHECKING:
     from vita.config import TurnConfig, VadConfig
@@ -36,13 +36,10 @@ SPAN_MAX_GAP_CHUNKS = 10
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
 # voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
 SPAN_USER_LAG_CHUNKS = 1
-# In a talking room speech opens only well over the room's loud end, a syllable or a word into the user's sentence
-# (babble and a fan 10 dB under the voice cut "What is the capital of..." 0.7 s late). When it opens, the voiced
-# chunks just before it that already stood over the bar for going on are the start of the same speech: the
-# utterance begins there (hysteresis, as at its end), at most LEAD_IN_MAX_CHUNKS back, with short gaps between
-# words (LEAD_IN_GAP_CHUNKS) and the fixed pre-roll before them. Never across the reply's own audio.
-LEAD_IN_MAX_CHUNKS = 47  # ~1.5 s
-LEAD_IN_GAP_CHUNKS = 3  # ~0.1 s
+# In a talking room speech opens a word into the sentence (babble and a fan 10 dB under cut "What is the capital
+# of..." 0.7 s late): it begins where its voice first stood over the bar for going on (`_lead_in`).
+LEAD_IN_MAX_CHUNKS = 47  # at most ~1.5 s back...
+LEAD_IN_GAP_CHUNKS = 3  # ...across gaps of at most ~0.1 s between words
 # Where the segmentation stands: kept when a stream starts afresh, to judge its chunks again if its first voice turns
 # out to be the room's.
 _SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
@@ -57,7 +54,7 @@ class HeardBefore:
     chunk: np.ndarray
     probability: float  # Silero's
     level: float  # dBFS
-    guarded: bool  # the assistant's reply was playing (its echo may be in it)
+    near_reply: bool  # the assistant's reply was playing, or its echo may still be in it
 
 
 @dataclass(frozen=True)
@@ -245,20 +242,21 @@ class VadSegmenter:
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
+                self.before.clear()  # (nor does a lead-in reach back across the gap)
                 self._keep_from_here()
             if self.gate.start is not None:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
                 self._before_fresh, self._fresh_chunks = None, []
-            events += self._step(chunk, p, level, probability, guarded)
+            events += self._step(chunk, p, level, probability, guarded or self._echo_in(at))
             if self.gate.expired:
                 events += self._judge_again()
         return events
 
     def _step(self, chunk: np.ndarray, p: float, level: float, probability: float,
-              guarded: bool) -> list[VadEvent]:
+              near_reply: bool) -> list[VadEvent]:
         """Advance by one chunk whose voice the gate judged `p` (0: not the user's; Silero's own: `probability`;
-        `guarded`: the reply was playing)."""
+        `near_reply`: the reply was playing, or its echo may be in it)."""
         events: list[VadEvent] = []
         if p < self.end_threshold:
             self.floor_levels.append(level)
@@ -279,7 +277,7 @@ class VadSegmenter:
                 events += self._count_voiced()
                 self.before.clear()
             else:
-                self.before.append(HeardBefore(chunk, probability, level, guarded))
+                self.before.append(HeardBefore(chunk, probability, level, near_reply))
             return events
         self.speech.append(chunk)
         if p < self.end_threshold:
@@ -349,24 +347,36 @@ class VadSegmenter:
             self.gate.guarded = kept.guarded
             p = self.gate.judge(kept.probability, kept.level, self.position, self.speaking and self.onset_reported,
                                 self.end_threshold, kept.at)
-            events += self._step(kept.chunk, p, kept.level, kept.probability, kept.guarded)
+            events += self._step(kept.chunk, p, kept.level, kept.probability,
+                                 kept.guarded or self._echo_in(kept.at))
         self.gate.guarded = guarded
         return events
 
+    def _echo_in(self, at: float | None) -> bool:
+        """Whether the reply's audible echo may be in the chunk that arrived at `at` (a client that sends it back)."""
+        echo = self.gate.echo
+        played = echo.reference(at) if echo is not None and at is not None else None
+        return played is not None and played >= ECHO_LEARN_ABOVE_DBFS
+
     def _lead_in(self) -> list[np.ndarray]:
-        """The chunks the speech opening now begins with: the pre-roll, or, when the voiced chunks just before it
-        already stood over the bar for speech going on, those and the pre-roll before them."""
+        """What the opening speech begins with: the pre-roll, or the voiced chunks just before it that stood over the
+        bar for going on and the pre-roll before them (not a lone one after a gap, a babble's; none near the reply)."""
         heard = list(self.before)
         bar = self.gate.needed(self.level_db, speaking=True)
-        run = gap = 0
+        run = gap = streak = 0
         for back, kept in enumerate(reversed(heard), start=1):
-            if kept.guarded or back > LEAD_IN_MAX_CHUNKS:
+            if kept.near_reply or back > LEAD_IN_MAX_CHUNKS:
                 break
             if kept.probability >= self.end_threshold and kept.level >= bar:
-                run, gap = back, 0
-            elif (gap := gap + 1) > LEAD_IN_GAP_CHUNKS:
-                break
-        keep = min(len(heard), max(self.pre_roll_chunks, run + self.pre_roll_chunks) if run else self.pre_roll_chunks)
+                streak += 1
+                if run == back - 1 or streak >= 2:  # (joined to the speech, or two in a row)
+                    run, gap = back, 0
+            else:
+                streak = 0
+                if (gap := gap + 1) > LEAD_IN_GAP_CHUNKS:
+                    break
+        near = next((back - 1 for back, kept in enumerate(reversed(heard), start=1) if kept.near_reply), len(heard))
+        keep = min(run + self.pre_roll_chunks, near) if run else min(self.pre_roll_chunks, len(heard))
         return [kept.chunk for kept in heard[len(heard) - keep:]] if keep else []
 
     def _credit_quiet_tail(self) -> None:

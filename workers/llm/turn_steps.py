@@ -36,6 +36,7 @@ from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import NAME, SENSE_CHECK, ImplausibleWords, TtsBusy, TurnRun
 from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
 
+MISHEARD = "misheard"
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
 
 
@@ -63,9 +64,10 @@ class TurnSteps:
             else:
                 scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
                 await self.hear(req, run)
-                if self.nothing_to_answer(req, run):
-                    if run.misheard:
-                        await self.ask_again(req, run)
+                ended = self.nothing_to_answer(req, run)
+                if ended == MISHEARD:
+                    await self.ask_again(req, run)
+                if ended:
                     return
                 await self.look(req, run, scene, history)
                 prompt = self.prompt(req, run, history)
@@ -132,19 +134,19 @@ class TurnSteps:
         else:
             run.user_text = await self.hearing.cascade_text(req, run)  # meanwhile, the frames
 
-    def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> bool:
-        """The turn ends here, told why: a command to stop the reply it interrupted ("No, stop."), words ASR
-        misheard (`run.misheard`: asked again at once, the frames not waited for), or no speech at all."""
+    def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> str | None:
+        """Why the turn ends here (None: it goes on): a command to stop the reply it interrupted ("No, stop."; told),
+        words ASR misheard (MISHEARD: asked again at once, the frames not waited for), or no speech at all (told)."""
         sid, tid = req.session_id, req.turn_id
         if req.unless_command and only_asks_to_stop(run.user_text, req.unless_command):
-            self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # nothing to answer
-            return True
+            self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # nothing to answer, nor to ask again
+            return "stop command"
         if run.misheard:
-            return True
+            return MISHEARD
         if not run.user_text:
             self.out.publish(TurnEnded(sid, tid, NAME, "no speech recognised"))
-            return True
-        return False
+            return "no speech"
+        return None
 
     async def look(self, req: TurnRequest, run: TurnRun, scene: Any, history: ConversationHistory) -> None:
         """What the camera shows, for a question about it (a follow-up to one looks at the picture again)."""

@@ -242,8 +242,9 @@ class PhoneDoor(Door):
             first = next((t for t in media if at <= t <= end), None)
             turns.append(Turn(str(row["turn_id"]), at, row["transcript"], row["reply"], first, end, reason))
         # A turn is logged once it is over: a reply playing now is one whose audio came after the last logged turn
-        playing = [t for t in media if not turns or t > turns[-1].end]
-        if playing:
+        # and still comes (the last of a logged reply's audio may follow its end by a moment)
+        playing = [t for t in media if not turns or t > turns[-1].end + 0.5]
+        if playing and time.monotonic() - media[-1] < 1.0:
             turns.append(Turn("playing", playing[0], first_audio=playing[0]))
         return turns
 
