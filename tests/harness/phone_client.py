@@ -16,7 +16,6 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import requests
@@ -62,28 +61,30 @@ def webhook(url: str, provider: str, call_id: str, path_query: str = "", auth_to
     return requests.post(target, data=data, headers=headers, verify=False, timeout=10)
 
 
-def stream_of(provider: str, xml: str) -> tuple[str, dict[str, str]]:
-    """The stream URL and the parameters the answer passes (Twilio's <Parameter>s)."""
+def stream_of(provider: str, xml: str) -> str:
+    """The stream URL the answer connects the call to."""
     root = ET.fromstring(xml)
     stream = root.find(".//Stream")
     assert stream is not None, xml
-    url = stream.get("url") if provider in ("twilio", "telnyx") else (stream.text or "").strip()
-    params = {p.get("name"): p.get("value") for p in stream.findall("Parameter")}
-    return url, params
+    return stream.get("url") if provider in ("twilio", "telnyx") else (stream.text or "").strip()
 
 
 class PhoneCall:
     """One call from the provider's side: webhook, stream, a caller's voice in, the reply out."""
 
     def __init__(self, url: str, provider: str = "twilio", call_id: str | None = None, law: str = "ulaw",
-                 answer_marks: bool = True, auth_token: str | None = None):
+                 answer_marks: bool = True, auth_token: str | None = None, stream_url: str | None = None):
+        """stream_url: open this stream instead of the one the webhook answers with (no webhook is called)."""
         self.provider, self.law, self.answer_marks = provider, law, answer_marks
         self.call_id = call_id or {"twilio": "CA", "telnyx": "v3:", "plivo": ""}[provider] + secrets.token_hex(16)
         self.stream_id = secrets.token_hex(16)
-        answer = webhook(url, provider, self.call_id, auth_token=auth_token if provider == "twilio" else None)
-        answer.raise_for_status()
-        self.answer_xml = answer.text
-        self.stream_url, self.params = stream_of(provider, answer.text)
+        if stream_url is None:
+            form = {"CallControlId": self.call_id} if provider == "telnyx" else {}
+            answer = webhook(url, provider, self.call_id, auth_token=auth_token if provider == "twilio" else None,
+                             **form)
+            answer.raise_for_status()
+            stream_url = stream_of(provider, answer.text)
+        self.stream_url = stream_url
         self.heard = Heard()
         self.changed = threading.Condition()
         self.played_until = 0.0  # monotonic time the phone will have played everything it was sent
@@ -108,27 +109,27 @@ class PhoneCall:
         with self.send_lock:
             self.ws.send(message if isinstance(message, str) else json.dumps(message))
 
-    def start(self, token: str | None = None, encoding: str | None = None) -> None:
-        """`connected` (Twilio, Telnyx), then `start` carrying the stream token as the provider would."""
-        token = self.params.get("token") if token is None else token
-        query_token = parse_qs(urlsplit(self.stream_url).query).get("token", [None])[0]
-        if self.provider == "twilio":
+    def start(self, encoding: str | None = None, call_id: str | None = None, provider: str | None = None) -> None:
+        """`connected` (Twilio, Telnyx), then `start` as the provider would send it (`call_id`, `provider`: another
+        call's or provider's, as a forged stream would)."""
+        call_id = call_id or self.call_id
+        provider = provider or self.provider
+        if provider == "twilio":
             self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
             self.send({"event": "start", "sequenceNumber": "1", "streamSid": self.stream_id,
-                       "start": {"accountSid": "AC" + "0" * 32, "streamSid": self.stream_id, "callSid": self.call_id,
-                                 "tracks": ["inbound"], "customParameters": {"token": token} if token else {},
+                       "start": {"accountSid": "AC" + "0" * 32, "streamSid": self.stream_id, "callSid": call_id,
+                                 "tracks": ["inbound"], "customParameters": {"caller": "test"},
                                  "mediaFormat": {"encoding": encoding or "audio/x-mulaw", "sampleRate": 8000,
                                                  "channels": 1}}})
-        elif self.provider == "telnyx":
-            assert token is None or token == query_token or not query_token
+        elif provider == "telnyx":
             self.send({"event": "connected", "version": "1.0.0"})
             self.send({"event": "start", "sequence_number": "1", "stream_id": self.stream_id,
-                       "start": {"user_id": "u1", "call_control_id": self.call_id, "client_state": None,
+                       "start": {"user_id": "u1", "call_control_id": call_id, "client_state": None,
                                  "media_format": {"encoding": encoding or ("PCMU" if self.law == "ulaw" else "PCMA"),
                                                   "sample_rate": 8000, "channels": 1}}})
         else:
             self.send({"event": "start", "sequenceNumber": 0,
-                       "start": {"callId": self.call_id, "streamId": self.stream_id, "accountId": "1",
+                       "start": {"callId": call_id, "streamId": self.stream_id, "accountId": "1",
                                  "tracks": ["inbound"],
                                  "mediaFormat": {"encoding": encoding or "audio/x-mulaw", "sampleRate": 8000}}})
 
@@ -176,8 +177,8 @@ class PhoneCall:
     # --- what the phone hears -------------------------------------------------------------------------------
     def _read(self) -> None:
         try:
-            for raw in self.ws:
-                message = json.loads(raw)
+            while True:
+                message = json.loads(self.ws.recv())
                 now = time.monotonic()
                 self._play(message, now)
                 with self.changed:

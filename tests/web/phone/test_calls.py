@@ -2,7 +2,7 @@
 Twilio, Telnyx and Plivo do — webhook, TwiML/XML, a media stream of a real voice in 8 kHz G.711 — and plays what
 comes back; the provider's REST API that hangs calls up is a small local HTTP server that records its requests.
 
-One server for the module (two seats, a 20 s idle timeout, the vLLM API server for its tokens, the turn log on),
+One server for the module (three seats, a 20 s idle timeout, the vLLM API server for its tokens, the turn log on),
 started with the providers' credentials pointing at the local REST server."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tests.harness.speech import silence, spoken
 
 REPLY = 60  # seconds a reply may take on two busy cores
 IDLE_S = 20
+SEATS = 3
 TWILIO_TOKEN = "twilio-auth-token"  # the account's: Twilio signs its webhooks with it
 
 
@@ -79,7 +80,7 @@ def phone_server(tmp_path_factory, vllm_api_starting, provider_api):
            "TWILIO_API_BASE": provider_api.url,
            "TELNYX_API_KEY": "KEYtest", "TELNYX_API_BASE": provider_api.url,
            "PLIVO_AUTH_ID": "MAtest", "PLIVO_AUTH_TOKEN": "plivo-secret", "PLIVO_API_BASE": provider_api.url}
-    running = start_server(tmp_path_factory.mktemp("phone"), "--max_users", "2", "--timeout", str(IDLE_S),
+    running = start_server(tmp_path_factory.mktemp("phone"), "--max_users", str(SEATS), "--timeout", str(IDLE_S),
                            "--llm_url", vllm_api_starting.url, env=env)
     try:
         wait_ready(running)
@@ -170,19 +171,32 @@ def test_keypad_digits_reach_the_turn_as_the_callers_words(line):
 
 
 def test_only_streams_the_webhook_answered_are_seated(line):
-    answered = Phone(line.url, "twilio")
+    from websockets.exceptions import InvalidStatus
+
+    base = line.url.replace("https://", "wss://") + "/phone/stream"
+    for forged in (base, f"{base}/twilio", f"{base}/twilio/forged-token", f"{base}/nobody/x"):
+        with pytest.raises(InvalidStatus) as refused:  # refused before the WebSocket is accepted
+            Phone(line.url, "twilio", stream_url=forged)
+        assert refused.value.response.status_code == 403
+    first = Phone(line.url, "twilio")
+    again = Phone(line.url, "twilio", stream_url=first.stream_url)  # opened before the first one starts
+    other_call = Phone(line.url, "twilio")
+    other_provider = Phone(line.url, "twilio")
     try:
-        answered.start(token="forged-token")  # not one the webhook minted
-        assert answered.closed.wait(10)
-        spent = Phone(line.url, "twilio")
-        spent.start()
+        first.start()
         assert wait_health(line, lambda h: h["sessions"] == 1)["sessions"] == 1
-        again = Phone(line.url, "twilio")  # a second stream with the first one's token
-        again.start(token=spent.params["token"])
-        assert again.closed.wait(10)
-        spent.hang_up()
+        with pytest.raises(InvalidStatus):  # its token is spent now
+            Phone(line.url, "twilio", stream_url=first.stream_url)
+        again.start()  # the same token, a moment too late
+        other_call.start(call_id="CA" + "9" * 32)  # a token bound to another call
+        other_provider.start(provider="plivo")  # a Plivo start on Twilio's stream URL
+        for call in (again, other_call, other_provider):
+            assert call.closed.wait(10)
+        assert wait_health(line, lambda h: h["sessions"] == 1)["sessions"] == 1
+        first.hang_up()
     finally:
-        answered.close()
+        for call in (again, other_call, other_provider):
+            call.close()
     assert wait_health(line, lambda h: not h["sessions"], timeout=15)["sessions"] == 0
 
 
@@ -225,11 +239,11 @@ def test_hostile_streams_get_a_closed_stream_and_cost_no_other_call(line):
 
 
 def test_a_full_server_turns_a_call_away_politely(line):
-    seated = [Phone(line.url, "twilio") for _ in range(2)]
+    seated = [Phone(line.url, "twilio") for _ in range(SEATS)]
     try:
         for call in seated:
             call.start()
-        wait_health(line, lambda h: h["sessions"] == 2)
+        wait_health(line, lambda h: h["sessions"] == SEATS)
         for provider, say in (("twilio", "Say"), ("telnyx", "Say"), ("plivo", "Speak")):
             answer = webhook(line.url, provider, "CAfull", auth_token=TWILIO_TOKEN if provider == "twilio" else None)
             assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("application/xml")
@@ -243,19 +257,24 @@ def test_a_full_server_turns_a_call_away_politely(line):
 
 
 def test_an_idle_call_is_hung_up_through_the_providers_api(line, provider_api):
-    calls = {"twilio": Phone(line.url, "twilio"), "plivo": Phone(line.url, "plivo", call_id="gone")}
+    """Twilio's webhooks are signed here: its calls are the server's to hang up (one answered 404, over already).
+    Plivo's webhook is open (no access token): its stream is closed, and no request names a call it may not own."""
+    calls = {"twilio": Phone(line.url, "twilio"), "gone": Phone(line.url, "twilio", call_id="CAgone"),
+             "plivo": Phone(line.url, "plivo")}
     before = len(provider_api.requests)
     for call in calls.values():
         call.start()
     for call in calls.values():
-        assert call.closed.wait(IDLE_S + 15)  # closed by the line after --timeout
+        assert call.closed.wait(IDLE_S + 15)  # closed by the server after --timeout
     assert wait_until(lambda: len(provider_api.requests) >= before + 2, timeout=15, interval=0.1)
-    made = {path: (method, headers, body) for method, path, headers, body in provider_api.requests[before:]}
-    twilio = made[f"/2010-04-01/Accounts/AC{'0' * 32}/Calls/{calls['twilio'].call_id}.json"]
-    assert twilio[0] == "POST" and twilio[2] == b"Status=completed" and twilio[1]["Authorization"].startswith("Basic ")
-    plivo = made["/v1/Account/MAtest/Call/gone/"]  # answered 404: over already, not an error
-    assert plivo[0] == "DELETE"
     assert wait_until(lambda: "call was over already (404)" in line.log(), timeout=5)
+    made = {path: (method, headers, body) for method, path, headers, body in provider_api.requests[before:]}
+    account = f"/2010-04-01/Accounts/AC{'0' * 32}/Calls"
+    twilio = made.pop(f"{account}/{calls['twilio'].call_id}.json")
+    assert twilio[0] == "POST" and twilio[2] == b"Status=completed" and twilio[1]["Authorization"].startswith("Basic ")
+    assert made.pop(f"{account}/CAgone.json")[0] == "POST"
+    assert made == {}  # nothing for the Plivo call
+    assert "the stream is closed; the provider ends the call" in line.log()
     assert "hanging up the call failed" not in line.log()
 
 

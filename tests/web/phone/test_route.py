@@ -1,103 +1,39 @@
-"""The phone door's routes: the stream tokens the webhook mints (signed, short-lived, single-use), Twilio's request
-signature, and the webhook middleware in front of the app (answer, refusal when full, method and size limits,
-Twilio's signature and the access token) over a small fake front. Pure logic: no model, no server, no network."""
+"""The phone door's routes: Twilio's request signature, the webhook middleware in front of the app (answer, refusal when
+full, method and size limits, Twilio's signature and the access token) and the stream route's refusals before any
+upgrade, over a small fake front (the stream tokens themselves: test_stream_tokens.py). Pure logic: no model, no
+server, no network."""
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 from werkzeug.test import EnvironBuilder
 
 from vita.web.http.access import AccessGuard, FailureThrottle
-from vita.web.phone.route import FULL, MAX_WEBHOOK_BYTES, TOKEN_TTL_S, PhoneRoute, StreamTokens, twilio_signature
+from vita.web.phone import route as route_module
+from vita.web.phone.route import (
+    CALL_FIELDS,
+    FULL,
+    MAX_WEBHOOK_BYTES,
+    PhoneRoute,
+    StreamTokens,
+    twilio_signature,
+)
+from vita.web.phone.wire import Twilio
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 CALLER = "203.0.113.9"
 TWILIO_FORM = {"CallSid": "CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2", "AccountSid": "AC0123", "From": "+15005550006",
                "To": "+15005550001", "CallStatus": "ringing", "Direction": "inbound"}
-
-
-# --- stream tokens -------------------------------------------------------------------------------------------------
-class Clock:
-    def __init__(self, now: float = 1_700_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_a_minted_token_spends_once():
-    tokens = StreamTokens()
-    token = tokens.mint("twilio")
-    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", token)  # fits a URL's query and a TwiML Parameter as it is
-    assert tokens.spend(token, "twilio") is True
-    assert tokens.spend(token, "twilio") is False  # single-use
-    fresh = tokens.mint("twilio")
-    assert fresh != token and tokens.spend(fresh, "twilio") is True  # each mint is a token of its own
-
-
-def test_tokens_spend_in_any_order():
-    tokens = StreamTokens()
-    first, second = tokens.mint("twilio"), tokens.mint("twilio")
-    assert tokens.spend(second, "twilio") and tokens.spend(first, "twilio")
-    assert not tokens.spend(first, "twilio") and not tokens.spend(second, "twilio")
-
-
-def test_a_tampered_token_is_refused():
-    tokens = StreamTokens()
-    token = tokens.mint("twilio")
-    for i in (0, 10, 20, len(token) - 1):  # the nonce, the expiry, the signature
-        flipped = token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1:]
-        assert tokens.spend(flipped, "twilio") is False
-    assert tokens.spend(token[:-1], "twilio") is False and tokens.spend(token + "A", "twilio") is False
-    assert tokens.spend(token, "twilio") is True  # the refusals spent nothing
-
-
-def test_a_token_of_another_front_is_refused():
-    ours, theirs = StreamTokens(), StreamTokens()
-    token = theirs.mint("twilio")
-    assert ours.spend(token, "twilio") is False
-    assert theirs.spend(token, "twilio") is True
-
-
-@pytest.mark.parametrize("token", [None, "", "garbage", "!!!!", "é" * 48, "A" * 48, "A" * 65, "A" * 100_000, 12345,
-                                   b"bytes"])
-def test_what_is_no_token_is_refused(token):
-    assert StreamTokens().spend(token, "twilio") is False
-
-
-def test_an_overlong_token_is_refused_even_when_it_decodes_to_a_good_one():
-    tokens = StreamTokens()
-    token = tokens.mint("twilio")
-    assert tokens.spend(token + "=" * (65 - len(token)), "twilio") is False  # 65 characters: not read at all
-    assert tokens.spend(token, "twilio") is True
-
-
-def test_an_expired_token_is_refused():
-    clock = Clock()
-    tokens = StreamTokens(ttl_s=60.0, clock=clock)
-    late, in_time = tokens.mint("twilio"), tokens.mint("twilio")
-    clock.now += 59.0
-    assert tokens.spend(in_time, "twilio") is True
-    clock.now += 2.0
-    assert tokens.spend(late, "twilio") is False
-    assert StreamTokens().ttl_s == TOKEN_TTL_S <= 120  # short-lived by default
-
-
-def test_spent_tokens_are_forgotten_once_they_expire():
-    clock = Clock()
-    tokens = StreamTokens(ttl_s=60.0, clock=clock)
-    for _ in range(5):
-        assert tokens.spend(tokens.mint("twilio"), "twilio")
-    assert len(tokens.spent) == 5
-    clock.now += 61.0
-    assert tokens.spend(tokens.mint("twilio"), "twilio")
-    assert len(tokens.spent) == 1  # what it remembers stays bounded by what was minted within the TTL
+TELNYX_FORM = {"CallSid": "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg",
+               "CallControlId": "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg", "From": "+15005550006"}
+PLIVO_FORM = {"CallUUID": "aeb2d8e3-5c4f-4b1c-9a3a-2b7c1e0f1d11", "From": "15005550006", "Direction": "inbound"}
+FORMS = {"twilio": TWILIO_FORM, "telnyx": TELNYX_FORM, "plivo": PLIVO_FORM}
 
 
 # --- Twilio's signature --------------------------------------------------------------------------------------------
@@ -137,9 +73,20 @@ class Counter:
         self.value += 1
 
 
-def fake_front(access_token: str | None = None, **sessions) -> SimpleNamespace:
+VOUCH = "server-token-0123456789"  # the server's access token, in a webhook URL: the webhook is vouched for
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_front(access_token: str | None = None, max_failures: int = 1, **sessions) -> SimpleNamespace:
     """What PhoneRoute's webhook uses of the front: its seats, its access guard and its refusal count."""
-    guard = AccessGuard(access_token, FailureThrottle(max_failures=1))  # one refusal shows as a lockout
+    guard = AccessGuard(access_token, FailureThrottle(max_failures=max_failures))  # 1: one refusal is a lockout
     return SimpleNamespace(sessions=Sessions(**sessions), guard=guard,
                            metrics=SimpleNamespace(sessions_refused=Counter()), socket_guard=None)
 
@@ -162,46 +109,64 @@ def call(route: PhoneRoute, path: str, method: str = "POST", **kwargs) -> tuple[
     return answered["status"], answered["headers"], body
 
 
-def stream_token(name: str, body: bytes) -> str:
-    """The token an answer connects its call's stream with (asserting the stream URL on the way)."""
-    root = ET.fromstring(body)
-    stream = root.find(".//Stream")
+def stream_token(name: str, body: bytes, base: str = "wss://voice.example.com/phone/stream") -> str:
+    """The token an answer connects its call's stream with: the last segment of `<base>/<provider>/<token>`."""
+    stream = ET.fromstring(body).find(".//Stream")
     assert stream is not None
     url = stream.text if name == "plivo" else stream.get("url")
-    parts = urlsplit(url)
-    assert (parts.scheme, parts.netloc, parts.path) == ("wss", "voice.example.com", "/phone/stream")
-    if name == "twilio":
-        (parameter,) = stream.findall("Parameter")
-        assert parameter.get("name") == "token"
-        return parameter.get("value")
-    return parse_qs(parts.query)["token"][0]
+    assert url.startswith(f"{base}/{name}/")
+    token = url[len(f"{base}/{name}/"):]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", token) and urlsplit(url).query == ""  # in the path, no query
+    return token
 
 
 @pytest.mark.parametrize("name", ["twilio", "telnyx", "plivo"])
-def test_a_call_is_answered_with_a_stream_and_a_token_the_stream_can_spend(name):
-    route = PhoneRoute(app, fake_front(seated=1, max_users=4), environ={})
-    status, headers, body = call(route, f"/phone/{name}", data=TWILIO_FORM)
+def test_a_call_is_answered_with_a_stream_url_whose_token_is_bound_to_the_webhooks_call(name):
+    """A webhook vouched for (here by the server's access token) binds the stream to the call it names."""
+    route = PhoneRoute(app, fake_front(access_token=VOUCH, seated=1, max_users=4), environ={})
+    status, headers, body = call(route, f"/phone/{name}?token={VOUCH}", data=FORMS[name])
     assert status == 200 and headers["Content-Type"] == "application/xml"
     assert int(headers["Content-Length"]) == len(body)
-    token = stream_token(name, body)
+    token, call_id = stream_token(name, body), FORMS[name][CALL_FIELDS[name]]
+    assert route.tokens.valid(token, name) is True
     other = next(p for p in ("twilio", "telnyx", "plivo") if p != name)
-    assert route.tokens.spend(token, other) is False  # a stream that says it is another provider's
-    assert route.tokens.spend(token, name) is True
-    assert route.tokens.spend(token, name) is False  # one stream per answer
+    assert route.tokens.spend(token, other, call_id) is None  # a stream that says it is another provider's
+    assert route.tokens.spend(token, name, "another-call") is None  # a stream that names another call
+    assert route.tokens.spend(token, name, call_id) is True
+    assert route.tokens.spend(token, name, call_id) is None  # one stream per answer
     assert route.front.metrics.sessions_refused.value == 0
+
+
+@pytest.mark.parametrize("name", ["twilio", "telnyx", "plivo"])
+def test_an_open_webhook_binds_no_call_a_stream_could_then_hang_up(name):
+    """Without a signature or the access token anyone may post it, naming anyone's call: its stream is seated for
+    whichever call it names, and is never one the server hangs up through the provider."""
+    route = PhoneRoute(app, fake_front(), environ={})
+    token = stream_token(name, call(route, f"/phone/{name}", data=FORMS[name])[2])
+    assert route.tokens.spend(token, name, FORMS[name][CALL_FIELDS[name]]) is False
+
+
+@pytest.mark.parametrize("name", ["twilio", "telnyx", "plivo"])
+def test_a_webhook_that_names_no_call_mints_a_token_for_any_call(name):
+    form = {k: v for k, v in FORMS[name].items() if k != CALL_FIELDS[name]}  # (Telnyx's TeXML may name none)
+    route = PhoneRoute(app, fake_front(), environ={})
+    token = stream_token(name, call(route, f"/phone/{name}", data=form)[2])
+    assert route.tokens.spend(token, name, "whichever-call") is False
+    assert route.tokens.spend(token, name, "whichever-call") is None
 
 
 def test_a_plain_http_front_answers_with_a_ws_stream_url():
     route = PhoneRoute(app, fake_front(), environ={})
-    _, _, body = call(route, "/phone/telnyx", data={}, base_url="http://10.0.0.5:8080")
-    url = ET.fromstring(body).find("Connect/Stream").get("url")
-    assert urlsplit(url)[:3] == ("ws", "10.0.0.5:8080", "/phone/stream")
+    _, _, body = call(route, "/phone/telnyx", data=TELNYX_FORM, base_url="http://10.0.0.5:8080")
+    token = stream_token("telnyx", body, base="ws://10.0.0.5:8080/phone/stream")
+    assert route.tokens.spend(token, "telnyx", TELNYX_FORM["CallControlId"]) is False  # (open: bound to no call)
 
 
 def test_the_public_stream_url_is_the_configured_one():
-    route = PhoneRoute(app, fake_front(), environ={"VITA_PHONE_STREAM_URL": "wss://tunnel.example.net/phone/stream"})
+    route = PhoneRoute(app, fake_front(), environ={"VITA_PHONE_STREAM_URL": "wss://tunnel.example.net/phone/stream/"})
     _, _, body = call(route, "/phone/twilio", data=TWILIO_FORM, base_url="http://127.0.0.1:8080")
-    assert ET.fromstring(body).find("Connect/Stream").get("url") == "wss://tunnel.example.net/phone/stream"
+    token = stream_token("twilio", body, base="wss://tunnel.example.net/phone/stream")  # (its trailing / dropped)
+    assert route.tokens.valid(token, "twilio")
 
 
 @pytest.mark.parametrize(("name", "say"), [("twilio", "Say"), ("telnyx", "Say"), ("plivo", "Speak")])
@@ -209,7 +174,7 @@ def test_the_public_stream_url_is_the_configured_one():
                          ids=["every-seat-taken", "others-waiting"])
 def test_a_full_server_refuses_the_call_politely(name, say, sessions):
     route = PhoneRoute(app, fake_front(**sessions), environ={})
-    status, headers, body = call(route, f"/phone/{name}", data=TWILIO_FORM)
+    status, headers, body = call(route, f"/phone/{name}", data=FORMS[name])
     assert status == 200 and headers["Content-Type"] == "application/xml"
     root = ET.fromstring(body)
     assert [c.tag for c in root] == [say, "Hangup"] and root[0].text == FULL
@@ -234,36 +199,51 @@ def test_an_oversized_webhook_is_refused_unread():
     assert status == 200
 
 
+def signed(route: PhoneRoute, signed_url: str, path: str = "/phone/twilio", **kwargs) -> int:
+    """The status of a Twilio webhook at `path` signed over `signed_url`."""
+    signature = twilio_signature("tw-secret", signed_url, TWILIO_FORM)
+    return call(route, path, data=TWILIO_FORM, headers={"X-Twilio-Signature": signature}, **kwargs)[0]
+
+
 def test_twilio_needs_its_signature_when_its_auth_token_is_set():
     environ = {"TWILIO_AUTH_TOKEN": "tw-secret", "TWILIO_ACCOUNT_SID": "AC0123"}
     route = PhoneRoute(app, fake_front(), environ=environ)
-    signed = twilio_signature("tw-secret", "https://voice.example.com/phone/twilio", TWILIO_FORM)
-    status, _, body = call(route, "/phone/twilio", data=TWILIO_FORM, headers={"X-Twilio-Signature": signed})
-    assert status == 200 and route.tokens.spend(stream_token("twilio", body), "twilio")
+    good = twilio_signature("tw-secret", "https://voice.example.com/phone/twilio", TWILIO_FORM)
+    status, _, body = call(route, "/phone/twilio", data=TWILIO_FORM, headers={"X-Twilio-Signature": good})
+    assert status == 200 and route.tokens.spend(stream_token("twilio", body), "twilio", TWILIO_FORM["CallSid"])
 
     assert route.front.guard.throttle.retry_after(CALLER) is None
-    for headers in ({}, {"X-Twilio-Signature": "bm90IGl0"}, {"X-Twilio-Signature": signed.lower()}):
+    for headers in ({}, {"X-Twilio-Signature": "bm90IGl0"}, {"X-Twilio-Signature": good.lower()}):
         status, _, body = call(route, "/phone/twilio", data=TWILIO_FORM, headers=headers)
         assert status == 403 and b"<Stream" not in body
     forged = {**TWILIO_FORM, "From": "+15005550009"}  # the signature covers every parameter
-    assert call(route, "/phone/twilio", data=forged, headers={"X-Twilio-Signature": signed})[0] == 403
+    assert call(route, "/phone/twilio", data=forged, headers={"X-Twilio-Signature": good})[0] == 403
     # a signature cannot be guessed: a wrong one is not counted (Twilio's own addresses are never locked out)
     assert route.front.guard.throttle.retry_after(CALLER) is None
     # Twilio's own signature is the test: not the access guard, which here holds no token
     assert route.credentials["TWILIO_AUTH_TOKEN"] == "tw-secret"
 
 
-def test_twilios_signature_is_over_the_public_url_behind_a_proxy():
+def test_twilios_signature_may_name_the_default_port_or_leave_it_out():
+    route = PhoneRoute(app, fake_front(), environ={"TWILIO_AUTH_TOKEN": "tw-secret"})
+    assert signed(route, "https://voice.example.com:443/phone/twilio") == 200  # the request came without it
+    assert signed(route, "https://voice.example.com/phone/twilio") == 200
+    assert signed(route, "https://voice.example.com/phone/twilio", base_url="https://voice.example.com:443") == 200
+    for url in ("http://voice.example.com/phone/twilio", "https://voice.example.com:8443/phone/twilio",
+                "https://voice.example.com:443/phone/telnyx", "https://tunnel.example.net/phone/twilio"):
+        assert signed(route, url) == 403  # another scheme, port, path or host
+
+
+def test_twilios_signature_is_over_the_url_as_seen_or_the_public_one_behind_a_proxy():
     route = PhoneRoute(app, fake_front(), environ={"TWILIO_AUTH_TOKEN": "tw-secret",
                                                    "VITA_PHONE_STREAM_URL": "wss://tunnel.example.net/phone/stream"})
-    public = twilio_signature("tw-secret", "https://tunnel.example.net/phone/twilio?line=2", TWILIO_FORM)
-    status, _, _ = call(route, "/phone/twilio?line=2", data=TWILIO_FORM, base_url="http://127.0.0.1:8080",
-                        headers={"X-Twilio-Signature": public})
-    assert status == 200
-    local = twilio_signature("tw-secret", "http://127.0.0.1:8080/phone/twilio?line=2", TWILIO_FORM)
-    status, _, _ = call(route, "/phone/twilio?line=2", data=TWILIO_FORM, base_url="http://127.0.0.1:8080",
-                        headers={"X-Twilio-Signature": local})
-    assert status == 403
+    local = {"path": "/phone/twilio?line=2", "base_url": "http://127.0.0.1:8080"}
+    for url in ("https://tunnel.example.net/phone/twilio?line=2", "https://tunnel.example.net:443/phone/twilio?line=2",
+                "http://127.0.0.1:8080/phone/twilio?line=2"):  # the public URL, and the URL as the server saw it
+        assert signed(route, url, **local) == 200
+    for url in ("http://tunnel.example.net/phone/twilio?line=2", "https://tunnel.example.net/phone/twilio",
+                "https://tunnel.example.net/phone/twilio?line=3", "https://evil.example.org/phone/twilio?line=2"):
+        assert signed(route, url, **local) == 403
 
 
 def test_without_twilios_auth_token_no_signature_is_asked_for():
@@ -273,28 +253,96 @@ def test_without_twilios_auth_token_no_signature_is_asked_for():
 
 @pytest.mark.parametrize("name", ["twilio", "telnyx", "plivo"])
 def test_with_an_access_token_an_unsigned_webhook_must_carry_it(name):
-    route = PhoneRoute(app, fake_front(access_token="server-token-0123456789"), environ={})
-    status, _, body = call(route, f"/phone/{name}", data=TWILIO_FORM)
+    route = PhoneRoute(app, fake_front(access_token="server-token-0123456789", max_failures=2), environ={})
+    status, _, body = call(route, f"/phone/{name}", data=FORMS[name])
     assert status == 403 and b"<Stream" not in body
-    status, _, body = call(route, f"/phone/{name}?token=server-token-0123456789", data=TWILIO_FORM)
-    assert status == 200 and route.tokens.spend(stream_token(name, body), name)
+    status, _, body = call(route, f"/phone/{name}?token=server-token-0123456789", data=FORMS[name])
+    assert status == 200 and route.tokens.spend(stream_token(name, body), name, FORMS[name][CALL_FIELDS[name]])
     assert b"server-token-0123456789" not in body  # the server's own token is never handed on
     assert route.front.guard.throttle.retry_after(CALLER) is None  # (a missing token is no guess)
-    status, _, _ = call(route, f"/phone/{name}?token=server-token-0123456789-wrong", data=TWILIO_FORM)
-    assert status == 403 and route.front.guard.throttle.retry_after(CALLER) is not None  # a wrong one counts
+    wrong = f"/phone/{name}?token=server-token-0123456789-wrong"
+    assert call(route, wrong, data=FORMS[name])[0] == 403
+    assert route.front.guard.throttle.retry_after(CALLER) is None  # a wrong one counts once: 1 of 2...
+    assert call(route, wrong, data=FORMS[name])[0] == 403
+    assert route.front.guard.throttle.retry_after(CALLER) is not None  # ...and the second locks the address out
 
 
 def test_other_paths_pass_through_to_the_app():
     route = PhoneRoute(app, fake_front(), environ={})
-    for path in ("/", "/health", "/phone", "/phone/", "/phone/vonage", "/phone/twilio/extra", "/v1/realtime"):
+    for path in ("/", "/health", "/phone", "/phone/", "/phone/vonage", "/phone/twilio/extra", "/phone/streams",
+                 "/v1/realtime"):
         status, _, body = call(route, path, method="POST" if path.startswith("/phone") else "GET")
         assert (status, body) == (200, b"the app: " + path.encode())
 
 
-def test_the_stream_path_is_a_websocket_only():
+# --- the stream route ----------------------------------------------------------------------------------------------
+UPGRADE = {"Upgrade": "websocket", "Connection": "Upgrade"}
+
+
+@pytest.fixture
+def sockets(monkeypatch) -> list:
+    """The upgrades begun (handler, environ), answered 101 unshaken; then each session's (provider, admitted)."""
+    opened = []
+
+    class Socket:
+        def __init__(self, handler, limit, guard):
+            self.handler = handler
+
+        def __call__(self, environ, start_response):
+            opened.append((self.handler, environ))
+            start_response("101 Switching Protocols", [])
+            return [b""]
+
+    def session(front, ws, environ, expected, admitted, credentials):
+        return SimpleNamespace(serve=lambda: opened.append((expected, admitted)))
+
+    monkeypatch.setattr(route_module, "PhoneSocket", Socket)
+    monkeypatch.setattr(route_module, "PhoneSession", session)
+    return opened
+
+
+def test_the_stream_path_is_a_websocket_only(sockets):
     route = PhoneRoute(app, fake_front(), environ={})
-    status, _, body = call(route, "/phone/stream", method="GET")
-    assert status == 426 and b"WebSocket" in body
+    token = route.tokens.mint("twilio")
+    for path in ("/phone/stream", f"/phone/stream/twilio/{token}"):
+        status, _, body = call(route, path, method="GET")
+        assert status == 426 and b"WebSocket" in body
+    assert sockets == [] and route.tokens.valid(token, "twilio")
+
+
+def test_a_stream_without_a_good_token_is_refused_before_any_upgrade(sockets):
+    clock = Clock()
+    route = PhoneRoute(app, fake_front(), environ={})
+    route.tokens = StreamTokens(ttl_s=60.0, clock=clock)
+    spent, expired = route.tokens.mint("twilio", "CA1"), route.tokens.mint("twilio", "CA1")
+    assert route.tokens.spend(spent, "twilio", "CA1") is True
+    clock.now += 30.0
+    token = route.tokens.mint("twilio", "CA1")  # (minted later: still good when `expired` is not)
+    clock.now += 31.0
+    for path in ("/phone/stream", "/phone/stream/", "/phone/stream/twilio", "/phone/stream/twilio/",
+                 "/phone/stream/twilio/garbage", f"/phone/stream/twilio/{spent}", f"/phone/stream/twilio/{expired}",
+                 f"/phone/stream/vonage/{token}", f"/phone/stream/telnyx/{token}", f"/phone/stream/{token}",
+                 f"/phone/stream/twilio/{token}/extra"):
+        status, _, body = call(route, path, method="GET", headers=UPGRADE)
+        assert status == 403 and b"stream URL" in body, path
+    assert sockets == []  # no upgrade was begun
+    assert route.tokens.valid(token, "twilio")  # and the good token was spent by none of them
+
+
+def test_a_stream_with_a_good_token_is_upgraded_and_spends_it_for_the_webhooks_call(sockets):
+    route = PhoneRoute(app, fake_front(access_token=VOUCH), environ={})
+    _, _, body = call(route, f"/phone/twilio?token={VOUCH}", data=TWILIO_FORM)
+    path = f"/phone/stream/twilio/{stream_token('twilio', body)}"
+    status, _, _ = call(route, path, method="GET", headers=UPGRADE, query_string="sid=abc&x=1")
+    assert status == 101
+    ((handler, environ),) = sockets
+    assert environ["QUERY_STRING"] == "x=1"  # (a `sid` names no engine.io session here)
+    handler(object())  # the stream opens: its session serves
+    expected, admitted = sockets[1]
+    assert expected is Twilio  # a stream on the Twilio URL must start as Twilio's
+    assert admitted("CA-another-call") is None  # its start must name the webhook's call
+    assert admitted(TWILIO_FORM["CallSid"]) is True and admitted(TWILIO_FORM["CallSid"]) is None
+    assert call(route, path, method="GET", headers=UPGRADE)[0] == 403  # its URL opens one stream
 
 
 def test_only_the_providers_settings_are_kept_from_the_environment():

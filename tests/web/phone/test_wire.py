@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -37,7 +38,7 @@ TWILIO_START = {
     "event": "start", "sequenceNumber": "1", "streamSid": "MZ18ad3ab5a668481ce02b83e7395059f0",
     "start": {"accountSid": "AC00000000000000000000000000000000", "streamSid": "MZ18ad3ab5a668481ce02b83e7395059f0",
               "callSid": "CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2", "tracks": ["inbound"],
-              "customParameters": {"token": "tok-123", "FirstName": "Jane"},
+              "customParameters": {"FirstName": "Jane", "Room": "front-desk"},
               "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
 }
 TELNYX_START = {
@@ -105,10 +106,10 @@ def test_what_is_no_providers_start_is_not_recognised(message):
 
 
 # --- Twilio --------------------------------------------------------------------------------------------------------
-def test_twilios_start_names_its_stream_call_law_and_custom_parameters():
+def test_twilios_start_names_its_stream_call_laws_and_custom_parameters():
     provider, call = started(TWILIO_START)
     assert call == CallStarted("MZ18ad3ab5a668481ce02b83e7395059f0", "CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2", "ulaw",
-                               {"token": "tok-123", "FirstName": "Jane"})
+                               "ulaw", {"FirstName": "Jane", "Room": "front-desk"})  # heard and replied in µ-law
     assert provider.stream_id == "MZ18ad3ab5a668481ce02b83e7395059f0"  # what the door's messages will name
 
 
@@ -143,7 +144,8 @@ def test_twilios_outgoing_messages_have_its_documented_shape():
 
 
 def test_twilio_carries_mulaw_only():
-    assert Twilio().started(with_media_format(TWILIO_START, "mediaFormat", {})).law == "ulaw"  # its default
+    call = Twilio().started(with_media_format(TWILIO_START, "mediaFormat", {}))
+    assert (call.law, call.reply_law) == ("ulaw", "ulaw")  # its default
     for encoding in ("audio/l16", "audio/x-alaw", "PCMU", 0):
         with pytest.raises(WireError):
             Twilio().started(with_media_format(TWILIO_START, "mediaFormat",
@@ -176,9 +178,17 @@ def test_telnyxs_start_names_its_stream_from_the_top_level_and_its_call_control_
     start = with_media_format(TELNYX_START, "media_format", {"encoding": encoding, "sample_rate": 8000, "channels": 1})
     provider, call = started(start)
     assert type(provider) is Telnyx
+    # the caller is heard in the call's law; the reply goes out in PCMU, whatever the call's own codec
     assert call == CallStarted("32de0dea-53cb-4b21-89a4-9e1819c043bc",
-                               "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg", law, {})
+                               "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg", law, "ulaw", {})
     assert provider.stream_id == "32de0dea-53cb-4b21-89a4-9e1819c043bc"
+
+
+@pytest.mark.parametrize("encoding", ["PCMU", "PCMA"])
+def test_telnyxs_reply_law_is_the_codec_its_answer_asks_for(encoding):
+    call = Telnyx().started(with_media_format(TELNYX_START, "media_format", {"encoding": encoding}))
+    stream = ET.fromstring(Telnyx.answer("wss://voice.example.com/phone/stream/telnyx/t")).find("Connect/Stream")
+    assert Telnyx.LAWS[stream.get("bidirectionalCodec")] == call.reply_law == "ulaw"
 
 
 @pytest.mark.parametrize("encoding", ["L16", "G722", "OPUS", "AMR-WB", "audio/x-mulaw", None])
@@ -221,11 +231,14 @@ def test_telnyxs_outgoing_messages_have_its_documented_shape():
 
 # --- Plivo ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("encoding", "law"), [("audio/x-mulaw", "ulaw"), ("audio/x-alaw", "alaw")])
-def test_plivos_start_names_its_stream_and_call(encoding, law):
+def test_plivos_start_names_its_stream_and_call_and_replies_in_the_calls_law(encoding, law):
     provider, call = started(with_media_format(PLIVO_START, "mediaFormat", {"encoding": encoding, "sampleRate": 8000}))
     assert type(provider) is Plivo
-    assert call == CallStarted("20170ada-f610-433b-8758-c02a2aab3662", "aeb2d8e3-5c4f-4b1c-9a3a-2b7c1e0f1d11", law, {})
+    assert call == CallStarted("20170ada-f610-433b-8758-c02a2aab3662", "aeb2d8e3-5c4f-4b1c-9a3a-2b7c1e0f1d11", law,
+                               law, {})
     assert provider.stream_id == "20170ada-f610-433b-8758-c02a2aab3662"
+    # what it sends back is labelled with the call's own encoding
+    assert provider.media(AUDIO)["media"]["contentType"] == encoding
 
 
 @pytest.mark.parametrize("media_format", [{"encoding": "audio/x-l16", "sampleRate": 8000},
@@ -234,6 +247,16 @@ def test_plivos_start_names_its_stream_and_call(encoding, law):
 def test_plivo_hears_g711_at_8_khz_only(media_format):
     with pytest.raises(WireError):
         Plivo().started(with_media_format(PLIVO_START, "mediaFormat", media_format))
+
+
+@pytest.mark.parametrize("encoding", [["PCMU"], {"PCMU": 1}, ["audio/x-mulaw"], {}, 8.0, True])
+@pytest.mark.parametrize(("start", "key"), [(TWILIO_START, "mediaFormat"), (TELNYX_START, "media_format"),
+                                            (PLIVO_START, "mediaFormat")], ids=["twilio", "telnyx", "plivo"])
+def test_an_encoding_that_is_not_a_string_is_a_wire_error(start, key, encoding):
+    provider = Provider.recognise(start)
+    assert provider is not None
+    with pytest.raises(WireError):  # (not a TypeError from an unhashable list or dict)
+        provider.started(with_media_format(start, key, {"encoding": encoding, "sampleRate": 8000}))
 
 
 def test_plivos_stream_messages_read_into_the_doors_events():

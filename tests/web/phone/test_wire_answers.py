@@ -18,54 +18,58 @@ HOSTILE = "a\"b'c<d>e&f g"  # quotes, markup and an ampersand: what an XML write
 
 
 # --- the webhook's XML ---------------------------------------------------------------------------------------------
-def test_twilios_answer_connects_the_call_with_the_token_as_a_parameter():
-    xml = Twilio.answer("wss://voice.example.com/phone/stream", {"token": "tok-123"})
+URL = "wss://voice.example.com/phone/stream/twilio/AbC-123_xyz"  # the stream's token travels in its path
+
+
+def sent_url(provider: type, xml: str) -> str:
+    """The stream URL an answer connects its call to (asserting there is exactly one stream)."""
+    streams = ET.fromstring(xml).findall(".//Stream")
+    assert len(streams) == 1
+    return streams[0].text if provider is Plivo else streams[0].get("url")
+
+
+def test_twilios_answer_connects_the_call_to_the_stream_url_alone():
+    xml = Twilio.answer(URL)
     assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?>')
     root = ET.fromstring(xml)
     assert root.tag == "Response" and [c.tag for c in root] == ["Connect"]
+    assert [c.tag for c in root.find("Connect")] == ["Stream"]
     stream = root.find("Connect/Stream")
-    assert stream is not None and stream.get("url") == "wss://voice.example.com/phone/stream"  # no query string
-    assert [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")] == [("token", "tok-123")]
+    assert stream.attrib == {"url": URL}  # no query string
+    assert list(stream) == [] and not (stream.text or "").strip()  # no <Parameter>: the token is in the path
 
 
-@pytest.mark.parametrize("provider", [Telnyx, Plivo])
-def test_telnyx_and_plivo_answers_carry_the_token_in_the_stream_urls_query(provider):
-    root = ET.fromstring(provider.answer("wss://voice.example.com/phone/stream", {"token": "tok-123"}))
-    if provider is Telnyx:
-        stream = root.find("Connect/Stream")
-        assert stream is not None and stream.get("bidirectionalMode") == "rtp"
-        url = stream.get("url")
-    else:
-        stream = root.find("Stream")
-        assert stream is not None and stream.get("bidirectional") == "true"
-        assert stream.get("contentType") == "audio/x-mulaw;rate=8000"
-        url = stream.text
-    parts = urlsplit(url)
-    assert (parts.scheme, parts.netloc, parts.path) == ("wss", "voice.example.com", "/phone/stream")
-    assert parse_qs(parts.query) == {"token": ["tok-123"]}
-
-
-@pytest.mark.parametrize("provider", [Telnyx, Plivo])
-def test_a_query_already_on_the_stream_url_is_kept(provider):
-    root = ET.fromstring(provider.answer("wss://voice.example.com/phone/stream?room=1", {"token": "t"}))
-    url = root.find("Connect/Stream").get("url") if provider is Telnyx else root.find("Stream").text
-    assert parse_qs(urlsplit(url).query) == {"room": ["1"], "token": ["t"]}
-
-
-def test_hostile_values_keep_every_answer_well_formed_and_arrive_intact():
-    url = "wss://voice.example.com/phone/stream?a=1&b=\"2\"&c=<3>"
-    root = ET.fromstring(Twilio.answer(url, {"token": HOSTILE, HOSTILE: "x"}))
+def test_telnyxs_answer_asks_for_a_bidirectional_pcmu_stream():
+    root = ET.fromstring(Telnyx.answer(URL))
+    assert root.tag == "Response" and [c.tag for c in root] == ["Connect"]
     stream = root.find("Connect/Stream")
-    assert stream.get("url") == url
-    parameters = [(p.get("name"), p.get("value")) for p in stream.findall("Parameter")]
-    assert parameters == [("token", HOSTILE), (HOSTILE, "x")]
-    for provider in (Telnyx, Plivo):
-        root = ET.fromstring(provider.answer(url, {"token": HOSTILE}))
-        streams = root.findall(".//Stream")
-        assert len(streams) == 1  # no markup got in
-        sent = streams[0].get("url") if provider is Telnyx else streams[0].text
-        assert sent.startswith(url + "&token=")
-        assert parse_qs(urlsplit(sent).query)["token"] == [HOSTILE]  # percent-encoded, read back whole
+    assert stream.attrib == {"url": URL, "bidirectionalMode": "rtp", "bidirectionalCodec": "PCMU"}
+    assert list(stream) == []
+
+
+def test_plivos_answer_is_a_bidirectional_stream_that_keeps_the_call_alive():
+    root = ET.fromstring(Plivo.answer(URL))
+    assert root.tag == "Response" and [c.tag for c in root] == ["Stream"]
+    stream = root.find("Stream")
+    assert stream.attrib == {"bidirectional": "true", "keepCallAlive": "true",
+                             "contentType": "audio/x-mulaw;rate=8000"}
+    assert stream.text == URL and list(stream) == []
+
+
+@pytest.mark.parametrize("provider", [Twilio, Telnyx, Plivo])
+def test_the_stream_url_is_passed_through_intact(provider):
+    for url in (URL, "ws://10.0.0.5:8080/phone/stream/plivo/t0k", "wss://tunnel.example.net/a/b/telnyx/x?room=1"):
+        sent = sent_url(provider, provider.answer(url))
+        assert sent == url
+        assert urlsplit(sent).query == urlsplit(url).query  # nothing added to its query
+
+
+@pytest.mark.parametrize("provider", [Twilio, Telnyx, Plivo])
+def test_hostile_values_keep_every_answer_well_formed_and_arrive_intact(provider):
+    url = f"wss://voice.example.com/phone/stream/{provider.name}/{HOSTILE}?a=1&b=\"2\"&c=<3>"
+    root = ET.fromstring(provider.answer(url))  # well-formed
+    assert [c.tag for c in root] == (["Stream"] if provider is Plivo else ["Connect"])  # no markup got in
+    assert sent_url(provider, provider.answer(url)) == url
 
 
 def test_a_refusal_says_its_text_then_hangs_up():

@@ -12,13 +12,13 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 import numpy as np
 import soxr
@@ -52,6 +52,7 @@ BEFORE_START = 4  # messages a stream may send before its start (a `connected`, 
 MAX_WIRE_ERRORS = 20  # unreadable messages a call may send before its stream is closed
 DIGITS_WITHIN_S = 1.2  # keypad digits pressed this close together are one entry ("#" ends one at once)
 HANG_UP_TIMEOUT_S = 10.0
+FRAME = G711_RATE // 50  # 20 ms
 
 
 class PhoneSession:
@@ -59,13 +60,14 @@ class PhoneSession:
 
     door = "phone"
 
-    def __init__(self, front: FrontHost, ws: Any, environ: dict, admitted: Callable[[str | None, str], bool],
-                 credentials: Mapping[str, str]):
-        """admitted: whether a stream token (from the stream URL or the start's parameters) was minted by this
-        door's webhook for this provider and is unspent; credentials: the providers' account settings (from the
-        environment)."""
+    def __init__(self, front: FrontHost, ws: Any, environ: dict, expected: type[Provider],
+                 admitted: Callable[[str], bool | None], credentials: Mapping[str, str]):
+        """expected: the provider the stream's URL names; admitted(call_id): its token spent for that call (True:
+        the webhook named this call, so the server may hang it up; False: it named none; None: refused);
+        credentials: the providers' account settings (from the environment)."""
         self.front, self.ws, self.environ = front, ws, environ
-        self.admitted, self.credentials = admitted, credentials
+        self.expected, self.admitted, self.credentials = expected, admitted, credentials
+        self.may_hang_up = False
         self.provider: Provider | None = None
         self.call: CallStarted | None = None
         self.session: Session | None = None
@@ -76,9 +78,11 @@ class PhoneSession:
         self.wire_errors = 0
         self.resampler: Any = None  # the reply's, 24 kHz → 8 kHz (a stream: no seam between chunks)
         self.speaking_turn: int | None = None  # the turn whose reply is going out now
+        self.cut = False  # ...and it was cut short (a barge-in's clear)
         self.marks: dict[str, float] = {}  # marks sent and not yet played back: when each was sent
         self.heard_marks = 0
         self.digits = ""
+        self.digits_entry = 0  # which entry the pending timer is for (a later digit starts another)
         self.digits_timer: threading.Timer | None = None
 
     # --- the stream ---------------------------------------------------------------------------------------------
@@ -115,26 +119,23 @@ class PhoneSession:
                     if message["event"] == "connected":
                         continue
                     raise WireError(f"a stream begins with start, not {message['event'][:32]!r}")
+                if not isinstance(provider, self.expected):
+                    raise WireError(f"a {provider.name} stream on the {self.expected.name} stream URL")
                 call = provider.started(message)
             except WireError as exc:
                 log.info("phone stream refused: %s", exc)
                 self._close_stream()
                 return False
-            token = self._token_of(call)
-            if not self.admitted(token, provider.name):
-                log.info("a %s stream without a valid stream token: closed (only calls the webhook answered stream)",
-                         provider.name)
+            admitted = self.admitted(call.call_id)
+            if admitted is None:
+                log.info("a %s stream whose token is spent, expired or another call's: closed", provider.name)
                 self._close_stream()
                 return False
-            self.provider, self.call = provider, call
+            self.provider, self.call, self.may_hang_up = provider, call, admitted
             return self._seat()
         log.info("phone stream sent %d messages and no start: closed", BEFORE_START + 1)
         self._close_stream()
         return False
-
-    def _token_of(self, call: CallStarted) -> str | None:
-        query = parse_qs(self.environ.get("QUERY_STRING", ""))
-        return call.parameters.get("token") or query.get("token", [None])[0]
 
     def _seat(self) -> bool:
         front, call, provider = self.front, self.call, self.provider
@@ -178,7 +179,8 @@ class PhoneSession:
         elif isinstance(event, KeyPressed):
             self._pressed(event.digit)
         elif isinstance(event, MarkPlayed):
-            sent = self.marks.pop(event.name, None)
+            with self.send_lock:
+                sent = self.marks.pop(event.name, None)
             if sent is not None:
                 self.heard_marks += 1
                 log.info("the caller heard %s (%.2f s after it was sent)", event.name, time.monotonic() - sent,
@@ -193,18 +195,21 @@ class PhoneSession:
         """Keypad digits: gathered while they come close together, then told to the turn as text."""
         with self.send_lock:
             self.digits += digit
+            self.digits_entry += 1  # (a timer already firing for the entry so far finds it went on)
             if self.digits_timer is not None:
                 self.digits_timer.cancel()
-            if digit == "#" or len(self.digits) >= 32:
                 self.digits_timer = None
+            if digit == "#" or len(self.digits) >= 32:
                 self._digits_entered()
                 return
-            self.digits_timer = threading.Timer(DIGITS_WITHIN_S, self._digits_due)
+            self.digits_timer = threading.Timer(DIGITS_WITHIN_S, self._digits_due, args=(self.digits_entry,))
             self.digits_timer.daemon = True
             self.digits_timer.start()
 
-    def _digits_due(self) -> None:
+    def _digits_due(self, entry: int) -> None:
         with self.send_lock:
+            if entry != self.digits_entry:
+                return
             self.digits_timer = None
             self._digits_entered()
 
@@ -222,15 +227,14 @@ class PhoneSession:
         self.front.turns.post(session, TextTyped(time.monotonic(), text))
 
     def end(self) -> None:
-        """The seat back and the turn machine detached (once), the stream closed; a call the server ended is hung
+        """The stream closed, the seat back and the turn machine detached (once); a call the server ended is hung
         up through the provider."""
-        self.closed = True
-        with self.send_lock:
-            if self.digits_timer is not None:
-                self.digits_timer.cancel()
+        self._close_stream()
+        timer = self.digits_timer
+        if timer is not None:
+            timer.cancel()
         if self.session is not None:
             self.front.doorway.detach(self.sid)
-        self._close_stream()
         if self.ended_by_server:
             self._hang_up()
 
@@ -239,10 +243,20 @@ class PhoneSession:
         with contextlib.suppress(Exception):
             self.ws.close()
 
+    def _cut_stream(self) -> None:
+        """A provider that stops reading: its socket shut at once (a close would wait on the same stalled writes);
+        its reader then ends the session."""
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.ws.ws.sock.shutdown(socket.SHUT_RDWR)
+
     def _hang_up(self) -> None:
         """The provider's REST request that ends the call, on a thread of its own (a call already over is no
         error); without the account's credentials only the stream is closed, and the provider ends the call."""
         if self.provider is None or self.call is None:
+            return
+        if not self.may_hang_up:  # (its webhook named no call: the provider ends it as the stream closes)
+            log.info("the stream is closed; the provider ends the call", extra=turn_ids(self.sid))
             return
         request = self.provider.hang_up(self.call.call_id, self.credentials)
         if request is None:
@@ -260,7 +274,7 @@ class PhoneSession:
         try:
             self.ws.send(json.dumps(message))
         except Exception:
-            self._close_stream()
+            self._cut_stream()
 
     # --- its channel: what the front and the turn machine tell this call ----------------------------------------------
     def tell(self, event: ClientEvent) -> None:
@@ -272,13 +286,14 @@ class PhoneSession:
                 self._reply_audio(provider, event.pcm)
             elif isinstance(event, StopSpeaking):
                 self.resampler = None
+                self.cut = self.speaking_turn is not None
                 self._send(provider.clear())
             elif isinstance(event, StateChanged):
                 if event.state == "speaking":
-                    self.speaking_turn = event.turn_id
+                    self.speaking_turn, self.cut = event.turn_id, False
                 elif self.speaking_turn is not None:  # the reply is over (said, or cut): where the phone has got to
                     self._flush_reply(provider)
-                    name = f"reply-{self.speaking_turn}"
+                    name = f"reply-{self.speaking_turn}" + ("-cut-short" if self.cut else "")
                     self.speaking_turn = None
                     self.marks[name] = time.monotonic()
                     if len(self.marks) > 64:  # (a phone that never answers marks: the oldest are forgotten)
@@ -293,15 +308,17 @@ class PhoneSession:
         samples = self.resampler.resample_chunk(np.frombuffer(pcm, dtype=np.int16))
         if samples.size:
             assert self.call is not None
-            self._send(provider.media(g711_encode(samples, self.call.law)))
+            self._send(provider.media(g711_encode(samples, self.call.reply_law)))
 
     def _flush_reply(self, provider: Provider) -> None:
+        """The reply's last samples, padded to a whole 20 ms frame (Telnyx takes no shorter media)."""
         if self.resampler is not None:
             assert self.call is not None
             samples = self.resampler.resample_chunk(np.zeros(0, np.int16), last=True)
             self.resampler = None
             if samples.size:
-                self._send(provider.media(g711_encode(samples, self.call.law)))
+                samples = np.concatenate([samples, np.zeros(-samples.size % FRAME, np.int16)])
+                self._send(provider.media(g711_encode(samples, self.call.reply_law)))
 
     def close(self) -> None:
         """The server ends the call (idle, refused too often, shutting down): the stream closes, the reader ends

@@ -38,11 +38,13 @@ class StreamConnected:
 
 @dataclass(frozen=True)
 class CallStarted:
-    """The call's stream begins: its ids, the parameters the webhook's XML passed, and its audio's G.711 law."""
+    """The call's stream begins: its ids, the G.711 law of the caller's audio and of the reply's, and the custom
+    parameters the stream carries."""
 
     stream_id: str
     call_id: str
     law: Law
+    reply_law: Law
     parameters: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -198,7 +200,8 @@ class Provider:
 
     # the webhook's answers
     @staticmethod
-    def answer(stream_url: str, parameters: Mapping[str, str]) -> str:
+    def answer(stream_url: str) -> str:
+        """The XML that connects the call to `stream_url` (which carries the stream's token in its path)."""
         raise NotImplementedError
 
     @staticmethod
@@ -215,18 +218,12 @@ def _xml(body: str) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?><Response>{body}</Response>'
 
 
-def _with_query(url: str, parameters: Mapping[str, str]) -> str:
-    query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in parameters.items())
-    return f"{url}{'&' if '?' in url else '?'}{query}" if query else url
-
-
 def _basic(user: str, secret: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode("ascii")
 
 
 class Twilio(Provider):
-    """Twilio Media Streams (``<Connect><Stream>``): its Stream URL takes no query string; what the session needs
-    travels as ``<Parameter>``s and comes back in the start's ``customParameters``."""
+    """Twilio Media Streams (``<Connect><Stream>``; its Stream URL takes no query string: the token is in its path)."""
 
     name, key = "twilio", "streamSid"
 
@@ -237,7 +234,7 @@ class Twilio(Provider):
         if encoding != "audio/x-mulaw":
             raise WireError(f"Twilio streams carry audio/x-mulaw, not {str(encoding)[:32]!r}")
         self.stream_id = _text(start.get("streamSid"), "start.streamSid")
-        return CallStarted(self.stream_id, _text(start.get("callSid"), "start.callSid"), "ulaw",
+        return CallStarted(self.stream_id, _text(start.get("callSid"), "start.callSid"), "ulaw", "ulaw",
                            _parameters(start.get("customParameters")))
 
     def media(self, payload: bytes) -> dict[str, Any]:
@@ -251,9 +248,8 @@ class Twilio(Provider):
         return {"event": "mark", "streamSid": self.stream_id, "mark": {"name": name}}
 
     @staticmethod
-    def answer(stream_url: str, parameters: Mapping[str, str]) -> str:
-        params = "".join(f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in parameters.items())
-        return _xml(f"<Connect><Stream url={quoteattr(stream_url)}>{params}</Stream></Connect>")
+    def answer(stream_url: str) -> str:
+        return _xml(f"<Connect><Stream url={quoteattr(stream_url)}/></Connect>")
 
     @staticmethod
     def hang_up(call_id: str, credentials: Mapping[str, str]) -> HangUp | None:
@@ -267,8 +263,8 @@ class Twilio(Provider):
 
 
 class Telnyx(Provider):
-    """Telnyx media streaming, connected by TeXML (``<Connect><Stream bidirectionalMode="rtp">``); the stream
-    URL may carry a query string."""
+    """Telnyx media streaming, connected by TeXML (``<Connect><Stream bidirectionalMode="rtp">``), played back in
+    PCMU whatever the call's codec."""
 
     name, key = "telnyx", "stream_id"
     LAWS: ClassVar[dict[str, Law]] = {"PCMU": "ulaw", "PCMA": "alaw"}
@@ -277,11 +273,12 @@ class Telnyx(Provider):
         start = message["start"]
         media_format = start.get("media_format") if isinstance(start.get("media_format"), dict) else {}
         encoding = media_format.get("encoding", "PCMU")
-        if encoding not in self.LAWS:
+        if not isinstance(encoding, str) or encoding not in self.LAWS:
             raise WireError(f"the phone door hears PCMU or PCMA, not {str(encoding)[:32]!r}")
         self.stream_id = _text(message.get("stream_id"), "stream_id")
+        # (what it plays back is the answer's bidirectionalCodec, PCMU, whatever the call's own codec)
         return CallStarted(self.stream_id, _text(start.get("call_control_id"), "start.call_control_id"),
-                           self.LAWS[encoding], _parameters(start.get("custom_parameters")))
+                           self.LAWS[encoding], "ulaw", _parameters(start.get("custom_parameters")))
 
     def media(self, payload: bytes) -> dict[str, Any]:
         return {"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}}
@@ -293,9 +290,9 @@ class Telnyx(Provider):
         return {"event": "mark", "mark": {"name": name}}
 
     @staticmethod
-    def answer(stream_url: str, parameters: Mapping[str, str]) -> str:
-        url = _with_query(stream_url, parameters)
-        return _xml(f'<Connect><Stream url={quoteattr(url)} bidirectionalMode="rtp"/></Connect>')
+    def answer(stream_url: str) -> str:
+        return _xml(f'<Connect><Stream url={quoteattr(stream_url)} bidirectionalMode="rtp" '
+                    'bidirectionalCodec="PCMU"/></Connect>')
 
     @staticmethod
     def hang_up(call_id: str, credentials: Mapping[str, str]) -> HangUp | None:
@@ -320,11 +317,12 @@ class Plivo(Provider):
         start = message["start"]
         media_format = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
         encoding = media_format.get("encoding", "audio/x-mulaw")
-        if encoding not in self.LAWS or media_format.get("sampleRate", 8000) != 8000:
+        if not isinstance(encoding, str) or encoding not in self.LAWS or media_format.get("sampleRate", 8000) != 8000:
             raise WireError("the phone door hears audio/x-mulaw or audio/x-alaw at 8000 Hz")
         self.stream_id = _text(start.get("streamId"), "start.streamId")
-        self.content_type = encoding  # (what it sends back is in the same law)
-        return CallStarted(self.stream_id, _text(start.get("callId"), "start.callId"), self.LAWS[encoding], {})
+        self.content_type = encoding  # (what it sends back is in the same law, labelled so)
+        law = self.LAWS[encoding]
+        return CallStarted(self.stream_id, _text(start.get("callId"), "start.callId"), law, law, {})
 
     def _mark_name(self, message: Mapping[str, Any]) -> str:
         return _text(message.get("name"), "name")
@@ -341,10 +339,9 @@ class Plivo(Provider):
         return {"event": "checkpoint", "streamId": self.stream_id, "name": name}
 
     @staticmethod
-    def answer(stream_url: str, parameters: Mapping[str, str]) -> str:
-        url = _with_query(stream_url, parameters)
+    def answer(stream_url: str) -> str:
         return _xml('<Stream bidirectional="true" keepCallAlive="true" contentType="audio/x-mulaw;rate=8000">'
-                    f"{escape(url)}</Stream>")
+                    f"{escape(stream_url)}</Stream>")
 
     @staticmethod
     def refusal(text: str) -> str:
