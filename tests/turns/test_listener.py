@@ -90,3 +90,32 @@ def test_a_carried_request_begins_the_next_utterance():
     (alone,) = [e for e in again if isinstance(e, UtteranceEnded)]
     assert alone.speech.details["start_s"] > joined.speech.details["end_s"]  # its own start: nothing carried
     assert len(alone.speech.pcm) < len(joined.speech.pcm) - len(ended.speech.pcm) // 2
+
+
+def test_an_interruption_over_a_phone_line_is_confirmed_across_the_fricative_its_band_lost():
+    """"Wait, [s]top." with the "s" gone (a 0.4 s gap): on a 16 kHz line the span starts again after it; on an
+    8 kHz phone line the gap is within the span, which confirms the speech as it would with the "s"."""
+    from tests.hearing.test_vad import ScriptedVad
+    from vita.turns.listener import PHONE_RATE
+    from vita.turns.turn_events import SpeechConfirmed
+
+    def confirmed(rate: int) -> int | None:
+        script = "." * 40 + "#" * 8 + "." * 12 + "#" * 12 + "." * 40  # 256 ms, a 384 ms gap, 384 ms more
+        config = Config()
+        segmenter = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in script]), 0.5, 0.35, 1500, 0,
+                                 250, 30, 64, 128, config.turn.barge_in_confirm_ms, 0.0,
+                                 config.turn.barge_in_span_ms)
+        ears = SpeechListener(segmenter)
+        tone = (8000 * np.sin(np.arange(rate // 50) / 5 * 16000 / rate)).astype(np.int16)
+        chunk_s = 512 / 16000
+        at = 100.0
+        for i, c in enumerate(script):
+            pcm = tone if c == "#" else np.zeros(rate // 50, np.int16)
+            events = ears.hear(np.resize(pcm, round(rate * chunk_s)), rate, at, at)  # (32 ms a message)
+            at += chunk_s
+            if any(isinstance(e, SpeechConfirmed) for e in events):
+                return i
+        return None
+
+    assert confirmed(16000) is None  # (the span starts again after the gap; 650 ms voiced never comes)
+    assert confirmed(PHONE_RATE) is not None

@@ -130,6 +130,7 @@ class VadSegmenter:
         self.span_min_voiced = max(int(self.confirm_samples * SPAN_VOICED_SHARE), self.onset_samples)
         self.span_from = 0  # stream position of the first voiced chunk after the speech's last long gap
         self.span_voiced = 0  # voiced samples since span_from
+        self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         self.echo_guard_db = echo_guard_db
         # Whose voice each chunk is: the user's, or the room's (other people, the reply's echo).
@@ -204,11 +205,9 @@ class VadSegmenter:
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = False
         self.confirmed = self.onset_reported = self.confirm_reported = False
-        self.speech = []
+        self.speech, self.carried, self.pause_reported = [], None, False
         self.silent_chunks = self.quiet_tail = 0
         self.tail_levels.clear()
-        self.pause_reported = False
-        self.carried = None
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
             self._keep_from_here()
 
@@ -294,7 +293,7 @@ class VadSegmenter:
             if self.pause_reported:
                 self.pause_reported = False
                 events.append(VadEvent(Heard.RESUME))
-            if self.silent_chunks + self.quiet_tail > SPAN_MAX_GAP_CHUNKS:
+            if self.silent_chunks + self.quiet_tail > self.span_max_gap_chunks:
                 self.span_from, self.span_voiced = chunk_start, 0
             self.silent_chunks = self.quiet_tail = 0
             self.tail_levels.append(level)
