@@ -237,6 +237,8 @@ class PhoneDoor(Door):
         media = [at for at, _ in self.call.of("media")]
         turns = []
         for row in self._rows():
+            if row["end_reason"] == "stop command":  # ("Wait, stop." alone: it stopped the reply, it asked nothing)
+                continue
             at, end = row["started_at"] - self.clock, row["ended_at"] - self.clock
             reason = None if row["end_reason"] in ("done", "") and not row["interrupted"] else row["end_reason"]
             first = next((t for t in media if at <= t <= end), None)
