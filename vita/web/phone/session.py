@@ -72,7 +72,7 @@ class PhoneSession:
         self.call: CallStarted | None = None
         self.session: Session | None = None
         self.sid = ""
-        self.closed = False
+        self.closed = self.ended = False
         self.ended_by_server = False
         self.send_lock = threading.Lock()
         self.wire_errors = 0
@@ -229,6 +229,9 @@ class PhoneSession:
     def end(self) -> None:
         """The stream closed, the seat back and the turn machine detached (once); a call the server ended is hung
         up through the provider."""
+        if self.ended:
+            return
+        self.ended = True
         self._close_stream()
         timer = self.digits_timer
         if timer is not None:
