@@ -358,8 +358,8 @@ class VadSegmenter:
         return played is not None and played >= ECHO_LEARN_ABOVE_DBFS
 
     def _lead_in(self) -> list[np.ndarray]:
-        """What the opening speech begins with: the pre-roll, or the voiced chunks just before it that stood over the
-        bar for going on and the pre-roll before them (not a lone one after a gap, a babble's; none near the reply)."""
+        """What the opening speech begins with: the fixed pre-roll, or the voiced chunks just before it that stood over
+        the bar for going on and the pre-roll before them, none near the reply (nor a lone one after a gap)."""
         heard = list(self.before)
         bar = self.gate.needed(self.level_db, speaking=True)
         run = gap = streak = 0

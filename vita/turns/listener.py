@@ -11,7 +11,7 @@ import numpy as np
 import soxr
 
 from vita.hearing.echo_canceller import EchoCanceller
-from vita.hearing.vad import CHUNK, SAMPLE_RATE, Heard, Utterance, VadEvent, VadSegmenter
+from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, Heard, Utterance, VadEvent, VadSegmenter
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -82,12 +82,12 @@ class SpeechListener:
 
     def hear(self, pcm: np.ndarray, rate: int, arrived: float, now: float) -> list[Event]:
         """One message of int16 audio that arrived at `arrived`; the events it completes, stamped `now`."""
-        if rate != SAMPLE_RATE:
-            if self._resampler is None or self._rate != rate:
-                self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16")
-                self._rate = rate
-                if rate <= PHONE_RATE:
-                    self.segmenter.span_max_gap_chunks = PHONE_SPAN_MAX_GAP_CHUNKS
+        if rate != self._rate:  # (a client may change its format: a Realtime session's, say)
+            self._rate = rate
+            self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16") if rate != SAMPLE_RATE else None
+            phone = rate <= PHONE_RATE
+            self.segmenter.span_max_gap_chunks = PHONE_SPAN_MAX_GAP_CHUNKS if phone else SPAN_MAX_GAP_CHUNKS
+        if self._resampler is not None:
             pcm = self._resampler.resample_chunk(pcm)
         if self.canceller is not None:  # the echo goes before the VAD judges the audio and before it is kept
             cancelling = self.canceller.cancelling

@@ -246,6 +246,14 @@ def test_twilios_signature_is_over_the_url_as_seen_or_the_public_one_behind_a_pr
         assert signed(route, url, **local) == 403
 
 
+def test_twilios_signature_is_over_the_path_a_proxy_mounts_the_server_at():
+    route = PhoneRoute(app, fake_front(), environ={"TWILIO_AUTH_TOKEN": "tw-secret",
+                                                   "VITA_PHONE_STREAM_URL": "wss://example.net/vita/phone/stream"})
+    local = {"path": "/phone/twilio", "base_url": "http://127.0.0.1:8080"}
+    assert signed(route, "https://example.net/vita/phone/twilio", **local) == 200
+    assert signed(route, "https://example.net/other/phone/twilio", **local) == 403
+
+
 def test_without_twilios_auth_token_no_signature_is_asked_for():
     route = PhoneRoute(app, fake_front(), environ={"TWILIO_ACCOUNT_SID": "AC0123"})
     assert call(route, "/phone/twilio", data=TWILIO_FORM)[0] == 200

@@ -218,17 +218,17 @@ class PhoneRoute:
         tail = request.path + (f"?{query}" if query else "")
         hosts = [request.host_url.rstrip("/")]
         public = self.credentials.get("VITA_PHONE_STREAM_URL")
-        if public:
+        if public:  # (and under the path a proxy mounts the server at)
             parts = urlsplit(public)
-            hosts.append(f"https://{parts.netloc}")
+            hosts += [f"https://{parts.netloc}", f"https://{parts.netloc}{parts.path.removesuffix(STREAM_PATH)}"]
         urls = []
-        for host in hosts:
+        for host in dict.fromkeys(hosts):
             parts = urlsplit(host)
             name = parts.netloc.rsplit("@", 1)[-1]
             name = name[:name.rindex("]") + 1] if name.startswith("[") else name.split(":")[0]  # (an IPv6 in [])
-            bare = f"{parts.scheme}://{name}"
+            bare, prefix = f"{parts.scheme}://{name}", parts.path.rstrip("/")
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            urls += [bare + tail, f"{bare}:{port}{tail}"]
+            urls += [bare + prefix + tail, f"{bare}:{port}{prefix}{tail}"]
         return urls
 
     def _stream_url(self, environ: dict) -> str:

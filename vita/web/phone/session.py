@@ -77,6 +77,7 @@ class PhoneSession:
         self.send_lock = threading.Lock()
         self.wire_errors = 0
         self.resampler: Any = None  # the reply's, 24 kHz → 8 kHz (a stream: no seam between chunks)
+        self.reply_rest = np.zeros(0, np.int16)  # ...and what it gave past the last whole 20 ms frame
         self.speaking_turn: int | None = None  # the turn whose reply is going out now
         self.cut = False  # ...and it was cut short (a barge-in's clear)
         self.marks: dict[str, float] = {}  # marks sent and not yet played back: when each was sent
@@ -288,7 +289,7 @@ class PhoneSession:
             if isinstance(event, ReplyAudio):
                 self._reply_audio(provider, event.pcm)
             elif isinstance(event, StopSpeaking):
-                self.resampler = None
+                self.resampler, self.reply_rest = None, np.zeros(0, np.int16)
                 self.cut = self.speaking_turn is not None
                 self._send(provider.clear())
             elif isinstance(event, StateChanged):
@@ -306,22 +307,25 @@ class PhoneSession:
                 log.info("phone call idle past the timeout: hung up", extra=turn_ids(self.sid))
 
     def _reply_audio(self, provider: Provider, pcm: bytes) -> None:
+        """The reply's audio in whole 20 ms frames (Telnyx takes no shorter media); the rest waits for more."""
         if self.resampler is None:
             self.resampler = soxr.ResampleStream(REPLY_RATE, G711_RATE, 1, dtype="int16")
         samples = self.resampler.resample_chunk(np.frombuffer(pcm, dtype=np.int16))
-        if samples.size:
+        self._send_frames(provider, np.concatenate([self.reply_rest, samples]))
+
+    def _send_frames(self, provider: Provider, samples: np.ndarray) -> None:
+        whole = samples.size - samples.size % FRAME
+        self.reply_rest = samples[whole:]
+        if whole:
             assert self.call is not None
-            self._send(provider.media(g711_encode(samples, self.call.reply_law)))
+            self._send(provider.media(g711_encode(samples[:whole], self.call.reply_law)))
 
     def _flush_reply(self, provider: Provider) -> None:
-        """The reply's last samples, padded to a whole 20 ms frame (Telnyx takes no shorter media)."""
+        """The reply's last samples, padded to a whole 20 ms frame."""
         if self.resampler is not None:
-            assert self.call is not None
-            samples = self.resampler.resample_chunk(np.zeros(0, np.int16), last=True)
+            tail = np.concatenate([self.reply_rest, self.resampler.resample_chunk(np.zeros(0, np.int16), last=True)])
             self.resampler = None
-            if samples.size:
-                samples = np.concatenate([samples, np.zeros(-samples.size % FRAME, np.int16)])
-                self._send(provider.media(g711_encode(samples, self.call.reply_law)))
+            self._send_frames(provider, np.concatenate([tail, np.zeros(-tail.size % FRAME, np.int16)]))
 
     def close(self) -> None:
         """The server ends the call (idle, refused too often, shutting down): the stream closes, the reader ends
