@@ -218,8 +218,9 @@ def test_hostile_streams_get_a_closed_stream_and_cost_no_other_call(line):
         rude.send({"event": "media", "streamId": rude.stream_id, "media": {"payload": "A" * 20000}})
         rude.start()  # a second start
         assert wait_health(line, lambda h: h["sessions"] == 2)["sessions"] == 2
-        for _ in range(30):
-            rude.send('{"event": "dtmf", "dtmf": {"digit": "Z"}}')
+        for _ in range(30):  # (the server closes the stream at the 20th: later sends may find it closed)
+            with contextlib.suppress(Exception):
+                rude.send('{"event": "dtmf", "dtmf": {"digit": "Z"}}')
         assert rude.closed.wait(15)
         huge = Phone(line.url, "twilio")
         huge.start()
