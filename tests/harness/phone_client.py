@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import secrets
+import sqlite3
 import ssl
 import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -211,6 +214,20 @@ class PhoneCall:
             message = {"event": "mark", key: self.stream_id, "mark": {"name": name}}
         with contextlib.suppress(Exception):
             self.send(message)
+
+    def logged_turns(self, server_log: str, state_dir: Path) -> list[dict[str, Any]]:
+        """This call's rows of the server's turn log, in turn order: [] until the server's log names the turn log's
+        session for the call and the turn log holds its rows (a phone hears no text: this is what it said)."""
+        found = re.search(rf"phone call {re.escape(self.call_id)} .*the turn log's session (\w+)", server_log)
+        if found is None:
+            return []
+        try:
+            with sqlite3.connect(state_dir / "turns.sqlite3") as db:
+                db.row_factory = sqlite3.Row
+                return [dict(r) for r in db.execute("SELECT * FROM turns WHERE session = ? ORDER BY turn_id",
+                                                    (found.group(1),))]
+        except sqlite3.Error:
+            return []
 
     def of(self, *events: str) -> list[tuple[float, dict[str, Any]]]:
         with self.changed:

@@ -4,7 +4,6 @@ list of turns."""
 from __future__ import annotations
 
 import base64
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,25 +217,10 @@ class PhoneDoor(Door):
             self.call.send(self.call.media(g711_encode(frame, "ulaw"), self.chunk))
             self.chunk += 1
 
-    def _rows(self) -> list[dict]:
-        import sqlite3
-
-        found = re.search(rf"phone call {re.escape(self.call.call_id)} .*the turn log's session (\w+)",
-                          self.log_path.read_text(errors="replace"))
-        if found is None:
-            return []
-        try:
-            with sqlite3.connect(self.state_dir / "turns.sqlite3") as db:
-                db.row_factory = sqlite3.Row
-                return [dict(r) for r in db.execute("SELECT * FROM turns WHERE session = ? ORDER BY turn_id",
-                                                    (found.group(1),))]
-        except sqlite3.Error:
-            return []
-
     def turns(self) -> list[Turn]:
         media = [at for at, _ in self.call.of("media")]
         turns = []
-        for row in self._rows():
+        for row in self.call.logged_turns(self.log_path.read_text(errors="replace"), self.state_dir):
             if row["end_reason"] == "stop command":  # ("Wait, stop." alone: it stopped the reply, it asked nothing)
                 continue
             at, end = row["started_at"] - self.clock, row["ended_at"] - self.clock

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-import sqlite3
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,21 +98,11 @@ def question(text: str) -> np.ndarray:
     return np.concatenate([silence(0.4), spoken(text), silence(1.2)])
 
 
-def turns_of(line, call: PhoneCall) -> list[dict]:
-    """The call's rows of the turn log (its session's pseudonym is in the line's log line for the call)."""
-    found = re.search(rf"phone call {re.escape(call.call_id)} .*the turn log's session (\w+)", line.log())
-    if found is None:
-        return []
-    with sqlite3.connect(line.state_dir / "turns.sqlite3") as db:
-        db.row_factory = sqlite3.Row
-        return [dict(r) for r in db.execute("SELECT * FROM turns WHERE session = ? ORDER BY turn_id",
-                                            (found.group(1),))]
-
-
 def wait_turns(line, call: PhoneCall, count: int = 1, timeout: float = REPLY) -> list[dict]:
-    assert wait_until(lambda: len(turns_of(line, call)) >= count, timeout=timeout, interval=0.2), \
+    assert wait_until(lambda: len(call.logged_turns(line.log(), line.state_dir)) >= count, timeout=timeout,
+                      interval=0.2), \
         line.log()[-3000:]
-    return turns_of(line, call)
+    return call.logged_turns(line.log(), line.state_dir)
 
 
 @pytest.mark.parametrize("provider", ["twilio", "telnyx", "plivo"])

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 import simple_websocket
 from engineio.async_drivers._websocket_wsgi import SimpleWebSocketWSGI
@@ -186,7 +186,27 @@ class BoundedWebSocket(SimpleWebSocketWSGI):
             return None  # the connection ends
         return data
 
+    def cut(self) -> None:
+        """Shut the connection's socket at once: a client that stopped reading (a close would wait on the same
+        stalled writes). Its reader then wakes and ends the session."""
+        with contextlib.suppress(Exception):
+            self.ws.sock.shutdown(socket.SHUT_RDWR)
+
     def too_big_notice(self) -> str:
         """What a client that sent too big a message is told before the close (here: a Socket.IO error event)."""
         error = {"code": "message_too_big", "message": f"A message may be at most {self.limit} bytes."}
         return "42" + json.dumps(["error", error])
+
+
+class SizeLimit:
+    """What BoundedWebSocket reads its size limit from (engine.io's server, for Socket.IO), for a door's own route."""
+
+    def __init__(self, max_bytes: int):
+        self.max_http_buffer_size = max_bytes
+
+
+def door_request(environ: dict) -> dict:
+    """A door's own WebSocket request (Realtime, a phone stream) with any `sid` left out of its query: it names no
+    engine.io session, and BoundedWebSocket would take it for a polling client upgrading."""
+    query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
+    return {**environ, "QUERY_STRING": query}

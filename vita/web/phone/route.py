@@ -27,13 +27,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Request
 
 from vita.web.http.access import AccessGuard
-from vita.web.http.bounded_websocket import BoundedWebSocket
+from vita.web.http.bounded_websocket import BoundedWebSocket, SizeLimit, door_request
 from vita.web.phone.session import PhoneSession
 from vita.web.phone.wire import PROVIDERS
 
@@ -128,11 +128,6 @@ class PhoneSocket(BoundedWebSocket):
 
     def too_big_notice(self) -> str:
         return json.dumps({"event": "error", "message": f"a message may be at most {self.limit} bytes"})
-
-
-class _Limit:
-    def __init__(self, max_bytes: int):
-        self.max_http_buffer_size = max_bytes
 
 
 def _xml(start_response: Callable, status: str, body: str) -> list[bytes]:
@@ -253,7 +248,5 @@ class PhoneRoute:
         upgrade = PhoneSocket(lambda ws: PhoneSession(self.front, ws, environ, PROVIDERS[name],
                                                       lambda call_id: self.tokens.spend(token, name, call_id),
                                                       self.credentials).serve(),
-                              _Limit(MAX_STREAM_MESSAGE_BYTES), self.front.socket_guard)
-        # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
-        query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
-        return upgrade({**environ, "QUERY_STRING": query}, start_response)
+                              SizeLimit(MAX_STREAM_MESSAGE_BYTES), self.front.socket_guard)
+        return upgrade(door_request(environ), start_response)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import secrets
-import socket
 import threading
 import time
 import urllib.error
@@ -33,6 +32,7 @@ from vita.web.phone.wire import (
     CallAudio,
     CallStarted,
     CallStopped,
+    HangUp,
     KeyPressed,
     MarkPlayed,
     Provider,
@@ -81,7 +81,6 @@ class PhoneSession:
         self.speaking_turn: int | None = None  # the turn whose reply is going out now
         self.cut = False  # ...and it was cut short (a barge-in's clear)
         self.marks: dict[str, float] = {}  # marks sent and not yet played back: when each was sent
-        self.heard_marks = 0
         self.digits = ""
         self.digits_entry = 0  # which entry the pending timer is for (a later digit starts another)
         self.digits_timer: threading.Timer | None = None
@@ -183,7 +182,6 @@ class PhoneSession:
             with self.send_lock:
                 sent = self.marks.pop(event.name, None)
             if sent is not None:
-                self.heard_marks += 1
                 log.info("the caller heard %s (%.2f s after it was sent)", event.name, time.monotonic() - sent,
                          extra=turn_ids(self.sid))
         elif isinstance(event, CallStopped):
@@ -247,13 +245,6 @@ class PhoneSession:
         with contextlib.suppress(Exception):
             self.ws.close()
 
-    def _cut_stream(self) -> None:
-        """A provider that stops reading: its socket shut at once (a close would wait on the same stalled writes);
-        its reader then ends the session."""
-        self.closed = True
-        with contextlib.suppress(Exception):
-            self.ws.ws.sock.shutdown(socket.SHUT_RDWR)
-
     def _hang_up(self) -> None:
         """The provider's REST request that ends the call, on a thread of its own (a call already over is no
         error); without the account's credentials only the stream is closed, and the provider ends the call."""
@@ -267,9 +258,7 @@ class PhoneSession:
             log.info("no %s credentials: the stream is closed, the provider ends the call", self.provider.name,
                      extra=turn_ids(self.sid))
             return
-        threading.Thread(target=_send_hang_up, args=(request.method, request.url, dict(request.headers),
-                                                    request.body, self.sid), name="phone-hang-up",
-                         daemon=True).start()
+        threading.Thread(target=_send_hang_up, args=(request, self.sid), name="phone-hang-up", daemon=True).start()
 
     def _send(self, message: dict[str, Any]) -> None:
         """(under send_lock) A message to the provider; a stream that cannot take it is closed."""
@@ -277,8 +266,9 @@ class PhoneSession:
             return
         try:
             self.ws.send(json.dumps(message))
-        except Exception:
-            self._cut_stream()
+        except Exception:  # a provider that stopped reading: its socket shut at once, its reader ends the session
+            self.closed = True
+            self.ws.cut()
 
     # --- its channel: what the front and the turn machine tell this call ----------------------------------------------
     def tell(self, event: ClientEvent) -> None:
@@ -340,11 +330,12 @@ class PhoneSession:
         return None  # the reply goes out as paced ReplyAudio, as media messages
 
 
-def _send_hang_up(method: str, url: str, headers: dict[str, str], body: bytes | None, sid: str) -> None:
-    request = urllib.request.Request(url, data=body, headers=headers, method=method)
+def _send_hang_up(hang_up: HangUp, sid: str) -> None:
+    request = urllib.request.Request(hang_up.url, data=hang_up.body, headers=dict(hang_up.headers),
+                                     method=hang_up.method)
     try:
         with urllib.request.urlopen(request, timeout=HANG_UP_TIMEOUT_S) as answer:
-            log.info("call hung up (%s %d)", method, answer.status, extra=turn_ids(sid))
+            log.info("call hung up (%s %d)", hang_up.method, answer.status, extra=turn_ids(sid))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             log.info("call was over already (404)", extra=turn_ids(sid))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -137,11 +138,10 @@ def _digit(dtmf: Any) -> KeyPressed:
 
 
 # --- the providers -------------------------------------------------------------------------------------------------
-class Provider:
+class Provider(ABC):
     """One provider's dialect. `stream_id` is set once the stream's start has been read."""
 
     name: ClassVar[str]
-    key: ClassVar[str]  # where its messages name the stream
     mark_event: ClassVar[str] = "mark"
 
     def __init__(self, stream_id: str = ""):
@@ -185,33 +185,37 @@ class Provider:
         mark = message.get("mark")
         return _text(mark.get("name") if isinstance(mark, dict) else None, "mark.name")
 
+    @abstractmethod
     def started(self, message: Mapping[str, Any]) -> CallStarted:
-        raise NotImplementedError
+        """The call a start message names (WireError: one this door cannot take)."""
 
     # what the door sends
+    @abstractmethod
     def media(self, payload: bytes) -> dict[str, Any]:
-        raise NotImplementedError
+        """Reply audio, G.711 bytes at 8 kHz."""
 
+    @abstractmethod
     def clear(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Drop what the phone has not played yet (a barge-in)."""
 
+    @abstractmethod
     def mark(self, name: str) -> dict[str, Any]:
-        raise NotImplementedError
+        """Ask the phone to say when it has played everything sent before this."""
 
     # the webhook's answers
     @staticmethod
+    @abstractmethod
     def answer(stream_url: str) -> str:
         """The XML that connects the call to `stream_url` (which carries the stream's token in its path)."""
-        raise NotImplementedError
 
     @staticmethod
     def refusal(text: str) -> str:
         return _xml(f"<Say>{escape(text)}</Say><Hangup/>")
 
     @staticmethod
+    @abstractmethod
     def hang_up(call_id: str, credentials: Mapping[str, str]) -> HangUp | None:
         """The request that ends the call, or None without the account's credentials."""
-        raise NotImplementedError
 
 
 def _xml(body: str) -> str:
@@ -225,7 +229,7 @@ def _basic(user: str, secret: str) -> str:
 class Twilio(Provider):
     """Twilio Media Streams (``<Connect><Stream>``; its Stream URL takes no query string: the token is in its path)."""
 
-    name, key = "twilio", "streamSid"
+    name = "twilio"
 
     def started(self, message: Mapping[str, Any]) -> CallStarted:
         start = message["start"]
@@ -266,7 +270,7 @@ class Telnyx(Provider):
     """Telnyx media streaming, connected by TeXML (``<Connect><Stream bidirectionalMode="rtp">``), played back in
     PCMU whatever the call's codec."""
 
-    name, key = "telnyx", "stream_id"
+    name = "telnyx"
     LAWS: ClassVar[dict[str, Law]] = {"PCMU": "ulaw", "PCMA": "alaw"}
 
     def started(self, message: Mapping[str, Any]) -> CallStarted:
@@ -308,7 +312,7 @@ class Plivo(Provider):
     """Plivo audio streams (``<Stream bidirectional="true">``): audio out is ``playAudio``, a barge-in
     ``clearAudio``, a mark a ``checkpoint`` that Plivo answers with ``playedStream``."""
 
-    name, key = "plivo", "streamId"
+    name = "plivo"
     mark_event = "playedStream"
     content_type = "audio/x-mulaw"
     LAWS: ClassVar[dict[str, Law]] = {"audio/x-mulaw": "ulaw", "audio/x-alaw": "alaw"}

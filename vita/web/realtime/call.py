@@ -121,6 +121,10 @@ class DataChannelWire:
         """Raises RuntimeError once the WebRTC loop is gone (the front is stopping): the session then ends."""
         self.loop.call_soon_threadsafe(self._send, text)
 
+    def cut(self) -> None:
+        """Nothing to shut: a WebSocket's socket is cut when a send to it fails; a call's send fails only once the
+        WebRTC loop is gone, which ends the session by itself."""
+
     def close(self) -> None:
         """The server ends the call (idle timeout, shutdown): the reader wakes, the peer connection goes."""
         self.attached.set()

@@ -9,12 +9,12 @@ import json
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from werkzeug.wrappers import Request
 
 from vita.web.http.access import AccessGuard
-from vita.web.http.bounded_websocket import BoundedWebSocket
+from vita.web.http.bounded_websocket import BoundedWebSocket, SizeLimit, door_request
 from vita.web.realtime.call import DataChannelWire
 from vita.web.realtime.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
 from vita.web.realtime.protocol import ProtocolError, Settings, error_event, new_id, parse_event, updated
@@ -89,11 +89,9 @@ class RealtimeRoute:
         protocols = [p.strip() for p in environ.get("HTTP_SEC_WEBSOCKET_PROTOCOL", "").split(",") if p.strip()]
         model = parse_qs(environ.get("QUERY_STRING", "")).get("model", [""])[0]
         upgrade = RealtimeSocket(lambda ws: RealtimeSession(self.front, ws, model, environ, bound).serve(),
-                                _Limit(self.max_message_bytes), self.front.socket_guard,
+                                SizeLimit(self.max_message_bytes), self.front.socket_guard,
                                 subprotocols=[p for p in protocols if p == "realtime"] or None)
-        # A `sid` here names no engine.io session: BoundedWebSocket would take it for a polling client upgrading.
-        query = urlencode([(k, v) for k, v in parse_qsl(environ.get("QUERY_STRING", "")) if k != "sid"])
-        return upgrade({**environ, "QUERY_STRING": query}, start_response)
+        return upgrade(door_request(environ), start_response)
 
     def _admitted(self, environ: dict, spend: bool = True) -> Settings | None:
         """The caller's token, or its client key's session settings (None: none bound); KeyRefused, saying why,
@@ -274,10 +272,3 @@ class RealtimeRoute:
             if protocol.strip().startswith(SUBPROTOCOL_KEY):
                 return protocol.strip()[len(SUBPROTOCOL_KEY):]
         return AccessGuard.offered(Request(environ))
-
-
-class _Limit:
-    """What BoundedWebSocket reads its size limit from (engine.io's server, for Socket.IO)."""
-
-    def __init__(self, max_bytes: int):
-        self.max_http_buffer_size = max_bytes

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +88,7 @@ class RealtimeSession(ItemsAndResponses):
             self.ws.send(json.dumps(event, ensure_ascii=False))
         except Exception:
             self.closed = True
-            with contextlib.suppress(Exception):
-                self.ws.ws.sock.shutdown(socket.SHUT_RDWR)
+            self.ws.cut()
 
     def close(self) -> None:
         """The server ends the session (idle timeout): a last word has been sent; the client's reader ends it."""
