@@ -213,4 +213,5 @@ def _serve(config: Config, graph: Any, front: Any, server: Any, scheme: str) -> 
             front.rtc.stop()
         front.socket_guard.stop()
         front.turn_log.stop()
+        front.tracing.shutdown()  # the spans still waiting go out
         log.info("stopped in %.1f s", time.monotonic() - started)

@@ -243,6 +243,28 @@ class VisionConfig:
 
 
 @dataclass
+class TracingConfig:
+    """OpenTelemetry traces (vita/ops/tracing.py): off unless an OTLP endpoint is named, here or by the standard
+    OTEL_EXPORTER_OTLP_ENDPOINT (which wins, as do the other OTEL_* variables)."""
+
+    endpoint: str | None = None  # OTLP base URL, e.g. http://127.0.0.1:4318; None: the environment's, else off
+    protocol: str = "http/protobuf"  # or grpc (OTEL_EXPORTER_OTLP_PROTOCOL wins)
+    content: bool = False  # spans carry what was said (transcript, reply text); never images, tokens or keys
+
+
+@dataclass
+class RecordingConfig:
+    """A turn's recording for a bug report (vita/ops/turn_recording.py): what the VAD cut, what ASR heard, the
+    prompt, the reply's text and audio, the timings; a folder a turn, bounded in size and age."""
+
+    enabled: bool = False  # every session's turns
+    per_session: bool = True  # a client may record its own session's turns (the page's switch)
+    path: str | None = None  # None: state_dir/recordings
+    max_mb: float = 500.0  # the oldest turns go first past this
+    retention_days: float = 7.0
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -256,6 +278,8 @@ class Config:
     webrtc: WebRtcConfig = field(default_factory=WebRtcConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     vision: VisionConfig = field(default_factory=VisionConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
+    recording: RecordingConfig = field(default_factory=RecordingConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def trusted_proxies(self) -> frozenset[str]:
@@ -309,6 +333,9 @@ class Config:
             return None
         return Path(self.turn_log.path).expanduser() if self.turn_log.path else self.state_path() / "turns.sqlite3"
 
+    def recording_path(self) -> Path:
+        return Path(self.recording.path).expanduser() if self.recording.path else self.state_path() / "recordings"
+
     def state_path(self) -> Path:
         if self.server.state_dir:
             return Path(self.server.state_dir).expanduser()
@@ -316,7 +343,8 @@ class Config:
         return Path(base) / "vita-server"
 
 
-_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools", "vision"}
+_SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools", "vision", "tracing",
+             "recording"}
 
 
 AUTO_OPTIONS = {"server.max_users", "asr.cpu_threads"}  # options whose "auto" (or null) means: measured at start

@@ -60,6 +60,8 @@ class TurnRequest:
     must_call: tuple[str, ...] = ()
     output_audio: bool = True  # False: a text-only client (no voice)
     max_tokens: int | None = None  # the client's cap on the reply's tokens (a Realtime client's max_output_tokens)
+    trace: str = ""  # the turn's span as a W3C traceparent: the worker's stages join its trace ("": not traced)
+    record_to: str = ""  # the turn's recording folder: the worker adds the prompt the model saw ("": not recorded)
 
 
 REPLY_MODES = ("stream", "full")
@@ -161,6 +163,7 @@ class TtsPiece:
     text: str
     last: bool = False
     voice: str | None = None
+    trace: str = ""  # the turn's traceparent (TurnRequest.trace): the voice's span joins the turn's trace
 
 
 # --- workers -> front ----------------------------------------------------------------------------------

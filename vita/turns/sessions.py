@@ -21,6 +21,7 @@ from vita.turns.camera import FrameBuffer
 from vita.turns.turn_taking import TurnTaking
 
 if TYPE_CHECKING:
+    from vita.ops.session_trace import SessionTrace
     from vita.turns.listener import SpeechListener
     from vita.turns.reply_sinks import ReplyOutput
     from vita.turns.session_actor import SessionActor
@@ -69,6 +70,7 @@ class Session:
     actor: SessionActor | None = field(default=None, repr=False)  # its mailbox and thread
     listener: SpeechListener | None = field(default=None, repr=False)  # its ears (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
+    trace: SessionTrace | None = field(default=None, repr=False)  # its spans (its thread's, as its turns are)
     turn_frames: int = 0  # camera frames the latest turn took
     frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
     held: list = field(default_factory=list, repr=False)  # outputs held back: a speculative turn's until it is

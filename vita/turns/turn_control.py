@@ -36,6 +36,8 @@ from vita.hearing.vad import SAMPLE_RATE
 from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
+from vita.ops.session_trace import SessionTrace
+from vita.ops.tracing import Tracing
 from vita.ops.turn_log import TurnLogger
 from vita.turns.ears import Ears
 from vita.turns.reply_pacer import Fate
@@ -43,6 +45,7 @@ from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_outpu
 from vita.turns.session_actor import AudioIn, ClockTick, Mail, SessionActor
 from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
+    DISCARDED,
     STALLED,
     Action,
     AudioSent,
@@ -99,8 +102,9 @@ EVENTS = get_args(Event)  # the turn machine's events, as mail
 class TurnController(WorkerNews):
     def __init__(self, config: Config, ears: Ears, tell: Tell, put: Put, disconnect: Callable[[str], None],
                  workers_ready: Callable[[], bool], metrics: FrontMetrics, turn_log: TurnLogger, *,
-                 line: SeatLine | None):
+                 line: SeatLine | None, tracing: Tracing | None = None):
         self.config = config
+        self.tracing = tracing or Tracing.off()
         self.line = line  # clients waiting for a seat: an idle session gives its up sooner (None: no line)
         self.metrics = metrics
         save = config.limits.save_utterances_dir
@@ -139,6 +143,8 @@ class TurnController(WorkerNews):
                                    rules=rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
         session.listener = self.ears.session_listener(session.speaker_echo, turn)
         session.output = self._output(session)
+        session.trace = SessionTrace(self.tracing, session.channel.door if session.channel is not None else "socketio",
+                                     self.records.turn_log.pseudonym(session.sid))
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick,
@@ -166,6 +172,7 @@ class TurnController(WorkerNews):
             return
         session.actor.post(Disconnected(time.monotonic()))
         session.actor.call(lambda: self._end_session(session.sid))
+        session.actor.call(session.trace.close)
         session.actor.call(trim_heap)  # what its messages took is free now: the OS gets it back
         session.actor.stop()
         session.actor.join(SESSION_JOIN_S)
@@ -336,6 +343,7 @@ class TurnController(WorkerNews):
             session.silent_turns.discard(action.turn_id)
             self._say_unheard(session)  # a reply with no audio at all still shows its text
             self.records.finished(sid, action.turn_id, action.reason)
+            session.trace.ended(action.turn_id, action.reason, interrupted=False)
         elif isinstance(action, JudgeTurn):
             self._judge(session, action)
         elif isinstance(action, EndPauseAfter):
@@ -388,7 +396,8 @@ class TurnController(WorkerNews):
             speculative=action.speculative, unless_command=self.rules.stop_phrases if action.stopped_reply else (),
             timezone=session.timezone, tools=session.tools, instructions=session.instructions,
             client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
-            output_audio=session.output_audio, max_tokens=session.max_tokens, must_call=session.must_call))
+            output_audio=session.output_audio, max_tokens=session.max_tokens, must_call=session.must_call,
+            trace=session.trace.started(action.turn_id, speech, "speech" if speech else "text", action.speculative)))
         if not session.output_audio:  # (a Realtime response's own modality lasts its turn: the session's may change)
             session.silent_turns.add(action.turn_id)
             if len(session.silent_turns) > MAX_SILENT_TURNS:  # a discarded turn never reaches TurnDone
@@ -406,6 +415,7 @@ class TurnController(WorkerNews):
         sid, turn_id, speech = session.sid, action.turn_id, action.speech
         source = "speech" if speech is not None else "text"
         self.records.committed(sid, turn_id, source, action.text, session.turn_frames)
+        session.trace.committed(turn_id, speech)
         self.tell(TurnStarted(turn_id, source, action.text, session.turn_frames, speech.details if speech else {}),
                   to=sid)
         if speech is not None:
@@ -435,8 +445,11 @@ class TurnController(WorkerNews):
             self._say_unheard(session)  # the voice is stuck, not the text: the user still reads the reply
         session.unheard.clear()
         self.records.cancelled(session.sid, action.turn_id, action.reason, action.forget)
+        discarded = action.forget and action.reason == DISCARDED
+        session.trace.ended(action.turn_id, "discarded" if discarded else action.reason, interrupted=not discarded)
 
     def _first_audio(self, session: Session, action: FirstAudio) -> None:
         self.records.first_audio(session.sid, action.turn_id, action.times)
+        session.trace.first_audio(action.turn_id, action.times)
         self.tell(Timings(action.turn_id, "front", {k: round(v, 4) for k, v in action.times.items()}), to=session.sid)
         self._say_unheard(session)

@@ -81,6 +81,7 @@ class WorkerNews:
             session.held.append(message)
             return
         self.record(message)
+        session.trace.worker_fact(message)
         if isinstance(message, SessionError):
             self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:

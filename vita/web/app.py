@@ -20,6 +20,7 @@ from vita.machine.models import available_voices
 from vita.messages import MeasuredSpeed, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
+from vita.ops.tracing import Tracing
 from vita.ops.turn_log import TurnLogger
 from vita.text_cost import TextCost, local_tokenizer_file
 from vita.turns.ears import Ears
@@ -107,8 +108,10 @@ class FrontApp:
         self.metrics = FrontMetrics(lambda: len(self.sessions), graph.queue_depths, self.sessions.waiting_count)
         self.turn_log = TurnLogger(config.turn_log_path(), config.turn_log.retention_days)
         self.rtc = rtc_hub(config)
+        self.tracing = Tracing.for_process("front", config.tracing.endpoint, config.tracing.protocol,
+                                           config.tracing.content)
         self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
-                                    self.metrics, self.turn_log, line=self.sessions)
+                                    self.metrics, self.turn_log, line=self.sessions, tracing=self.tracing)
         graph.on_death = self.on_worker_death
         graph.on_measured = self.on_measured
         self.doorway = Doorway(self)  # every door seats and ends its sessions through it

@@ -8,6 +8,7 @@ import asyncio
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
+from vita.ops.tracing import Tracing
 from workers.llm.engines.asr import MisheardRule
 from workers.llm.engines.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.llm.engines.omni import InputMode
@@ -31,6 +32,8 @@ class LlmKit:
         self.asr: Any = None
         self.second_asr: Any = None  # asked when the first is unsure (asr.second_opinion)
         self.asr_s = 0.0  # one short question's ASR here, measured in setup
+        self.tracing = Tracing.off()  # the worker's spans (vita/ops/tracing.py), when traces are on
+        self.model_name = ""  # the model that answers, as spans name it (gen_ai.request.model)
 
     @property
     def misheard_rule(self) -> MisheardRule:

@@ -39,7 +39,7 @@ class TurnOutput:
                          gen_started: float) -> None:
         if not spoken:
             timings["first_piece_s"] = time.monotonic() - gen_started
-        message = TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice)
+        message = TtsPiece(req.session_id, req.turn_id, len(spoken), piece, voice=req.voice, trace=req.trace)
         # Recorded before the put: a cancel that lands while the put's thread runs does not stop the put, so the
         # piece reaches the voice and belongs in the history of what was said.
         spoken.append(piece)

@@ -55,6 +55,7 @@ class TurnRun:
     cache_salt: str | None = None  # its prompts' (EnginePrompt.cache_salt): a client wrote their opening
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
     planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
+    span: Any = None  # the model's span while it generates (its tool calls' spans are its children)
 
     @property
     def kept_tool_messages(self) -> tuple[dict[str, Any], ...]:

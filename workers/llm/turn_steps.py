@@ -37,6 +37,14 @@ from workers.llm.turn_run import NAME, SENSE_CHECK, ImplausibleWords, TtsBusy, T
 from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
 
 MISHEARD = "misheard"
+# A turn's timings as its model span's attributes: GenAI's names where they have one, ours beside them.
+GENERATION_ATTRIBUTES = {"prompt_tokens": "gen_ai.usage.input_tokens", "tokens": "gen_ai.usage.output_tokens",
+                         "cached_tokens": "gen_ai.usage.cache_read.input_tokens",
+                         "first_token_s": "vita.first_token_s", "first_piece_s": "vita.first_piece_s",
+                         "tokens_per_s": "vita.tokens_per_s", "tool_calls": "vita.tool_calls",
+                         "context_turns": "vita.context_turns"}
+INTEGER_ATTRIBUTES = {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+                      "vita.tool_calls", "vita.context_turns"}
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
 
 
@@ -55,6 +63,7 @@ class TurnSteps:
         """One turn's life in this worker, from its request to its TurnEnded."""
         sid, tid = req.session_id, req.turn_id
         run = TurnRun(request_id=f"{sid}:{tid}", started=time.monotonic())
+        trace = self.kit.tracing
         try:
             await self.share(sid, run)
             history = self.sessions.conversation(sid)
@@ -62,17 +71,26 @@ class TurnSteps:
             if self.kit.mode.omni:  # the model hears and sees for itself
                 prompt, transcribing = self.omni(req, run, history)
             else:
+                looked_from = time.monotonic()
                 scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
-                await self.hear(req, run)
+                with trace.stage("asr", req.trace, {"vita.asr.model": self.config.asr.model}) as span:
+                    await self.hear(req, run)
+                    span.set_attributes(heard_attributes(run, trace.said(run.user_text)))
                 ended = self.nothing_to_answer(req, run)
                 if ended == MISHEARD:
                     await self.ask_again(req, run)
                 if ended:
                     return
                 await self.look(req, run, scene, history)
+                if req.frames:
+                    trace.record("vision", req.trace, looked_from, attributes={
+                        "vita.vision.frames": len(req.frames), "vita.vision.seen": bool(run.cues),
+                        "vita.vision.about_camera": run.about_camera})
                 prompt = self.prompt(req, run, history)
             run.timings["context_turns"] = float(len(history))
-            generated = await self.generate(req, run, prompt, history)
+            with trace.stage("llm", req.trace, self.generation_request(req)) as run.span:
+                generated = await self.generate(req, run, prompt, history)
+                run.span.set_attributes(generation_attributes(run.timings, trace.said(run.said)))
             if generated:
                 await self.keep(req, run, history, transcribing)
             elif run.misheard:  # its first words showed the model could not read the user's
@@ -90,6 +108,13 @@ class TurnSteps:
                 reason = "its language model stopped and is being restarted; please ask again in a moment"
             self.out.publish(SessionError(sid, tid, "llm_failed", f"The assistant could not answer: {reason}"))
             self.out.publish(TurnEnded(sid, tid, NAME, "error"))
+
+    def generation_request(self, req: TurnRequest) -> dict[str, Any]:
+        """The model's span as OpenTelemetry's GenAI conventions name what was asked of it."""
+        llm = self.config.llm
+        return {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm" if not llm.url else "openai",
+                "gen_ai.request.model": self.kit.model_name or None, "gen_ai.request.temperature": llm.temperature,
+                "gen_ai.request.max_tokens": req.max_tokens or llm.max_tokens}
 
     # --- the steps, in order -------------------------------------------------------------------------------------
     async def share(self, sid: str, run: TurnRun) -> None:
@@ -204,7 +229,7 @@ class TurnSteps:
         # before it plays (over a speakerphone's echo it drops it: nobody spoke).
         self.out.publish(ReplyText(sid, tid, ASK_AGAIN + " "))
         await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
-        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice))
+        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
         self.out.publish_answered(sid, tid, run)
 
     async def keep(self, req: TurnRequest, run: TurnRun, history: ConversationHistory, transcribing: Any) -> None:
@@ -236,3 +261,19 @@ class TurnSteps:
             history.add(Exchange(run.asked(), run.said, interrupted=True, turn_id=tid,
                                  tool_messages=run.kept_tool_messages))
         self.out.publish(TurnEnded(sid, tid, NAME, "cancelled", spoken=run.said))
+
+
+def heard_attributes(run: TurnRun, said: str | None) -> dict[str, Any]:
+    """What the ASR span says of what was heard (the words themselves only where the operator asked for them)."""
+    return {"vita.asr.words": len(run.user_text.split()), "vita.asr.logprob": run.timings.get("asr_logprob"),
+            "vita.asr.misheard": run.misheard, "vita.asr.second_opinion": "second_asr_s" in run.timings,
+            "vita.transcript": said}
+
+
+def generation_attributes(timings: dict[str, float], said: str | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"vita.reply": said}
+    for key, name in GENERATION_ATTRIBUTES.items():
+        if key in timings:
+            value = timings[key]
+            attributes[name] = int(value) if name in INTEGER_ATTRIBUTES else round(value, 4)
+    return attributes

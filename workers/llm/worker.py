@@ -33,6 +33,7 @@ from vita.messages import (
     WorkerState,
     read_messages,
 )
+from vita.ops.tracing import Tracing
 from workers.common import Publisher, StatusReporter, install_fault_signal, prepare_process
 from workers.llm.engines.asr import WhisperTranscriber, quickest_on_silence, threads_worth_it
 from workers.llm.engines.local_engine import LocalVllmEngine
@@ -84,6 +85,8 @@ class LlmWorker:
                                            initializer=name_os_thread,
                                            initargs=("asr",))
         self.kit = LlmKit(config, self.blocking)
+        self.kit.tracing = Tracing.for_process(NAME, config.tracing.endpoint, config.tracing.protocol,
+                                               config.tracing.content)
         self.out = TurnOutput(tts, self.publisher, config.llm.max_reply_words)
         self.speed: MeasuredSpeed | None = None  # measured as the engine warms up (--max_users auto)
         self.sessions = WorkerSessions(config.llm.history_turns)  # each session's history, turn, checks, calls
@@ -137,6 +140,7 @@ class LlmWorker:
         llm = self.config.llm
         model_dir = self.config.llm_model_path() if not llm.url else (
             Path(llm.model_path).expanduser() if llm.model_path else getattr(self.kit.engine, "model_root", None))
+        self.kit.model_name = llm.remote_model or (Path(model_dir).name if model_dir else "")
         if llm.url:
             self.kit.mode = detect_input_mode(read_model_config(model_dir) if model_dir else {}, llm.input_mode)
         if self.kit.mode.omni:
@@ -169,6 +173,7 @@ class LlmWorker:
     def close(self) -> None:
         self.stop.set()
         self.publisher.close()
+        self.kit.tracing.shutdown()
         self.blocking.shutdown(wait=False, cancel_futures=True)
         self.looking.close()
         if self.arithmetic is not None:

@@ -30,6 +30,7 @@ from vita.messages import (
     put_or_drop,
     read_messages,
 )
+from vita.ops.tracing import Tracing
 from vita.words import STOCK_PHRASES
 from workers.common import StatusReporter, install_fault_signal, prepare_process
 from workers.stage import CancelLedger, run_stage
@@ -86,6 +87,9 @@ class TurnAudio:
     synth_s: float = 0.0
     audio_s: float = 0.0
     said_before: int = 0  # pieces played ready-made (the assistant's own phrases, or said before in the session)
+    trace: str = ""  # the turn's traceparent: the voice's span joins its trace
+    began: float = 0.0  # when its first piece came (monotonic)
+    pieces: int = 0
 
 
 class TtsWorker:
@@ -102,6 +106,8 @@ class TtsWorker:
         self.lose_next_end = False  # set by the test fault signal (install_fault_signal)
         self.phrases = PhraseCache()  # short phrases said before, as spoken (only the synthesis loop uses it)
         self.stock = StockPhrases()  # the assistant's own phrases, spoken in setup
+        self.tracing = Tracing.for_process(NAME, config.tracing.endpoint, config.tracing.protocol,
+                                           config.tracing.content)
         self.out_rate = config.tts.output_sample_rate
         self.chunk_samples = self.out_rate * config.tts.chunk_ms // 1000
 
@@ -124,6 +130,7 @@ class TtsWorker:
 
     def close(self) -> None:
         self.stop.set()
+        self.tracing.shutdown()
 
     def lose_an_end(self) -> None:
         """Test fault (SIGUSR1 with VITA_FAULT_SIGNALS=1): the next turn to finish never sends its last chunk."""
@@ -174,11 +181,11 @@ class TtsWorker:
     def _drop_cancelled(self, session_id: str, turn_id: int) -> None:
         """A turn cancelled between its pieces sends no last piece: its resampler (~0.4 MB) goes now."""
         for key in [k for k in self.turns if k[0] == session_id and k[1] <= turn_id]:
-            del self.turns[key]
+            self._traced(self.turns.pop(key), interrupted=True)
 
     def _drop_session(self, session_id: str) -> None:
         for key in [k for k in self.turns if k[0] == session_id]:
-            del self.turns[key]
+            self._traced(self.turns.pop(key), interrupted=True)
         self.phrases.forget(session_id)
 
     def speak(self, piece: TtsPiece) -> None:
@@ -192,7 +199,8 @@ class TtsWorker:
 
             engine = self._engine(piece.voice)
             resampler = soxr.ResampleStream(engine.sample_rate, self.out_rate, 1, dtype="int16", quality="HQ")
-            turn = self.turns[key] = TurnAudio(resampler)
+            turn = self.turns[key] = TurnAudio(resampler, trace=piece.trace, began=time.monotonic())
+        turn.pieces += 1
         if turn.first_piece_at is None and piece.text:
             turn.first_piece_at = time.monotonic()
         text = normalize_for_speech(piece.text)
@@ -212,6 +220,7 @@ class TtsWorker:
                 self._end_cancelled(key)
                 return
             del self.turns[key]
+            self._traced(turn, interrupted=False, voice=self._voice_name(piece.voice))
             timings = {"synth_s": turn.synth_s, "audio_s": turn.audio_s,
                        "rtf": turn.synth_s / turn.audio_s if turn.audio_s else 0.0, "said_before": turn.said_before}
             if turn.first_chunk_s is not None:
@@ -265,7 +274,17 @@ class TtsWorker:
         turn.seq += 1
 
     def _end_cancelled(self, key: tuple[str, int]) -> None:
-        self.turns.pop(key, None)  # the front dropped the turn when it cancelled it: nothing to tell it
+        turn = self.turns.pop(key, None)  # the front dropped the turn when it cancelled it: nothing to tell it
+        if turn is not None:
+            self._traced(turn, interrupted=True)
+
+    def _traced(self, turn: TurnAudio, interrupted: bool, voice: str | None = None) -> None:
+        """The turn's voice as a span of its trace: from its first piece to its last chunk (or its cancel)."""
+        self.tracing.record("tts", turn.trace, turn.began, attributes={
+            "vita.tts.voice": voice, "vita.tts.pieces": turn.pieces, "vita.tts.audio_s": round(turn.audio_s, 4),
+            "vita.tts.synth_s": round(turn.synth_s, 4), "vita.tts.said_before": turn.said_before,
+            "vita.tts.first_chunk_s": round(turn.first_chunk_s, 4) if turn.first_chunk_s is not None else None,
+            "vita.interrupted": interrupted})
 
 
 def run_tts_worker(config: Config, inbox: Any, queues: dict[str, Any]) -> None:
