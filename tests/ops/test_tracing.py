@@ -230,3 +230,11 @@ def test_stage_times_are_the_monotonic_instants_given(exported: InMemorySpanExpo
     span = exported.get_finished_spans()[0]
     assert abs((span.end_time - span.start_time) / 1e9 - 1.0) < 0.01
     assert abs(span.end_time / 1e9 - (time.time() - 0.5)) < 0.05
+
+
+def test_unset_values_are_left_out_not_written_as_empty(exported: InMemorySpanExporter) -> None:
+    tracing = traced(exported, "llm")
+    span = tracing.start("asr", None, attributes={"vita.transcript": None, "vita.asr.words": 3})
+    tracing.note(span, {"vita.reply": None, "vita.asr.misheard": False})
+    tracing.end(span, attributes={"vita.tts.voice": None})
+    assert dict(exported.get_finished_spans()[0].attributes) == {"vita.asr.words": 3, "vita.asr.misheard": False}

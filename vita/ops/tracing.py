@@ -148,6 +148,11 @@ class Tracing:
             raise
         self.end(span)
 
+    def note(self, span: Span, attributes: Attributes) -> None:
+        """More of what a span says, the unset values left out (OpenTelemetry takes no None)."""
+        if self.on and span.is_recording():
+            span.set_attributes(_clean(attributes))
+
     def end(self, span: Span, at: float | None = None, attributes: Attributes | None = None,
             error: str | None = None) -> None:
         if not self.on or not span.is_recording():

@@ -75,7 +75,7 @@ class TurnSteps:
                 scene = self.looking.scene_for(req)  # meanwhile, the turn's newest picture is analysed
                 with trace.stage("asr", req.trace, {"vita.asr.model": self.config.asr.model}) as span:
                     await self.hear(req, run)
-                    span.set_attributes(heard_attributes(run, trace.said(run.user_text)))
+                    trace.note(span, heard_attributes(run, trace.said(run.user_text)))
                 ended = self.nothing_to_answer(req, run)
                 if ended == MISHEARD:
                     await self.ask_again(req, run)
@@ -90,7 +90,7 @@ class TurnSteps:
             run.timings["context_turns"] = float(len(history))
             with trace.stage("llm", req.trace, self.generation_request(req)) as run.span:
                 generated = await self.generate(req, run, prompt, history)
-                run.span.set_attributes(generation_attributes(run.timings, trace.said(run.said)))
+                trace.note(run.span, generation_attributes(run.timings, trace.said(run.said)))
             if generated:
                 await self.keep(req, run, history, transcribing)
             elif run.misheard:  # its first words showed the model could not read the user's
