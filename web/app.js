@@ -450,6 +450,7 @@ class App {
     // turn, so the withdrawn half leaves no bubble of its own.
     s.on("turn_cancelled", (m) => m.reason === "extended" ? this.log.withdrawn(m.turn_id) : this.log.interrupted(m.turn_id));
     s.on("timings", (m) => this.timings(m));
+    s.on("client_settings", (m) => this.recording(!!(m && m.record_turns)));
     s.on("history_cleared", () => this.log.clear());
     s.on("error", (m) => {
       if (m && m.code === "unauthorized") this.banner("This assistant needs an access token: open the link you were given.");
@@ -469,7 +470,7 @@ class App {
     if (!this.socket.connected) return;
     let timezone = null;
     try { timezone = Intl.DateTimeFormat().resolvedOptions().timeZone || null; } catch (e) { timezone = null; }
-    this.socket.emit("client_settings", { timezone, tools: $("tools").checked ? null : [] });
+    this.socket.emit("client_settings", { timezone, tools: $("tools").checked ? null : [], record_turns: $("record").checked });
   }
 
   disconnected(reason) {
@@ -518,6 +519,7 @@ class App {
       if ($("voice").value) this.socket.emit("set_voice", { voice: $("voice").value });
     }
     this.ready = status.ready;
+    if (status.session) this.session = status.session;
     if (status.webrtc) this.webrtc = status.webrtc;
     $("loading").hidden = status.ready;
     if (!status.ready) {
@@ -531,6 +533,13 @@ class App {
     }
     this.enable(true);
     this.setState(status.ready ? "listening" : "loading");
+  }
+
+  // Whether this session's turns are recorded on the server, and the id to give in a bug report.
+  recording(on) {
+    $("record").checked = on;
+    $("recording").hidden = !on;
+    $("recording").textContent = on ? `Recording turns · session ${this.session || "?"}` : "";
   }
 
   async pollHealth() {
@@ -560,6 +569,7 @@ class App {
     $("reset").onclick = () => this.socket.emit("reset_state");
     $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
     $("tools").onchange = () => this.sendSettings();
+    $("record").onchange = () => this.sendSettings();
     const saved = localStorage.getItem("vita-transport");
     if (saved) $("transport").value = saved;
     $("transport").onchange = (e) => {

@@ -1,16 +1,23 @@
-"""Traces end to end: a real server (front, LLM worker, TTS worker) exports over OTLP/HTTP, as it would to Jaeger,
-to a collector of ours (tests/harness/otlp_collector.py), configured only by the standard OTEL_* variables. A
-real spoken question makes one trace whose stages come from all three processes under one turn; a turn that calls
-a tool shows the call under the model's span."""
+"""Seeing inside turns, end to end. Traces: a real server (front, LLM worker, TTS worker) exports over OTLP/HTTP, as
+it would to Jaeger, to a collector of ours (tests/harness/otlp_collector.py), configured only by the standard OTEL_*
+variables; a real spoken question makes one trace whose stages come from all three processes under one turn, and a
+turn that calls a tool shows the call under the model's span. Recording: a user who switches it on gets each turn
+in a folder (what was heard, the prompt, the reply), linked from the turn log and bundled for a bug report."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import wave
 
 import numpy as np
 import pytest
 
 from tests.harness.client import RecordingClient
 from tests.harness.otlp_collector import CollectedSpan, OtlpCollector, tree
-from tests.harness.server import start_server, stop_server, wait_health, wait_ready
+from tests.harness.server import ROOT, start_server, stop_server, wait_health, wait_ready
 from tests.harness.speech import silence, spoken, stream
 
 REPLY_S = 90  # a reply on two busy cores
@@ -113,3 +120,56 @@ def test_a_tool_call_is_a_span_under_the_models(traced_server, collector):
     assert model.start_ns <= tool.start_ns <= tool.end_ns <= model.end_ns
     assert model.attributes["vita.tool_calls"] == 1
     assert named(spans, "turn").attributes["vita.turn.source"] == "text"
+
+
+def test_a_user_who_records_gets_each_turn_in_a_folder_for_a_bug_report(traced_server, tmp_path):
+    wait_health(traced_server, lambda h: not h["sessions"], timeout=15)
+    client = RecordingClient(traced_server.url).connect()
+    try:
+        assert client.wait_event("server_status", 10)
+        session = next(d["session"] for d in client.named("server_status") if d.get("session"))
+        client.sio.emit("client_settings", {"record_turns": "yes"})  # not a boolean: refused, readably
+        assert client.wait_for(lambda evs: any(n == "error" and d["code"] == "bad_settings" for _, n, d in evs), 10)
+        client.sio.emit("client_settings", {"record_turns": True})
+        assert client.wait_for(lambda evs: any(n == "client_settings" and d["record_turns"] for _, n, d in evs), 10)
+        audio = np.concatenate([silence(0.8), spoken("What is the capital of France?"), silence(1.2)])
+        stream(client.sio, audio, chunk_ms=8)
+        answered(client)
+    finally:
+        client.close()
+    (folder,) = (traced_server.state_dir / "recordings" / session).iterdir()
+    assert client.wait_for(lambda _: (folder / "turn.json").exists(), 10)
+    turn = json.loads((folder / "turn.json").read_text())
+    assert "capital" in turn["transcript"].lower() and "paris" in turn["reply"].lower(), turn
+    assert turn["end_reason"] == "done" and {"front", "llm", "tts"} <= set(turn["timings"])
+    with wave.open(str(folder / "heard.wav")) as heard:
+        assert heard.getframerate() == 16000 and 1.0 < heard.getnframes() / 16000 < 4.0  # the question as cut
+    with wave.open(str(folder / "reply.wav")) as reply:
+        assert reply.getframerate() == 24000 and reply.getnframes() / 24000 > 0.5
+    prompt = json.loads((folder / "prompt.json").read_text())
+    assert "capital" in prompt["user_text"].lower()
+    assert "capital" in json.dumps(prompt["messages"]).lower()  # what the model was given
+    rows = subprocess.run([sys.executable, "scripts/export_turns.py", "--db",
+                           str(traced_server.state_dir / "turns.sqlite3"), "--session", session],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    (row,) = json.loads(rows.stdout)["turns"]
+    assert row["recording"] == str(folder)  # the turn log links it
+    out = tmp_path / "bug.tar.gz"
+    subprocess.run([sys.executable, "scripts/export_turns.py", "--db", str(traced_server.state_dir / "turns.sqlite3"),
+                    "--session", session, "--bundle", str(out)], cwd=ROOT, check=True, capture_output=True)
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+    assert {f"{session}/turns.json", f"{session}/{folder.name}/heard.wav", f"{session}/{folder.name}/reply.wav",
+            f"{session}/{folder.name}/prompt.json", f"{session}/{folder.name}/turn.json"} <= names
+
+
+def test_a_session_that_does_not_record_leaves_no_recording(traced_server):
+    before = set((traced_server.state_dir / "recordings").glob("*/*"))
+    wait_health(traced_server, lambda h: not h["sessions"], timeout=15)
+    client = RecordingClient(traced_server.url).connect()
+    try:
+        client.sio.emit("text_input", {"text": "Say hello."})
+        answered(client)
+    finally:
+        client.close()
+    assert set((traced_server.state_dir / "recordings").glob("*/*")) == before

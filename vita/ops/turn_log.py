@@ -37,13 +37,14 @@ CREATE TABLE IF NOT EXISTS turns (
     reply TEXT NOT NULL DEFAULT '',
     interrupted INTEGER NOT NULL DEFAULT 0,
     end_reason TEXT NOT NULL DEFAULT '',
-    timings TEXT NOT NULL DEFAULT '{}'
+    timings TEXT NOT NULL DEFAULT '{}',
+    recording TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS turns_session ON turns (session, turn_id);
 CREATE INDEX IF NOT EXISTS turns_started ON turns (started_at);
 """
 COLUMNS = ("session", "turn_id", "started_at", "ended_at", "source", "transcript", "typed_text", "reply",
-           "interrupted", "end_reason", "timings")
+           "interrupted", "end_reason", "timings", "recording")
 PENDING_LIMIT_S = 120.0  # a turn whose LLM end never arrives (worker died) is written after this long
 PRUNE_EVERY_S = 3600.0
 
@@ -62,6 +63,9 @@ def open_db(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(SCHEMA)
+    if "recording" not in {row[1] for row in db.execute("PRAGMA table_info(turns)")}:  # a log from before it
+        db.execute("ALTER TABLE turns ADD COLUMN recording TEXT NOT NULL DEFAULT ''")
+        db.commit()
     return db
 
 
@@ -135,7 +139,7 @@ class TurnLogger:
             return
         row = {"session": self.pseudonym(sid), "turn_id": turn_id, "started_at": time.time(), "source": source,
                "transcript": "", "typed_text": typed_text, "reply": "", "interrupted": False, "end_reason": "",
-               "timings": {}}
+               "timings": {}, "recording": ""}
         with self._lock:
             self._pending[(sid, turn_id)] = _PendingTurn(row)
 

@@ -12,6 +12,7 @@ import soxr
 
 from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, Heard, Utterance, VadEvent, VadSegmenter
+from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -70,6 +71,15 @@ class SpeechListener:
             echo.play(pcm, rate, at)
         if self.canceller is not None:
             self.canceller.played(pcm, rate, at)
+
+    def began_over_echo(self, speech: Speech) -> bool:
+        """Speech whose onset (after the VAD's pre-roll) came where the reply's audible echo could be (a client whose
+        speaker's echo comes back: its voice gate keeps the echo's reference)."""
+        echo = self.segmenter.gate.echo
+        if echo is None:
+            return False
+        played = echo.reference(speech.started_at + self.segmenter.pre_roll_chunks * CHUNK_S + CHUNK_S)
+        return played is not None and played >= ECHO_LEARN_ABOVE_DBFS
 
     def samples_to_next_step(self) -> int:
         """16 kHz samples the VAD needs before it reads its next step."""

@@ -71,6 +71,7 @@ class Session:
     listener: SpeechListener | None = field(default=None, repr=False)  # its ears (its VAD)
     turns: TurnTaking | None = field(default=None, repr=False)
     trace: SessionTrace | None = field(default=None, repr=False)  # its spans (its thread's, as its turns are)
+    record_turns: bool = False  # its turns are recorded (recording.enabled, or its user asked: recording.per_session)
     turn_frames: int = 0  # camera frames the latest turn took
     frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
     held: list = field(default_factory=list, repr=False)  # outputs held back: a speculative turn's until it is
@@ -96,6 +97,11 @@ class Session:
     _refusals: RateBudget | None = field(default=None, repr=False)  # refused events; made (full) on first use
     flooding: bool = False  # it drew more refusals than its budget: its connection is being closed
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def door(self) -> str:
+        """The door its client came in by (the Socket.IO page's until a door attaches it)."""
+        return self.channel.door if self.channel is not None else "socketio"
 
     def should_report(self, code: str, every_s: float = 1.0) -> bool:
         """Rate-limit repeated errors: a client streaming bad audio gets one error a second, not 125."""

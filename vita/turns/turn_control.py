@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
@@ -33,7 +32,6 @@ from vita.config import Config
 from vita.cpu import trim_heap
 from vita.hearing.end_of_turn import WINDOW_S
 from vita.hearing.vad import SAMPLE_RATE
-from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
 from vita.ops.session_trace import SessionTrace
@@ -45,7 +43,6 @@ from vita.turns.reply_sinks import PaceDue, ReplyOutput, SinkEvents, reply_outpu
 from vita.turns.session_actor import AudioIn, ClockTick, Mail, SessionActor
 from vita.turns.sessions import SeatLine, Session
 from vita.turns.turn_events import (
-    DISCARDED,
     STALLED,
     Action,
     AudioSent,
@@ -107,8 +104,7 @@ class TurnController(WorkerNews):
         self.tracing = tracing or Tracing.off()
         self.line = line  # clients waiting for a seat: an idle session gives its up sooner (None: no line)
         self.metrics = metrics
-        save = config.limits.save_utterances_dir
-        self.records = TurnRecords(metrics, turn_log, Path(save).expanduser() if save else None)
+        self.records = TurnRecords.for_config(config, metrics, turn_log)
         self.workers_ready = workers_ready
         self.tell = tell
         self.put = put
@@ -143,8 +139,7 @@ class TurnController(WorkerNews):
                                    rules=rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
         session.listener = self.ears.session_listener(session.speaker_echo, turn)
         session.output = self._output(session)
-        session.trace = SessionTrace(self.tracing, session.channel.door if session.channel is not None else "socketio",
-                                     self.records.turn_log.pseudonym(session.sid))
+        session.trace = SessionTrace(self.tracing, session.door, self.records.turn_log.pseudonym(session.sid))
         session.audio_at = time.monotonic()
         tick = min(1.0, self.config.server.timeout / 4, limits.turn_stall_s / 4)
         session.actor = SessionActor(f"vad-{session.sid}", lambda item: self.receive(session, item), tick_s=tick,
@@ -171,16 +166,16 @@ class TurnController(WorkerNews):
         if session.actor is None:
             return
         session.actor.post(Disconnected(time.monotonic()))
-        session.actor.call(lambda: self._end_session(session.sid))
-        session.actor.call(session.trace.close)
+        session.actor.call(lambda: self._end_session(session))
         session.actor.call(trim_heap)  # what its messages took is free now: the OS gets it back
         session.actor.stop()
         session.actor.join(SESSION_JOIN_S)
 
-    def _end_session(self, sid: str) -> None:
+    def _end_session(self, session: Session) -> None:
         """Tell the workers to forget the session (its history, its voice's state). A turn's put may be dropped
         when a queue stays full; this one is retried for END_SESSION_PATIENCE_S on the ending session's own
         thread (no other session waits), or the workers would keep that state for good."""
+        sid = self.records.session_ended(session)
         deadline = time.monotonic() + END_SESSION_PATIENCE_S
         for name in ("requests", "tts"):
             while not self.put(name, messages.EndSession(sid)):
@@ -250,6 +245,7 @@ class TurnController(WorkerNews):
         """The server is stopping: the end-of-turn model's thread goes too, and no session's end is retried."""
         self.closing = True
         self.end_retry.set()
+        self.records.close()
         if self.end_of_turn is not None:
             self.end_of_turn.close()
 
@@ -342,8 +338,7 @@ class TurnController(WorkerNews):
         elif isinstance(action, TurnDone):
             session.silent_turns.discard(action.turn_id)
             self._say_unheard(session)  # a reply with no audio at all still shows its text
-            self.records.finished(sid, action.turn_id, action.reason)
-            session.trace.ended(action.turn_id, action.reason, interrupted=False)
+            self.records.finished(session, action.turn_id, action.reason)
         elif isinstance(action, JudgeTurn):
             self._judge(session, action)
         elif isinstance(action, EndPauseAfter):
@@ -376,14 +371,12 @@ class TurnController(WorkerNews):
         else:
             frames = session.frames.sample(now - TYPED_FRAMES_WINDOW_S, now)
         session.turn_frames = len(frames)
-        # Speech whose onset (after the VAD's pre-roll) came where the reply's audible echo could be, and that did not
-        # interrupt it (an interruption is the user's own: misheard, they are asked again)
-        echo = session.listener.segmenter.gate.echo if session.speaker_echo else None
-        if speech is not None and echo is not None and not action.stopped_reply:
-            onset = speech.started_at + session.listener.segmenter.pre_roll_chunks * CHUNK_S + CHUNK_S
-            played = echo.reference(onset)
-            if played is not None and played >= ECHO_LEARN_ABOVE_DBFS:
-                session.over_echo.append(action.turn_id)
+        source = "speech" if speech is not None else "text"
+        # Speech over the reply's audible echo that did not interrupt it (an interruption is the user's own: misheard,
+        # they are asked again)
+        if (speech is not None and session.speaker_echo and not action.stopped_reply
+                and session.listener.began_over_echo(speech)):
+            session.over_echo.append(action.turn_id)
         if not self.workers_ready():  # a worker is restarting: say so now instead of a turn that waits for it
             if not action.speculative:
                 self.report(session, "not_ready", "The assistant is still loading or restarting its models; "
@@ -397,7 +390,9 @@ class TurnController(WorkerNews):
             timezone=session.timezone, tools=session.tools, instructions=session.instructions,
             client_tools=session.client_tools, tool_outputs=() if action.speculative else session.tool_outputs,
             output_audio=session.output_audio, max_tokens=session.max_tokens, must_call=session.must_call,
-            trace=session.trace.started(action.turn_id, speech, "speech" if speech else "text", action.speculative)))
+            trace=session.trace.started(action.turn_id, speech, source, action.speculative),
+            record_to=self.records.recording(session.sid, action.turn_id, source)
+            if session.record_turns or self.config.recording.enabled else ""))
         if not session.output_audio:  # (a Realtime response's own modality lasts its turn: the session's may change)
             session.silent_turns.add(action.turn_id)
             if len(session.silent_turns) > MAX_SILENT_TURNS:  # a discarded turn never reaches TurnDone
@@ -414,8 +409,7 @@ class TurnController(WorkerNews):
     def _commit(self, session: Session, action: CommitTurn) -> None:
         sid, turn_id, speech = session.sid, action.turn_id, action.speech
         source = "speech" if speech is not None else "text"
-        self.records.committed(sid, turn_id, source, action.text, session.turn_frames)
-        session.trace.committed(turn_id, speech)
+        self.records.committed(session, turn_id, source, action.text, speech)
         self.tell(TurnStarted(turn_id, source, action.text, session.turn_frames, speech.details if speech else {}),
                   to=sid)
         if speech is not None:
@@ -444,12 +438,9 @@ class TurnController(WorkerNews):
         if action.reason == STALLED:
             self._say_unheard(session)  # the voice is stuck, not the text: the user still reads the reply
         session.unheard.clear()
-        self.records.cancelled(session.sid, action.turn_id, action.reason, action.forget)
-        discarded = action.forget and action.reason == DISCARDED
-        session.trace.ended(action.turn_id, "discarded" if discarded else action.reason, interrupted=not discarded)
+        self.records.cancelled(session, action.turn_id, action.reason, action.forget)
 
     def _first_audio(self, session: Session, action: FirstAudio) -> None:
-        self.records.first_audio(session.sid, action.turn_id, action.times)
-        session.trace.first_audio(action.turn_id, action.times)
+        self.records.first_audio(session, action.turn_id, action.times)
         self.tell(Timings(action.turn_id, "front", {k: round(v, 4) for k, v in action.times.items()}), to=session.sid)
         self._say_unheard(session)

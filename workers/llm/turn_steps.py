@@ -19,6 +19,7 @@ from typing import Any
 from vita.config import Config
 from vita.messages import ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
 from vita.ops.logs import turn_ids
+from vita.ops.turn_recording import write_prompt
 from vita.words import ASK_AGAIN, asks_again, only_asks_to_stop
 from workers.llm.camera_questions import about_picture
 from workers.llm.engines.generation import EnginePrompt
@@ -88,6 +89,8 @@ class TurnSteps:
                         "vita.vision.about_camera": run.about_camera})
                 prompt = self.prompt(req, run, history)
             run.timings["context_turns"] = float(len(history))
+            if req.record_to:  # the user records their turns: what the model saw goes beside what they said
+                write_prompt(req.record_to, prompt_record(run, prompt))
             with trace.stage("llm", req.trace, self.generation_request(req)) as run.span:
                 generated = await self.generate(req, run, prompt, history)
                 trace.note(run.span, generation_attributes(run.timings, trace.said(run.said)))
@@ -277,3 +280,13 @@ def generation_attributes(timings: dict[str, float], said: str | None) -> dict[s
             value = timings[key]
             attributes[name] = int(value) if name in INTEGER_ATTRIBUTES else round(value, 4)
     return attributes
+
+
+def prompt_record(run: TurnRun, prompt: EnginePrompt) -> dict[str, Any]:
+    """A turn's recording of its prompt: the words as the model read them, what the camera told it, the tools it
+    was shown (an omni model's audio and pictures are in the recording's own files, not here)."""
+    return {"user_text": run.user_text, "camera": run.cues, "camera_note": run.camera_note,
+            "tools_offered": sorted(run.offered.tools) if run.offered is not None else [],
+            "asr_unsure": run.sense_check or run.reading is not None, "text": prompt.text,
+            "messages": [m for m in prompt.messages if isinstance(m, dict)],
+            "images": len(prompt.images), "audio": len(prompt.audio)}

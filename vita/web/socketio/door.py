@@ -348,8 +348,9 @@ class SocketIoDoor:
         self.emit("voice", {"voice": voice}, to=session.sid)
 
     def on_client_settings(self, session: Session, data: Any) -> None:
-        """{timezone?: IANA name, tools?: [names] or null}: the user's time zone (the time tool answers in it) and
-        the tools this session allows (null: all the server offers; []: none). A key left out keeps its setting."""
+        """{timezone?: IANA name, tools?: [names] or null, record_turns?: bool}: the user's time zone (the time tool
+        answers in it), the tools this session allows (null: all the server offers; []: none), and whether its turns
+        are recorded for a bug report (vita/ops/turn_recording.py). A key left out keeps its setting."""
         from zoneinfo import ZoneInfo
 
         settings = data if isinstance(data, dict) else {}
@@ -366,11 +367,22 @@ class SocketIoDoor:
                                   or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tools)):
             self.error(session, "bad_settings", "tools must be a list of tool names, or null for all of them")
             return
+        record = settings.get("record_turns")
+        if record is not None and not isinstance(record, bool):
+            self.error(session, "bad_settings", "record_turns must be true or false")
+            return
+        recording = self.front.config.recording
+        if record and not (recording.per_session or recording.enabled):
+            self.error(session, "recording_off", "This server does not record turns (recording.per_session is off).")
+            return
         session.timezone = zone if zone is not None else session.timezone
         if "tools" in settings:
             session.tools = tuple(tools) if tools is not None else None
+        if record is not None:
+            session.record_turns = record
         self.emit("client_settings", {"timezone": session.timezone, "tools": list(session.tools)
-                                      if session.tools is not None else None}, to=session.sid)
+                                      if session.tools is not None else None,
+                                      "record_turns": session.record_turns or recording.enabled}, to=session.sid)
 
     def on_reset_state(self, session: Session, _data: Any) -> None:
         self.front.turns.reset_history(session, then=lambda: self.emit("history_cleared", to=session.sid))
