@@ -10,6 +10,7 @@ The microphone stays open throughout (silence between questions), questions are 
   inside the server (tokens after the first / time after the first token), to compare with
   scripts/bench/stages/decode.py;
 - gaps inside a reply: a chunk that arrives after the previous ones have finished playing, as the page plays them;
+- with `--trace on`, the server exports OpenTelemetry traces to a local collector: what tracing costs;
 - interruptions (`--barge N`): a question spoken over a long reply, onset of speech sent → the reply's sound
   ducked or stopped at the client (the last full-volume audio played out, `duck` for our page, or `stop_tts`).
 
@@ -20,7 +21,8 @@ the first instead (a question that lands while another user's reply is spoken). 
 `--max_users` N (at least 2); a server of your own (`--url`) needs the seats.
 
 Usage: .venv/bin/python -m scripts.bench.latency [--url URL] [--transport vita|binary] [--voice hibari|piper]
-       [--users 1] [--stagger 0] [--rounds 1] [--questions 20] [--barge 4] [--json out.json] [-- server flags]
+       [--users 1] [--stagger 0] [--rounds 1] [--questions 20] [--barge 4] [--trace off|on] [--json out.json]
+       [-- server flags]
 """
 
 from __future__ import annotations
@@ -125,14 +127,23 @@ def main() -> int:
     parser.add_argument("--server_pid", type=int, help="with --url: the server's pid, for the CPU budget")
     parser.add_argument("--client_nice", type=int, default=0,
                         help="run this client this much nicer (19: as if it ran on another machine)")
+    parser.add_argument("--trace", choices=("on", "off"), default="off",
+                        help="on: the server it starts exports OpenTelemetry traces (OTLP/HTTP, the SDK batching) "
+                             "to a local collector, as it would to Jaeger: what tracing costs")
     parser.add_argument("server_args", nargs="*", help="after --: flags for the server it starts")
     args = parser.parse_args()
-    server, url = None, args.url
+    server, url, collector = None, args.url, None
     if url is None:
         from tests.harness.server import has_flag, start_server, wait_ready
 
         seats = () if has_flag(args.server_args, "--max_users") else ("--max_users", str(max(2, args.users)))
-        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *seats, *args.server_args)
+        env = {}
+        if args.trace == "on":
+            from tests.harness.otlp_collector import OtlpCollector
+
+            collector = OtlpCollector()
+            env = collector.environment(flush_ms=5000)  # (the SDK's default delay, as an operator runs it)
+        server = start_server(Path(tempfile.mkdtemp()), "--timeout", "3600", *seats, *args.server_args, env=env)
         wait_ready(server)
         url = server.url
     if args.client_nice:
@@ -170,11 +181,18 @@ def main() -> int:
             from tests.harness.server import stop_server
 
             stop_server(server)
+    traced = ""
+    if collector is not None:
+        spans = collector.snapshot()
+        collector.close()
+        turns = sum(span.name == "turn" for span in spans)
+        traced = (f"; traces on: {len(spans)} spans in {collector.requests} exports, {turns} turns, "
+                  f"{len({span.trace_id for span in spans})} traces")
     machine = cpu_description()
     print(f"\nCPU: {machine['model']} (family {machine['family']}, model {machine['model_number']}), "
           f"{machine['isa']}, {machine['cores']} cores")
     print(f"{args.transport} client, voice {args.voice}, {args.users} user(s) at once, {len(rows)} answered of "
-          f"{len(questions) * args.rounds * args.users}; seconds:")
+          f"{len(questions) * args.rounds * args.users}{traced}; seconds:")
     for key in ("client_v2v_s", "server_v2v_s", "speech_end_late_s", "end_of_speech_s", "asr_s", "first_token_s",
                 "first_piece_s", "tts_first_chunk_s", "prompt_tokens", "cached_tokens", "decode_tok_s", "max_gap_s"):
         print(f"  {key:18} {stats(rows, key)}")
@@ -185,8 +203,10 @@ def main() -> int:
     waited = {k: v - waited_before.get(k, 0.0) for k, v in waited_after.items()}
     if budget:
         cores = len(os.sched_getaffinity(0))
-        print(f"CPU during the questions ({wall:.0f} s wall, {cores} cores = {cores * wall:.0f} core-seconds), "
-              "by thread, and how long it waited runnable for a core:")
+        server_s = sum(v for k, v in budget if k != "this client")
+        print(f"CPU during the questions ({wall:.0f} s wall, {cores} cores = {cores * wall:.0f} core-seconds): "
+              f"the server {server_s:.1f} s in all, {server_s / max(1, len(rows)):.2f} s a turn; by thread, and how "
+              "long it waited runnable for a core:")
         for name, seconds in budget[:16]:
             line = f"  {name:40} {seconds:7.1f} s  {100 * seconds / wall:5.1f} % of a core"
             if name in waited:
