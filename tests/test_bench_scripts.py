@@ -72,3 +72,14 @@ def test_the_cpu_budget_says_which_threads_waited_for_a_core():
     assert cpu[shared] >= 0.25 and cpu[alone] >= 0.15, cpu  # ~0.5 s of the core each time (ticks of 10 ms)
     assert waited[shared] >= 0.25, (cpu[shared], waited[shared])  # each waited while the other ran
     assert waited[alone] < 0.5 * waited[shared], (waited[alone], waited[shared])  # it had the core to itself
+
+
+@pytest.mark.fast
+def test_the_tracing_benchmark_sends_every_turns_spans_and_reports_each_process():
+    result = subprocess.run([sys.executable, "-m", "scripts.bench.stages.tracing", "--turns", "40"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 40 turns of 9 spans each (turn, vad, end_of_turn, delivery, asr, vision, llm, a tool, tts) and the conversation
+    assert "361 spans reached the collector" in result.stdout, result.stdout
+    for process in ("front", "llm", "tts"):
+        assert result.stdout.count(f"  {process} ") == 2, result.stdout  # tracing off and on
