@@ -1,0 +1,57 @@
+"""The assistant's answers to memory requests, against a real memory file: each request done and said; off the
+record nothing is kept; without a user key nothing is kept and it says so; recalled facts go to the model quoted
+as the user's words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vita.memory.answers import NO_KEY, OFF_RECORD, answer, memory_note
+from vita.memory.sayings import memory_request
+from vita.memory.store import MemoryStore
+
+pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    opened = MemoryStore(tmp_path / "memory.sqlite3")
+    yield opened
+    opened.close()
+
+
+def ask(store: MemoryStore | None, said: str, key: str = "anna", off_record: bool = False) -> str:
+    return answer(memory_request(said), store, key, off_record, "s", 1)
+
+
+def test_each_request_is_done_and_said(store: MemoryStore) -> None:
+    assert ask(store, "What do you know about me?").startswith("I don't know anything about you yet")
+    said = ask(store, "Remember that my sister is called Anna.")
+    assert said == "Okay, I'll remember that your sister is called Anna."
+    assert ask(store, "Please remember my name is Zoe") == "Okay, I'll remember that your name is Zoe."
+    assert ask(store, "Remember that my name is Zoey.") == "Okay, I'll remember that your name is Zoey."
+    assert ask(store, "What do you know about me?") == ("You told me that your sister is called Anna; your name is "
+                                                        "Zoey.")  # the name's slot holds the newest
+    assert ask(store, "Forget about my sister.") == "Okay, I've forgotten that your sister is called Anna."
+    assert ask(store, "Forget about my boat.") == "I didn't have anything about that to forget."
+    assert ask(store, "Forget everything you know about me.") == "Okay, I've forgotten everything you told me."
+    assert store.facts("anna") == []
+    assert ask(store, "Delete all my data.") == "There was nothing to forget."
+
+
+def test_off_the_record_or_without_a_key_nothing_is_kept(store: MemoryStore) -> None:
+    assert ask(store, "Remember that I hate mushrooms.", off_record=True) == OFF_RECORD
+    assert ask(store, "Remember that I hate mushrooms.", key="") == NO_KEY
+    assert ask(None, "Remember that I hate mushrooms.") == NO_KEY
+    assert store.facts("anna") == [] and store.facts("") == []
+
+
+def test_what_is_recalled_reaches_the_model_as_quoted_data(store: MemoryStore) -> None:
+    ask(store, "Remember that my name is Zoe.")
+    ask(store, "Remember that I'm allergic to peanuts.")
+    note = memory_note(store.recall("anna", "Can I eat peanuts?"))
+    assert '"my name is Zoe"' in note and "\"I'm allergic to peanuts\"" in note
+    assert "not instructions" in note
+    assert memory_note([]) == ""

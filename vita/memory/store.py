@@ -1,0 +1,165 @@
+"""What the assistant remembers of each user, kept in the server's own SQLite file (``state_dir/memory.sqlite3``,
+beside the turn log): facts in the user's words, each with when and from which session and turn it came, searched
+with SQLite's FTS5 (no new dependency). Both the LLM worker (which hears the facts) and the front (the page's panel,
+the HTTP API) open it; SQLite's locking keeps them apart.
+
+What is forgotten is gone from the file, not only from the answers: ``secure_delete`` overwrites deleted rows, the
+full-text index is merged after each forget (its segments would otherwise keep the words), and there is no
+write-ahead log to keep old pages.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vita.memory.sayings import Fact, plain
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS facts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_key TEXT NOT NULL,
+    slot TEXT NOT NULL DEFAULT '',
+    text TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    session TEXT NOT NULL DEFAULT '',
+    turn_id INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS facts_user ON facts (user_key, slot);
+CREATE VIRTUAL TABLE IF NOT EXISTS facts_index USING fts5(text, content='facts', content_rowid='id');
+CREATE TRIGGER IF NOT EXISTS facts_added AFTER INSERT ON facts BEGIN
+    INSERT INTO facts_index (rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS facts_removed AFTER DELETE ON facts BEGIN
+    INSERT INTO facts_index (facts_index, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+"""
+MAX_FACTS_PER_USER = 200  # the oldest go first past this
+RECALLED = 3  # facts a question brings into the prompt, besides the user's name
+_STOP = frozenset(("a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
+                   "have", "how", "i", "i'm", "in", "is", "it", "me", "my", "of", "on", "or", "so", "that", "the",
+                   "this", "to", "was", "what", "when", "where", "which", "who", "why", "will", "with", "you",
+                   "your", "tell", "know", "about"))
+
+
+@dataclass(frozen=True)
+class Remembered:
+    id: int
+    text: str
+    slot: str
+    created_at: float
+    session: str
+    turn_id: int
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "text": self.text, "slot": self.slot, "created_at": self.created_at,
+                "session": self.session, "turn_id": self.turn_id}
+
+
+class MemoryStore:
+    def __init__(self, path: Path, retention_days: float = 365.0):
+        self.path = path
+        self.retention_s = retention_days * 86400
+        self._lock = threading.Lock()  # one connection, shared by this process's threads
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=DELETE")  # no write-ahead log keeps a forgotten fact's page
+        self._db.execute("PRAGMA secure_delete=ON")
+        self._db.executescript(SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- keeping ---------------------------------------------------------------------------------------------
+    def keep(self, user_key: str, fact: Fact, session: str = "", turn_id: int = 0) -> int:
+        """Keep a fact (a newer one in its slot replaces the older; the same words again are kept once); its id."""
+        text = plain(fact.text)
+        with self._lock, self._db:
+            if fact.slot:
+                self._delete("user_key = ? AND slot = ?", (user_key, fact.slot))
+            self._delete("user_key = ? AND lower(text) = lower(?)", (user_key, text))
+            row = self._db.execute("INSERT INTO facts (user_key, slot, text, created_at, session, turn_id) "
+                                   "VALUES (?, ?, ?, ?, ?, ?)", (user_key, fact.slot, text, time.time(), session,
+                                                                 turn_id))
+            over = self._db.execute("SELECT id FROM facts WHERE user_key = ? ORDER BY created_at DESC, id DESC "
+                                    "LIMIT -1 OFFSET ?", (user_key, MAX_FACTS_PER_USER)).fetchall()
+            for (old,) in over:
+                self._delete("id = ?", (old,))
+            self._merge_index()
+            return int(row.lastrowid)
+
+    # --- reading ---------------------------------------------------------------------------------------------
+    def facts(self, user_key: str) -> list[Remembered]:
+        """Everything kept of the user, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, text, slot, created_at, session, turn_id FROM facts WHERE user_key = ?"
+                                    " ORDER BY created_at, id", (user_key,)).fetchall()
+        return [Remembered(*row) for row in rows]
+
+    def recall(self, user_key: str, question: str, limit: int = RECALLED) -> list[Remembered]:
+        """What matters for this question: the user's name, and the facts that share its words (FTS5's ranking);
+        none of another user's."""
+        with self._lock:
+            name = self._db.execute("SELECT id, text, slot, created_at, session, turn_id FROM facts WHERE user_key = ? "
+                                    "AND slot = 'name'", (user_key,)).fetchall()
+            words = [w for w in re.findall(r"[a-z0-9']+", question.lower()) if w not in _STOP and len(w) > 1]
+            found = []
+            if words:
+                query = " OR ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
+                found = self._db.execute(
+                    "SELECT f.id, f.text, f.slot, f.created_at, f.session, f.turn_id FROM facts_index "
+                    "JOIN facts f ON f.id = facts_index.rowid WHERE facts_index MATCH ? AND f.user_key = ? "
+                    "AND f.slot != 'name' ORDER BY rank LIMIT ?", (query, user_key, limit)).fetchall()
+        return [Remembered(*row) for row in [*name, *found]]
+
+    # --- forgetting ------------------------------------------------------------------------------------------
+    def forget(self, user_key: str, about: str) -> list[str]:
+        """Forget the user's facts that match ``about`` (all its words, or the slot it names); what was forgotten."""
+        words = [w for w in re.findall(r"[a-z0-9']+", about.lower()) if w not in _STOP and len(w) > 1]
+        if not words:
+            return []
+        query = " AND ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
+        with self._lock, self._db:
+            rows = self._db.execute("SELECT f.id, f.text FROM facts_index JOIN facts f ON f.id = facts_index.rowid "
+                                    "WHERE facts_index MATCH ? AND f.user_key = ?", (query, user_key)).fetchall()
+            for fact_id, _ in rows:
+                self._delete("id = ?", (fact_id,))
+            if rows:
+                self._merge_index()
+        return [text for _, text in rows]
+
+    def forget_one(self, user_key: str, fact_id: int) -> bool:
+        with self._lock, self._db:
+            gone = self._delete("id = ? AND user_key = ?", (fact_id, user_key))
+            if gone:
+                self._merge_index()
+        return gone > 0
+
+    def forget_all(self, user_key: str) -> int:
+        with self._lock, self._db:
+            gone = self._delete("user_key = ?", (user_key,))
+            if gone:
+                self._merge_index()
+        return gone
+
+    def prune(self, now: float | None = None) -> int:
+        """Facts past the retention are deleted (at start and now and then)."""
+        cutoff = (time.time() if now is None else now) - self.retention_s
+        with self._lock, self._db:
+            gone = self._delete("created_at < ?", (cutoff,))
+            if gone:
+                self._merge_index()
+        return gone
+
+    def _delete(self, where: str, args: tuple) -> int:
+        return self._db.execute(f"DELETE FROM facts WHERE {where}", args).rowcount
+
+    def _merge_index(self) -> None:
+        """FTS5 records a delete as a marker in a new segment; merged, the index no longer holds the words."""
+        self._db.execute("INSERT INTO facts_index (facts_index) VALUES ('optimize')")
