@@ -265,6 +265,17 @@ class RecordingConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """What the assistant remembers of its users across sessions (vita/memory/): facts in their words, in
+    state_dir/memory.sqlite3, for the users a client names (our page's cookie, a caller's number, a Realtime app's
+    user); the user sees, corrects and erases them."""
+
+    enabled: bool = True
+    path: str | None = None  # None: state_dir/memory.sqlite3
+    retention_days: float = 365.0  # a fact older than this is deleted
+
+
+@dataclass
 class Config:
     models_dir: str = "models"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -280,6 +291,7 @@ class Config:
     vision: VisionConfig = field(default_factory=VisionConfig)
     tracing: TracingConfig = field(default_factory=TracingConfig)
     recording: RecordingConfig = field(default_factory=RecordingConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     # --- derived paths -------------------------------------------------------------------------------
     def trusted_proxies(self) -> frozenset[str]:
@@ -333,6 +345,11 @@ class Config:
             return None
         return Path(self.turn_log.path).expanduser() if self.turn_log.path else self.state_path() / "turns.sqlite3"
 
+    def memory_path(self) -> Path | None:
+        if not self.memory.enabled:
+            return None
+        return Path(self.memory.path).expanduser() if self.memory.path else self.state_path() / "memory.sqlite3"
+
     def recording_path(self) -> Path:
         return Path(self.recording.path).expanduser() if self.recording.path else self.state_path() / "recordings"
 
@@ -344,7 +361,7 @@ class Config:
 
 
 _SECTIONS = {"server", "vad", "turn", "asr", "llm", "tts", "limits", "turn_log", "webrtc", "tools", "vision", "tracing",
-             "recording"}
+             "recording", "memory"}
 
 
 AUTO_OPTIONS = {"server.max_users", "asr.cpu_threads"}  # options whose "auto" (or null) means: measured at start

@@ -141,6 +141,7 @@ def validate(config: Config) -> Config:
     _check(config.tracing.protocol in ("http/protobuf", "grpc"), "tracing.protocol", "must be http/protobuf or grpc")
     _check(config.tracing.endpoint is None or config.tracing.endpoint.startswith(("http://", "https://")),
            "tracing.endpoint", "must be an http:// or https:// URL")
+    _check(config.memory.retention_days > 0, "memory.retention_days", "must be a positive number of days")
     _check(config.recording.max_mb > 0, "recording.max_mb", "must be a positive number of megabytes")
     _check(config.recording.retention_days > 0, "recording.retention_days", "must be a positive number of days")
     _check(0 < v.start_threshold < 1, "vad.start_threshold", "must be between 0 and 1")

@@ -62,6 +62,8 @@ class TurnRequest:
     max_tokens: int | None = None  # the client's cap on the reply's tokens (a Realtime client's max_output_tokens)
     trace: str = ""  # the turn's span as a W3C traceparent: the worker's stages join its trace ("": not traced)
     record_to: str = ""  # the turn's recording folder: the worker adds the prompt the model saw ("": not recorded)
+    user_key: str = ""  # who the user is, for memory (vita/memory/user_keys.py; "": nobody known, nothing kept)
+    off_record: bool = False  # the user talks off the record: nothing is kept (what is kept is still recalled)
 
 
 REPLY_MODES = ("stream", "full")
@@ -92,6 +94,14 @@ class EditHistory:
     session_id: str
     turn_id: int
     reply: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnCommitted:
+    """The turn is the user's (a speculative one was not discarded): what it would keep in memory is kept now."""
+
+    session_id: str
+    turn_id: int
 
 
 @dataclass(frozen=True)

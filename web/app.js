@@ -450,7 +450,13 @@ class App {
     // turn, so the withdrawn half leaves no bubble of its own.
     s.on("turn_cancelled", (m) => m.reason === "extended" ? this.log.withdrawn(m.turn_id) : this.log.interrupted(m.turn_id));
     s.on("timings", (m) => this.timings(m));
-    s.on("client_settings", (m) => this.recording(!!(m && m.record_turns)));
+    s.on("client_settings", (m) => {
+      this.recording(!!(m && m.record_turns));
+      if (m) $("off-record").checked = !!m.off_record;
+    });
+    s.on("memory", (m) => this.showMemory(m));
+    // A reply may have kept or forgotten something: an open panel shows it as it now is.
+    s.on("response_text", () => { if (!$("memory").hidden) this.socket.emit("memory"); });
     s.on("history_cleared", () => this.log.clear());
     s.on("error", (m) => {
       if (m && m.code === "unauthorized") this.banner("This assistant needs an access token: open the link you were given.");
@@ -470,7 +476,10 @@ class App {
     if (!this.socket.connected) return;
     let timezone = null;
     try { timezone = Intl.DateTimeFormat().resolvedOptions().timeZone || null; } catch (e) { timezone = null; }
-    this.socket.emit("client_settings", { timezone, tools: $("tools").checked ? null : [], record_turns: $("record").checked });
+    this.socket.emit("client_settings", {
+      timezone, tools: $("tools").checked ? null : [], record_turns: $("record").checked,
+      off_record: $("off-record").checked,
+    });
   }
 
   disconnected(reason) {
@@ -535,6 +544,31 @@ class App {
     this.setState(status.ready ? "listening" : "loading");
   }
 
+  // What is remembered of this user: a line a fact, each with its own delete button.
+  showMemory(m) {
+    const list = $("memory-facts");
+    list.replaceChildren();
+    const facts = (m && m.facts) || [];
+    for (const fact of facts) {
+      const item = document.createElement("li");
+      const text = document.createElement("span");
+      text.textContent = fact.text;
+      const forget = document.createElement("button");
+      forget.type = "button";
+      forget.textContent = "×";
+      forget.title = "forget this";
+      forget.onclick = () => this.socket.emit("memory_forget", { id: fact.id });
+      item.append(text, forget);
+      list.append(item);
+    }
+    $("memory-none").textContent = m && m.enabled ? "Nothing yet. Tell Vita about yourself, or say \u201cRemember that\u2026\u201d."
+      : "This connection keeps no memory (cookies are off, or the server keeps none).";
+    $("memory-none").hidden = facts.length > 0;
+    $("memory-forget-all").disabled = !facts.length;
+    $("memory-key").textContent = m && m.user ? `Your memory id (for the operator): ${m.user}` : "";
+    if (m) $("off-record").checked = !!m.off_record;
+  }
+
   // Whether this session's turns are recorded on the server, and the id to give in a bug report.
   recording(on) {
     $("record").checked = on;
@@ -570,6 +604,14 @@ class App {
     $("voice").onchange = (e) => this.socket.emit("set_voice", { voice: e.target.value });
     $("tools").onchange = () => this.sendSettings();
     $("record").onchange = () => this.sendSettings();
+    $("off-record").onchange = () => this.sendSettings();
+    $("memory-open").onclick = () => {
+      $("memory").hidden = !$("memory").hidden;
+      if (!$("memory").hidden) this.socket.emit("memory");
+    };
+    $("memory-forget-all").onclick = () => {
+      if (confirm("Forget everything Vita remembers about you?")) this.socket.emit("memory_forget_all");
+    };
     const saved = localStorage.getItem("vita-transport");
     if (saved) $("transport").value = saved;
     $("transport").onchange = (e) => {
@@ -587,7 +629,7 @@ class App {
   }
 
   enable(on) {
-    for (const id of ["talk", "camera", "reset", "text", "send"]) $(id).disabled = !on;
+    for (const id of ["talk", "camera", "reset", "text", "send", "memory-open"]) $(id).disabled = !on;
   }
 
   async startTalking() {

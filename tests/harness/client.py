@@ -58,9 +58,9 @@ class RecordingClient:
     async def _disconnected(self, *_) -> None:
         await self._record("disconnect", None)
 
-    def connect(self, auth: dict | None = None) -> RecordingClient:
-        self.sio._run(self.client.connect(self.url, transports=["websocket"], wait_timeout=10, auth=auth),
-                      timeout=15)
+    def connect(self, auth: dict | None = None, headers: dict | None = None) -> RecordingClient:
+        self.sio._run(self.client.connect(self.url, transports=["websocket"], wait_timeout=10, auth=auth,
+                                          headers=headers or {}), timeout=15)
         return self
 
     def close(self) -> None:

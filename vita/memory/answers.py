@@ -3,6 +3,10 @@ every time), and what is recalled for a question, put to the model as the user's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from vita.memory.sayings import Fact, MemoryRequest, second_person, slot_of
 from vita.memory.store import MemoryStore, Remembered
 
@@ -11,29 +15,50 @@ NO_KEY = "I can't keep memories on this connection, so I won't remember that aft
 OFF_RECORD = "We're off the record, so I won't keep that."
 
 
-def answer(request: MemoryRequest, store: MemoryStore | None, user_key: str, off_record: bool, session: str = "",
-           turn_id: int = 0) -> str:
-    """Do what was asked and say so, in the assistant's words."""
+@dataclass(frozen=True)
+class Plan:
+    """What to say to a memory request, and the change to the memory it asks for (None: nothing to change). Said
+    the same whether the change is made now or when the turn is committed (a speculative turn's)."""
+
+    said: str
+    change: Callable[[], Any] | None = None
+
+
+def plan(request: MemoryRequest, store: MemoryStore | None, user_key: str, off_record: bool, session: str = "",
+         turn_id: int = 0) -> Plan:
+    """Read what the request is about (read only) and say what will be done."""
     if store is None or not user_key:
-        return NO_KEY if request.kind == "remember" else "I don't keep memories on this connection."
+        return Plan(NO_KEY if request.kind == "remember" else "I don't keep memories on this connection.")
     if request.kind == "remember":
         if off_record:
-            return OFF_RECORD
-        store.keep(user_key, Fact(request.text, slot_of(request.text)), session, turn_id)
-        return f"Okay, I'll remember that {second_person(request.text)}."
+            return Plan(OFF_RECORD)
+        fact = Fact(request.text, slot_of(request.text))
+        return Plan(f"Okay, I'll remember that {second_person(request.text)}.",
+                    lambda: store.keep(user_key, fact, session, turn_id))
     if request.kind == "forget":
-        gone = store.forget(user_key, request.text)
+        gone = [f.text for f in store.matching(user_key, request.text)]
         if not gone:
-            return "I didn't have anything about that to forget."
-        return f"Okay, I've forgotten that {second_person(gone[0])}." if len(gone) == 1 else \
-            f"Okay, I've forgotten {len(gone)} things about that."
+            return Plan("I didn't have anything about that to forget.")
+        said = (f"Okay, I've forgotten that {second_person(gone[0])}." if len(gone) == 1
+                else f"Okay, I've forgotten {len(gone)} things about that.")
+        return Plan(said, lambda: store.forget(user_key, request.text))
     if request.kind == "forget_all":
-        gone = store.forget_all(user_key)
-        return "Okay, I've forgotten everything you told me." if gone else "There was nothing to forget."
+        if not store.facts(user_key):
+            return Plan("There was nothing to forget.")
+        return Plan("Okay, I've forgotten everything you told me.", lambda: store.forget_all(user_key))
     kept = store.facts(user_key)[-MAX_SAID:]
     if not kept:
-        return "I don't know anything about you yet. You can ask me to remember something."
-    return "You told me that " + "; ".join(second_person(f.text) for f in kept) + "."
+        return Plan("I don't know anything about you yet. You can ask me to remember something.")
+    return Plan("You told me that " + "; ".join(second_person(f.text) for f in kept) + ".")
+
+
+def answer(request: MemoryRequest, store: MemoryStore | None, user_key: str, off_record: bool, session: str = "",
+           turn_id: int = 0) -> str:
+    """Do what was asked, now, and say so."""
+    planned = plan(request, store, user_key, off_record, session, turn_id)
+    if planned.change is not None:
+        planned.change()
+    return planned.said
 
 
 def memory_note(recalled: list[Remembered]) -> str:

@@ -10,14 +10,22 @@ write-ahead log to keep old pages.
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vita.memory.sayings import Fact, plain
+from vita.memory.user_keys import UserKeys
+
+if TYPE_CHECKING:
+    from vita.config import Config
+
+log = logging.getLogger("vita.memory")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS facts (
@@ -118,13 +126,24 @@ class MemoryStore:
                     "AND f.slot != 'name' ORDER BY rank LIMIT ?", (query, user_key, limit)).fetchall()
         return [Remembered(*row) for row in [*name, *found]]
 
+    def matching(self, user_key: str, about: str) -> list[Remembered]:
+        """The user's facts with all the words of ``about`` (what ``forget`` would delete)."""
+        query = _all_of(about)
+        if not query:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT f.id, f.text, f.slot, f.created_at, f.session, f.turn_id FROM facts_index JOIN facts f "
+                "ON f.id = facts_index.rowid WHERE facts_index MATCH ? AND f.user_key = ? ORDER BY f.id",
+                (query, user_key)).fetchall()
+        return [Remembered(*row) for row in rows]
+
     # --- forgetting ------------------------------------------------------------------------------------------
     def forget(self, user_key: str, about: str) -> list[str]:
         """Forget the user's facts that match ``about`` (all its words, or the slot it names); what was forgotten."""
-        words = [w for w in re.findall(r"[a-z0-9']+", about.lower()) if w not in _STOP and len(w) > 1]
-        if not words:
+        query = _all_of(about)
+        if not query:
             return []
-        query = " AND ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
         with self._lock, self._db:
             rows = self._db.execute("SELECT f.id, f.text FROM facts_index JOIN facts f ON f.id = facts_index.rowid "
                                     "WHERE facts_index MATCH ? AND f.user_key = ?", (query, user_key)).fetchall()
@@ -163,3 +182,23 @@ class MemoryStore:
     def _merge_index(self) -> None:
         """FTS5 records a delete as a marker in a new segment; merged, the index no longer holds the words."""
         self._db.execute("INSERT INTO facts_index (facts_index) VALUES ('optimize')")
+
+
+def _all_of(about: str) -> str:
+    """An FTS5 query for the facts that have every word of ``about`` that says something ("" when none does)."""
+    words = [w for w in re.findall(r"[a-z0-9']+", about.lower()) if w not in _STOP and len(w) > 1]
+    return " AND ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
+
+
+def open_memory(config: Config) -> tuple[MemoryStore | None, UserKeys | None]:
+    """The front's memory and its user keys; (None, None) when memory is off, or its file cannot be opened (said
+    once in the log: turns go on without it)."""
+    path = config.memory_path()
+    if path is None:
+        return None, None
+    try:
+        store = MemoryStore(path, config.memory.retention_days)
+        return store, UserKeys(config.state_path() / "memory.key")
+    except (OSError, sqlite3.Error) as exc:
+        log.error("memory is off: cannot open %s (%s)", path, exc)
+        return None, None

@@ -72,6 +72,8 @@ class Session:
     turns: TurnTaking | None = field(default=None, repr=False)
     trace: SessionTrace | None = field(default=None, repr=False)  # its spans (its thread's, as its turns are)
     record_turns: bool = False  # its turns are recorded (recording.enabled, or its user asked: recording.per_session)
+    user_key: str | None = None  # who its user is, for memory (vita/memory/user_keys.py); None: nobody known
+    off_record: bool = False  # its user talks off the record: nothing of it is kept in memory
     turn_frames: int = 0  # camera frames the latest turn took
     frame_sent_at: float = -1e9  # when a camera frame last went to the vision stage (monotonic)
     held: list = field(default_factory=list, repr=False)  # outputs held back: a speculative turn's until it is

@@ -392,7 +392,8 @@ class TurnController(WorkerNews):
             output_audio=session.output_audio, max_tokens=session.max_tokens, must_call=session.must_call,
             trace=session.trace.started(action.turn_id, speech, source, action.speculative),
             record_to=self.records.recording(session.sid, action.turn_id, source)
-            if session.record_turns or self.config.recording.enabled else ""))
+            if session.record_turns or self.config.recording.enabled else "",
+            user_key=session.user_key or "", off_record=session.off_record))
         if not session.output_audio:  # (a Realtime response's own modality lasts its turn: the session's may change)
             session.silent_turns.add(action.turn_id)
             if len(session.silent_turns) > MAX_SILENT_TURNS:  # a discarded turn never reaches TurnDone
@@ -410,6 +411,8 @@ class TurnController(WorkerNews):
         sid, turn_id, speech = session.sid, action.turn_id, action.speech
         source = "speech" if speech is not None else "text"
         self.records.committed(session, turn_id, source, action.text, speech)
+        if session.user_key:  # what the turn would keep in memory is kept now (vita/memory/)
+            self.put("requests", messages.TurnCommitted(sid, turn_id))
         self.tell(TurnStarted(turn_id, source, action.text, session.turn_frames, speech.details if speech else {}),
                   to=sid)
         if speech is not None:

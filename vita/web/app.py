@@ -17,6 +17,7 @@ from vita.capacity import seats_for
 from vita.client_events import ClientEvent, ErrorNotice, ServerStatus
 from vita.config import PROJECT_ROOT, Config
 from vita.machine.models import available_voices
+from vita.memory.store import open_memory
 from vita.messages import MeasuredSpeed, put_or_drop
 from vita.ops.logs import turn_ids
 from vita.ops.metrics import FrontMetrics
@@ -30,6 +31,7 @@ from vita.web.doors import Doorway
 from vita.web.http.access import AccessGuard, TokenThrottle, client_key
 from vita.web.http.connections import ConnectionTable
 from vita.web.http.socket_guard import SocketGuard
+from vita.web.http.user_cookie import UserCookie
 from vita.web.http.web_root import WebRoot
 from vita.web.http.web_security import ForwardedHeaders, security_headers
 from vita.web.message_queue import QueueProbe, socketio_options
@@ -110,6 +112,7 @@ class FrontApp:
         self.rtc = rtc_hub(config)
         self.tracing = Tracing.for_process("front", config.tracing.endpoint, config.tracing.protocol,
                                            config.tracing.content)
+        self.memory, self.user_keys = open_memory(config)
         self.turns = TurnController(config, Ears.load(config), self.tell, self._put, self._disconnect, graph.ready,
                                     self.metrics, self.turn_log, line=self.sessions, tracing=self.tracing)
         graph.on_death = self.on_worker_death
@@ -121,6 +124,7 @@ class FrontApp:
         self.socketio_door = SocketIoDoor(self)
         routes = realtime = RealtimeRoute(self.flask.wsgi_app, self)
         routes = PhoneRoute(routes, self)
+        routes = UserCookie(routes, enabled=self.memory is not None)  # who a browser's user is, for memory
         # Every HTTP request, the doors' included: a locked-out address waits (a Realtime client key lets it in).
         self.flask.wsgi_app = ForwardedHeaders(TokenThrottle(routes, self.guard, realtime.token_of,
                                                              realtime.keys.holds), config.trusted_proxies())

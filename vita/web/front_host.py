@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
     from vita.client_events import ClientEvent
     from vita.config import Config
+    from vita.memory.store import MemoryStore
+    from vita.memory.user_keys import UserKeys
     from vita.ops.metrics import FrontMetrics
     from vita.ops.turn_log import TurnLogger
     from vita.text_cost import TextCost
@@ -84,6 +86,8 @@ class FrontHost(SessionHost, Protocol):
     connections: ConnectionTable | None
     queue_probe: QueueProbe | None
     turn_log: TurnLogger
+    memory: MemoryStore | None  # what is remembered of users (None: memory is off)
+    user_keys: UserKeys | None
     graph: Any
     socketio: SocketIO
     front_id: str

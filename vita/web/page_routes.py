@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import psutil
 from flask import Response, abort, jsonify, redirect, request, send_file
 
+from vita.memory.user_keys import valid_user_id
 from vita.ops.metrics import CONTENT_TYPE
 from vita.web.http.access import COOKIE, OPEN_PATHS
 
@@ -99,6 +100,21 @@ def install_routes(front: FrontHost) -> None:
     @app.get("/voices")
     def voices():
         return jsonify({"default": front.config.tts.voice, "voices": front.voices})
+
+    @app.route("/v1/memory/<user>", methods=["GET", "DELETE"])
+    def memory(user: str):
+        """The operator's memory API: one user's facts exported (GET) or erased (DELETE), by the key the page's
+        memory panel shows them; the access token's, as a Bearer header."""
+        if front.memory is None:
+            return jsonify({"error": "memory is off on this server"}), 404
+        if not front.guard.operator(request):
+            return jsonify({"error": "the memory API needs the server's access token (Authorization: Bearer); a "
+                                     "server without one (--access_token) has no memory API"}), 403
+        if not valid_user_id(user):
+            return jsonify({"error": "not a user key: 32 hexadecimal digits, as the memory panel shows it"}), 400
+        if request.method == "DELETE":
+            return jsonify({"user": user, "deleted": front.memory.forget_all(user)})
+        return jsonify({"user": user, "facts": [f.as_dict() for f in front.memory.facts(user)]})
 
     @app.get("/ready")
     def ready():

@@ -36,6 +36,7 @@ from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import NAME, SENSE_CHECK, ImplausibleWords, TtsBusy, TurnRun
 from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
+from workers.memory.remembering import Remembering
 
 MISHEARD = "misheard"
 # A turn's timings as its model span's attributes: GenAI's names where they have one, ours beside them.
@@ -54,10 +55,11 @@ class TurnSteps:
 
     def __init__(self, config: Config, kit: LlmKit, out: TurnOutput, sessions: WorkerSessions, ledger: ServiceLedger,
                  hearing: Hearing, looking: Looking, tool_turns: ToolTurns, replies: ReplyGeneration,
-                 warmer: PrefixWarming, log: logging.Logger):
+                 warmer: PrefixWarming, remembering: Remembering, log: logging.Logger):
         self.config, self.kit, self.out, self.sessions, self.ledger = config, kit, out, sessions, ledger
         self.hearing, self.looking, self.tool_turns, self.replies, self.warmer = (hearing, looking, tool_turns,
                                                                                    replies, warmer)
+        self.remembering = remembering
         self.log = log
 
     async def run(self, req: TurnRequest) -> None:
@@ -81,6 +83,10 @@ class TurnSteps:
                 if ended == MISHEARD:
                     await self.ask_again(req, run)
                 if ended:
+                    return
+                said = self.remembering.asked(req, run.user_text)
+                if said is not None:  # "remember that...", "what do you know about me?": answered as it is done
+                    await self.say_remembered(req, run, said, history)
                     return
                 await self.look(req, run, scene, history)
                 if req.frames:
@@ -194,7 +200,8 @@ class TurnSteps:
         run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
             run.tools, run.user_text, history, picture=run.picture_in_prompt)
         cues, camera_note = self.kit.camera_words(run)
-        notes = "\n\n".join(n for n in (camera_note, SENSE_CHECK if run.sense_check else "") if n)
+        remembered = self.remembering.note(req, run.user_text)  # what the user said in earlier sessions
+        notes = "\n\n".join(n for n in (remembered, camera_note, SENSE_CHECK if run.sense_check else "") if n)
         prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
                                       req.instructions, notes, read_words=run.reading is not None,
                                       fixed=run.fixed_tools, salt=run.cache_salt)
@@ -235,6 +242,18 @@ class TurnSteps:
         await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
         self.out.publish_answered(sid, tid, run)
 
+    async def say_remembered(self, req: TurnRequest, run: TurnRun, said: str, history: ConversationHistory) -> None:
+        """A request about memory, answered in words of ours (a model of this size does not keep such promises),
+        spoken as a reply is, and kept in the history."""
+        sid, tid = req.session_id, req.turn_id
+        started = time.monotonic()
+        for piece in self.out.say_as_is(sid, tid, [said]):
+            await self.out.send_piece(req, run.spoken, piece, run.timings, started)
+        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
+        run.timings["memory_request"] = 1.0
+        history.add(Exchange(run.asked(), run.said, turn_id=tid))
+        self.out.publish_answered(sid, tid, run)
+
     async def keep(self, req: TurnRequest, run: TurnRun, history: ConversationHistory, transcribing: Any) -> None:
         """The exchange into the history (unless the words made no sense to the model: noise, not history), the
         turn answered, and the next prompt's prefix warmed while the user listens."""
@@ -246,6 +265,7 @@ class TurnSteps:
         else:
             history.add(Exchange(run.asked(), run.said, turn_id=tid, tool_messages=run.kept_tool_messages))
         self.out.publish_answered(sid, tid, run)
+        self.remembering.learn(req, run.user_text)  # facts stated in passing, kept once the turn is answered
         try:
             self.warmer.warm(sid, tid, history, run.tools, req.instructions, run.cache_salt)
         except Exception:  # only an optimisation: the turn is answered either way

@@ -28,6 +28,7 @@ from vita.messages import (
     MeasuredSpeed,
     ResetHistory,
     Shutdown,
+    TurnCommitted,
     TurnRequest,
     TurnWorking,
     WorkerState,
@@ -52,6 +53,7 @@ from workers.llm.turn_output import TurnOutput
 from workers.llm.turn_run import NAME
 from workers.llm.turn_steps import TurnSteps
 from workers.llm.worker_sessions import ServiceLedger, WorkerSessions
+from workers.memory.remembering import Remembering
 from workers.stage import run_stage
 from workers.tools.isolated import IsolatedCalls
 from workers.tools.mcp_tools import McpServers
@@ -99,8 +101,9 @@ class LlmWorker:
         self.replies = ReplyGeneration(self.kit, self.out, self.tool_turns)
         self.warmer = PrefixWarming(self.kit, self.tool_turns, report.log, self.sessions.any_turn)
         self.looking = Looking(config.vision, self.out, report.log)  # what a text-only model learns of the camera
+        self.remembering = Remembering(config.memory_path(), config.memory.retention_days, self.sessions, report.log)
         self.steps = TurnSteps(config, self.kit, self.out, self.sessions, self.ledger, self.hearing, self.looking,
-                               self.tool_turns, self.replies, self.warmer, report.log)
+                               self.tool_turns, self.replies, self.warmer, self.remembering, report.log)
         self.stop = threading.Event()
 
     # --- setup -------------------------------------------------------------------------------------------
@@ -134,6 +137,7 @@ class LlmWorker:
             self.kit.engine = LocalVllmEngine(cfg, omni=self.kit.mode.omni)
         if not self.kit.mode.omni:  # an omni model sees the frames themselves
             self.looking.setup(self.report)
+        self.remembering.setup()
 
     async def _start_engine(self) -> None:
         await self.kit.engine.start(self.report)
@@ -176,6 +180,7 @@ class LlmWorker:
         self.kit.tracing.shutdown()
         self.blocking.shutdown(wait=False, cancel_futures=True)
         self.looking.close()
+        self.remembering.close()
         if self.arithmetic is not None:
             self.arithmetic.close()
         if self.kit.engine is not None:
@@ -302,9 +307,12 @@ class LlmWorker:
             task = asyncio.create_task(self.hearing.hear_interjection(message))
             self.side_tasks.add(task)
             task.add_done_callback(self.side_tasks.discard)
+        elif isinstance(message, TurnCommitted):
+            self.remembering.committed(sid, message.turn_id)
         elif isinstance(message, CancelTurn):
             if message.forget:
                 self._forget(sid, message.turn_id)
+                self.remembering.forgotten(sid, message.turn_id)
             self._cancel(sid, message.turn_id)
         elif isinstance(message, EditHistory):
             running = self.sessions.turn_of(sid)

@@ -36,6 +36,8 @@ class WorkerSession:
     awaited: AwaitedCalls | None = None  # the turn waiting for its client's tool results
     yielding: bool = False  # its turn waits for the others' (and is never waited on in turn)
     ended: bool = False  # the session ended: forgotten once its turn in flight is over
+    committed: int = -1  # its newest turn the front committed (a speculative one's memory changes wait for it)
+    memory_pending: dict[int, list] = field(default_factory=dict)  # turn id -> memory changes waiting for its commit
 
     def forget_conversation(self) -> None:
         """A reset (or the session's end): no history, no check, no tool results awaited."""

@@ -140,6 +140,17 @@ class AccessGuard:
             self.throttle.failed(client, near=self.near(offered))
         return False
 
+    def operator(self, request: Any) -> bool:
+        """The operator's own token as a Bearer header (never the page's pass: a user's browser holds that). False
+        when the server has no token: then nobody is the operator."""
+        header = request.headers.get("Authorization", "")
+        offered = header[7:].strip() if header.startswith("Bearer ") else None
+        if self._equal(offered, self._token):
+            return True
+        if offered:
+            self.throttle.failed(request.remote_addr, near=self.near(offered))
+        return False
+
     def near(self, offered: object) -> bool:
         """Whether `offered` begins as the token does (NEAR_CHARS characters, at most half of it; constant-time)."""
         if self._token is None or not isinstance(offered, str):

@@ -23,7 +23,9 @@ from vita.turns.sessions import MIN_TEXT_COST, Session
 from vita.turns.turn_events import TextTyped
 from vita.web.audio_input import AudioFormatError, check_rate, decode_audio_message
 from vita.web.doors import connected_track
+from vita.web.http.user_cookie import user_id_of
 from vita.web.http.web_security import client_address
+from vita.web.socketio.memory_panel import MemoryPanel
 from vita.web.socketio.wire import socketio_event
 
 if TYPE_CHECKING:
@@ -72,6 +74,8 @@ class SocketIoDoor:
         # Seating from the line, telling places, and a connection leaving: one at a time, so a client is never seated
         # after it left, nor told a place after it was seated (re-entered when a seat fails and frees the next).
         self._line_lock = threading.RLock()
+        self.memory_panel = MemoryPanel(self)
+        self._users: dict[str, str] = {}  # sid -> its user's key, from connect until it is seated (or leaves)
         front.sessions.on_seat_freed = self.seat_waiting
         self._events()
 
@@ -119,6 +123,7 @@ class SocketIoDoor:
             "rtc_offer": self.on_rtc_offer,
             "rtc_candidate": self.on_rtc_candidate,
             "rtc_close": self.on_rtc_close,
+            **self.memory_panel.handlers(),
         }.items():
             self.socketio.on_event(event, self._in_session(handler))
 
@@ -161,6 +166,9 @@ class SocketIoDoor:
             front.tell(ErrorNotice("unauthorized", "This assistant needs an access token."), to=request.sid)
             self._after_handshake(self.disconnect, request.sid)
             return
+        user = user_id_of(request.environ)
+        if user is not None and front.user_keys is not None:
+            self._users[request.sid] = front.user_keys.key("page", user)
         with self._line_lock:
             session = front.doorway.open(request.sid, client_address(request.environ))
             place = None
@@ -185,6 +193,7 @@ class SocketIoDoor:
         """A session has its seat: its turn machine, and the status that tells its page to start (on connect, or
         when the line seats it: the first event it gets as a seated client)."""
         front = self.front
+        session.user_key = self._users.pop(session.sid, None)
         front.doorway.attach(session, SocketIoChannel(self, session.sid))
         rtc = front.rtc
         front.tell(ServerStatus(front.graph.ready(), front.graph.health(), front.turn_log.pseudonym(session.sid),
@@ -224,6 +233,7 @@ class SocketIoDoor:
         self.emit("waiting", {"place": place, "users": self.front.sessions.max_users}, to=sid, here=True)
 
     def on_disconnect(self, *_: Any) -> None:
+        self._users.pop(request.sid, None)
         with self._line_lock:  # (not seated from the line while it leaves)
             if self.front.sessions.leave_line(request.sid):
                 log.info("left the line %s", request.sid)
@@ -348,9 +358,10 @@ class SocketIoDoor:
         self.emit("voice", {"voice": voice}, to=session.sid)
 
     def on_client_settings(self, session: Session, data: Any) -> None:
-        """{timezone?: IANA name, tools?: [names] or null, record_turns?: bool}: the user's time zone (the time tool
-        answers in it), the tools this session allows (null: all the server offers; []: none), and whether its turns
-        are recorded for a bug report (vita/ops/turn_recording.py). A key left out keeps its setting."""
+        """{timezone?: IANA name, tools?: [names] or null, record_turns?: bool, off_record?: bool}: the user's time
+        zone (the time tool answers in it), the tools this session allows (null: all the server offers; []: none),
+        whether its turns are recorded for a bug report (vita/ops/turn_recording.py), and whether it talks off the
+        record (nothing kept in memory: vita/memory/). A key left out keeps its setting."""
         from zoneinfo import ZoneInfo
 
         settings = data if isinstance(data, dict) else {}
@@ -367,9 +378,10 @@ class SocketIoDoor:
                                   or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tools)):
             self.error(session, "bad_settings", "tools must be a list of tool names, or null for all of them")
             return
-        record = settings.get("record_turns")
-        if record is not None and not isinstance(record, bool):
-            self.error(session, "bad_settings", "record_turns must be true or false")
+        record, off_record = settings.get("record_turns"), settings.get("off_record")
+        if (record is not None and not isinstance(record, bool)) or (
+                off_record is not None and not isinstance(off_record, bool)):
+            self.error(session, "bad_settings", "record_turns and off_record must be true or false")
             return
         recording = self.front.config.recording
         if record and not (recording.per_session or recording.enabled):
@@ -380,9 +392,12 @@ class SocketIoDoor:
             session.tools = tuple(tools) if tools is not None else None
         if record is not None:
             session.record_turns = record
+        if off_record is not None:
+            session.off_record = off_record
         self.emit("client_settings", {"timezone": session.timezone, "tools": list(session.tools)
                                       if session.tools is not None else None,
-                                      "record_turns": session.record_turns or recording.enabled}, to=session.sid)
+                                      "record_turns": session.record_turns or recording.enabled,
+                                      "off_record": session.off_record}, to=session.sid)
 
     def on_reset_state(self, session: Session, _data: Any) -> None:
         self.front.turns.reset_history(session, then=lambda: self.emit("history_cleared", to=session.sid))
