@@ -151,3 +151,25 @@ def test_a_stock_realtime_web_client_calls_over_webrtc(browser, server):
         assert not page.problems, page.problems
     health = wait_health(server, lambda h: h["sessions"] == 0 and h["webrtc"]["peers"] == 0)
     assert health["sessions"] == 0 and health["webrtc"]["peers"] == 0, health
+
+
+def test_the_memory_panel_shows_what_is_remembered_across_reloads_and_forgets_it(page, server):
+    """The page's cookie names its user: what they asked to be remembered is there after a reload (a new
+    connection), listed in the panel, and gone when they delete it."""
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.fill("#text", "Remember that I collect antique typewriters.")
+    page.click("#send")
+    page.wait_for_selector(".msg.bot:has-text('antique typewriters')", timeout=60000)
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=60000)
+    cookie = [c for c in page.context.cookies() if c["name"] == "vita_user"]
+    assert cookie and cookie[0]["httpOnly"] and cookie[0]["secure"] and cookie[0]["sameSite"] == "Lax"
+    page.reload()
+    page.wait_for_function("document.querySelector('#state').dataset.state === 'listening'", timeout=10000)
+    page.click("#memory-open")
+    fact = page.wait_for_selector("#memory-facts li:has-text('I collect antique typewriters')", timeout=10000)
+    assert page.inner_text("#memory-key").startswith("Your memory id")
+    page.screenshot(path=str(ARTIFACTS / "page-memory.png"))
+    fact.query_selector("button").click()
+    page.wait_for_selector("#memory-facts li", state="detached", timeout=10000)
+    assert page.is_visible("#memory-none")
+    assert not page.problems, page.problems

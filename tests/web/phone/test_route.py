@@ -6,19 +6,23 @@ server, no network."""
 from __future__ import annotations
 
 import re
+import tempfile
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
 from werkzeug.test import EnvironBuilder
 
+from vita.memory.user_keys import UserKeys
 from vita.web.http.access import AccessGuard, FailureThrottle
 from vita.web.phone import route as route_module
 from vita.web.phone.route import (
     CALL_FIELDS,
     FULL,
     MAX_WEBHOOK_BYTES,
+    Callers,
     PhoneRoute,
     StreamTokens,
     twilio_signature,
@@ -28,6 +32,7 @@ from vita.web.phone.wire import Twilio
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 CALLER = "203.0.113.9"
+KEY_FILE = Path(tempfile.mkdtemp()) / "memory.key"  # the fake fronts' server secret
 TWILIO_FORM = {"CallSid": "CA5c8ad5ff9e0bde7a1bdd3c8b1a1c1fd2", "AccountSid": "AC0123", "From": "+15005550006",
                "To": "+15005550001", "CallStatus": "ringing", "Direction": "inbound"}
 TELNYX_FORM = {"CallSid": "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg",
@@ -87,7 +92,7 @@ class Clock:
 def fake_front(access_token: str | None = None, max_failures: int = 1, **sessions) -> SimpleNamespace:
     """What PhoneRoute's webhook uses of the front: its seats, its access guard and its refusal count."""
     guard = AccessGuard(access_token, FailureThrottle(max_failures=max_failures))  # 1: one refusal is a lockout
-    return SimpleNamespace(sessions=Sessions(**sessions), guard=guard,
+    return SimpleNamespace(sessions=Sessions(**sessions), guard=guard, user_keys=UserKeys(KEY_FILE),
                            metrics=SimpleNamespace(sessions_refused=Counter()), socket_guard=None)
 
 
@@ -275,6 +280,31 @@ def test_with_an_access_token_an_unsigned_webhook_must_carry_it(name):
     assert route.front.guard.throttle.retry_after(CALLER) is not None  # ...and the second locks the address out
 
 
+@pytest.mark.parametrize("name", ["twilio", "telnyx", "plivo"])
+def test_only_a_vouched_for_webhooks_caller_is_known_to_memory(name):
+    form = {**FORMS[name], "From": "+33 6 12 34 56 78"}
+    call_id = form[CALL_FIELDS[name]]
+    route = PhoneRoute(app, fake_front(access_token="server-token-0123456789"), environ={})
+    assert call(route, f"/phone/{name}?token=server-token-0123456789", data=form)[0] == 200
+    key = route.callers.take(call_id)
+    assert key == route.front.user_keys.key("phone", "+33612345678") and "33612345678" not in key
+    assert route.callers.take(call_id) is None  # taken once, by the call's stream
+    open_route = PhoneRoute(app, fake_front(), environ={})  # an open webhook: its From could be anyone's
+    assert call(open_route, f"/phone/{name}", data=form)[0] == 200
+    assert open_route.callers.take(call_id) is None
+
+
+def test_a_callers_key_waits_for_its_stream_no_longer_than_a_token_does():
+    clock = Clock()
+    callers = Callers(ttl_s=60.0, clock=clock)
+    callers.note("CA1", "k1")
+    callers.note("CA2", "k2")
+    clock.now += 61.0
+    assert callers.take("CA1") is None
+    callers.note("CA3", "k3")  # (noting sweeps what expired)
+    assert set(callers.keys) == {"CA3"} and callers.take("CA3") == "k3"
+
+
 def test_other_paths_pass_through_to_the_app():
     route = PhoneRoute(app, fake_front(), environ={})
     for path in ("/", "/health", "/phone", "/phone/", "/phone/vonage", "/phone/twilio/extra", "/phone/streams",
@@ -301,7 +331,7 @@ def sockets(monkeypatch) -> list:
             start_response("101 Switching Protocols", [])
             return [b""]
 
-    def session(front, ws, environ, expected, admitted, credentials):
+    def session(front, ws, environ, expected, admitted, credentials, caller):
         return SimpleNamespace(serve=lambda: opened.append((expected, admitted)))
 
     monkeypatch.setattr(route_module, "PhoneSocket", Socket)

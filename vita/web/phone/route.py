@@ -53,6 +53,29 @@ CREDENTIALS = ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_API_BASE", "TE
                "PLIVO_AUTH_ID", "PLIVO_AUTH_TOKEN", "PLIVO_API_BASE", "VITA_PHONE_STREAM_URL")
 
 
+class Callers:
+    """Who called, for memory, by call id, from the webhook to its stream's start: only a vouched-for webhook's
+    caller (an open webhook's From could be anyone's number, and would open their memory). Kept as the key the
+    number gives (vita/memory/user_keys.py), for TOKEN_TTL_S."""
+
+    def __init__(self, ttl_s: float = TOKEN_TTL_S, clock: Callable[[], float] = time.time):
+        self.ttl_s, self.clock = ttl_s, clock
+        self.keys: dict[str, tuple[str, float]] = {}
+        self.lock = threading.Lock()
+
+    def note(self, call_id: str, key: str) -> None:
+        now = self.clock()
+        with self.lock:
+            for old in [c for c, (_, until) in self.keys.items() if until < now]:
+                del self.keys[old]
+            self.keys[call_id] = (key, now + self.ttl_s)
+
+    def take(self, call_id: str) -> str | None:
+        with self.lock:
+            key, until = self.keys.pop(call_id, (None, 0.0))
+        return key if until >= self.clock() else None
+
+
 class StreamTokens:
     """Tokens the webhook mints for the stream it connects a call to: signed with a secret of this front's, for one
     provider, good for TOKEN_TTL_S and for one stream, and bound to the call the webhook named when it named one
@@ -151,6 +174,7 @@ class PhoneRoute:
         source = os.environ if environ is None else environ
         self.credentials = {k: source[k] for k in CREDENTIALS if source.get(k)}
         self.tokens = StreamTokens()
+        self.callers = Callers()
 
     def __call__(self, environ: dict, start_response: Callable) -> Any:
         path = environ.get("PATH_INFO", "")
@@ -188,7 +212,11 @@ class PhoneRoute:
             return _xml(start_response, "200 OK", provider.refusal(FULL))
         # Bound to the call it names only when the webhook is vouched for (signed, or with the access token): an
         # open webhook could name anyone's call, and a bound call is one the server may hang up.
-        token = self.tokens.mint(name, form.get(CALL_FIELDS[name], "") if vouched else "")
+        call_id = form.get(CALL_FIELDS[name], "")
+        token = self.tokens.mint(name, call_id if vouched else "")
+        caller = "".join(c for c in form.get("From", "") if c.isdigit() or c == "+")
+        if vouched and call_id and caller and self.front.user_keys is not None:
+            self.callers.note(call_id, self.front.user_keys.key("phone", caller))
         return _xml(start_response, "200 OK", provider.answer(f"{self._stream_url(environ)}/{name}/{token}"))
 
     def _webhook_allowed(self, name: str, request: Request, form: dict[str, str]) -> tuple[bool, bool]:
@@ -247,6 +275,6 @@ class PhoneRoute:
                           "gave (it is good for one stream, for a minute)")
         upgrade = PhoneSocket(lambda ws: PhoneSession(self.front, ws, environ, PROVIDERS[name],
                                                       lambda call_id: self.tokens.spend(token, name, call_id),
-                                                      self.credentials).serve(),
+                                                      self.credentials, self.callers.take).serve(),
                               SizeLimit(MAX_STREAM_MESSAGE_BYTES), self.front.socket_guard)
         return upgrade(door_request(environ), start_response)

@@ -61,12 +61,15 @@ class PhoneSession:
     door = "phone"
 
     def __init__(self, front: FrontHost, ws: Any, environ: dict, expected: type[Provider],
-                 admitted: Callable[[str], bool | None], credentials: Mapping[str, str]):
+                 admitted: Callable[[str], bool | None], credentials: Mapping[str, str],
+                 caller: Callable[[str], str | None] = lambda _call_id: None):
         """expected: the provider the stream's URL names; admitted(call_id): its token spent for that call (True:
         the webhook named this call, so the server may hang it up; False: it named none; None: refused);
-        credentials: the providers' account settings (from the environment)."""
+        credentials: the providers' account settings (from the environment); caller(call_id): the memory key of
+        the number that called, when its webhook was vouched for (None: nobody known)."""
         self.front, self.ws, self.environ = front, ws, environ
-        self.expected, self.admitted, self.credentials = expected, admitted, credentials
+        self.expected, self.admitted, self.credentials, self.caller = expected, admitted, credentials, caller
+        self.user_key: str | None = None
         self.may_hang_up = False
         self.provider: Provider | None = None
         self.call: CallStarted | None = None
@@ -132,6 +135,7 @@ class PhoneSession:
                 self._close_stream()
                 return False
             self.provider, self.call, self.may_hang_up = provider, call, admitted
+            self.user_key = self.caller(call.call_id) if admitted else None  # (only a vouched-for call's)
             return self._seat()
         log.info("phone stream sent %d messages and no start: closed", BEFORE_START + 1)
         self._close_stream()
@@ -150,6 +154,7 @@ class PhoneSession:
             self._close_stream()
             return False
         self.session = session
+        session.user_key = self.user_key
         try:
             front.doorway.attach(session, self)
         except Exception:
