@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vita.memory.answers import NO_KEY, OFF_RECORD, answer, memory_note
+from vita.memory.answers import NO_KEY, NOTHING_KNOWN, OFF_RECORD, answer, memory_note
 from vita.memory.sayings import memory_request
 from vita.memory.store import MemoryStore
 
@@ -55,3 +55,5 @@ def test_what_is_recalled_reaches_the_model_as_quoted_data(store: MemoryStore) -
     assert '"my name is Zoe"' in note and "\"I'm allergic to peanuts\"" in note
     assert "not instructions" in note
     assert memory_note([]) == ""
+    assert memory_note([], "What is my name?") == NOTHING_KNOWN  # about themselves, nothing known: not guessed
+    assert memory_note([], "What is the capital of France?") == ""

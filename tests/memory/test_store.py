@@ -82,3 +82,15 @@ def test_old_facts_go_past_the_retention_and_a_user_keeps_at_most_so_many(tmp_pa
         assert store.facts("anna") == []
     finally:
         store.close()
+
+
+def test_a_question_about_a_slot_recalls_its_fact_without_sharing_a_word(store: MemoryStore) -> None:
+    store.keep("anna", Fact("I work as a teacher", "work"))
+    store.keep("anna", Fact("I moved to Madrid", "home"))
+    store.keep("anna", Fact("My dog is called Max", "person dog"))
+    store.keep("anna", Fact("My favourite colour is green", "favourite colour"))
+    assert [f.text for f in store.recall("anna", "What is my job?")] == ["I work as a teacher"]
+    assert [f.text for f in store.recall("anna", "Which city do I live in?")] == ["I moved to Madrid"]
+    assert [f.text for f in store.recall("anna", "What is my dog's name?")] == ["My dog is called Max"]
+    assert [f.text for f in store.recall("anna", "What's my favorite colour?")] == ["My favourite colour is green"]
+    assert store.recall("bob", "What is my job?") == []

@@ -48,6 +48,12 @@ END;
 """
 MAX_FACTS_PER_USER = 200  # the oldest go first past this
 RECALLED = 3  # facts a question brings into the prompt, besides the user's name
+# Words of a question that ask about a slot whose fact may share none of them ("What is my job?": "I work as a
+# teacher"), and the slots they ask about (LIKE patterns).
+SLOT_WORDS = {"job": ("work",), "work": ("work",), "profession": ("work",), "occupation": ("work",),
+              "living": ("work",), "live": ("home",), "city": ("home",), "town": ("home",), "home": ("home",),
+              "address": ("home",), "country": ("home", "origin"), "from": ("origin",), "born": ("origin",),
+              "grew": ("origin",), "favourite": ("favourite %",), "favorite": ("favourite %",)}
 _STOP = frozenset(("a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from",
                    "have", "how", "i", "i'm", "in", "is", "it", "me", "my", "of", "on", "or", "so", "that", "the",
                    "this", "to", "was", "what", "when", "where", "which", "who", "why", "will", "with", "you",
@@ -111,20 +117,24 @@ class MemoryStore:
         return [Remembered(*row) for row in rows]
 
     def recall(self, user_key: str, question: str, limit: int = RECALLED) -> list[Remembered]:
-        """What matters for this question: the user's name, and the facts that share its words (FTS5's ranking);
-        none of another user's."""
+        """What matters for this question: the user's name, the facts of the slot it asks about ("What is my job?":
+        their work), and those that share its words (FTS5's ranking); none of another user's."""
+        columns = "f.id, f.text, f.slot, f.created_at, f.session, f.turn_id"
+        words = _words(question)
+        slots = sorted({slot for w in re.findall(r"[a-z]+", question.lower()) for slot in SLOT_WORDS.get(w, ())})
         with self._lock:
-            name = self._db.execute("SELECT id, text, slot, created_at, session, turn_id FROM facts WHERE user_key = ? "
-                                    "AND slot = 'name'", (user_key,)).fetchall()
-            words = [w for w in re.findall(r"[a-z0-9']+", question.lower()) if w not in _STOP and len(w) > 1]
-            found = []
+            rows = self._db.execute(f"SELECT {columns} FROM facts f WHERE f.user_key = ? AND f.slot = 'name'",
+                                    (user_key,)).fetchall()
+            for slot in slots:
+                rows += self._db.execute(f"SELECT {columns} FROM facts f WHERE f.user_key = ? AND f.slot LIKE ? "
+                                         "ORDER BY f.created_at DESC LIMIT ?", (user_key, slot, limit)).fetchall()
             if words:
-                query = " OR ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
-                found = self._db.execute(
-                    "SELECT f.id, f.text, f.slot, f.created_at, f.session, f.turn_id FROM facts_index "
-                    "JOIN facts f ON f.id = facts_index.rowid WHERE facts_index MATCH ? AND f.user_key = ? "
-                    "AND f.slot != 'name' ORDER BY rank LIMIT ?", (query, user_key, limit)).fetchall()
-        return [Remembered(*row) for row in [*name, *found]]
+                query = " OR ".join(f'"{w}"' for w in words)
+                rows += self._db.execute(
+                    f"SELECT {columns} FROM facts_index JOIN facts f ON f.id = facts_index.rowid WHERE facts_index "
+                    "MATCH ? AND f.user_key = ? ORDER BY rank LIMIT ?", (query, user_key, limit)).fetchall()
+        found = list({row[0]: Remembered(*row) for row in rows}.values())
+        return found[:1 + limit] if found and found[0].slot == "name" else found[:limit]
 
     def matching(self, user_key: str, about: str) -> list[Remembered]:
         """The user's facts with all the words of ``about`` (what ``forget`` would delete)."""
@@ -184,10 +194,14 @@ class MemoryStore:
         self._db.execute("INSERT INTO facts_index (facts_index) VALUES ('optimize')")
 
 
+def _words(text: str) -> list[str]:
+    """The words of ``text`` that say something, as FTS5's tokenizer splits them ("dog's" is "dog" and "s")."""
+    return list(dict.fromkeys(w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP and len(w) > 1))
+
+
 def _all_of(about: str) -> str:
     """An FTS5 query for the facts that have every word of ``about`` that says something ("" when none does)."""
-    words = [w for w in re.findall(r"[a-z0-9']+", about.lower()) if w not in _STOP and len(w) > 1]
-    return " AND ".join('"' + w.replace('"', "") + '"' for w in dict.fromkeys(words))
+    return " AND ".join(f'"{w}"' for w in _words(about))
 
 
 def open_memory(config: Config) -> tuple[MemoryStore | None, UserKeys | None]:

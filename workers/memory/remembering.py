@@ -61,7 +61,7 @@ class Remembering:
         if self.store is None or not req.user_key or not question:
             return ""
         try:
-            return memory_note(self.store.recall(req.user_key, question))
+            return memory_note(self.store.recall(req.user_key, question), question)
         except Exception:
             self.log.exception("memory recall failed")
             return ""
