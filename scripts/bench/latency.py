@@ -10,6 +10,8 @@ The microphone stays open throughout (silence between questions), questions are 
   inside the server (tokens after the first / time after the first token), to compare with
   scripts/bench/stages/decode.py;
 - gaps inside a reply: a chunk that arrives after the previous ones have finished playing, as the page plays them;
+- with `--memory`, each user has the memory cookie and told a few facts first, so what is remembered goes beside
+  every question: what memory costs;
 - with `--trace on`, the server exports OpenTelemetry traces to a local collector: what tracing costs;
 - interruptions (`--barge N`): a question spoken over a long reply, onset of speech sent → the reply's sound
   ducked or stopped at the client (the last full-volume audio played out, `duck` for our page, or `stop_tts`).
@@ -21,7 +23,7 @@ the first instead (a question that lands while another user's reply is spoken). 
 `--max_users` N (at least 2); a server of your own (`--url`) needs the seats.
 
 Usage: .venv/bin/python -m scripts.bench.latency [--url URL] [--transport vita|binary] [--voice hibari|piper]
-       [--users 1] [--stagger 0] [--rounds 1] [--questions 20] [--barge 4] [--trace off|on] [--json out.json]
+       [--users 1] [--stagger 0] [--rounds 1] [--questions 20] [--barge 4] [--trace off|on] [--memory] [--json out.json]
        [-- server flags]
 """
 
@@ -47,6 +49,7 @@ from scripts.eval.questions import BARGE_OVER, BARGE_WITH, LONG, SHORT
 from scripts.eval.voices import synthesize
 from tests.harness.client import RecordingClient
 from tests.harness.speech import Microphone
+from vita.memory.user_keys import COOKIE, new_user_id
 
 
 def thread_cpu(pid: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -111,6 +114,20 @@ def ask_together(clients: list[RecordingClient], mics: list[Microphone], voice: 
     return rows
 
 
+FACTS = ("My name is Sam.", "I live in Boston.", "I'm allergic to cats.")
+
+
+def tell_facts(client: RecordingClient) -> None:
+    """A user's first words, typed (not measured): what memory will recall beside their questions."""
+    for text in FACTS:
+        turns = len(client.named("turn"))
+        client.sio.emit("text_input", {"text": text})
+        client.wait_for(lambda evs, n=turns: len([e for e in evs if e[1] == "turn"]) > n, 30)
+        tid = client.named("turn")[-1]["turn_id"]
+        client.wait_for(lambda evs, t=tid: any(n == "state" and d.get("state") == "listening"
+                                               and d.get("turn_id") == t for _, n, d in evs), 60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server (default: start one with the default config)")
@@ -130,6 +147,9 @@ def main() -> int:
     parser.add_argument("--trace", choices=("on", "off"), default="off",
                         help="on: the server it starts exports OpenTelemetry traces (OTLP/HTTP, the SDK batching) "
                              "to a local collector, as it would to Jaeger: what tracing costs")
+    parser.add_argument("--memory", action="store_true",
+                        help="each user is a page's user (the memory cookie) who told a few facts first: every "
+                             "question then has what is remembered beside it (what memory costs)")
     parser.add_argument("server_args", nargs="*", help="after --: flags for the server it starts")
     args = parser.parse_args()
     server, url, collector = None, args.url, None
@@ -148,7 +168,11 @@ def main() -> int:
         url = server.url
     if args.client_nice:
         os.nice(args.client_nice)  # after the server started, so its processes keep their priority
-    clients = [RecordingClient(url).connect() for _ in range(args.users)]
+    headers = (lambda: {"Cookie": f"{COOKIE}={new_user_id()}"}) if args.memory else (lambda: None)
+    clients = [RecordingClient(url).connect(headers=headers()) for _ in range(args.users)]
+    if args.memory:
+        for each in clients:
+            tell_facts(each)
     mics = [Microphone(c, binary=args.transport == "binary", name=f"mic-{i}") for i, c in enumerate(clients)]
     client, mic = clients[0], mics[0]
     questions = [q for pair in zip(SHORT, LONG + LONG, strict=False) for q in pair][:min(args.questions, 20)]
