@@ -57,3 +57,4 @@ def test_what_is_recalled_reaches_the_model_as_quoted_data(store: MemoryStore) -
     assert memory_note([]) == ""
     assert memory_note([], "What is my name?") == NOTHING_KNOWN  # about themselves, nothing known: not guessed
     assert memory_note([], "What is the capital of France?") == ""
+    assert memory_note([], "My dog is called Max.") == ""  # telling, not asking: the model just answers it
