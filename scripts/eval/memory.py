@@ -1,5 +1,7 @@
 """Memory evaluation: scripted conversations over several sessions, spoken, as users have them with the page — tell
 something, leave, come back and ask; correct a fact; ask to forget it; talk off the record; ask as another user.
+The first ten scenarios were run while the recall rules were mended (a job, a city, a dog's name were not found);
+the last six were added after, to check the rules on facts they were not mended on.
 
 Each user is a browser of their own (the page's cookie); each session a new connection with an open microphone
 (VITA's JSON audio), questions spoken by a natural voice. Each check is a question in a later session whose reply
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -70,6 +73,19 @@ SCENARIOS = [
     Scenario("a job", [Session(("I work as a teacher.",)), Session(check=Check("What is my job?", ("teach",)))]),
     Scenario("off the record", [Session(("My name is Oliver.",), off_record=True),
                                 Session(check=Check("Do you know my name?", forbid=("oliver",)))], gone=("Oliver",)),
+    Scenario("where from", [Session(("I'm from Canada, by the way.",)),
+                            Session(check=Check("Where am I from?", ("canada",)))]),
+    Scenario("a name corrected", [Session(("My name is Robert.",)), Session(("Actually, please call me Bob.",)),
+                                  Session(check=Check("What should you call me?", ("bob",)))]),
+    Scenario("a favourite", [Session(("My favourite food is pizza.",)),
+                             Session(check=Check("What is my favourite food?", ("pizza",)))]),
+    Scenario("a partner", [Session(("My wife's name is Sophia.",)),
+                           Session(check=Check("What is my wife called?", ("sophia",)))]),
+    Scenario("a diet", [Session(("Remember that I'm vegetarian.",)),
+                        Session(check=Check("Am I a vegetarian?", ("yes", "vegetarian"), ("not", "know")))]),
+    Scenario("a later question, same session", [Session(("My name is Daniel.", "What is the capital of Italy?"),
+                                                         check=Check("And what is my name?", ("daniel",)))],
+             user="daniel"),
     Scenario("delete all", [Session(("Remember that I play the violin.",)),
                             Session(("Forget everything you know about me.",)),
                             Session(check=Check("What do you know about me?", forbid=("violin",)))],
@@ -78,8 +94,11 @@ SCENARIOS = [
 
 
 def right(reply: str, check: Check) -> bool:
-    words = reply.lower()
-    return (not check.expect or any(w in words for w in check.expect)) and not any(w in words for w in check.forbid)
+    """Names one of the expected words (at a word's start: "teach" is "teacher") and none of the forbidden."""
+    def says(word: str) -> bool:
+        return re.search(rf"\b{re.escape(word)}", reply.lower()) is not None
+
+    return (not check.expect or any(says(w) for w in check.expect)) and not any(says(w) for w in check.forbid)
 
 
 def run_session(url: str, user: str, voice: str, session: Session) -> dict | None:
