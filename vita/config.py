@@ -273,6 +273,9 @@ class MemoryConfig:
     enabled: bool = True
     path: str | None = None  # None: state_dir/memory.sqlite3
     retention_days: float = 365.0  # a fact older than this is deleted
+    # A caller is known by their number (a vouched-for webhook's only): off unless the operator trusts caller ID,
+    # which can be spoofed; withheld numbers are nobody.
+    phone: bool = False
 
 
 @dataclass

@@ -58,3 +58,6 @@ def test_what_is_recalled_reaches_the_model_as_quoted_data(store: MemoryStore) -
     assert memory_note([], "What is my name?") == NOTHING_KNOWN  # about themselves, nothing known: not guessed
     assert memory_note([], "What is the capital of France?") == ""
     assert memory_note([], "My dog is called Max.") == ""  # telling, not asking: the model just answers it
+    for ordinary in ("Can you help me write an email?", "Tell me a joke.", "How do I fix my code?"):
+        assert memory_note([], ordinary) == "", ordinary  # about the world, not about what the user told
+    assert memory_note([], "Where do I live?") == NOTHING_KNOWN

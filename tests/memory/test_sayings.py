@@ -24,6 +24,12 @@ pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
     ("So what do you remember?", MemoryRequest("recall")),
     ("What have you saved about me", MemoryRequest("recall")),
     ("I remember that film.", None),
+    ("Clear all.", None),  # someone else's request (a list's, a page's), not the user's memory
+    ("Delete everything.", None),
+    ("Forget everything.", None),
+    ("Delete the second item on my list.", None),
+    ("Can you remember what I asked earlier?", None),  # a question, no fact
+    ("Remember when we went to Rome?", None),
     ("Do you remember the capital of France?", None),
     ("Remember it.", None),
     ("What is the capital of France?", None),

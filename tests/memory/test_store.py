@@ -94,3 +94,15 @@ def test_a_question_about_a_slot_recalls_its_fact_without_sharing_a_word(store: 
     assert [f.text for f in store.recall("anna", "What is my dog's name?")] == ["My dog is called Max"]
     assert [f.text for f in store.recall("anna", "What's my favorite colour?")] == ["My favourite colour is green"]
     assert store.recall("bob", "What is my job?") == []
+
+
+def test_forget_finds_a_slots_fact_and_words_with_accents(store: MemoryStore) -> None:
+    store.keep("anna", Fact("I moved to Zürich", "home"))
+    store.keep("anna", Fact("I work as a teacher", "work"))
+    store.keep("anna", Fact("My sister is called Émilie", "person sister"))
+    assert [f.text for f in store.matching("anna", "where I live")] == ["I moved to Zürich"]
+    assert store.forget("anna", "my job") == ["I work as a teacher"]
+    assert store.forget("anna", "Emilie") == ["My sister is called Émilie"]
+    assert store.forget("anna", "zurich") == ["I moved to Zürich"]
+    assert store.facts("anna") == []
+    assert oct(store.path.stat().st_mode & 0o777) == "0o600"  # the server's user's only

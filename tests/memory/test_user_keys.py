@@ -29,3 +29,11 @@ def test_keys_are_stable_across_runs_and_differ_by_kind(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", [None, "", "abc", "0" * 31, "g" * 32, "A" * 32, "0" * 33, "../" + "0" * 29])
 def test_only_an_id_this_server_could_have_given_is_a_user(value: str | None) -> None:
     assert not valid_user_id(value)
+
+
+def test_a_secret_cut_short_is_refused_never_replaced(tmp_path: Path) -> None:
+    secret = tmp_path / "memory.key"
+    secret.write_bytes(b"short")
+    with pytest.raises(ValueError, match="not a 32-byte secret"):
+        UserKeys(secret)
+    assert secret.read_bytes() == b"short"  # (every user's memory hangs on it: the operator decides)

@@ -212,7 +212,18 @@ def test_a_stage_cancelled_or_failed_says_so(exported: InMemorySpanExporter) -> 
     assert spans["llm"][0].attributes["vita.interrupted"] is True
     assert spans["llm"][0].status.status_code is StatusCode.UNSET
     assert spans["asr"][0].status.status_code is StatusCode.ERROR
-    assert "no ears" in spans["asr"][0].status.description
+    assert spans["asr"][0].status.description == "RuntimeError"  # a message may quote what was said: not without
+    content = traced(exported, "llm", content=True)  # content on
+    with pytest.raises(RuntimeError), content.stage("asr", parent):
+        raise RuntimeError("no ears")
+    assert exported.get_finished_spans()[-1].status.description == "RuntimeError: no ears"
+
+
+def test_a_stage_under_an_untraced_span_makes_no_trace_of_its_own(exported: InMemorySpanExporter) -> None:
+    tracing = traced(exported, "llm")
+    with tracing.stage("llm", "") as model:  # the turn was not traced: the model's span is no span
+        tracing.record("execute_tool calculate", model, time.monotonic())
+    assert exported.get_finished_spans() == ()
 
 
 def test_a_stage_of_an_untraced_turn_makes_no_trace_of_its_own(exported: InMemorySpanExporter) -> None:

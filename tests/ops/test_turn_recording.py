@@ -44,6 +44,7 @@ def wav(path: Path) -> tuple[int, int]:
 def test_a_turn_is_one_folder_with_what_was_heard_said_and_timed(recorder: TurnRecorder) -> None:
     folder = Path(recorder.begin("sid", "5e55", 1, "speech"))
     assert folder.is_dir() and folder.parent.name == "5e55" and folder.name.startswith("0001-")
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
     write_prompt(str(folder), {"text": "<|im_start|>user\nwhat is two and two"})  # (the LLM worker's part)
     heard = (np.sin(np.arange(16000) / 5) * 8000).astype(np.int16).tobytes()
     recorder.heard("sid", 1, heard, 16000)
@@ -61,6 +62,7 @@ def test_a_turn_is_one_folder_with_what_was_heard_said_and_timed(recorder: TurnR
     recorder.ended("sid", 1, "done", interrupted=False)
     settle(recorder, 1)
     assert wav(folder / "heard.wav") == (16000, 16000)
+    assert oct((folder / "heard.wav").stat().st_mode & 0o777) == "0o600"
     assert wav(folder / "reply.wav") == (24000, 7200)
     turn = json.loads((folder / "turn.json").read_text())
     assert turn["session"] == "5e55" and turn["turn_id"] == 1 and turn["source"] == "speech"
@@ -95,20 +97,27 @@ def test_the_sessions_end_writes_its_open_turns(recorder: TurnRecorder) -> None:
     assert recorder.folder("other", 1) is not None  # another session's turn goes on
 
 
-def test_the_oldest_go_first_past_the_size_and_the_age(tmp_path: Path) -> None:
+def test_the_oldest_go_first_past_the_size_and_the_age_and_nothing_else_is_ever_deleted(tmp_path: Path) -> None:
+    session = "0123456789abcdef"  # (a pseudonym, as the turn log's)
     recorder = TurnRecorder(tmp_path / "r", max_mb=0.25, retention_days=1)
     try:
         folders = []
         for turn_id in range(1, 5):
-            folder = Path(recorder.begin("sid", "s", turn_id, "speech"))
+            folder = Path(recorder.begin("sid", session, turn_id, "speech"))
             (folder / "heard.wav").write_bytes(b"\0" * 100_000)
             stamp = time.time() - (10 - turn_id) * 60  # older first
             os.utime(folder / "heard.wav", (stamp, stamp))
             folders.append(folder)
-        assert recorder.prune() == 2  # 400 kB: down to 200 kB, the two oldest gone
+        foreign = [tmp_path / "r" / "notes" / "2024", tmp_path / "r" / session / "not-a-turn"]
+        for folder in foreign:  # an operator's own folders under recording.path, however old and big
+            folder.mkdir(parents=True)
+            (folder / "data").write_bytes(b"\0" * 300_000)
+            os.utime(folder / "data", (0, 0))
+        assert recorder.prune() == 2  # 400 kB of recordings: down to 200 kB, the two oldest gone
         assert [f.exists() for f in folders] == [False, False, True, True]
         assert recorder.prune(now=time.time() + 2 * 86400) == 2  # a day past: all of them
-        assert not (tmp_path / "r" / "s").exists()  # an empty session folder goes too
+        assert all(f.exists() for f in foreign)
+        assert oct(folders[0].parent.stat().st_mode & 0o777) == "0o700"  # the server's user's only
     finally:
         recorder.close()
 

@@ -38,10 +38,12 @@ _EDGES = re.compile(r"^[\s,.;:!?-]+|[\s,.;:!?-]+$")
 _LEAD = (r"^(?:(?:hey|hi|ok|okay|so|and|now|please|vita|alright|also)[,!]? )*(?:please )?"
          r"(?:can you |could you |would you )?")
 _TAIL = r"(?:,? please)?$"
-_EVERYTHING = (r"(?:everything|all|all of it|all (?:of )?(?:my|the) (?:data|memories|facts|information)|"
+_EVERYTHING = (r"(?:all (?:of )?(?:my|the) (?:data|memories|facts|information)|"
                r"(?:every ?thing|all) (?:that )?you (?:know|remember) about me|everything about me|"
-               r"what you know about me|"
-               r"everything you (?:know|remember)|my memory|your memory of me|all your memories of me)")
+               r"what you know about me|everything you (?:know|remember)|my memory|your memory of me|"
+               r"all your memories of me)")
+# What a request to remember or forget may not be about: a question ("can you remember what I asked?").
+_NOT_A_FACT = _words(r"^(?:what|when|where|who|whom|why|how|which|if|whether|anything|something)\b")
 _REQUESTS = [
     ("forget_all", _words(_LEAD + r"(?:forget|erase|delete|clear|wipe|remove) " + _EVERYTHING + r"(?: about me)?"
                           + _TAIL)),
@@ -51,7 +53,8 @@ _REQUESTS = [
     ("recall", _words(_LEAD + r"what have you (?:remembered|kept|saved|stored) (?:about|of) me\b")),
     ("recall", _words(_LEAD + r"(?:tell me )?what (?:do )?you (?:know|remember) about me\b")),
     ("recall", _words(_LEAD + r"what do you remember" + _TAIL)),
-    ("forget", _words(_LEAD + r"(?:forget|stop remembering|erase|delete) (?:that |about |the fact that |what i said "
+    # (only "forget": "delete the second item on my list" is someone else's request)
+    ("forget", _words(_LEAD + r"(?:forget|stop remembering) (?:that |about |the fact that |what i (?:said|told you) "
                               r"about )?(?P<text>.+?)" + _TAIL)),
     ("remember", _words(_LEAD + r"(?:remember|keep in mind|note|don'?t forget|make a note) (?:that |this: ?|for me "
                                 r"that )?(?P<text>.+?)" + _TAIL)),
@@ -101,8 +104,9 @@ def memory_request(said: str) -> MemoryRequest | None:
         if match is None:
             continue
         text = plain(match.groupdict().get("text") or "")
-        if kind in ("remember", "forget") and (not text or text.lower() in ("it", "this", "that")
-                                               or len(text.split()) > MAX_FACT_WORDS):
+        if kind in ("remember", "forget") and (not text or text.lower() in ("it", "this", "that", "everything")
+                                               or len(text.split()) > MAX_FACT_WORDS
+                                               or _NOT_A_FACT.match(text)):
             return None
         return MemoryRequest(kind, text)
     return None

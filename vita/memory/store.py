@@ -11,10 +11,12 @@ write-ahead log to keep old pages.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +48,8 @@ CREATE TRIGGER IF NOT EXISTS facts_removed AFTER DELETE ON facts BEGIN
     INSERT INTO facts_index (facts_index, rowid, text) VALUES ('delete', old.id, old.text);
 END;
 """
+LOCK_WAIT_S = 2.0  # the other process's write holds the file this long at most (a panel's delete: milliseconds)
+COLUMNS = "f.id, f.text, f.slot, f.created_at, f.session, f.turn_id"
 MAX_FACTS_PER_USER = 200  # the oldest go first past this
 RECALLED = 3  # facts a question brings into the prompt, besides the user's name
 # Words of a question that ask about a slot whose fact may share none of them ("What is my job?": "I work as a
@@ -80,7 +84,8 @@ class MemoryStore:
         self.retention_s = retention_days * 86400
         self._lock = threading.Lock()  # one connection, shared by this process's threads
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), timeout=10, check_same_thread=False)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # readable by the server's user only
+        self._db = sqlite3.connect(str(path), timeout=LOCK_WAIT_S, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=DELETE")  # no write-ahead log keeps a forgotten fact's page
         self._db.execute("PRAGMA secure_delete=ON")
         self._db.executescript(SCHEMA)
@@ -95,17 +100,17 @@ class MemoryStore:
         """Keep a fact (a newer one in its slot replaces the older; the same words again are kept once); its id."""
         text = plain(fact.text)
         with self._lock, self._db:
-            if fact.slot:
-                self._delete("user_key = ? AND slot = ?", (user_key, fact.slot))
-            self._delete("user_key = ? AND lower(text) = lower(?)", (user_key, text))
+            gone = self._delete("user_key = ? AND slot = ?", (user_key, fact.slot)) if fact.slot else 0
+            gone += self._delete("user_key = ? AND lower(text) = lower(?)", (user_key, text))
             row = self._db.execute("INSERT INTO facts (user_key, slot, text, created_at, session, turn_id) "
                                    "VALUES (?, ?, ?, ?, ?, ?)", (user_key, fact.slot, text, time.time(), session,
                                                                  turn_id))
             over = self._db.execute("SELECT id FROM facts WHERE user_key = ? ORDER BY created_at DESC, id DESC "
                                     "LIMIT -1 OFFSET ?", (user_key, MAX_FACTS_PER_USER)).fetchall()
             for (old,) in over:
-                self._delete("id = ?", (old,))
-            self._merge_index()
+                gone += self._delete("id = ?", (old,))
+            if gone:  # (only a delete leaves words in the index: merged, they go)
+                self._merge_index()
             return int(row.lastrowid)
 
     # --- reading ---------------------------------------------------------------------------------------------
@@ -119,9 +124,9 @@ class MemoryStore:
     def recall(self, user_key: str, question: str, limit: int = RECALLED) -> list[Remembered]:
         """What matters for this question: the user's name, the facts of the slot it asks about ("What is my job?":
         their work), and those that share its words (FTS5's ranking); none of another user's."""
-        columns = "f.id, f.text, f.slot, f.created_at, f.session, f.turn_id"
-        words = _words(question)
-        slots = sorted({slot for w in re.findall(r"[a-z]+", question.lower()) for slot in SLOT_WORDS.get(w, ())})
+        columns = COLUMNS
+        words = _key_words(question)
+        slots = _slots(question)
         with self._lock:
             rows = self._db.execute(f"SELECT {columns} FROM facts f WHERE f.user_key = ? AND f.slot = 'name'",
                                     (user_key,)).fetchall()
@@ -137,31 +142,33 @@ class MemoryStore:
         return found[:1 + limit] if found and found[0].slot == "name" else found[:limit]
 
     def matching(self, user_key: str, about: str) -> list[Remembered]:
-        """The user's facts with all the words of ``about`` (what ``forget`` would delete)."""
-        query = _all_of(about)
-        if not query:
-            return []
+        """The user's facts that ``forget`` would delete: those with every word of ``about`` that says something,
+        and those of the slot it names ("forget my job": their work, whatever its words)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT f.id, f.text, f.slot, f.created_at, f.session, f.turn_id FROM facts_index JOIN facts f "
-                "ON f.id = facts_index.rowid WHERE facts_index MATCH ? AND f.user_key = ? ORDER BY f.id",
-                (query, user_key)).fetchall()
-        return [Remembered(*row) for row in rows]
+            return [Remembered(*row) for row in self._matching(user_key, about)]
+
+    def _matching(self, user_key: str, about: str) -> list[tuple]:
+        rows = []
+        query = _all_of(about)
+        if query:
+            rows += self._db.execute(
+                f"SELECT {COLUMNS} FROM facts_index JOIN facts f ON f.id = facts_index.rowid WHERE facts_index "
+                "MATCH ? AND f.user_key = ?", (query, user_key)).fetchall()
+        for slot in _slots(about):
+            rows += self._db.execute(f"SELECT {COLUMNS} FROM facts f WHERE f.user_key = ? AND f.slot LIKE ?",
+                                     (user_key, slot)).fetchall()
+        return sorted({row[0]: row for row in rows}.values())
 
     # --- forgetting ------------------------------------------------------------------------------------------
     def forget(self, user_key: str, about: str) -> list[str]:
-        """Forget the user's facts that match ``about`` (all its words, or the slot it names); what was forgotten."""
-        query = _all_of(about)
-        if not query:
-            return []
+        """Forget what ``matching`` finds; what was forgotten."""
         with self._lock, self._db:
-            rows = self._db.execute("SELECT f.id, f.text FROM facts_index JOIN facts f ON f.id = facts_index.rowid "
-                                    "WHERE facts_index MATCH ? AND f.user_key = ?", (query, user_key)).fetchall()
-            for fact_id, _ in rows:
-                self._delete("id = ?", (fact_id,))
+            rows = self._matching(user_key, about)
+            for row in rows:
+                self._delete("id = ?", (row[0],))
             if rows:
                 self._merge_index()
-        return [text for _, text in rows]
+        return [row[1] for row in rows]
 
     def forget_one(self, user_key: str, fact_id: int) -> bool:
         with self._lock, self._db:
@@ -194,14 +201,24 @@ class MemoryStore:
         self._db.execute("INSERT INTO facts_index (facts_index) VALUES ('optimize')")
 
 
-def _words(text: str) -> list[str]:
-    """The words of ``text`` that say something, as FTS5's tokenizer splits them ("dog's" is "dog" and "s")."""
-    return list(dict.fromkeys(w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP and len(w) > 1))
+def _folded(text: str) -> str:
+    """Lower case without accents, as FTS5's unicode61 tokenizer indexes words ("Zürich" is "zurich")."""
+    return unicodedata.normalize("NFKD", text.lower()).encode("ascii", "ignore").decode()
+
+
+def _key_words(text: str) -> list[str]:
+    """The words of ``text`` that say something, as the full-text index splits them ("dog's" is "dog" and "s")."""
+    return list(dict.fromkeys(w for w in re.findall(r"[a-z0-9]+", _folded(text)) if w not in _STOP and len(w) > 1))
+
+
+def _slots(text: str) -> list[str]:
+    """The slots (LIKE patterns) the words of ``text`` ask about."""
+    return sorted({slot for w in re.findall(r"[a-z]+", _folded(text)) for slot in SLOT_WORDS.get(w, ())})
 
 
 def _all_of(about: str) -> str:
     """An FTS5 query for the facts that have every word of ``about`` that says something ("" when none does)."""
-    return " AND ".join(f'"{w}"' for w in _words(about))
+    return " AND ".join(f'"{w}"' for w in _key_words(about))
 
 
 def open_memory(config: Config) -> tuple[MemoryStore | None, UserKeys | None]:
@@ -213,6 +230,6 @@ def open_memory(config: Config) -> tuple[MemoryStore | None, UserKeys | None]:
     try:
         store = MemoryStore(path, config.memory.retention_days)
         return store, UserKeys(config.state_path() / "memory.key")
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, ValueError, sqlite3.Error) as exc:
         log.error("memory is off: cannot open %s (%s)", path, exc)
         return None, None

@@ -1,5 +1,5 @@
 """Who a session's user is, for memory, without their typing anything: a random id in a long-lived cookie for a page
-(ours or VITA's), a caller's number on the phone, an app's own id for its user on the Realtime door. None of them is
+(ours or VITA's), a caller's number on the phone where the operator allows it (memory.phone). Neither is
 stored as it came: the key is an HMAC of it under this server's own secret (``state_dir/memory.key``), so the memory
 file names no cookie and no phone number, and one kind of id can never pass for another. No id, no memory.
 """
@@ -40,13 +40,19 @@ class UserKeys:
         """The server's secret, made once (readable by its owner only) and kept: keys stay the same across runs."""
         try:
             data = path.read_bytes()
-            if len(data) >= 32:
-                return data
         except FileNotFoundError:
-            pass
+            data = None
+        if data is not None:
+            if len(data) < 32:  # (never replaced: every user's memory would be lost with it)
+                raise ValueError(f"{path} holds {len(data)} bytes, not a 32-byte secret: restore it, or remove it "
+                                 "together with the memory file")
+            return data
         path.parent.mkdir(parents=True, exist_ok=True)
         data = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:  # (made once: a front starting beside another reads the other's)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return UserKeys._secret(path)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         return data

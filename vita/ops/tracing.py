@@ -39,6 +39,10 @@ def wall_ns(monotonic_s: float) -> int:
     return time.time_ns() - int((time.monotonic() - monotonic_s) * 1e9)
 
 
+def _environment_endpoint() -> str | None:
+    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+
+
 def tracing_wanted(endpoint: str | None) -> bool:
     """Whether this process exports spans: an OTLP endpoint from the environment or the configuration, unless the
     standard switches turn the SDK or its trace exporter off."""
@@ -49,8 +53,7 @@ def tracing_wanted(endpoint: str | None) -> bool:
         return False
     if exporter == "console":
         return True
-    return bool(endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return bool(endpoint or _environment_endpoint())
 
 
 def otlp_exporter(endpoint: str | None, protocol: str | None) -> SpanExporter:
@@ -61,7 +64,7 @@ def otlp_exporter(endpoint: str | None, protocol: str | None) -> SpanExporter:
               or protocol or "http/protobuf").strip().lower()
     if chosen not in PROTOCOLS:
         raise ValueError(f"OTLP protocol {chosen!r} is not one of {', '.join(PROTOCOLS)}")
-    from_env = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    from_env = _environment_endpoint()
     if chosen == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
@@ -108,9 +111,7 @@ class Tracing:
                 log.error("traces are off: %s", exc)
                 return cls.off()
             processor = BatchSpanProcessor(exporter)
-            log.info("traces on: %s", "to the console" if console else "OTLP to " + (
-                os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-                or str(endpoint)))
+            log.info("traces on: %s", "to the console" if console else f"OTLP to {_environment_endpoint() or endpoint}")
         provider.add_span_processor(processor)
         return cls(provider, content)
 
@@ -120,8 +121,8 @@ class Tracing:
         """A span that goes on (end it with ``end``): a child of ``parent`` (a span, or a carried traceparent; None:
         a new trace; "": none, the stage of a turn that was not traced), begun at the monotonic instant ``at``
         (None: now)."""
-        if not self.on or parent == "":  # a stage of a turn nobody traced (the front's traces are off)
-            return trace.INVALID_SPAN
+        if not self.on or parent == "" or (isinstance(parent, Span) and not parent.get_span_context().is_valid):
+            return trace.INVALID_SPAN  # a stage of a turn nobody traced (the front's traces are off)
         return self.tracer.start_span(name, context=self._context(parent), attributes=_clean(attributes),
                                       start_time=wall_ns(at) if at is not None else None)
 
@@ -137,14 +138,16 @@ class Tracing:
     @contextlib.contextmanager
     def stage(self, name: str, parent: Span | str | None, attributes: Attributes | None = None) -> Iterator[Span]:
         """A stage's span around the code it takes: cancelled (a barge-in) it says ``vita.interrupted``, failed it
-        carries the error; attributes set on it meanwhile are kept."""
+        carries the error (its type; its message only with content on); attributes set on it meanwhile are kept."""
         span = self.start(name, parent, attributes=attributes)
         try:
             yield span
         except BaseException as exc:  # (asyncio's CancelledError is one: the turn was cancelled)
-            cancelled = type(exc).__name__ == "CancelledError"
-            self.end(span, attributes={"vita.interrupted": True} if cancelled else None,
-                     error=None if cancelled else f"{type(exc).__name__}: {exc}")
+            kind = type(exc).__name__
+            if kind == "CancelledError":
+                self.end(span, attributes={"vita.interrupted": True})
+            else:  # (its type only: a message may quote what was said, which spans carry only with content on)
+                self.end(span, error=f"{kind}: {exc}" if self.content else kind)
             raise
         self.end(span)
 

@@ -13,9 +13,12 @@ over what it has.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -32,6 +35,8 @@ PROMPT_FILE = "prompt.json"  # the LLM worker's part of a recording
 OPEN_KEPT = 64  # turns a recorder keeps open (a turn whose end never comes is written as it is past this)
 REPLY_AUDIO_MAX_S = 120.0  # a reply's audio kept, at most
 PRUNE_EVERY_S = 60.0
+SESSION_FOLDER = re.compile(r"[0-9a-f]{16}")  # a session's pseudonym (the turn log's)
+TURN_FOLDER = re.compile(r"\d{4,}-\d{8}-\d{6}")  # a turn's: its id and when it began
 
 
 @dataclass
@@ -71,7 +76,8 @@ class TurnRecorder:
             return str(again.folder)
         folder = self.root / session / f"{turn_id:04d}-{time.strftime('%Y%m%d-%H%M%S')}"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            for made in (self.root, self.root / session, folder):  # the server's user's only
+                made.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             if self.error is None:
                 log.error("cannot record turns under %s: %s", self.root, exc)
@@ -81,9 +87,8 @@ class TurnRecorder:
         recording.facts.update(session=session, turn_id=turn_id, source=source)
         with self._lock:
             self._open[(sid, turn_id)] = recording
-            lost = sorted(self._open)[:-OPEN_KEPT] if len(self._open) > OPEN_KEPT else []
-            for key in lost:
-                self._finish(key, {"end_reason": "lost"})
+            while len(self._open) > OPEN_KEPT:  # the oldest open turn, whose end never came
+                self._finish(min(self._open, key=lambda k: self._open[k].started_at), {"end_reason": "lost"})
         return str(folder)
 
     def folder(self, sid: str, turn_id: int) -> str | None:
@@ -181,21 +186,22 @@ class TurnRecorder:
                     self._write(what)
                 else:
                     shutil.rmtree(what, ignore_errors=True)
-                if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S or kind == "write":
+                if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
                     self.prune()
-            except OSError as exc:
+            except Exception as exc:  # (the writer goes on: one turn's recording is lost, not all that follow)
                 log.warning("could not write a turn's recording: %s", exc)
 
     def _write(self, recording: _Recording) -> None:
         folder = recording.folder
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():  # (pruned meanwhile: a turn older than the limits allow)
+            return
         if recording.heard:
             _wav(folder / "heard.wav", recording.heard, recording.heard_rate)
         if recording.reply:
             _wav(folder / "reply.wav", b"".join(recording.reply), recording.reply_rate)
         facts = {**recording.facts, "started_at": recording.started_at, "written_at": time.time(),
                  "files": sorted(p.name for p in folder.iterdir()) + ["turn.json"]}
-        (folder / "turn.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False))
+        _private(folder / "turn.json", json.dumps(facts, indent=2, ensure_ascii=False).encode())
         self.written += 1
 
     def prune(self, now: float | None = None) -> int:
@@ -203,8 +209,8 @@ class TurnRecorder:
         self._pruned_at = time.monotonic()
         now = time.time() if now is None else now
         turns = []
-        for session in _folders(self.root):
-            for turn in _folders(session):
+        for session in _folders(self.root, SESSION_FOLDER):
+            for turn in _folders(session, TURN_FOLDER):  # (nothing but recordings is ever deleted)
                 files = [f for f in turn.iterdir() if f.is_file()]
                 stamp = max([f.stat().st_mtime for f in files] or [turn.stat().st_mtime])
                 turns.append((stamp, sum(f.stat().st_size for f in files), turn))
@@ -217,25 +223,34 @@ class TurnRecorder:
             shutil.rmtree(turn, ignore_errors=True)
             total -= size
             deleted += 1
-        for session in _folders(self.root):
+        for session in _folders(self.root, SESSION_FOLDER):
             with contextlib.suppress(OSError):
                 session.rmdir()  # (only if empty)
         return deleted
 
 
-def _folders(path: Path) -> list[Path]:
+def _folders(path: Path, name: re.Pattern) -> list[Path]:
     try:
-        return [p for p in path.iterdir() if p.is_dir()]
+        return [p for p in path.iterdir() if p.is_dir() and name.fullmatch(p.name)]
     except OSError:
         return []
 
 
+def _private(path: Path, data: bytes) -> None:
+    """A file the server's user alone may read (what a user said)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
 def _wav(path: Path, pcm: bytes, rate: int) -> None:
-    with wave.open(str(path), "wb") as out:
+    sound = io.BytesIO()
+    with wave.open(sound, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(rate)
         out.writeframes(pcm)
+    _private(path, sound.getvalue())
 
 
 def write_prompt(folder: str, prompt: dict[str, Any]) -> None:
@@ -243,6 +258,6 @@ def write_prompt(folder: str, prompt: dict[str, Any]) -> None:
     try:
         path = Path(folder)
         if path.is_dir():  # (a discarded turn's folder is gone: nothing to add to)
-            (path / PROMPT_FILE).write_text(json.dumps(prompt, indent=2, ensure_ascii=False, default=str))
+            _private(path / PROMPT_FILE, json.dumps(prompt, indent=2, ensure_ascii=False, default=str).encode())
     except OSError as exc:
         log.warning("could not record the prompt: %s", exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -112,9 +113,12 @@ def install_routes(front: FrontHost) -> None:
                                      "server without one (--access_token) has no memory API"}), 403
         if not valid_user_id(user):
             return jsonify({"error": "not a user key: 32 hexadecimal digits, as the memory panel shows it"}), 400
-        if request.method == "DELETE":
-            return jsonify({"user": user, "deleted": front.memory.forget_all(user)})
-        return jsonify({"user": user, "facts": [f.as_dict() for f in front.memory.facts(user)]})
+        try:
+            if request.method == "DELETE":
+                return jsonify({"user": user, "deleted": front.memory.forget_all(user)})
+            return jsonify({"user": user, "facts": [f.as_dict() for f in front.memory.facts(user)]})
+        except sqlite3.Error as exc:  # (the file busy past its lock wait, or broken)
+            return jsonify({"error": f"the memory file could not be read or changed: {exc}"}), 503
 
     @app.get("/ready")
     def ready():

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import time
 
-from vita.messages import ReplyText, TtsPiece, TurnRequest
+from vita.messages import ReplyText, TurnRequest
 from vita.words import APOLOGY
 from workers.llm.engines.asr import Transcription
 from workers.llm.engines.generation import EnginePrompt
@@ -187,7 +187,7 @@ class ReplyGeneration:
                 await out.send_piece(req, run.spoken, piece, timings, gen_started)
         elif held:
             await out.send_piece(req, run.spoken, " ".join(held), timings, gen_started)
-        await out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
+        await out.end_voice(req, run.spoken)
         timings["generate_s"] = time.monotonic() - gen_started
         timings["tokens"] = float(tokens)
         timings["tokens_per_s"] = tokens / timings["generate_s"] if timings["generate_s"] > 0 else 0.0

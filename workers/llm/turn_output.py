@@ -51,6 +51,11 @@ class TurnOutput:
             spoken.pop()  # it was never handed over
             raise
 
+    async def end_voice(self, req: TurnRequest, spoken: list[str]) -> None:
+        """The reply's end, to the voice: its last (empty) piece, after the ``spoken`` ones."""
+        await self.to_tts(TtsPiece(req.session_id, req.turn_id, len(spoken), "", last=True, voice=req.voice,
+                                   trace=req.trace))
+
     def say_as_is(self, sid: str, tid: int, answers: list[str]) -> list[str]:
         """Answers said as they are, shown as the reply's text: the pieces to speak."""
         # Said within the reply's word limit and in speakable pieces, as a generated reply is: an operator's tool

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from vita.config import Config
-from vita.messages import ReplyText, SessionError, TtsPiece, TurnEnded, TurnRequest, TurnTimings
+from vita.messages import ReplyText, SessionError, TurnEnded, TurnRequest, TurnTimings
 from vita.ops.logs import turn_ids
 from vita.ops.turn_recording import write_prompt
 from vita.words import ASK_AGAIN, asks_again, only_asks_to_stop
@@ -239,7 +239,7 @@ class TurnSteps:
         # before it plays (over a speakerphone's echo it drops it: nobody spoke).
         self.out.publish(ReplyText(sid, tid, ASK_AGAIN + " "))
         await self.out.send_piece(req, run.spoken, ASK_AGAIN, run.timings, started)
-        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
+        await self.out.end_voice(req, run.spoken)
         self.out.publish_answered(sid, tid, run)
 
     async def say_remembered(self, req: TurnRequest, run: TurnRun, said: str, history: ConversationHistory) -> None:
@@ -249,7 +249,7 @@ class TurnSteps:
         started = time.monotonic()
         for piece in self.out.say_as_is(sid, tid, [said]):
             await self.out.send_piece(req, run.spoken, piece, run.timings, started)
-        await self.out.to_tts(TtsPiece(sid, tid, len(run.spoken), "", last=True, voice=req.voice, trace=req.trace))
+        await self.out.end_voice(req, run.spoken)
         run.timings["memory_request"] = 1.0
         history.add(Exchange(run.asked(), run.said, turn_id=tid))
         self.out.publish_answered(sid, tid, run)

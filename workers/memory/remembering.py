@@ -8,7 +8,9 @@ the turn if it is discarded instead. Nothing is kept off the record, nor for a s
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,14 @@ from vita.memory.store import MemoryStore
 from vita.messages import TurnRequest
 
 PENDING_KEPT = 8  # turns of a session whose memory changes wait for their commit
+PRUNE_EVERY_S = 3600.0
 
 
 class Remembering:
     def __init__(self, path: Path | None, retention_days: float, sessions: Any, log: logging.Logger):
         self.path, self.retention_days, self.sessions, self.log = path, retention_days, sessions, log
         self.store: MemoryStore | None = None
+        self.pruned_at = time.monotonic()  # (setup prunes; then every PRUNE_EVERY_S, as changes are made)
 
     def setup(self) -> None:
         if self.path is None:
@@ -45,8 +49,8 @@ class Remembering:
         """An explicit request about memory in the user's words: what to say, its change made now or at the turn's
         commit; None when the words are not one."""
         request = memory_request(words)
-        if request is None:
-            return None
+        if request is None or (request.kind != "remember" and (self.store is None or not req.user_key)):
+            return None  # (where nothing is remembered, only a promise to remember is answered: that it cannot be)
         try:
             planned = plan(request, self.store, req.user_key, req.off_record, req.session_id, req.turn_id)
         except Exception:
@@ -97,6 +101,17 @@ class Remembering:
             session.memory_pending.pop(min(session.memory_pending))
 
     def _run(self, change: Callable[[], Any]) -> None:
+        """A change to the memory file, off the event loop every session's turns run on (a write may wait on the
+        front's, a panel's delete, for the file's lock)."""
+        if time.monotonic() - self.pruned_at >= PRUNE_EVERY_S:
+            self.pruned_at = time.monotonic()
+            self._run(self.store.prune)  # (facts past memory.retention_days)
+        try:
+            asyncio.get_running_loop().run_in_executor(None, self._safely, change)
+        except RuntimeError:  # no loop running (a test): now
+            self._safely(change)
+
+    def _safely(self, change: Callable[[], Any]) -> None:
         try:
             change()
         except Exception:  # the turn is answered either way

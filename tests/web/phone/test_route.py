@@ -89,10 +89,12 @@ class Clock:
         return self.now
 
 
-def fake_front(access_token: str | None = None, max_failures: int = 1, **sessions) -> SimpleNamespace:
+def fake_front(access_token: str | None = None, max_failures: int = 1, phone: bool = True,
+               **sessions) -> SimpleNamespace:
     """What PhoneRoute's webhook uses of the front: its seats, its access guard and its refusal count."""
     guard = AccessGuard(access_token, FailureThrottle(max_failures=max_failures))  # 1: one refusal is a lockout
     return SimpleNamespace(sessions=Sessions(**sessions), guard=guard, user_keys=UserKeys(KEY_FILE),
+                           config=SimpleNamespace(memory=SimpleNamespace(phone=phone)),
                            metrics=SimpleNamespace(sessions_refused=Counter()), socket_guard=None)
 
 
@@ -292,6 +294,10 @@ def test_only_a_vouched_for_webhooks_caller_is_known_to_memory(name):
     open_route = PhoneRoute(app, fake_front(), environ={})  # an open webhook: its From could be anyone's
     assert call(open_route, f"/phone/{name}", data=form)[0] == 200
     assert open_route.callers.take(call_id) is None
+    for off, withheld in ((False, form["From"]), (True, "+266696687")):  # not allowed; a withheld number
+        route = PhoneRoute(app, fake_front(access_token="server-token-0123456789", phone=off), environ={})
+        call(route, f"/phone/{name}?token=server-token-0123456789", data={**form, "From": withheld})
+        assert route.callers.take(call_id) is None
 
 
 def test_a_callers_key_waits_for_its_stream_no_longer_than_a_token_does():

@@ -48,6 +48,9 @@ MAX_STREAM_MESSAGE_BYTES = 64 * 1024  # a 20 ms media message is ~300 bytes
 FULL = "Sorry, all of our lines are busy right now. Please call again in a few minutes. Goodbye."
 # The webhook's name for the call, as the stream's start names it (Telnyx's TeXML names its call control id when
 # it does; otherwise its token is bound to no call, and only its stream is closed when the server ends the call).
+# The numbers providers put in From for a caller who withheld theirs (Twilio's anonymous, unavailable, restricted,
+# blocked): every such caller would share one memory.
+WITHHELD = frozenset({"266696687", "86282452253", "7378742833", "2562533", "0", "1"})
 CALL_FIELDS = {"twilio": "CallSid", "telnyx": "CallControlId", "plivo": "CallUUID"}
 CREDENTIALS = ("TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN", "TWILIO_API_BASE", "TELNYX_API_KEY", "TELNYX_API_BASE",
                "PLIVO_AUTH_ID", "PLIVO_AUTH_TOKEN", "PLIVO_API_BASE", "VITA_PHONE_STREAM_URL")
@@ -215,7 +218,8 @@ class PhoneRoute:
         call_id = form.get(CALL_FIELDS[name], "")
         token = self.tokens.mint(name, call_id if vouched else "")
         caller = "".join(c for c in form.get("From", "") if c.isdigit() or c == "+")
-        if vouched and call_id and caller and self.front.user_keys is not None:
+        if (vouched and call_id and caller.lstrip("+") not in WITHHELD and len(caller) >= 6
+                and self.front.user_keys is not None and self.front.config.memory.phone):
             self.callers.note(call_id, self.front.user_keys.key("phone", caller))
         return _xml(start_response, "200 OK", provider.answer(f"{self._stream_url(environ)}/{name}/{token}"))
 
