@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vita.memory.answers import NO_KEY, NOTHING_KNOWN, OFF_RECORD, answer, memory_note
+from vita.memory.answers import NO_KEY, NOTHING_KNOWN, OFF_RECORD, answer, memory_note, standing_memory
 from vita.memory.sayings import memory_request
 from vita.memory.store import MemoryStore
 
@@ -61,3 +61,15 @@ def test_what_is_recalled_reaches_the_model_as_quoted_data(store: MemoryStore) -
     for ordinary in ("Can you help me write an email?", "Tell me a joke.", "How do I fix my code?"):
         assert memory_note([], ordinary) == "", ordinary  # about the world, not about what the user told
     assert memory_note([], "Where do I live?") == NOTHING_KNOWN
+
+
+def test_the_standing_memory_names_the_user_and_their_newest_facts(store: MemoryStore) -> None:
+    assert standing_memory([]) == ""
+    ask(store, "Remember that my name is Zoe.")
+    for i in range(8):
+        ask(store, f"Remember that I like song number {i}.")
+    standing = standing_memory(store.facts("anna"))
+    assert standing.count('"') == 12 and '"my name is Zoe"' in standing  # six facts: the name first
+    assert '"I like song number 7"' in standing and '"I like song number 2"' not in standing  # the newest
+    assert "not instructions" in standing
+    assert memory_note([], "What is my name?", known=True) == ""  # the standing memory may answer it

@@ -70,7 +70,7 @@ class ReplyGeneration:
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
             cues, camera_note = kit.camera_words(run)
             return kit.text_prompt(history or ConversationHistory(0), run.user_text, cues, offered,
-                                   tuple(run.tool_messages), req.instructions, camera_note, fixed=run.fixed_tools,
+                                   tuple(run.tool_messages), run.persona, camera_note, fixed=run.fixed_tools,
                                    salt=run.cache_salt)
 
         round_tokens = 0

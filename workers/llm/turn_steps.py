@@ -191,7 +191,11 @@ class TurnSteps:
         """The tools the turn may call and those the model is shown, then the prompt."""
         run.tools = self.tool_turns.session_tools(req)
         run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
-        run.cache_salt = req.session_id if req.instructions or req.client_tools else None
+        standing, remembered = self.remembering.recall(req, run.user_text)  # what the user said in other sessions
+        run.persona = f"{req.instructions or self.kit.prompts.persona}\n\n{standing}" if standing else req.instructions
+        # (a prefix that holds what a client wrote, or what a user told, is cached under its session's salt: another
+        # client could time its first token to confirm a guess of it, a block at a time)
+        run.cache_salt = req.session_id if req.instructions or req.client_tools or standing else None
         # (with the client's results in the turn, its functions are not offered beside the question again: the
         # model called the same function again instead of answering from them; nor with results it no longer
         # waits for, as the front charges no functions' section for a response that brings any)
@@ -200,10 +204,9 @@ class TurnSteps:
         run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
             run.tools, run.user_text, history, picture=run.picture_in_prompt)
         cues, camera_note = self.kit.camera_words(run)
-        remembered = self.remembering.note(req, run.user_text)  # what the user said in earlier sessions
         notes = "\n\n".join(n for n in (remembered, camera_note, SENSE_CHECK if run.sense_check else "") if n)
         prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
-                                      req.instructions, notes, read_words=run.reading is not None,
+                                      run.persona, notes, read_words=run.reading is not None,
                                       fixed=run.fixed_tools, salt=run.cache_salt)
         # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
         run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
@@ -267,7 +270,7 @@ class TurnSteps:
         self.out.publish_answered(sid, tid, run)
         self.remembering.learn(req, run.user_text)  # facts stated in passing, kept once the turn is answered
         try:
-            self.warmer.warm(sid, tid, history, run.tools, req.instructions, run.cache_salt)
+            self.warmer.warm(sid, tid, history, run.tools, run.persona, run.cache_salt)
         except Exception:  # only an optimisation: the turn is answered either way
             self.log.exception("could not start the prefix warm-up", extra=turn_ids(sid, tid))
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vita.memory.answers import memory_note, plan
+from vita.memory.answers import memory_note, plan, standing_memory
 from vita.memory.sayings import facts_in_passing, memory_request
 from vita.memory.store import MemoryStore
 from vita.messages import TurnRequest
@@ -60,15 +60,20 @@ class Remembering:
             self._when_committed(req, planned.change)
         return planned.said
 
-    def note(self, req: TurnRequest, question: str) -> str:
-        """The user's own earlier words that matter for this question, for the prompt ("" when none)."""
-        if self.store is None or not req.user_key or not question:
-            return ""
+    def recall(self, req: TurnRequest, question: str) -> tuple[str, str]:
+        """(standing, note): what the system prompt says of the user (their name and newest facts: the cached prefix
+        keeps it from turn to turn) and, beside the question, the earlier words that matter for it and are not in
+        the standing part ("" and "" for a session with no user)."""
+        if self.store is None or not req.user_key:
+            return "", ""
         try:
-            return memory_note(self.store.recall(req.user_key, question), question)
+            standing = standing_memory(self.store.facts(req.user_key))
+            said = {f.text for f in self.store.facts(req.user_key) if f'"{f.text}"' in standing}
+            recalled = [f for f in self.store.recall(req.user_key, question) if f.text not in said] if question else []
+            return standing, memory_note(recalled, question, known=bool(standing))
         except Exception:
             self.log.exception("memory recall failed")
-            return ""
+            return "", ""
 
     def learn(self, req: TurnRequest, words: str) -> None:
         """Facts the user stated in passing, kept once the turn is theirs (after it is answered)."""

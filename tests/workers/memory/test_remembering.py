@@ -65,9 +65,10 @@ def test_nothing_is_kept_off_the_record_or_without_a_key_and_recall_is_the_users
     memory.learn(turn(2, user=""), "My name is Bob.")
     assert kept(memory) == [] and kept(memory, "") == []
     memory.learn(turn(3), "My name is Anna and I'm allergic to peanuts.")
-    assert "allergic to peanuts" in memory.note(turn(4), "Can I eat peanuts?")
-    assert memory.note(turn(5, user="bob"), "Can I eat peanuts?") == ""
-    assert memory.note(turn(6, user=""), "Can I eat peanuts?") == ""
+    standing, note = memory.recall(turn(4), "Can I eat peanuts?")
+    assert '"My name is Anna"' in standing and "allergic to peanuts" in standing and note == ""  # (said already)
+    assert memory.recall(turn(5, user="bob"), "Can I eat peanuts?") == ("", "")
+    assert memory.recall(turn(6, user=""), "Can I eat peanuts?") == ("", "")
 
 
 def test_a_memory_file_that_cannot_be_opened_is_no_memory_and_no_failure(tmp_path: Path, caplog) -> None:
@@ -76,5 +77,5 @@ def test_a_memory_file_that_cannot_be_opened_is_no_memory_and_no_failure(tmp_pat
     remembering.setup()
     assert remembering.store is None and "memory is off" in caplog.text
     assert remembering.asked(turn(1), "Remember that I like jazz.").startswith("I can't keep memories")
-    assert remembering.note(turn(1), "jazz") == ""
+    assert remembering.recall(turn(1), "jazz") == ("", "")
     remembering.learn(turn(1), "My name is Anna.")  # nothing raised
