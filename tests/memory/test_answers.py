@@ -4,8 +4,6 @@ as the user's words."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from vita.memory.answers import NO_KEY, NOTHING_KNOWN, OFF_RECORD, answer, memory_note, standing_memory
@@ -13,13 +11,6 @@ from vita.memory.sayings import memory_request
 from vita.memory.store import MemoryStore
 
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    opened = MemoryStore(tmp_path / "memory.sqlite3")
-    yield opened
-    opened.close()
 
 
 def ask(store: MemoryStore | None, said: str, key: str = "anna", off_record: bool = False) -> str:

@@ -14,13 +14,6 @@ from vita.memory.store import MAX_FACTS_PER_USER, MemoryStore
 pytestmark = pytest.mark.fast  # loads no model: scripts/test.sh --fast
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    opened = MemoryStore(tmp_path / "memory.sqlite3")
-    yield opened
-    opened.close()
-
-
 def in_file(store: MemoryStore, word: str) -> bool:
     files = [store.path, *store.path.parent.glob(store.path.name + "-*")]  # (and any journal beside it)
     return any(word.encode() in f.read_bytes() for f in files if f.exists())
