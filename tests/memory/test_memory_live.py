@@ -119,3 +119,37 @@ def test_off_the_record_leaves_nothing(quiet):
         assert not in_file(quiet, "Ulrich") and not in_file(quiet, "rooibos")
     finally:
         user.close()
+
+
+def test_a_realtime_apps_user_is_remembered_when_its_backend_names_them(quiet):
+    """An app's backend mints each connection's client key naming its user; its next connection is the same user,
+    another user's is not."""
+    import requests
+
+    from tests.harness.realtime_client import RealtimeClient
+
+    def key(user: str) -> str:
+        minted = requests.post(quiet.url + "/v1/realtime/client_secrets", json={
+            "user": user, "session": {"type": "realtime", "output_modalities": ["text"]}}, verify=False, timeout=10)
+        assert minted.status_code == 200, minted.text
+        return minted.json()["value"]
+
+    def ask(token: str, text: str) -> str:
+        from tests.harness.server import wait_no_sessions
+
+        wait_no_sessions(quiet)
+        rt = RealtimeClient(quiet.url, token=token, model="gpt-realtime")
+        try:
+            rt.wait_type("session.created")
+            rt.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+            rt.send({"type": "response.create"})
+            rt.wait_type("response.done", timeout=REPLY_S)
+            return rt.of("response.output_text.done")[-1]["text"]
+        finally:
+            rt.close()
+
+    user = f"customer-{new_user_id()}"
+    assert ask(key(user), "Remember that I collect seashells.") == "Okay, I'll remember that you collect seashells."
+    assert "seashells" in ask(key(user), "What do you know about me?").lower()
+    assert "seashells" not in ask(key(f"customer-{new_user_id()}"), "What do you know about me?").lower()

@@ -137,3 +137,13 @@ def test_a_spent_or_unknown_key_is_refused_at_the_door_with_why(front):
                                           "Sec-WebSocket-Protocol": f"realtime, openai-insecure-api-key.{key}"})
         assert answer.status_code == 401 and answer.json["error"]["code"] == "invalid_api_key"
         assert why in answer.json["error"]["message"]
+
+
+def test_an_apps_backend_may_name_its_user_for_memory(front):
+    answer = mint(front, {"user": "customer-4711"})
+    assert answer.status_code == 200
+    assert front.realtime.keys.redeem(answer.json["value"]).user == "customer-4711"
+    assert front.realtime.keys.redeem(mint(front).json["value"]).user is None  # named nobody: nobody
+    for bad in (4711, "", "x" * 129, ["customer"]):
+        refused = mint(front, {"user": bad})
+        assert refused.status_code == 400 and refused.json["error"]["param"] == "user", bad

@@ -22,11 +22,19 @@ TOKEN = "a-token-of-24-characters"
 USER = "0123456789abcdef0123456789abcdef"
 
 
+@pytest.fixture
+def front(tmp_path):
+    """The front's routes with a token (or none) and memory (or none); named `front` so that the suite runs it after
+    the in-process engines (tests/conftest.py: Flask in this process)."""
+    return lambda token, memory=True: front_with(tmp_path / (token or "none") / str(memory), token, memory)
+
+
 def front_with(tmp_path, token: str | None, memory: bool = True):
     from flask import Flask
 
     from vita.web.page_routes import install_routes
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     page = tmp_path / "index.html"
     page.write_text("<!doctype html><title>page</title>")
     store = MemoryStore(tmp_path / "memory.sqlite3") if memory else None
@@ -42,8 +50,8 @@ def front_with(tmp_path, token: str | None, memory: bool = True):
     return flask.test_client(), store
 
 
-def test_only_the_operators_token_exports_and_erases_a_users_memory(tmp_path):
-    http, store = front_with(tmp_path, TOKEN)
+def test_only_the_operators_token_exports_and_erases_a_users_memory(front):
+    http, store = front(TOKEN)
     operator = {"Authorization": f"Bearer {TOKEN}"}
     assert http.get(f"/v1/memory/{USER}").status_code == 401  # no token at all: the gate in front of everything
     http.set_cookie(PASS_COOKIE, AccessGuard(TOKEN).page_pass)  # a user's browser, let in: the page, not the API
@@ -60,17 +68,16 @@ def test_only_the_operators_token_exports_and_erases_a_users_memory(tmp_path):
     assert [f.text for f in store.facts("f" * 32)] == ["I collect stamps"]
 
 
-def test_a_server_without_a_token_has_no_memory_api_and_one_without_memory_says_so(tmp_path):
-    http, _ = front_with(tmp_path, None)
+def test_a_server_without_a_token_has_no_memory_api_and_one_without_memory_says_so(front):
+    http, _ = front(None)
     refused = http.get(f"/v1/memory/{USER}", headers={"Authorization": "Bearer anything-at-all"})
     assert refused.status_code == 403 and "--access_token" in refused.json["error"]
-    (tmp_path / "off").mkdir()
-    off, _ = front_with(tmp_path / "off", TOKEN, memory=False)
+    off, _ = front(TOKEN, memory=False)
     assert off.get(f"/v1/memory/{USER}", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 404
 
 
-def test_a_browser_without_the_cookie_is_given_one_and_keeps_it(tmp_path):
-    http, _ = front_with(tmp_path, None)
+def test_a_browser_without_the_cookie_is_given_one_and_keeps_it(front):
+    http, _ = front(None)
     first = http.get("/")
     given = first.headers.get("Set-Cookie", "")
     assert given.startswith(f"{COOKIE}=") and "HttpOnly" in given and "SameSite=Lax" in given
@@ -82,6 +89,9 @@ def test_a_browser_without_the_cookie_is_given_one_and_keeps_it(tmp_path):
     http.set_cookie(COOKIE, "forged-value")
     assert http.get("/").headers.get("Set-Cookie", "").startswith(f"{COOKIE}=")  # not ours: a fresh one
     assert user_id_of({"HTTP_COOKIE": f"a=b; {COOKIE}={user}"}) == user
+    guarded, _ = front(TOKEN)
+    refused = guarded.get("/")
+    assert refused.status_code == 401 and "Set-Cookie" not in refused.headers  # a refused page plants nothing
     assert user_id_of({"HTTP_COOKIE": f'{COOKIE}="bad'}) is None
 
 

@@ -1,5 +1,6 @@
 """Who a session's user is, for memory, without their typing anything: a random id in a long-lived cookie for a page
-(ours or VITA's), a caller's number on the phone where the operator allows it (memory.phone). Neither is
+(ours or VITA's), a caller's number on the phone where the operator allows it (memory.phone), an app's own id for
+its user on a Realtime client key its backend minted. None of them is
 stored as it came: the key is an HMAC of it under this server's own secret (``state_dir/memory.key``), so the memory
 file names no cookie and no phone number, and one kind of id can never pass for another. No id, no memory.
 """

@@ -42,6 +42,8 @@ class SessionHost(Protocol):
     voices: list[str]
     llm_choice: dict[str, str | None]
     text_cost: TextCost
+    memory: MemoryStore | None  # what is remembered of users (None: memory is off)
+    user_keys: UserKeys | None  # who a door's user is, for memory (None: memory is off)
 
     def admit_audio(self, session: Session, pcm: Any, rate: int, charged: bool = False) -> bool:
         """Microphone audio to the session's VAD, within its real-time budget (`charged`: already, before it was
@@ -86,8 +88,6 @@ class FrontHost(SessionHost, Protocol):
     connections: ConnectionTable | None
     queue_probe: QueueProbe | None
     turn_log: TurnLogger
-    memory: MemoryStore | None  # what is remembered of users (None: memory is off)
-    user_keys: UserKeys | None
     graph: Any
     socketio: SocketIO
     front_id: str

@@ -37,6 +37,8 @@ class UserCookie:
         cookie = f"{COOKIE}={user}; Max-Age={COOKIE_MAX_AGE_S}; Path=/; HttpOnly; SameSite=Lax{secure}"
 
         def with_cookie(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            return start_response(status, [*headers, ("Set-Cookie", cookie)], exc_info)
+            if status[:1] in "123":  # (a refused request, a page behind the access token, plants nothing)
+                headers = [*headers, ("Set-Cookie", cookie)]
+            return start_response(status, headers, exc_info)
 
         return self.app(environ, with_cookie)

@@ -24,11 +24,14 @@ MAX_KEYS = 1000  # unredeemed keys at once: minting needs the server's token, so
 class KeyRefused(Exception):
     """A client key that cannot open a session; the message says why (expired, already used, unknown)."""
 
+MEMORY_USER = "vita.memory_user"  # where the request's environ holds the redeemed key's user
+
 
 @dataclass(frozen=True)
 class ClientKey:
     expires_at: float  # unix seconds
     session: Any  # the session settings it was minted with, as checked (realtime_protocol.Settings)
+    user: str | None = None  # the app's own id for its user, when it named one: who memory remembers (vita/memory/)
 
 
 def _digest(value: str) -> str:
@@ -46,15 +49,16 @@ class ClientKeys:
     def looks_like(value: str | None) -> bool:
         return isinstance(value, str) and value.startswith(PREFIX)
 
-    def mint(self, session: Any, ttl_s: float = DEFAULT_TTL_S) -> tuple[str, ClientKey]:
-        """A new key for `session`, valid for ttl_s; KeyRefused when too many are waiting to be used."""
+    def mint(self, session: Any, ttl_s: float = DEFAULT_TTL_S, user: str | None = None) -> tuple[str, ClientKey]:
+        """A new key for `session` (and the app's `user`, if it named one), valid for ttl_s; KeyRefused when too
+        many are waiting to be used."""
         now = self.clock()
         with self._lock:
             self._prune(now)
             if len(self._live) >= MAX_KEYS:
                 raise KeyRefused(f"{MAX_KEYS} client keys are waiting to be used; let some expire first")
             value = PREFIX + secrets.token_urlsafe(24)
-            key = ClientKey(now + ttl_s, session)
+            key = ClientKey(now + ttl_s, session, user)
             self._live[_digest(value)] = key
         return value, key
 

@@ -16,7 +16,14 @@ from werkzeug.wrappers import Request
 from vita.web.http.access import AccessGuard
 from vita.web.http.bounded_websocket import BoundedWebSocket, SizeLimit, door_request
 from vita.web.realtime.call import DataChannelWire
-from vita.web.realtime.client_keys import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientKeys, KeyRefused
+from vita.web.realtime.client_keys import (
+    DEFAULT_TTL_S,
+    MAX_TTL_S,
+    MEMORY_USER,
+    MIN_TTL_S,
+    ClientKeys,
+    KeyRefused,
+)
 from vita.web.realtime.protocol import ProtocolError, Settings, error_event, new_id, parse_event, updated
 from vita.web.realtime.session import RealtimeSession
 from vita.web.realtime.settings import first_settings, refuse_push_to_talk, session_summary
@@ -28,6 +35,7 @@ PATH = "/v1/realtime"
 SECRETS_PATH = "/v1/realtime/client_secrets"
 CALLS_PATH = "/v1/realtime/calls"
 MAX_SECRET_REQUEST_BYTES = 64 * 1024
+MAX_USER_CHARS = 128  # an app's id for its user (a client key's)
 MAX_CALL_REQUEST_BYTES = 256 * 1024  # an SDP offer (at most 64 KB) and a session object
 CALL_CONNECT_S = 20.0  # a call whose caller has not opened its events channel by then is over (its peer goes at 15)
 SUBPROTOCOL_KEY = "openai-insecure-api-key."  # how a browser's Realtime client sends its key (no headers there)
@@ -100,10 +108,12 @@ class RealtimeRoute:
         token, address = self.token_of(environ), environ.get("REMOTE_ADDR")
         if ClientKeys.looks_like(token):  # a client key (an app's backend minted it for this browser)
             try:
-                return (self.keys.redeem(token) if spend else self.keys.peek(token)).session
+                key = self.keys.redeem(token) if spend else self.keys.peek(token)
             except KeyRefused:
                 self.front.guard.throttle.failed(address)
                 raise
+            environ[MEMORY_USER] = key.user  # (the app's backend, holding the token, named its user)
+            return key.session
         if not self.front.guard.check(token, address):
             raise KeyRefused("This assistant needs an access token (Authorization: Bearer …).")
         return None
@@ -229,10 +239,14 @@ class RealtimeRoute:
             if not isinstance(request, dict):
                 raise ProtocolError("invalid_value", "the request body must be a JSON object")
             ttl = self._ttl(request.get("expires_after"))
+            user = request.get("user")  # ours: the app's own id for its user, for memory (docs/memory.md)
+            if user is not None and not (isinstance(user, str) and 0 < len(user) <= MAX_USER_CHARS):
+                raise ProtocolError("invalid_value", f"user must be the app's id for its user: a string of 1 to "
+                                                     f"{MAX_USER_CHARS} characters", "user")
             session = request.get("session")
             session = {} if session is None else session
             settings = updated(first_settings(self.front), session, self.front.voices)  # refused now, not later
-            value, key = self.keys.mint(settings, ttl)
+            value, key = self.keys.mint(settings, ttl, user)
         except (ValueError, UnicodeDecodeError):
             return _json_response(start_response, "400 Bad Request", "invalid_json", "the request body is not JSON")
         except ProtocolError as exc:

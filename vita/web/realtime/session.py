@@ -23,6 +23,7 @@ from vita.turns.turn_events import SpeechDropped
 from vita.web.doors import connected_track
 from vita.web.http.web_security import client_address
 from vita.web.realtime.audio_buffer import PushToTalkBuffer
+from vita.web.realtime.client_keys import MEMORY_USER
 from vita.web.realtime.conversation import Item, RealtimeConversation
 from vita.web.realtime.protocol import (
     EAGER_THRESHOLD,
@@ -121,6 +122,9 @@ class RealtimeSession(ItemsAndResponses):
             return False
         self.session = session
         session.voice = self.settings.voice
+        user = self.environ.get(MEMORY_USER)  # an app's user, named when its backend minted the client key
+        if user and front.user_keys is not None:
+            session.user_key = front.user_keys.key("realtime", user)
         try:
             front.doorway.attach(session, self)
             if self.bound is not None:  # the client key's settings, before anything of the session happens
