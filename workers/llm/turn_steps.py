@@ -48,6 +48,7 @@ GENERATION_ATTRIBUTES = {"prompt_tokens": "gen_ai.usage.input_tokens", "tokens":
 INTEGER_ATTRIBUTES = {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
                       "vita.tool_calls", "vita.context_turns"}
 FAIR_WAIT_MAX_S = 5.0  # a session over its share waits at most this long for the others' turns
+PUBLISH_FLUSH_S = 1.0  # a memory answer's text waits at most this long to be handed over before its voice ends
 
 
 class TurnSteps:
@@ -252,10 +253,13 @@ class TurnSteps:
         started = time.monotonic()
         for piece in self.out.say_as_is(sid, tid, [said]):
             await self.out.send_piece(req, run.spoken, piece, run.timings, started)
-        await self.out.end_voice(req, run.spoken)
         run.timings["memory_request"] = 1.0
         history.add(Exchange(run.asked(), run.said, turn_id=tid))
         self.out.publish_answered(sid, tid, run)
+        # The text, all of it, before the voice's end: a client with no voice is done when that end comes, and the
+        # voice (another process) could otherwise get there first.
+        await asyncio.to_thread(self.out.publisher.flush, PUBLISH_FLUSH_S)
+        await self.out.end_voice(req, run.spoken)
 
     async def keep(self, req: TurnRequest, run: TurnRun, history: ConversationHistory, transcribing: Any) -> None:
         """The exchange into the history (unless the words made no sense to the model: noise, not history), the
