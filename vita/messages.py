@@ -224,6 +224,12 @@ class ToolUsed:
     outcome: str  # ok, bad_call, unknown_tool, bad_arguments, failed, timeout
     duration_s: float
 
+    @property
+    def counted_name(self) -> str:
+        """The name /metrics and traces count it under: a name the model made up is no tool, and one name serves all
+        of them (not a new series, or span name, for each)."""
+        return self.name if self.outcome not in ("unknown_tool", "bad_call") else "(unknown)"
+
 
 @dataclass(frozen=True)
 class ToolCallRequested:

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from scripts.bench.common import cpu_description, percentile
-from scripts.bench.measure import GAP_S, ask, barge
+from scripts.bench.measure import GAP_S, answered_turn, ask, barge
 from scripts.eval.questions import BARGE_OVER, BARGE_WITH, LONG, SHORT
 from scripts.eval.voices import synthesize
 from tests.harness.client import RecordingClient
@@ -120,12 +120,9 @@ FACTS = ("My name is Sam.", "I live in Boston.", "I'm allergic to cats.")
 def tell_facts(client: RecordingClient) -> None:
     """A user's first words, typed (not measured): what memory will recall beside their questions."""
     for text in FACTS:
-        turns = len(client.named("turn"))
+        asked = time.monotonic()
         client.sio.emit("text_input", {"text": text})
-        client.wait_for(lambda evs, n=turns: len([e for e in evs if e[1] == "turn"]) > n, 30)
-        tid = client.named("turn")[-1]["turn_id"]
-        client.wait_for(lambda evs, t=tid: any(n == "state" and d.get("state") == "listening"
-                                               and d.get("turn_id") == t for _, n, d in evs), 60)
+        answered_turn(client, asked)
 
 
 def main() -> int:

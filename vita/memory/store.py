@@ -117,26 +117,25 @@ class MemoryStore:
     def facts(self, user_key: str) -> list[Remembered]:
         """Everything kept of the user, oldest first."""
         with self._lock:
-            rows = self._db.execute("SELECT id, text, slot, created_at, session, turn_id FROM facts WHERE user_key = ?"
-                                    " ORDER BY created_at, id", (user_key,)).fetchall()
+            rows = self._db.execute(f"SELECT {COLUMNS} FROM facts f WHERE f.user_key = ? ORDER BY f.created_at, f.id",
+                                    (user_key,)).fetchall()
         return [Remembered(*row) for row in rows]
 
     def recall(self, user_key: str, question: str, limit: int = RECALLED) -> list[Remembered]:
         """What matters for this question: the user's name, the facts of the slot it asks about ("What is my job?":
         their work), and those that share its words (FTS5's ranking); none of another user's."""
-        columns = COLUMNS
         words = _key_words(question)
         slots = _slots(question)
         with self._lock:
-            rows = self._db.execute(f"SELECT {columns} FROM facts f WHERE f.user_key = ? AND f.slot = 'name'",
+            rows = self._db.execute(f"SELECT {COLUMNS} FROM facts f WHERE f.user_key = ? AND f.slot = 'name'",
                                     (user_key,)).fetchall()
             for slot in slots:
-                rows += self._db.execute(f"SELECT {columns} FROM facts f WHERE f.user_key = ? AND f.slot LIKE ? "
+                rows += self._db.execute(f"SELECT {COLUMNS} FROM facts f WHERE f.user_key = ? AND f.slot LIKE ? "
                                          "ORDER BY f.created_at DESC LIMIT ?", (user_key, slot, limit)).fetchall()
             if words:
                 query = " OR ".join(f'"{w}"' for w in words)
                 rows += self._db.execute(
-                    f"SELECT {columns} FROM facts_index JOIN facts f ON f.id = facts_index.rowid WHERE facts_index "
+                    f"SELECT {COLUMNS} FROM facts_index JOIN facts f ON f.id = facts_index.rowid WHERE facts_index "
                     "MATCH ? AND f.user_key = ? ORDER BY rank LIMIT ?", (query, user_key, limit)).fetchall()
         found = list({row[0]: Remembered(*row) for row in rows}.values())
         return found[:1 + limit] if found and found[0].slot == "name" else found[:limit]

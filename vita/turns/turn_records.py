@@ -68,9 +68,7 @@ class TurnRecords:
             if message.reason not in ("done", "cancelled", "tool_call"):
                 self.metrics.turns_unanswered.labels(message.reason).inc()
         elif isinstance(message, messages.ToolUsed):
-            # A name the model made up is no tool: one label for all of them, not a new series for each.
-            name = message.name if message.outcome not in ("unknown_tool", "bad_call") else "(unknown)"
-            self.metrics.tool_calls.labels(name, message.outcome).inc()
+            self.metrics.tool_calls.labels(message.counted_name, message.outcome).inc()
 
     def committed(self, session: Session, turn_id: int, source: str, typed_text: str, speech: Any) -> None:
         sid, frames = session.sid, session.turn_frames

@@ -186,15 +186,15 @@ class ToolTurns:
             timings["tool_result_chars"] = timings.get("tool_result_chars", 0.0) + len(outcome.result)
             if not outcome.ok:
                 timings["tool_errors"] = timings.get("tool_errors", 0.0) + 1
-            # (a name the model made up is no tool's: one name for all of them, as /metrics counts them)
-            tool = outcome.name if outcome.name and outcome.outcome not in ("unknown_tool", "bad_call") else "(unknown)"
-            self.kit.tracing.record(f"execute_tool {tool}", run.span if run.span is not None else req.trace,
+            used = ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
+                            json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
+                            outcome.outcome, outcome.duration_s)
+            parent = run.span if run.span is not None else req.trace
+            self.kit.tracing.record(f"execute_tool {used.counted_name}", parent,
                                     time.monotonic() - outcome.duration_s, attributes={
-                                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": used.counted_name,
                                         "vita.tool.outcome": outcome.outcome},
                                     error=None if outcome.ok else outcome.outcome)
-            self.out.publish(ToolUsed(req.session_id, req.turn_id, outcome.name or "(unreadable call)",
-                                      json.dumps(outcome.arguments, ensure_ascii=False), outcome.result, outcome.ok,
-                                      outcome.outcome, outcome.duration_s))
+            self.out.publish(used)
             outcomes.append(outcome)
         return outcomes

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vita.memory.answers import memory_note, plan, standing_memory
+from vita.memory.answers import memory_note, plan, standing_facts, standing_memory
 from vita.memory.sayings import facts_in_passing, memory_request
 from vita.memory.store import MemoryStore
 from vita.messages import TurnRequest
@@ -67,10 +67,10 @@ class Remembering:
         if self.store is None or not req.user_key:
             return "", ""
         try:
-            standing = standing_memory(self.store.facts(req.user_key))
-            said = {f.text for f in self.store.facts(req.user_key) if f'"{f.text}"' in standing}
-            recalled = [f for f in self.store.recall(req.user_key, question) if f.text not in said] if question else []
-            return standing, memory_note(recalled, question, known=bool(standing))
+            kept = self.store.facts(req.user_key)
+            said = {f.id for f in standing_facts(kept)}
+            recalled = [f for f in self.store.recall(req.user_key, question) if f.id not in said] if question else []
+            return standing_memory(kept), memory_note(recalled, question, known=bool(kept))
         except Exception:
             self.log.exception("memory recall failed")
             return "", ""
