@@ -105,7 +105,8 @@ class PhoneCall:
         if self.stream_url.startswith("wss://"):
             context = ssl.create_default_context()
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        return connect(self.stream_url, ssl=context, open_timeout=10, max_size=2**20)
+        # (30 s: the suite's two lanes share two cores with several servers; an upgrade once took over 10 s there)
+        return connect(self.stream_url, ssl=context, open_timeout=30, max_size=2**20)
 
     # --- what the provider sends ----------------------------------------------------------------------------
     def send(self, message: dict[str, Any] | str) -> None:
