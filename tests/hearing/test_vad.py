@@ -7,11 +7,11 @@ import pytest
 
 from tests.harness.speech import babble, noise, silence, spoken, under, voiced_span
 from vita.config import Config
+from vita.hearing.utterance import Heard
 from vita.hearing.vad import (
     CHUNK,
     QUIET_TAIL_CHUNKS,
     SAMPLE_RATE,
-    Heard,
     SileroModel,
     SileroVad,
     VadSegmenter,
@@ -591,3 +591,20 @@ def test_speech_opened_over_a_talking_room_begins_where_the_users_voice_rose_ove
     assert louder - 10 <= first <= louder - 9
     first, louder = opened_at(7.0, reply_over=6)  # the reply played into it: the lead-in stops where it did
     assert first == louder - 16 + 6
+
+
+@pytest.mark.fast
+def test_a_word_after_an_end_at_the_pause_is_kept_as_the_user_going_on_and_a_later_one_is_not():
+    """The end-of-turn model ended "What color is" at its pause; "grass?" (160 ms voiced in a talking room: under
+    min_utterance_ms) opens before that pause would have ended the speech, and is kept to go on with the request.
+    The same word after the pause's whole length is a burst of its own, dropped as before."""
+    for gap, kept in ((4, True), (20, False)):
+        script = "." * 32 + "#" * 20 + "." * 4 + "." * gap + "#" * 5 + "." * 20
+        seg, feed = scripted_stream(script)
+        feed("." * 32)
+        assert Heard.END not in feed("#" * 20 + "." * 4)  # a pause of 128 ms: the speech goes on (500 ms ends it)
+        (ended,) = seg.end_now()
+        assert ended.kind is Heard.END
+        after = feed("." * gap + "#" * 5 + "." * 20)
+        assert after[0] is Heard.START
+        assert after[-1] is (Heard.END if kept else Heard.DROPPED), after

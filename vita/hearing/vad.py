@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vita.hearing.silero import CHUNK, SAMPLE_RATE, SileroModel, SileroVad
+from vita.hearing.utterance import Heard, Utterance, VadEvent
 from vita.hearing.voice_gate import ECHO_LEARN_ABOVE_DBFS, EchoReference, VoiceGate, level_db
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ LEAD_IN_GAP_CHUNKS = 3  # ...across gaps of at most ~0.1 s between words
 # out to be the room's.
 _SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
                   "voiced_samples", "onset_reported", "confirmed", "confirm_reported", "pause_reported", "span_from",
-                  "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "before")
+                  "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "before", "resume_until",
+                  "going_on")
 
 
 @dataclass(frozen=True)
@@ -66,32 +67,6 @@ class KeptChunk:
     level: float  # dBFS
     at: float | None  # when it arrived (monotonic)
     guarded: bool  # whether the assistant's reply was playing
-
-
-@dataclass(frozen=True)
-class Utterance:
-    """Speech found in the stream; start/end are sample offsets into the session's stream (16 kHz)."""
-
-    pcm: bytes
-    start_sample: int
-    end_sample: int
-    speech_end_sample: int
-
-
-class Heard(StrEnum):
-    START = "start"  # onset_ms of speech voiced: the start of speech is reported (the assistant ducks its reply)
-    CONFIRM = "confirm"  # confirm_ms voiced: speech that goes on (it interrupts the assistant; a "mm-hmm" does not)
-    DROPPED = "dropped"  # a reported start ended too short to keep (a cough, a click)
-    PAUSE = "pause"  # a short silence inside a kept utterance (carries the speech so far)
-    RESUME = "resume"  # speech went on after a reported pause
-    PAUSE_LONGER = "pause_longer"  # the reported pause has gone on ~0.1 s more (the end of turn may be asked again)
-    END = "end"  # the utterance is over (carries it)
-
-
-@dataclass(frozen=True)
-class VadEvent:
-    kind: Heard
-    utterance: Utterance | None = None
 
 
 class VadSegmenter:
@@ -132,6 +107,11 @@ class VadSegmenter:
         self.span_voiced = 0  # voiced samples since span_from
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
+        # An utterance ended at a pause (end_now): speech that opens before that pause would have ended it is the
+        # user going on, kept however short ("What color is | grass?": the last word alone is under
+        # min_utterance_ms in a talking room, and was dropped). Stream position, or None.
+        self.resume_until: int | None = None
+        self.going_on = False  # the speech being heard opened before resume_until
         self.echo_guard_db = echo_guard_db
         # Whose voice each chunk is: the user's, or the room's (other people, the reply's echo).
         self.gate = VoiceGate(echo_guard_db, echo, ECHO_VOICE_DB)
@@ -206,6 +186,7 @@ class VadSegmenter:
         self.speaking = False
         self.confirmed = self.onset_reported = self.confirm_reported = False
         self.speech, self.carried, self.pause_reported = [], None, False
+        self.resume_until, self.going_on = None, False
         self.silent_chunks = self.quiet_tail = 0
         self.tail_levels.clear()
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
@@ -215,7 +196,10 @@ class VadSegmenter:
         """End the utterance being heard at this point (its turn is complete), as a long enough silence would."""
         if not self.speaking:
             return []
+        paused = self.silent_chunks + self.quiet_tail
         event = self._close()
+        if event is not None and event.kind is Heard.END:
+            self.resume_until = self.position + max(0, self.end_silence_chunks - paused) * CHUNK
         return [event] if event is not None else []
 
     def carry(self, earlier: Utterance) -> None:
@@ -264,6 +248,8 @@ class VadSegmenter:
         if not self.speaking:
             if p >= self.start_threshold:
                 self.speaking = True
+                self.going_on = self.resume_until is not None and chunk_start < self.resume_until
+                self.resume_until = None
                 lead = self._lead_in()
                 self.speech = [*lead, chunk]
                 self.speech_start = chunk_start - CHUNK * len(lead)
@@ -401,7 +387,7 @@ class VadSegmenter:
 
     def _count_voiced(self) -> list[VadEvent]:
         """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""
-        self.confirmed = self.voiced_samples >= self.min_samples
+        self.confirmed = self.voiced_samples >= (self.onset_samples if self.going_on else self.min_samples)
         events = []
         if not self.onset_reported and self.voiced_samples >= self.onset_samples:
             self.onset_reported = True

@@ -11,7 +11,8 @@ import numpy as np
 import soxr
 
 from vita.hearing.echo_canceller import EchoCanceller
-from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, Heard, Utterance, VadEvent, VadSegmenter
+from vita.hearing.utterance import Heard, Utterance, VadEvent
+from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, VadSegmenter
 from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
 from vita.turns.turn_events import (
     Event,

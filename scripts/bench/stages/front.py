@@ -21,7 +21,8 @@ from scripts.bench.common import summary_ms
 from tests.harness.speech import RATE, silence, spoken, vita_message, voiced_span
 from vita.config import Config
 from vita.hearing.silero import CHUNK, SileroVad
-from vita.hearing.vad import Heard, VadSegmenter
+from vita.hearing.utterance import Heard
+from vita.hearing.vad import VadSegmenter
 from vita.turns.listener import SpeechListener
 from vita.turns.session_actor import AudioIn, SessionActor
 from vita.web.audio_input import decode_audio_message
