@@ -13,6 +13,7 @@ from workers.llm.engines.asr import MisheardRule
 from workers.llm.engines.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.llm.engines.omni import InputMode
 from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
+from workers.llm.turn_run import SENSE_CHECK
 from workers.tools.registry import ToolBox
 
 if TYPE_CHECKING:
@@ -63,6 +64,16 @@ class LlmKit:
         words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
         return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words,
                             cache_salt=salt)
+
+    def turn_prompt(self, run: TurnRun, history: ConversationHistory, sense_check: bool = False,
+                    read_words: bool = False) -> EnginePrompt:
+        """A turn's prompt as it stands (its tools' results so far included): the words heard, what the camera
+        shows, what is remembered of the user, the tools chosen for it (ToolTurns.choose). sense_check: the note
+        that the words may be misheard, for the first round only."""
+        cues, camera_note = self.camera_words(run)
+        notes = "\n\n".join(n for n in (run.remembered, camera_note, SENSE_CHECK if sense_check else "") if n)
+        return self.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages), run.persona,
+                                notes, read_words=read_words, fixed=run.fixed_tools, salt=run.cache_salt)
 
     def camera_words(self, run: TurnRun) -> tuple[str, str]:
         """(cues, note): what the camera showed goes in the user's message as quoted data, whatever the prompt

@@ -68,10 +68,7 @@ class ReplyGeneration:
                   or any(ex.tool_messages for ex in (history or ())))
 
         def next_prompt() -> EnginePrompt:  # with what the tools have answered so far
-            cues, camera_note = kit.camera_words(run)
-            return kit.text_prompt(history or ConversationHistory(0), run.user_text, cues, offered,
-                                   tuple(run.tool_messages), run.persona, camera_note, fixed=run.fixed_tools,
-                                   salt=run.cache_salt)
+            return kit.turn_prompt(run, history or ConversationHistory(0))
 
         round_tokens = 0
         answered = False  # by the tools' results, said as they are: no (more) generation

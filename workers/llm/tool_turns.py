@@ -16,6 +16,7 @@ from vita.messages import (
 )
 from vita.text_cost import FUNCTIONS_BESIDE_TOKENS, estimated_tokens
 from vita.words import FILLER
+from workers.llm.camera_questions import about_picture
 from workers.llm.engines.generation import EnginePrompt
 from workers.llm.kit import LlmKit
 from workers.llm.prompting import ConversationHistory
@@ -107,6 +108,18 @@ class ToolTurns:
         if req.client_tools and self.kit.prompts.style == "chat":  # run by the client: safe in a speculative turn too
             box = ToolBox([*box.tools.values(), *as_tools(req.client_tools)])
         return box or None
+
+    def choose(self, req: TurnRequest, run: TurnRun, history: ConversationHistory) -> None:
+        """The turn's tools: those it may call (run.tools), those in the prompt's cached prefix (run.fixed_tools) and
+        those the model is shown beside the question (run.offered). With the client's results in the turn, its
+        functions are not offered beside the question again (the model called the same function again instead of
+        answering from them), nor with results it no longer waits for (the front charges no functions' section for
+        a response that brings any); with a picture's text in the prompt, only those the user's own words ask for."""
+        run.tools = self.session_tools(req)
+        run.fixed_tools = self.prefix_tools(run.tools)
+        run.picture_in_prompt = bool(run.cues) or any(about_picture(ex.user) for ex in history)
+        run.offered = None if run.tool_messages or req.tool_outputs else self.offered_for(
+            run.tools, run.user_text, history, picture=run.picture_in_prompt)
 
     def forced(self, req: TurnRequest, run: TurnRun, prompt: EnginePrompt) -> ForcedCall | None:
         """How this turn is made to call one of the client's functions it requires (req.must_call), or None: none

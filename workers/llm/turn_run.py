@@ -56,6 +56,7 @@ class TurnRun:
     tool_messages: list[dict[str, Any]] = field(default_factory=list)  # its calls and their results, in order
     planned_messages: int = 0  # how many of them were planned for the model (its answer says their result)
     span: Any = None  # the model's span while it generates (its tool calls' spans are its children)
+    remembered: str = ""  # what the user told in other sessions that bears on this question (the prompt's note)
     persona: str | None = None  # its system prompt: the client's or the configured one, with what is remembered
 
     @property

@@ -189,26 +189,15 @@ class TurnSteps:
         await self.looking.look(req, run, scene, after_camera=bool(last) and about_picture(last[0].user))
 
     def prompt(self, req: TurnRequest, run: TurnRun, history: ConversationHistory) -> EnginePrompt:
-        """The tools the turn may call and those the model is shown, then the prompt."""
-        run.tools = self.tool_turns.session_tools(req)
-        run.fixed_tools = self.tool_turns.prefix_tools(run.tools)
-        standing, remembered = self.remembering.recall(req, run.user_text)  # what the user said in other sessions
+        """What the user told in other sessions, the tools the turn may call and those the model is shown, then the
+        prompt."""
+        standing, run.remembered = self.remembering.recall(req, run.user_text)
         run.persona = f"{req.instructions or self.kit.prompts.persona}\n\n{standing}" if standing else req.instructions
         # (a prefix that holds what a client wrote, or what a user told, is cached under its session's salt: another
         # client could time its first token to confirm a guess of it, a block at a time)
         run.cache_salt = req.session_id if req.instructions or req.client_tools or standing else None
-        # (with the client's results in the turn, its functions are not offered beside the question again: the
-        # model called the same function again instead of answering from them; nor with results it no longer
-        # waits for, as the front charges no functions' section for a response that brings any)
-        # (with the picture's text in the prompt, only the tools the user's own words ask for)
-        run.picture_in_prompt = bool(run.cues) or any(about_picture(ex.user) for ex in history)
-        run.offered = None if run.tool_messages or req.tool_outputs else self.tool_turns.offered_for(
-            run.tools, run.user_text, history, picture=run.picture_in_prompt)
-        cues, camera_note = self.kit.camera_words(run)
-        notes = "\n\n".join(n for n in (remembered, camera_note, SENSE_CHECK if run.sense_check else "") if n)
-        prompt = self.kit.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages),
-                                      run.persona, notes, read_words=run.reading is not None,
-                                      fixed=run.fixed_tools, salt=run.cache_salt)
+        self.tool_turns.choose(req, run, history)
+        prompt = self.kit.turn_prompt(run, history, sense_check=run.sense_check, read_words=run.reading is not None)
         # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
         run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         return prompt
