@@ -608,3 +608,21 @@ def test_a_word_after_an_end_at_the_pause_is_kept_as_the_user_going_on_and_a_lat
         after = feed("." * gap + "#" * 5 + "." * 20)
         assert after[0] is Heard.START
         assert after[-1] is (Heard.END if kept else Heard.DROPPED), after
+
+
+
+@pytest.mark.fast
+def test_speech_carried_into_the_next_holds_the_audio_they_share_once():
+    """The next part's pre-roll (288 ms) reaches back over the carried part's end (128 ms before it): that audio
+    is in the request once, and the request is as long as the stream it covers."""
+    seg, _ = scripted_stream("." * 32 + "#" * 20 + "." * 4 + "#" * 20 + "." * 20, pre_roll_ms=288)
+    events = []
+    for c in "." * 32 + "#" * 20 + "." * 4:
+        events += seg.feed(SCRIPTED_AUDIO[c])
+    (first,) = seg.end_now()
+    seg.carry(first.utterance)
+    for c in "#" * 20 + "." * 20:
+        events += seg.feed(SCRIPTED_AUDIO[c])
+    (end,) = [e for e in events if e.kind is Heard.END]
+    covered = end.utterance.end_sample - end.utterance.start_sample
+    assert len(end.utterance.pcm) // 2 == covered
