@@ -603,18 +603,17 @@ def test_a_word_after_an_end_at_the_pause_is_kept_as_the_user_going_on_and_a_lat
         seg, feed = scripted_stream(script)
         feed("." * 32)
         assert Heard.END not in feed("#" * 20 + "." * 4)  # a pause of 128 ms: the speech goes on (500 ms ends it)
-        (ended,) = seg.end_now()
+        (ended,) = seg.end_now(at_pause=True)
         assert ended.kind is Heard.END
         after = feed("." * gap + "#" * 5 + "." * 20)
         assert after[0] is Heard.START
         assert after[-1] is (Heard.END if kept else Heard.DROPPED), after
 
 
-
 @pytest.mark.fast
 def test_speech_carried_into_the_next_holds_the_audio_they_share_once():
-    """The next part's pre-roll (288 ms) reaches back over the carried part's end (128 ms before it): that audio
-    is in the request once, and the request is as long as the stream it covers."""
+    """The next part begins where the carried part ended (its pre-roll holds only what came after that end): the
+    request holds the stream it covers once, with no audio twice and no gap."""
     seg, _ = scripted_stream("." * 32 + "#" * 20 + "." * 4 + "#" * 20 + "." * 20, pre_roll_ms=288)
     events = []
     for c in "." * 32 + "#" * 20 + "." * 4:
@@ -626,3 +625,26 @@ def test_speech_carried_into_the_next_holds_the_audio_they_share_once():
     (end,) = [e for e in events if e.kind is Heard.END]
     covered = end.utterance.end_sample - end.utterance.start_sample
     assert len(end.utterance.pcm) // 2 == covered
+
+
+@pytest.mark.fast
+def test_only_an_end_at_a_pause_lets_a_short_word_after_it_go_on():
+    """Audio that stopped coming, or a client's own commit, ends the speech with no pause in it to go on from: a
+    160 ms burst after such an end is a burst of its own; so is one after the stream starts afresh."""
+    for at_pause, after_s, kept in ((False, 0.0, False), (True, 3.5, False), (True, 0.0, True)):
+        seg, feed = scripted_stream("." * 32 + "#" * 20 + "." * 4 + "." * 4 + "#" * 5 + "." * 20)
+        feed("." * 32 + "#" * 20 + "." * 4)
+        (ended,) = seg.end_now(at_pause)
+        assert ended.kind is Heard.END
+        after = feed("." * 4 + "#" * 5 + "." * 20, after_s=after_s)
+        assert after[-1] is (Heard.END if kept else Heard.DROPPED), (at_pause, after_s, after)
+
+
+@pytest.mark.fast
+def test_a_burst_as_the_reply_starts_after_an_end_at_the_pause_is_not_the_user_going_on():
+    """The reply (or its echo) is in the microphone: a cough there is not the request going on."""
+    seg, feed = scripted_stream("." * 32 + "#" * 20 + "." * 4 + "." * 4 + "#" * 5 + "." * 20)
+    feed("." * 32 + "#" * 20 + "." * 4)
+    (ended,) = seg.end_now(at_pause=True)
+    seg.guarded = True  # the reply plays
+    assert feed("." * 4 + "#" * 5 + "." * 20)[-1] is Heard.DROPPED

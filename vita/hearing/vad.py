@@ -71,7 +71,8 @@ class KeptChunk:
 
 class VadSegmenter:
     """Hysteresis over Silero probabilities: open at start_threshold, close after end_silence below
-    end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance.
+    end_threshold; keep pre-roll so the first syllable is not clipped; drop bursts under min_utterance
+    (but not the user going on after an end at a pause: resume_until).
 
     The start of speech is reported once onset_ms of it is voiced, confirmed once confirm_ms is (or once it has
     gone on for span_ms, short gaps included, with SPAN_VOICED_SHARE of confirm_ms voiced); the utterance is kept
@@ -107,9 +108,10 @@ class VadSegmenter:
         self.span_voiced = 0  # voiced samples since span_from
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
-        # An utterance ended at a pause (end_now): speech that opens before that pause would have ended it is the
-        # user going on, kept however short ("What color is | grass?": the last word alone is under
-        # min_utterance_ms in a talking room, and was dropped). Stream position, or None.
+        # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
+        # that pause would have ended it by silence, away from the reply, is the user going on, kept once onset_ms
+        # of it is voiced ("What color is | grass?": the last word alone is under min_utterance_ms in a talking
+        # room, and was dropped). Stream position, or None.
         self.resume_until: int | None = None
         self.going_on = False  # the speech being heard opened before resume_until
         self.echo_guard_db = echo_guard_db
@@ -192,14 +194,18 @@ class VadSegmenter:
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
             self._keep_from_here()
 
-    def end_now(self) -> list[VadEvent]:
-        """End the utterance being heard at this point (its turn is complete), as a long enough silence would."""
+    def end_now(self, at_pause: bool = False) -> list[VadEvent]:
+        """End the utterance being heard at this point (its turn is complete), as a long enough silence would.
+        at_pause: the end-of-turn model ended it at a pause, which opens the window for the user going on (not a
+        client's commit, nor audio that stopped coming)."""
         if not self.speaking:
             return []
-        paused = self.silent_chunks + self.quiet_tail
+        # (set before the close: a stream that may be judged again keeps it where the close leaves the segmentation)
+        left = max(0, self.end_silence_chunks - self.silent_chunks)  # (silence alone ends it: see _step)
+        self.resume_until = self.position + left * CHUNK if at_pause else None
         event = self._close()
-        if event is not None and event.kind is Heard.END:
-            self.resume_until = self.position + max(0, self.end_silence_chunks - paused) * CHUNK
+        if event is None or event.kind is not Heard.END:
+            self.resume_until = None
         return [event] if event is not None else []
 
     def carry(self, earlier: Utterance) -> None:
@@ -226,6 +232,7 @@ class VadSegmenter:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
                 self.before.clear()  # (nor does a lead-in reach back across the gap)
+                self.resume_until = None  # (nor is speech after it going on with what came before)
                 self._keep_from_here()
             if self.gate.start is not None:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
@@ -248,7 +255,8 @@ class VadSegmenter:
         if not self.speaking:
             if p >= self.start_threshold:
                 self.speaking = True
-                self.going_on = self.resume_until is not None and chunk_start < self.resume_until
+                self.going_on = (self.resume_until is not None and chunk_start < self.resume_until
+                                 and not near_reply)  # (a cough or the echo as the reply starts is not)
                 self.resume_until = None
                 lead = self._lead_in()
                 self.speech = [*lead, chunk]
@@ -419,7 +427,7 @@ class VadSegmenter:
         return self._utterance(np.concatenate(self.speech))
 
     def _close(self) -> VadEvent | None:
-        self.speaking = False
+        self.speaking = self.going_on = False
         self.pause_reported = False
         audio = np.concatenate(self.speech)
         self.speech = []

@@ -87,9 +87,10 @@ class SpeechListener:
         needed = CHUNK - self.segmenter.pending.size
         return needed if self.canceller is None else self.canceller.samples_for(needed)
 
-    def end_now(self, now: float) -> list[Event]:
-        """End the utterance being heard here (the end-of-turn model says the user has finished)."""
-        return self._events(self.segmenter.end_now(), now, now)
+    def end_now(self, now: float, at_pause: bool = False) -> list[Event]:
+        """End the utterance being heard here. at_pause: the end-of-turn model says the user has finished at a pause
+        (speech that follows before the pause would have ended it goes on with it: VadSegmenter.end_now)."""
+        return self._events(self.segmenter.end_now(at_pause), now, now)
 
     def hear(self, pcm: np.ndarray, rate: int, arrived: float, now: float) -> list[Event]:
         """One message of int16 audio that arrived at `arrived`; the events it completes, stamped `now`."""

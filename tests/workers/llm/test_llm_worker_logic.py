@@ -935,3 +935,20 @@ def test_a_signs_orders_kept_in_the_history_call_nothing_on_a_later_plain_turn()
     assert PICTURE_OPEN in engine.prompts[1].text  # (the history's picture is in front of the model)
     assert not [m for m in outputs if isinstance(m, ToolCallRequested)]
     assert not [m for m in outputs if isinstance(m, ToolUsed) and m.ok]
+
+
+def test_what_is_remembered_of_the_user_stays_in_the_prompt_after_a_tools_result():
+    """The note of what the user told in other sessions goes into every round's prompt, the one after a tool's
+    result too (it was dropped there: "what's the weather where I live?" lost where they live)."""
+    worker, engine = tool_worker([CALL, []], Tool("lookup", "", {"type": "object"}, lambda item: 1 / 0))
+    worker.remembering.recall = lambda req, question: ("", "The user said earlier: I live in Lyon.")
+    notes, text_prompt = [], worker.kit.text_prompt
+
+    def noting(*args, **kwargs):
+        notes.append(args[6] if len(args) > 6 else kwargs.get("note", ""))
+        return text_prompt(*args, **kwargs)
+
+    worker.kit.text_prompt = noting
+    run_turn(worker, TurnRequest("s", 1, text="Where are the widgets?"))
+    assert len(engine.prompts) == 2 and len(notes) == 2
+    assert all("I live in Lyon." in note for note in notes), notes
