@@ -109,7 +109,7 @@ class VadSegmenter:
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
-        # that pause would have ended it by silence, away from the reply, is the user going on, kept once onset_ms
+        # that pause would have ended it by silence, not over an echo, is the user going on, kept once onset_ms
         # of it is voiced ("What color is | grass?": the last word alone is under min_utterance_ms in a talking
         # room, and was dropped). Stream position, or None.
         self.resume_until: int | None = None
@@ -255,8 +255,10 @@ class VadSegmenter:
         if not self.speaking:
             if p >= self.start_threshold:
                 self.speaking = True
+                # (from a client that sends its speaker's echo back, what comes as the reply starts is not: the
+                # turn machine's own grace for going on is 0 there; elsewhere it decides)
                 self.going_on = (self.resume_until is not None and chunk_start < self.resume_until
-                                 and not near_reply)  # (a cough or the echo as the reply starts is not)
+                                 and not (near_reply and self.gate.echo is not None))
                 self.resume_until = None
                 lead = self._lead_in()
                 self.speech = [*lead, chunk]
