@@ -596,8 +596,8 @@ def test_speech_opened_over_a_talking_room_begins_where_the_users_voice_rose_ove
 @pytest.mark.fast
 def test_a_word_after_an_end_at_the_pause_is_kept_as_the_user_going_on_and_a_later_one_is_not():
     """The end-of-turn model ended "What color is" at its pause; "grass?" (160 ms voiced in a talking room: under
-    min_utterance_ms) opens before that pause would have ended the speech, and is kept to go on with the request.
-    The same word after the pause's whole length is a burst of its own, dropped as before."""
+    min_utterance_ms) opens before that pause would have ended the speech, and is kept to go on with the request,
+    from where the request was ended. The same word after the pause's whole length is a burst of its own, dropped."""
     for gap, kept in ((4, True), (20, False)):
         script = "." * 32 + "#" * 20 + "." * 4 + "." * gap + "#" * 5 + "." * 20
         seg, feed = scripted_stream(script)
@@ -605,9 +605,13 @@ def test_a_word_after_an_end_at_the_pause_is_kept_as_the_user_going_on_and_a_lat
         assert Heard.END not in feed("#" * 20 + "." * 4)  # a pause of 128 ms: the speech goes on (500 ms ends it)
         (ended,) = seg.end_now(at_pause=True)
         assert ended.kind is Heard.END
-        after = feed("." * gap + "#" * 5 + "." * 20)
-        assert after[0] is Heard.START
-        assert after[-1] is (Heard.END if kept else Heard.DROPPED), after
+        events = []
+        for c in "." * gap + "#" * 5 + "." * 20:
+            events += seg.feed(SCRIPTED_AUDIO[c])
+        assert events[0].kind is Heard.START
+        assert events[-1].kind is (Heard.END if kept else Heard.DROPPED), events
+        if kept:  # (the silence since the end, then the word: the stream once, as the request left open holds it)
+            assert events[-1].utterance.start_sample == ended.utterance.end_sample
 
 
 @pytest.mark.fast
@@ -654,3 +658,23 @@ def test_a_burst_as_the_reply_starts_after_an_end_at_the_pause_goes_on_only_from
         seg.gate.echo = echo
         seg.guarded = True  # the reply plays
         assert feed("." * 4 + "#" * 5 + "." * 20)[-1] is (Heard.END if kept else Heard.DROPPED), echo
+
+
+@pytest.mark.fast
+def test_a_soft_last_word_after_an_end_at_the_pause_goes_on_under_the_bar_for_starting_speech():
+    """"...does water | freeze?": Silero gives the soft word 0.4, under the 0.5 that starts speech but over the 0.35
+    that keeps it going. Ended at the pause, it goes on as it would have with the request left open; a word as soft
+    with nothing ended before it starts nothing."""
+    for end_first, kept in ((True, True), (False, False)):
+        script = "." * 32 + "#" * 20 + "." * 4 + "." * 40 * (not end_first) + "~" * 3 + "." * 20
+        seg = VadSegmenter(ScriptedVad([{".": 0.0, "#": 0.9, "~": 0.4}[c] for c in script]), 0.5, 0.35,
+                           end_silence_ms=500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64)
+        opening = 32 + 20 + 4 + 40 * (not end_first)  # (without the end, the request ends by its silence first)
+        for c in script[:opening]:
+            seg.feed(SCRIPTED_AUDIO[c])
+        if end_first:
+            (ended,) = seg.end_now(at_pause=True)
+        heard = []
+        for c in script[opening:]:
+            heard += [e.kind for e in seg.feed(SCRIPTED_AUDIO["#" if c == "~" else c])]
+        assert (Heard.END in heard) is kept, heard

@@ -109,9 +109,9 @@ class VadSegmenter:
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
-        # that pause would have ended it by silence, not over an echo, is the user going on, kept once onset_ms
-        # of it is voiced ("What color is | grass?": the last word alone is under min_utterance_ms in a talking
-        # room, and was dropped). Stream position, or None.
+        # that pause would have ended it by silence (not over an echo) goes on as a resume would have: on the bars
+        # for going on, kept from its first voiced chunk, with the audio since the end ("What color is | grass?":
+        # the last word alone was under min_utterance_ms in a talking room, and dropped). Stream position, or None.
         self.resume_until: int | None = None
         self.going_on = False  # the speech being heard opened before resume_until
         self.echo_guard_db = echo_guard_db
@@ -226,8 +226,9 @@ class VadSegmenter:
             at = None if arrived is None else arrived - (arrived_end - self.position - CHUNK) / SAMPLE_RATE
             probability = self.vad.probability(samples)
             guarded = self.gate.guarded
-            p = self.gate.judge(probability, level, self.position, self.speaking and self.onset_reported,
-                                self.end_threshold, at)
+            near_reply = guarded or self._echo_in(at)
+            within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
+            p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at)
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
@@ -238,7 +239,7 @@ class VadSegmenter:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
                 self._before_fresh, self._fresh_chunks = None, []
-            events += self._step(chunk, p, level, probability, guarded or self._echo_in(at))
+            events += self._step(chunk, p, level, probability, near_reply)
             if self.gate.expired:
                 events += self._judge_again()
         return events
@@ -253,14 +254,11 @@ class VadSegmenter:
         chunk_start = self.position
         self.position += CHUNK
         if not self.speaking:
-            if p >= self.start_threshold:
-                self.speaking = True
-                # (from a client that sends its speaker's echo back, what comes as the reply starts is not: the
-                # turn machine's own grace for going on is 0 there; elsewhere it decides)
-                self.going_on = (self.resume_until is not None and chunk_start < self.resume_until
-                                 and not (near_reply and self.gate.echo is not None))
-                self.resume_until = None
-                lead = self._lead_in()
+            goes_on = self._goes_on(chunk_start, near_reply)
+            if p >= (self.end_threshold if goes_on else self.start_threshold):
+                self.speaking, self.going_on, self.resume_until = True, goes_on, None
+                # (going on: from where the utterance was ended, as the one kept open would have held it)
+                lead = [kept.chunk for kept in self.before] if goes_on else self._lead_in()
                 self.speech = [*lead, chunk]
                 self.speech_start = chunk_start - CHUNK * len(lead)
                 self.span_from, self.span_voiced = chunk_start, 0
@@ -340,12 +338,19 @@ class VadSegmenter:
         guarded = self.gate.guarded
         for kept in chunks:
             self.gate.guarded = kept.guarded
-            p = self.gate.judge(kept.probability, kept.level, self.position, self.speaking and self.onset_reported,
-                                self.end_threshold, kept.at)
-            events += self._step(kept.chunk, p, kept.level, kept.probability,
-                                 kept.guarded or self._echo_in(kept.at))
+            near_reply = kept.guarded or self._echo_in(kept.at)
+            within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
+            p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at)
+            events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply)
         self.gate.guarded = guarded
         return events
+
+    def _goes_on(self, start: int, near_reply: bool) -> bool:
+        """Speech opening at stream position `start` goes on with the utterance ended at a pause (resume_until), on
+        the bars for going on, as it would have had the model waited; not from a client that sends its speaker's
+        echo back while the reply may be in it (the turn machine lets nothing over the reply go on there)."""
+        return (not self.speaking and self.resume_until is not None and start < self.resume_until
+                and not (near_reply and self.gate.echo is not None))
 
     def _echo_in(self, at: float | None) -> bool:
         """Whether the reply's audible echo may be in the chunk that arrived at `at` (a client that sends it back)."""
@@ -397,9 +402,9 @@ class VadSegmenter:
 
     def _count_voiced(self) -> list[VadEvent]:
         """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""
-        self.confirmed = self.voiced_samples >= (self.onset_samples if self.going_on else self.min_samples)
+        self.confirmed = self.going_on or self.voiced_samples >= self.min_samples  # (going on: as a resume)
         events = []
-        if not self.onset_reported and self.voiced_samples >= self.onset_samples:
+        if not self.onset_reported and (self.going_on or self.voiced_samples >= self.onset_samples):
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
         self.span_voiced += CHUNK
