@@ -109,9 +109,9 @@ class VadSegmenter:
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
-        # that pause would have ended it by silence (not over an echo) goes on as a resume would have: on the bars
-        # for going on, kept from its first voiced chunk, with the audio since the end ("What color is | grass?":
-        # the last word alone was under min_utterance_ms in a talking room, and dropped). Stream position, or None.
+        # that pause would have ended it by silence (not over an echo) goes on: judged on the bars for going on,
+        # kept once onset_ms of it is voiced, with the audio since the end ("What color is | grass?": the last
+        # word alone was under min_utterance_ms in a talking room, and dropped). Stream position, or None.
         self.resume_until: int | None = None
         self.going_on = False  # the speech being heard opened before resume_until
         self.echo_guard_db = echo_guard_db
@@ -402,9 +402,9 @@ class VadSegmenter:
 
     def _count_voiced(self) -> list[VadEvent]:
         """Update the flags after a voiced chunk; the start or confirmation of speech to report now."""
-        self.confirmed = self.going_on or self.voiced_samples >= self.min_samples  # (going on: as a resume)
+        self.confirmed = self.voiced_samples >= (self.onset_samples if self.going_on else self.min_samples)
         events = []
-        if not self.onset_reported and (self.going_on or self.voiced_samples >= self.onset_samples):
+        if not self.onset_reported and self.voiced_samples >= self.onset_samples:
             self.onset_reported = True
             events.append(VadEvent(Heard.START))
         self.span_voiced += CHUNK
