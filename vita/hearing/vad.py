@@ -109,7 +109,7 @@ class VadSegmenter:
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
-        # that pause would have ended it by silence (not over an echo) goes on: judged on the bars for going on,
+        # that pause would have ended it by silence (not over an echo) goes on: opened on the bars for going on,
         # kept once onset_ms of it is voiced, with the audio since the end ("What color is | grass?": the last
         # word alone was under min_utterance_ms in a talking room, and dropped). Stream position, or None.
         self.resume_until: int | None = None
