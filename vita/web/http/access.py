@@ -143,8 +143,7 @@ class AccessGuard:
     def operator(self, request: Any) -> bool:
         """The operator's own token as a Bearer header (never the page's pass: a user's browser holds that). False
         when the server has no token: then nobody is the operator."""
-        header = request.headers.get("Authorization", "")
-        offered = header[7:].strip() if header.startswith("Bearer ") else None
+        offered = self._bearer(request)
         if self._equal(offered, self._token):
             return True
         if offered:
@@ -179,10 +178,16 @@ class AccessGuard:
         """The token a request carries, wherever it put it."""
         if isinstance(auth, dict) and isinstance(auth.get("token"), str):
             return auth["token"]
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            return header[7:].strip()
+        bearer = AccessGuard._bearer(request)
+        if bearer is not None:
+            return bearer
         return request.args.get("token") or request.cookies.get(COOKIE)
+
+    @staticmethod
+    def _bearer(request: Any) -> str | None:
+        """The token of an ``Authorization: Bearer`` header, if the request has one."""
+        header = request.headers.get("Authorization", "")
+        return header[7:].strip() if header.startswith("Bearer ") else None
 
     def allows(self, request: Any, auth: Any = None) -> bool:
         return self.check(self.offered(request, auth), request.remote_addr)
