@@ -24,6 +24,8 @@ WHISPER_RATE = 16000
 MIN_WINDOW_S = 10.0
 WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
+LOOP_COPIES = 3  # a sentence written this many times running is Whisper's decoder looping, not the user...
+LOOP_MIN_WORDS = 3  # ...unless it is as short as a person's "Stop. Stop. Stop."
 SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
@@ -100,6 +102,27 @@ def words(text: str) -> list[str]:
     return [t for t in tokens if t != "|"]
 
 
+def without_repeats(text: str) -> tuple[str, int]:
+    """The transcript with each sentence written more than once running kept once, and the most copies of one sentence
+    of LOOP_MIN_WORDS words or more that went (a cut-off copy at the end counts: the loop ran out of tokens).
+    Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle once been a year." ten times, cut off
+    at its token limit), or write a question twice; a person who says the same sentence twice means it once."""
+    kept: list[str] = []
+    copies = most = 1
+    for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
+        said, last = words(sentence), words(kept[-1]) if kept else []
+        cut_off = (copies > 1 and not re.search(r"[.!?]$", sentence) and 0 < len(said) < len(last)
+                   and said[:-1] == last[:len(said) - 1] and last[len(said) - 1].startswith(said[-1]))
+        if said and (said == last or cut_off):
+            copies += 1
+            if len(last) >= LOOP_MIN_WORDS:
+                most = max(most, copies)
+            continue
+        kept.append(sentence)
+        copies = 1
+    return " ".join(kept), most
+
+
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word edit distance over the reference's length (two ASR models' disagreement, or one's error)."""
     ref, hyp = words(reference), words(hypothesis)
@@ -136,6 +159,13 @@ class Transcription:
     text: str
     avg_logprob: float = 0.0
     beam: bool = False  # decoded again with a wider beam (WhisperTranscriber's redecode_below), whoever's words won
+    looped: bool = False  # the decoder wrote one sentence LOOP_COPIES times or more (kept once in `text`): not heard
+
+    @classmethod
+    def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
+        """Whisper's words, its repeats kept once (its confidence is high in a loop: each copy predicts the next)."""
+        kept, copies = without_repeats(text)
+        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES)
 
 
 @dataclass(frozen=True)
@@ -167,8 +197,9 @@ class MisheardRule:
         return self.reading_below is not None and self.ask_again_below is not None
 
     def unsure(self, heard: Transcription) -> bool:
-        """Too unsure to answer at all."""
-        return bool(heard.text) and self.ask_again_below is not None and heard.avg_logprob < self.ask_again_below
+        """Too unsure to answer at all, or the decoder looped (see without_repeats)."""
+        return bool(heard.text) and self.ask_again_below is not None and (heard.looped
+                                                                        or heard.avg_logprob < self.ask_again_below)
 
     def worth_a_second_opinion(self, heard: Transcription) -> bool:
         return bool(heard.text) and not self.unsure(heard) and heard.avg_logprob < self.doubt_below
@@ -245,7 +276,7 @@ class WhisperTranscriber:
                 and not (s.no_speech_prob > NO_SPEECH_PROB and s.avg_logprob < MIN_AVG_LOGPROB)]
         if not kept:
             return Transcription("")
-        return Transcription(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
+        return Transcription.decoded(" ".join(s.text.strip() for s in kept), min(s.avg_logprob for s in kept))
 
     def warm_up(self) -> None:
         """CTranslate2's first run of each decode pays its warm-up: here, on silence, not on a user's words; every
@@ -286,7 +317,7 @@ class WhisperTranscriber:
             # rules downstream get it. A beam that finds no speech keeps the greedy words and their low score.
             again = self._decode(encoded, prompt, self.redecode_beam_size)
             chosen = again if again.text else heard
-            return Transcription(chosen.text, chosen.avg_logprob, beam=True)
+            return Transcription(chosen.text, chosen.avg_logprob, beam=True, looped=chosen.looped)
         return heard
 
     def _decode(self, encoded: Any, prompt: list[int], beam_size: int) -> Transcription:
@@ -298,7 +329,7 @@ class WhisperTranscriber:
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
             return Transcription("")
-        return Transcription(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
+        return Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
 
 
 def threads_worth_it(build: Callable[[int], WhisperTranscriber]) -> tuple[WhisperTranscriber, int, str]:

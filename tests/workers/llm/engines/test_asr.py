@@ -17,6 +17,7 @@ from workers.llm.engines.asr import (
     threads_from,
     threads_worth_it,
     window_seconds,
+    without_repeats,
     word_error_rate,
     words,
 )
@@ -61,6 +62,35 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
     assert not rule.disagree(unsure, Transcription("What is 8x8?", -0.3))
     assert rule.disagree(Transcription("Time was delayed.", -0.7), Transcription("What is 8x8?", -0.3))
     assert rule.unsure(Transcription("Mumble.", -1.2)) and not rule.worth_a_second_opinion(Transcription("", -2.0))
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("decoded", "kept", "copies"), [
+    ("What is half of ten? What is half of ten?", "What is half of ten?", 2),
+    ("Eric Lowle once been a year. " * 9 + "Eric Low", "Eric Lowle once been a year.", 10),
+    ("Stop. Stop. Stop.", "Stop.", 1),  # kept once, but a person may well say it so
+    ("Hi. What is 2 plus 2? What is two plus two?", "Hi. What is 2 plus 2?", 2),  # the same words, two ways
+    ("No. What is ten minus three? No.", "No. What is ten minus three? No.", 1),  # not running
+    ("It is. It is not.", "It is. It is not.", 1),
+    ("Tell me a story. Tell me a story about a dog.", "Tell me a story. Tell me a story about a dog.", 1),
+    ("What is the capital of", "What is the capital of", 1),  # cut off, but no loop
+    ("What is the capital of France? What is the", "What is the capital of France? What is the", 1),
+    ("", "", 1),
+])
+def test_a_sentence_written_again_and_again_is_kept_once(decoded, kept, copies):
+    assert without_repeats(decoded) == (kept, copies)
+
+
+@pytest.mark.fast
+def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_twice_is_heard():
+    rule = MisheardRule(ask_again_below=-0.9)
+    looped = Transcription.decoded("Eric Lowle once been a year. " * 9 + "Eric Low", -0.05)
+    twice = Transcription.decoded("What is half of ten? What is half of ten?", -0.05)
+    assert looped.text == "Eric Lowle once been a year." and looped.looped and rule.unsure(looped)
+    assert twice.text == "What is half of ten?" and not twice.looped and not rule.unsure(twice)
+    assert not MisheardRule(ask_again_below=None).unsure(looped)  # never asked again, as the config says
+    stop = Transcription.decoded("Stop. Stop. Stop.", -0.05)
+    assert stop.text == "Stop." and not stop.looped
 
 
 @pytest.mark.fast
