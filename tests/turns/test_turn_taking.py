@@ -1068,6 +1068,10 @@ def test_the_echos_own_turn_stops_no_audio_the_reply_it_echoed_may_still_be_endi
     ("The capital of France is Paris.", True),
     ("capital of frans is paris", True),  # misheard in part
     ("It is lovely in spring", True),  # the end of the reply
+    ("The capital of France is still there.", True),  # its opening as it ran, the cut-off tail misheard
+    ("capital of France is. It's okay.", True),
+    ("The capital of France? Are you sure about that?", False),  # the opening run is under half of it
+    ("The capital of Spain, please.", False),  # three words running
     ("What is the capital of France?", False),  # the reply's words in a question's order
     ("Paris is the capital of France.", False),
     ("Paris?", False),  # one word
