@@ -65,3 +65,27 @@ def test_the_speaker_echo_comes_back_delayed_at_its_level_and_stops_with_the_rep
 def test_echo_delays_vary_within_50_to_250_ms():
     delays = {rooms.echo_delay(i) for i in range(10)}
     assert len(delays) >= 4 and min(delays) == 0.05 and max(delays) == 0.25
+
+
+def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nobody_asked_for():
+    """The reply's echo heard as a turn of its own soon after the question is not the user's, even when it repeats
+    the question's words; a turn withdrawn because the user went on, and the whole question's after it, are."""
+    from scripts.bench.rooms.__main__ import Asked, score
+    from scripts.bench.rooms.doors import Turn
+
+    question = {"id": "capital-japan", "q": "What is the capital of Japan?", "accept": ["tokyo"]}
+    asked = Asked("question", question["q"], "hibari", onset=10.0, end=11.5, qid="capital-japan")
+    answer = Turn("1", 11.8, "What is the capital of Japan?", "The capital of Japan is Tokyo.", first_audio=12.6,
+                  end=15.0)
+    echo = Turn("2", 13.3, "The capital of Japan is still there.", "Yes, it is.", first_audio=14.9, end=16.0)
+    unasked = score([asked], [answer, echo], [], {"capital-japan": question})
+    assert [t["key"] for t in unasked] == ["2"]
+    assert asked.right and asked.answer["key"] == "1" and asked.v2v_s == pytest.approx(1.1)
+    # a reply withdrawn because the user went on, then the whole question's: both theirs
+    withdrawn = Turn("1", 11.8, "What is the", "The", first_audio=12.4, end=12.6, reason="extended")
+    whole = Turn("3", 12.9, "What is the capital of Japan?", "Tokyo.", first_audio=13.8, end=15.0)
+    assert score([asked], [withdrawn, whole], [], {"capital-japan": question}) == []
+    assert asked.answer["key"] == "3"
+    # the question answered, then heard again in the echo of that answer: a second reply nobody asked for
+    again = Turn("4", 13.5, "What is the capital of Japan?", "Tokyo.", first_audio=14.4, end=15.5)
+    assert [t["key"] for t in score([asked], [answer, again], [], {"capital-japan": question})] == ["4"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.rooms.doors import DOORS, Door, PhoneDoor
+from scripts.bench.rooms.doors import DOORS, Door, PhoneDoor, Turn
 from scripts.bench.rooms.sounds import (
     BARGE_AFTER_S,
     EARLIEST_STOP_S,
@@ -166,11 +166,57 @@ def first_reply_audio(door: Door, after: float, cap_s: float) -> float | None:
     return None
 
 
+def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[str, dict]) -> list[dict]:
+    """Each thing said gets its turns, its answer (right or not, voice-to-voice) and its stop; the replies to nothing
+    the user said are returned."""
+    from scripts.eval.scoring import MAX_WORDS, heard_ok, is_right
+
+    claimed: set[str] = set()
+    for i, a in enumerate(plan):
+        if not a.onset:
+            continue
+        until = next((b.onset for b in plan[i + 1:] if b.onset), float("inf"))
+        mine = [t for t in turns if a.onset + 0.1 <= t.at < until]
+        said = by_id[a.qid]["q"] if a.qid else a.text
+        answer = None
+        if a.kind != "request":
+            # its answer: the first reply to a turn that heard it (a room can hold an utterance open past its end),
+            # else to the turn its end made; a turn withdrawn because the request went on is not an answer
+            answers = [t for t in mine if t.reason != "extended"]
+            answer = next((t for t in answers if heard_ok(said, t.heard)), None) or next(
+                (t for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None), None)
+        # the user's turns, or those holding their words, all begun before the reply played: one begun after it (its
+        # echo, even one that repeats the question's words) is not theirs
+        playing = [t.first_audio for t in ([answer] if answer is not None else mine) if t.first_audio is not None]
+        replied = min(playing, default=float("inf"))
+        own = [t for t in mine if t.at <= replied and (t.at <= a.end + 2.0 or heard_ok(said, t.heard))]
+        claimed |= {t.key for t in own}
+        if a.kind == "request":
+            if a.over_reply and plan[i + 1].onset:
+                nxt = plan[i + 1]
+                nxt.over_reply = any(t.first_audio is not None and t.first_audio < nxt.onset
+                                     and (t.end is None or t.end > nxt.onset) for t in mine)
+            continue
+        q = by_id[a.qid]
+        if answer is not None:
+            claimed.add(answer.key)
+            a.answer = asdict(answer)
+            a.right = is_right(q, answer.reply) and len(answer.reply.split()) <= q.get("max_words", MAX_WORDS)
+            # as measure.ask: the first reply audio after the last voiced sample, a withdrawn reply's included
+            heard = [t.first_audio for t in [*own, answer] if t.first_audio is not None and t.first_audio >= a.end]
+            a.v2v_s = round(min(heard) - a.end, 3) if heard else None
+        if a.kind == "barge":
+            # a stop sooner than the user could have caused one (64 ms voiced, then confirmed) was something else's
+            stop = next((s for s in stops if a.onset + EARLIEST_STOP_S <= s <= a.onset + STOPPED_WITHIN_S), None)
+            a.stop_s = None if stop is None else round(stop - a.onset, 3)
+            a.stopped_before = any(a.onset - 1.0 <= s < a.onset + EARLIEST_STOP_S for s in stops)
+    return [asdict(t) for t in turns if t.first_audio is not None and t.key not in claimed]
+
+
 def run_room(url: str, pid: int | None, door_name: str, room: str, questions: list[dict], follow_ups: list[dict],
              barges: int, reply_db: float, files: tuple[Path, Path] | None = None) -> RoomResult:
     """`files`: the server's state folder and log, when the benchmark started it (the phone door reads them)."""
     from scripts.eval.questions import LONG
-    from scripts.eval.scoring import MAX_WORDS, heard_ok, is_right
 
     voices = ("hibari", "piper")
     echo = room in ECHO_ROOMS
@@ -224,43 +270,9 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
         mic.close()
         turns, stops = door.turns(), door.stops()
         door.close()
-    by_id = {q["id"]: q for q in questions + follow_ups}
     spans = [(a.onset, a.end) for a in plan if a.onset]
-    claimed: set[str] = set()
-    for i, a in enumerate(plan):
-        if not a.onset:
-            continue
-        until = next((b.onset for b in plan[i + 1:] if b.onset), float("inf"))
-        mine = [t for t in turns if a.onset + 0.1 <= t.at < until]
-        said = by_id[a.qid]["q"] if a.qid else a.text
-        own = [t for t in mine if t.at <= a.end + 2.0 or heard_ok(said, t.heard)]  # the user's, or holding it
-        claimed |= {t.key for t in own}
-        if a.kind == "request":
-            if a.over_reply and plan[i + 1].onset:
-                nxt = plan[i + 1]
-                nxt.over_reply = any(t.first_audio is not None and t.first_audio < nxt.onset
-                                     and (t.end is None or t.end > nxt.onset) for t in mine)
-            continue
-        q = by_id[a.qid]
-        # its answer: the first reply to a turn that heard it (a room can hold an utterance open past its end),
-        # else to the turn its end made; a turn withdrawn because the request went on is not an answer
-        answers = [t for t in mine if t.reason != "extended"]
-        answer = next((t for t in answers if heard_ok(q["q"], t.heard)), None) or next(
-            (t for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None), None)
-        if answer is not None:
-            claimed.add(answer.key)
-            a.answer = asdict(answer)
-            a.right = is_right(q, answer.reply) and len(answer.reply.split()) <= q.get("max_words", MAX_WORDS)
-            # as measure.ask: the first reply audio after the last voiced sample, a withdrawn reply's included
-            heard = [t.first_audio for t in [*own, answer] if t.first_audio is not None and t.first_audio >= a.end]
-            a.v2v_s = round(min(heard) - a.end, 3) if heard else None
-        if a.kind == "barge":
-            # a stop sooner than the user could have caused one (64 ms voiced, then confirmed) was something else's
-            stop = next((s for s in stops if a.onset + EARLIEST_STOP_S <= s <= a.onset + STOPPED_WITHIN_S), None)
-            a.stop_s = None if stop is None else round(stop - a.onset, 3)
-            a.stopped_before = any(a.onset - 1.0 <= s < a.onset + EARLIEST_STOP_S for s in stops)
     result.asked = plan
-    result.unasked = [asdict(t) for t in turns if t.first_audio is not None and t.key not in claimed]
+    result.unasked = score(plan, turns, stops, {q["id"]: q for q in questions + follow_ups})
     result.echo_dropped = sum(t.reason == "echo" for t in turns)
     for s in stops:
         if not any(on - 0.2 <= s <= off + 1.5 for on, off in spans):
