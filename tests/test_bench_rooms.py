@@ -86,6 +86,16 @@ def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nob
     whole = Turn("3", 12.9, "What is the capital of Japan?", "Tokyo.", first_audio=13.8, end=15.0)
     assert score([asked], [withdrawn, whole], [], {"capital-japan": question}) == []
     assert asked.answer["key"] == "3"
+    # the answer's words missed by Whisper, its echo holding the question's: the echo is still not the answer
+    missed = Turn("1", 11.8, "What is the capital of Jap?", "Tokyo.", first_audio=12.6, end=15.0)
+    assert [t["key"] for t in score([asked], [missed, echo], [], {"capital-japan": question})] == ["2"]
+    assert asked.answer["key"] == "1"
+    # a long request's reply withdrawn because it went on, then the whole request's: both its own
+    request = Asked("request", "Tell me three things about Mars.", "piper", onset=20.0, end=22.0)
+    early = Turn("5", 21.0, "Tell me three", "Three", first_audio=21.5, end=21.7, reason="extended")
+    late = Turn("6", 22.3, "Tell me three things about Mars.", "Mars is red.", first_audio=23.0, end=30.0)
+    barge = Asked("barge", "Wait, stop. What is the capital of Japan?", "piper", qid="capital-japan")  # not said
+    assert score([request, barge], [early, late], [], {"capital-japan": question}) == []
     # the question answered, then heard again in the echo of that answer: a second reply nobody asked for
     again = Turn("4", 13.5, "What is the capital of Japan?", "Tokyo.", first_audio=14.4, end=15.5)
     assert [t["key"] for t in score([asked], [answer, again], [], {"capital-japan": question})] == ["4"]

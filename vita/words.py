@@ -107,17 +107,19 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
 
 ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
 ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same order in a reply is its echo...
-ECHO_OPENING_WORDS = 4  # ...as is one that opens with this many of a reply's words running, its first words at least
-ECHO_OPENING_SHARE = 0.5  # this share of it (an echo is heard from where it starts; its cut-off tail is misheard)
+ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one whose first words are this many of a
+ECHO_OPENING_SHARE = 0.5  # reply's as they ran there and this share of it (Whisper mishears an echo's cut-off tail)
 
 
-def echoes(transcript: str, said: list[str] | tuple[str, ...]) -> bool:
+def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False) -> bool:
     """The transcript is the assistant's own recent reply (`said`) heard back from a speaker with no echo
     cancellation: at least ECHO_MIN_WORDS words, ECHO_SHARE of them found in the same order in one of those replies
-    (Whisper hears an echo in part, and may miss or mishear a word), or opening with ECHO_OPENING_WORDS or more of a
-    reply's words as they run there, which are ECHO_OPENING_SHARE of it ("The capital of Japan is still there." for
-    "...is Tokyo."). A question that reuses the reply's words in its own order ("What is the capital of France?"
-    after "The capital of France is Paris.") is not an echo."""
+    (Whisper hears an echo in part, and may miss or mishear a word). A question that reuses the reply's words in
+    its own order ("What is the capital of France?" after "The capital of France is Paris.") is not an echo.
+    over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening with
+    ECHO_OPENING_WORDS or more of a reply's words as they ran there, ECHO_OPENING_SHARE of it, is its echo too ("The
+    capital of Japan is still there." for "...is Tokyo."). Not for any speech: a user's correction may open so ("The
+    meeting is at four, not three.")."""
     words = words_of(transcript)
     if len(words) < ECHO_MIN_WORDS:
         return False
@@ -125,7 +127,7 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...]) -> bool:
         theirs = words_of(reply)
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
-        opening = _opening_run(words, theirs)
+        opening = _opening_run(words, theirs) if over_echo else 0
         if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
             return True
     return False

@@ -59,7 +59,8 @@ class WorkerNews:
         if isinstance(message, ReplyText) and message.done and message.text:
             session.said.append(message.text)
         if (isinstance(message, Transcript) and session.speaker_echo and turn_id == session.turns.active_turn
-                and echoes(message.text, tuple(session.said))):  # the reply heard back from a speaker: no question
+                and echoes(message.text, tuple(session.said), over_echo=turn_id in session.over_echo)):
+            # the reply heard back from a speaker: no question
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
             return

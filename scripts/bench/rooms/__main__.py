@@ -178,16 +178,19 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
         until = next((b.onset for b in plan[i + 1:] if b.onset), float("inf"))
         mine = [t for t in turns if a.onset + 0.1 <= t.at < until]
         said = by_id[a.qid]["q"] if a.qid else a.text
+        # its answer: the first reply to a turn that heard it (a room can hold an utterance open past its end),
+        # else to the turn its end made; a turn withdrawn because the request went on is not an answer, nor one begun
+        # once a reply to a turn of its end was playing (its echo, even one that repeats the question's words)
+        answers = [t for t in mine if t.reason != "extended"]
+        first = min((t.first_audio for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None),
+                    default=float("inf"))
+        candidates = [t for t in answers if t.at <= first]
         answer = None
         if a.kind != "request":
-            # its answer: the first reply to a turn that heard it (a room can hold an utterance open past its end),
-            # else to the turn its end made; a turn withdrawn because the request went on is not an answer
-            answers = [t for t in mine if t.reason != "extended"]
-            answer = next((t for t in answers if heard_ok(said, t.heard)), None) or next(
-                (t for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None), None)
-        # the user's turns, or those holding their words, all begun before the reply played: one begun after it (its
-        # echo, even one that repeats the question's words) is not theirs
-        playing = [t.first_audio for t in ([answer] if answer is not None else mine) if t.first_audio is not None]
+            answer = next((t for t in candidates if heard_ok(said, t.heard)), None) or next(
+                (t for t in candidates if t.at <= a.end + 2.0 and t.first_audio is not None), None)
+        # the user's turns, or those holding their words, all begun before the reply played
+        playing = [t.first_audio for t in ([answer] if answer is not None else answers) if t.first_audio is not None]
         replied = min(playing, default=float("inf"))
         own = [t for t in mine if t.at <= replied and (t.at <= a.end + 2.0 or heard_ok(said, t.heard))]
         claimed |= {t.key for t in own}

@@ -583,6 +583,17 @@ def test_an_unsure_transcript_that_a_second_model_hears_otherwise_is_asked_again
     assert ("asr_disagreement" in timings.timings) is second_asked
 
 
+def test_a_transcript_whisper_looped_on_is_asked_again_and_the_turn_log_says_why():
+    """Sure of every token of its loop, Whisper would pass every other rule: the loop itself says it did not hear."""
+    worker, engine = make_worker(["Eric", "Lowle?"])
+    worker.kit.asr, worker.kit.second_asr = Heard("", -0.05), None
+    worker.kit.asr.result = Transcription.decoded("Eric Lowle once been a year. " * 9 + "Eric Lo", -0.05)
+    run_turn(worker, TurnRequest("s", 1, audio=bytes(32000)))
+    assert spoken_text(drained(worker.out.tts)) == ASK_AGAIN
+    (timings,) = [m for m in drained(worker.outbox) if isinstance(m, TurnTimings)]
+    assert timings.timings.get("asr_looped") == 1.0 and timings.timings.get("asked_again") == 1.0
+
+
 @pytest.mark.parametrize("logprob, replies, rendered, noted, asked", [
     (-0.55, ["Sorry,", "I", "didn't", "catch", "that."], True, True, True),  # unsure, and the words made no sense
     (-0.55, ["Paris", "is", "the", "capital."], True, True, False),  # unsure, but the question made sense

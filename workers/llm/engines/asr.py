@@ -24,8 +24,8 @@ WHISPER_RATE = 16000
 MIN_WINDOW_S = 10.0
 WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
-LOOP_COPIES = 3  # a sentence written this many times running is Whisper's decoder looping, not the user...
-LOOP_MIN_WORDS = 3  # ...unless it is as short as a person's "Stop. Stop. Stop."
+LOOP_COPIES = 4  # a sentence written this many times running (or until the tokens ran out) is Whisper's decoder
+LOOP_MIN_WORDS = 3  # looping, not the user ("Can you hear me?" three times may be; "Stop. Stop. Stop." too)
 SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
@@ -102,16 +102,19 @@ def words(text: str) -> list[str]:
     return [t for t in tokens if t != "|"]
 
 
-def without_repeats(text: str) -> tuple[str, int]:
-    """The transcript with each sentence written more than once running kept once, and the most copies of one sentence
-    of LOOP_MIN_WORDS words or more that went (a cut-off copy at the end counts: the loop ran out of tokens).
-    Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle once been a year." ten times, cut off
-    at its token limit), or write a question twice; a person who says the same sentence twice means it once."""
+def without_repeats(text: str) -> tuple[str, int, bool]:
+    """The transcript with each sentence written more than once running kept once; the most copies, the kept one
+    among them, of one sentence of LOOP_MIN_WORDS words or more; and whether the last copy was cut off (the decoder ran
+    out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle once been a
+    year." ten times, cut off at its token limit), or write a question twice; a person who says the same sentence
+    twice means it once. Sentences in other scripts are left as they are (`words` keeps only Latin letters)."""
     kept: list[str] = []
     copies = most = 1
+    cut_off = False
     for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
-        said, last = words(sentence), words(kept[-1]) if kept else []
-        cut_off = (copies > 1 and not re.search(r"[.!?]$", sentence) and 0 < len(said) < len(last)
+        said = words(sentence) if sentence.isascii() else []
+        last = words(kept[-1]) if kept and kept[-1].isascii() else []
+        cut_off = (copies > 1 and not re.search(r"[.!?]$", sentence) and 0 < len(said) <= len(last)
                    and said[:-1] == last[:len(said) - 1] and last[len(said) - 1].startswith(said[-1]))
         if said and (said == last or cut_off):
             copies += 1
@@ -120,7 +123,7 @@ def without_repeats(text: str) -> tuple[str, int]:
             continue
         kept.append(sentence)
         copies = 1
-    return " ".join(kept), most
+    return " ".join(kept), most, cut_off and most > 1
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
@@ -159,13 +162,13 @@ class Transcription:
     text: str
     avg_logprob: float = 0.0
     beam: bool = False  # decoded again with a wider beam (WhisperTranscriber's redecode_below), whoever's words won
-    looped: bool = False  # the decoder wrote one sentence LOOP_COPIES times or more (kept once in `text`): not heard
+    looped: bool = False  # the decoder looped on one sentence (kept once in `text`; see without_repeats): not heard
 
     @classmethod
     def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
         """Whisper's words, its repeats kept once (its confidence is high in a loop: each copy predicts the next)."""
-        kept, copies = without_repeats(text)
-        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES)
+        kept, copies, ran_out = without_repeats(text)
+        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out)
 
 
 @dataclass(frozen=True)

@@ -65,31 +65,36 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize(("decoded", "kept", "copies"), [
-    ("What is half of ten? What is half of ten?", "What is half of ten?", 2),
-    ("Eric Lowle once been a year. " * 9 + "Eric Low", "Eric Lowle once been a year.", 10),
-    ("Stop. Stop. Stop.", "Stop.", 1),  # kept once, but a person may well say it so
-    ("Hi. What is 2 plus 2? What is two plus two?", "Hi. What is 2 plus 2?", 2),  # the same words, two ways
-    ("No. What is ten minus three? No.", "No. What is ten minus three? No.", 1),  # not running
-    ("It is. It is not.", "It is. It is not.", 1),
-    ("Tell me a story. Tell me a story about a dog.", "Tell me a story. Tell me a story about a dog.", 1),
-    ("What is the capital of", "What is the capital of", 1),  # cut off, but no loop
-    ("What is the capital of France? What is the", "What is the capital of France? What is the", 1),
-    ("", "", 1),
+@pytest.mark.parametrize(("decoded", "kept", "copies", "ran_out"), [
+    ("What is half of ten? What is half of ten?", "What is half of ten?", 2, False),
+    ("Eric Lowle once been a year. " * 9 + "Eric Low", "Eric Lowle once been a year.", 10, True),
+    ("Eric Lowle once been a year. " * 2 + "Eric Lowle once been a ye", "Eric Lowle once been a year.", 3, True),
+    ("Stop. Stop. Stop.", "Stop.", 1, False),  # kept once, but a person may well say it so
+    ("Hi. What is 2 plus 2? What is two plus two?", "Hi. What is 2 plus 2?", 2, False),  # the same words, two ways
+    ("No. What is ten minus three? No.", "No. What is ten minus three? No.", 1, False),  # not running
+    ("It is. It is not.", "It is. It is not.", 1, False),
+    ("Tell me a story. Tell me a story about a dog.", "Tell me a story. Tell me a story about a dog.", 1, False),
+    ("What is the capital of", "What is the capital of", 1, False),  # cut off, but no loop
+    ("What is the capital of France? What is the", "What is the capital of France? What is the", 1, False),
+    ("Это 2020. Там 2020.", "Это 2020. Там 2020.", 1, False),  # another script: its words are not compared
+    ("", "", 1, False),
 ])
-def test_a_sentence_written_again_and_again_is_kept_once(decoded, kept, copies):
-    assert without_repeats(decoded) == (kept, copies)
+def test_a_sentence_written_again_and_again_is_kept_once(decoded, kept, copies, ran_out):
+    assert without_repeats(decoded) == (kept, copies, ran_out)
 
 
 @pytest.mark.fast
-def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_twice_is_heard():
+def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_again_is_heard():
     rule = MisheardRule(ask_again_below=-0.9)
     looped = Transcription.decoded("Eric Lowle once been a year. " * 9 + "Eric Low", -0.05)
     twice = Transcription.decoded("What is half of ten? What is half of ten?", -0.05)
     assert looped.text == "Eric Lowle once been a year." and looped.looped and rule.unsure(looped)
     assert twice.text == "What is half of ten?" and not twice.looped and not rule.unsure(twice)
     assert not MisheardRule(ask_again_below=None).unsure(looped)  # never asked again, as the config says
-    stop = Transcription.decoded("Stop. Stop. Stop.", -0.05)
+    thrice = Transcription.decoded("Can you hear me? " * 3, -0.05)  # a caller may well say it so
+    assert thrice.text == "Can you hear me?" and not thrice.looped
+    assert Transcription.decoded("Can you hear me? " * 4, -0.05).looped
+    stop = Transcription.decoded("Stop. Stop. Stop. Stop.", -0.05)
     assert stop.text == "Stop." and not stop.looped
 
 
