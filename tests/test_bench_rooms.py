@@ -77,7 +77,7 @@ def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nob
     asked = Asked("question", question["q"], "hibari", onset=10.0, end=11.5, qid="capital-japan")
     answer = Turn("1", 11.8, "What is the capital of Japan?", "The capital of Japan is Tokyo.", first_audio=12.6,
                   end=15.0)
-    echo = Turn("2", 13.3, "The capital of Japan is still there.", "Yes, it is.", first_audio=14.9, end=16.0)
+    echo = Turn("2", 14.6, "The capital of Japan is still there.", "Yes, it is.", first_audio=15.4, end=16.0)
     unasked = score([asked], [answer, echo], [], {"capital-japan": question})
     assert [t["key"] for t in unasked] == ["2"]
     assert asked.right and asked.answer["key"] == "1" and asked.v2v_s == pytest.approx(1.1)
@@ -90,6 +90,10 @@ def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nob
     missed = Turn("1", 11.8, "What is the capital of Jap?", "Tokyo.", first_audio=12.6, end=15.0)
     assert [t["key"] for t in score([asked], [missed, echo], [], {"capital-japan": question})] == ["2"]
     assert asked.answer["key"] == "1"
+    # a request of theirs answered at once ("Sorry...") while they went on: what they went on with is theirs
+    sorry = Turn("7", 12.0, "We are stop.", "Sorry, I didn't catch that.", first_audio=12.3, end=12.5)
+    on = Turn("8", 11.9 + 0.36, "What do you know, says new?", "Sorry, I didn't catch that.", first_audio=13.5)
+    assert score([asked], [sorry, on], [], {"capital-japan": question}) == []
     # a long request's reply withdrawn because it went on, then the whole request's: both its own
     request = Asked("request", "Tell me three things about Mars.", "piper", onset=20.0, end=22.0)
     early = Turn("5", 21.0, "Tell me three", "Three", first_audio=21.5, end=21.7, reason="extended")
@@ -97,5 +101,5 @@ def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nob
     barge = Asked("barge", "Wait, stop. What is the capital of Japan?", "piper", qid="capital-japan")  # not said
     assert score([request, barge], [early, late], [], {"capital-japan": question}) == []
     # the question answered, then heard again in the echo of that answer: a second reply nobody asked for
-    again = Turn("4", 13.5, "What is the capital of Japan?", "Tokyo.", first_audio=14.4, end=15.5)
+    again = Turn("4", 14.5, "What is the capital of Japan?", "Tokyo.", first_audio=15.4, end=16.5)
     assert [t["key"] for t in score([asked], [answer, again], [], {"capital-japan": question})] == ["4"]

@@ -189,10 +189,11 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
         if a.kind != "request":
             answer = next((t for t in candidates if heard_ok(said, t.heard)), None) or next(
                 (t for t in candidates if t.at <= a.end + 2.0 and t.first_audio is not None), None)
-        # the user's turns, or those holding their words, all begun before the reply played
+        # the user's turns (begun by 2 s after their last word), or those holding their words begun before the reply
+        # played (not its echo, even one that repeats the question's words)
         playing = [t.first_audio for t in ([answer] if answer is not None else answers) if t.first_audio is not None]
         replied = min(playing, default=float("inf"))
-        own = [t for t in mine if t.at <= replied and (t.at <= a.end + 2.0 or heard_ok(said, t.heard))]
+        own = [t for t in mine if t.at <= a.end + 2.0 or (t.at <= replied and heard_ok(said, t.heard))]
         claimed |= {t.key for t in own}
         if a.kind == "request":
             if a.over_reply and plan[i + 1].onset:
