@@ -107,8 +107,8 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
 
 ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
 ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same order in a reply is its echo...
-ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one whose first words are this many of a
-ECHO_OPENING_SHARE = 0.5  # reply's as they ran there and this share of it (Whisper mishears an echo's cut-off tail)
+ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one that opens with this many of a
+ECHO_OPENING_SHARE = 0.5  # reply's opening words, this share of it (Whisper mishears an echo's cut-off tail)
 
 
 def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False) -> bool:
@@ -116,10 +116,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     cancellation: at least ECHO_MIN_WORDS words, ECHO_SHARE of them found in the same order in one of those replies
     (Whisper hears an echo in part, and may miss or mishear a word). A question that reuses the reply's words in
     its own order ("What is the capital of France?" after "The capital of France is Paris.") is not an echo.
-    over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening with
-    ECHO_OPENING_WORDS or more of a reply's words as they ran there, ECHO_OPENING_SHARE of it, is its echo too ("The
-    capital of Japan is still there." for "...is Tokyo."). Not for any speech: a user's correction may open so ("The
-    meeting is at four, not three.")."""
+    over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening as the reply
+    opened, with ECHO_OPENING_WORDS words or more that are ECHO_OPENING_SHARE of it, is its echo too ("The capital
+    of Japan is still there." for "The capital of Japan is Tokyo."). Not for any speech, and not a run from inside
+    the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at four, not three.";
+    "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
     words = words_of(transcript)
     if len(words) < ECHO_MIN_WORDS:
         return False
@@ -127,21 +128,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         theirs = words_of(reply)
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
-        opening = _opening_run(words, theirs) if over_echo else 0
-        if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
+        pairs = zip(words, theirs, strict=False)
+        opening = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(words), len(theirs)))
+        if over_echo and opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
             return True
     return False
-
-
-def _opening_run(a: list[str], b: list[str]) -> int:
-    """How many of `a`'s first words appear in `b` running, as they are in `a`."""
-    best = 0
-    for start in range(len(b)):
-        run = 0
-        while run < len(a) and start + run < len(b) and a[run] == b[start + run]:
-            run += 1
-        best = max(best, run)
-    return best
 
 
 def _in_order(a: list[str], b: list[str]) -> int:

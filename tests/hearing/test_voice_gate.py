@@ -15,6 +15,7 @@ from vita.hearing.voice_gate import (
     HOLD_SAMPLES,
     MIN_LEVEL_CHUNKS,
     ROOM_MIN_CHUNKS,
+    STEADY_HOLD_SAMPLES,
     STREAM_GAP_S,
     EchoReference,
     VoiceGate,
@@ -100,24 +101,53 @@ def test_the_hold_never_lets_a_talking_rooms_floor_through():
     s = Stream()
     s.room([-50.0] * 2 * ROOM_MIN_CHUNKS)  # other people talking at -50 dBFS: Silero calls it speech
     assert s.feed(VOICED, -30.0) == VOICED
-    for _ in range(HOLD_SAMPLES // CHUNK + 1):
-        s.feed(SILENT, -50.0, within=True)
-    assert s.feed(VOICED, -47.0, within=True) == 0.0  # their syllables at the floor: not the user's
+    assert s.feed(VOICED, -47.0, within=True) == 0.0  # their syllables at the floor, within the hold: not the user's
 
 
 def test_in_steady_noise_silero_tells_the_users_softer_syllables_from_it():
     """Noise 10 dB under the voice: the softer half of "Wait, stop." sits at its floor, Silero sure it is speech.
     Refused, the interruption waited for its next words to be confirmed (1.0-1.2 s instead of 0.7); Silero, which
-    calls steady noise silence, is taken at its word inside the user's speech. Not to open it, nor in a room of
-    voices, nor far under the user once their level is known."""
+    calls steady noise silence, is taken at its word inside the user's speech near their voice. Not to open it, not
+    a lone chunk long after their voice, and not in a room Silero often calls speech."""
     s = Stream()
     s.room([-36.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)  # a fan
     assert s.gate.steady
     assert s.feed(VOICED, -35.5) == 0.0  # at the floor: no opening
     assert s.feed(VOICED, -22.0) == VOICED  # a loud syllable opens it
     for _ in range(HOLD_SAMPLES // CHUNK + 2):
-        assert s.feed(VOICED, -35.5, within=True) == VOICED  # long after the loud chunk: still theirs
+        assert s.feed(VOICED, -35.5, within=True) == VOICED  # after the hold: still theirs
     assert s.feed(VOICED, -37.0, within=True) == 0.0  # under the floor: the fan
+    for _ in range(STEADY_HOLD_SAMPLES // CHUNK):
+        s.feed(SILENT, -36.0, within=True)
+    assert s.feed(VOICED, -35.5, within=True) == 0.0  # a lone call of Silero's long after their voice: the fan
+    some = Stream()
+    some.room(([-36.0] * 4 + [-36.0]) * ROOM_MIN_CHUNKS, p=SILENT)
+    some.room([-36.0] * ROOM_MIN_CHUNKS)  # ...and a voice now and then: a fifth of the room's chunks
+    assert not some.gate.steady and not some.gate.voices
+    assert some.feed(VOICED, -22.0) == VOICED
+    for _ in range(HOLD_SAMPLES // CHUNK + 2):
+        some.feed(SILENT, -36.0, within=True)
+    assert some.feed(VOICED, -35.5, within=True) == 0.0
+
+
+def test_in_steady_noise_the_softer_syllables_stay_near_the_users_level_and_over_the_absolute_floor():
+    s = Stream()
+    s.room([-80.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)  # quiet: its floor under the absolute one
+    assert s.gate.steady
+    for _ in range(MIN_LEVEL_CHUNKS):
+        s.feed(VOICED, -20.0, within=True)
+    for _ in range(HOLD_SAMPLES // CHUNK + 1):
+        s.feed(SILENT, -80.0, within=True)
+    assert s.feed(VOICED, -34.0, within=True) == VOICED  # within 15 dB of them
+    for _ in range(HOLD_SAMPLES // CHUNK + 1):
+        s.feed(SILENT, -80.0, within=True)
+    assert s.feed(VOICED, -40.0, within=True) == 0.0  # 20 dB under them: someone further off
+    quiet = Stream()
+    quiet.room([-80.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)
+    assert quiet.feed(VOICED, -30.0) == VOICED  # (their level not yet known)
+    for _ in range(HOLD_SAMPLES // CHUNK + 1):
+        quiet.feed(SILENT, -80.0, within=True)
+    assert quiet.feed(VOICED, -65.0, within=True) == 0.0  # never the user's under the absolute floor
 
 
 def played(echo: EchoReference, level_db: float, seconds: float, at: float, rate: int = 24000) -> None:

@@ -1079,10 +1079,15 @@ def test_a_transcript_is_the_replys_echo_when_it_says_the_replys_words_in_their_
 
 @pytest.mark.parametrize(("heard", "over_echo", "echo"), [
     ("The capital of France is still there.", True, True),  # its opening as it ran, the cut-off tail misheard
-    ("capital of France is. It's okay.", True, True),
+    ("The capital of France is. It's okay.", True, True),
+    ("Capital of France is still there.", True, False),  # not as the reply opened
     ("The capital of France is still there.", False, False),  # speech not over the echo: may be a correction
     ("The capital of France? Are you sure about that?", True, False),  # the opening run is under half of it
     ("The capital of Spain, please.", True, False),  # three words running
 ])
-def test_speech_over_the_echo_that_opens_as_the_reply_ran_is_its_echo(heard, over_echo, echo):
+def test_speech_over_the_echo_that_opens_as_the_reply_did_is_its_echo(heard, over_echo, echo):
     assert echoes(heard, ("The capital of France is Paris. It is lovely in spring.",), over_echo) is echo
+
+
+def test_a_quick_answer_that_reuses_the_replys_words_is_not_its_echo():
+    assert not echoes("Set a timer for five, please.", ("Should I set a timer for ten minutes?",), over_echo=True)

@@ -48,7 +48,9 @@ OVER_FLOOR_DB = 12.0  # is all there is: a babble's loud syllables stand 8-12 dB
 KEEP_OVER_FLOOR_DB = 6.0  # once the user is speaking, the floor's bar is this: steady noise 10 dB under the voice
 # sits ~2 dB under its own loud end, and at 12 dB over it the voice's quieter words ended the question early ("How
 # many days are there" heard of "...in a leap year?"); other voices are kept out by the room's loud end
-STEADY_KEEP_OVER_FLOOR_DB = 0.0  # in a room without other voices, inside the user's speech Silero alone tells it...
+STEADY_KEEP_OVER_FLOOR_DB = 0.0  # in a room without other voices, inside the user's speech Silero alone tells it,
+STEADY_HOLD_S = 0.5  # within this of a chunk of theirs over the bar...
+STEADY_HOLD_SAMPLES = int(STEADY_HOLD_S * SAMPLE_RATE)
 STEADY_VOICED_SHARE = 0.1  # ...a room Silero calls speech no more than this share of the time (babble 20 dB under:
 # more, and its syllables between the user's words, let through, held a question open to the end of the stream)
 HOLD_OVER_FLOOR_DB = 6.0  # a word's softer syllables after a loud chunk are the user's if this far above the floor
@@ -231,6 +233,7 @@ class VoiceGate:
         self.heard_at = -HOLD_SAMPLES * 10  # stream position of the latest chunk at the user's level
         self.loud_at = -HOLD_SAMPLES * 10  # ...of the latest one while guarded within voice_db of it
         self._over_at = -CHUNK  # ...of the latest one over the bar
+        self._voice_at = -STEADY_HOLD_SAMPLES * 10  # ...of the latest one over it, without the steady room's bar
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
@@ -317,18 +320,14 @@ class VoiceGate:
         # and an interruption must not wait.
         going = self.guarded or not self.voices or position - self.heard_at <= HOLD_SAMPLES
         need = self.needed(user, speaking=True) if within else self.opens(user)
-        if within and self._floor is not None and self.steady:
-            # No other voices: what Silero calls speech inside the user's is theirs down to the floor of steady noise
-            # (10 dB under the voice, the softer half of "Wait, stop." sits at it: refused, the interruption waited
-            # for its next words to be confirmed, 1.0-1.2 s instead of 0.7)
-            need = min(need, self._floor + STEADY_KEEP_OVER_FLOOR_DB)
-            if user is not None:  # (nor far under the user: someone else, further off)
-                need = max(need, user - USER_RANGE_DB)
+        must = -np.inf  # (over the reply's echo, and the echo guard's bar: whatever else a chunk passes)
         echo = self.echo.explains(reference) if reference is not None else None
         if echo is not None:
-            need = max(need, echo + ECHO_MARGIN_DB)
+            must = max(must, echo + ECHO_MARGIN_DB)
         if self.guarded and self.echo_guard_db and user is not None:
-            need = max(need, user - self.echo_guard_db)
+            must = max(must, user - self.echo_guard_db)
+        need = max(need, must)
+        softer = self._steady_bar(user, position) if within else None
         # Learnt once the room's floor is known (before that a room's voices pass for the user's), and not while
         # something plays (its echo would be learnt).
         learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
@@ -336,6 +335,7 @@ class VoiceGate:
         if level >= need:
             self._echo_onset.clear()  # (what fell under the bar just before was the onset of this voice)
             over, self._over_at = self._over_at, position
+            self._voice_at = position
             if within and not going and over != position - CHUNK:
                 return 0.0
             if self.guarded and self.echo_guard_db and user is not None:
@@ -346,6 +346,8 @@ class VoiceGate:
             if learn:
                 self.levels.append(level)
             return p
+        if softer is not None and level >= max(softer, must):
+            return p  # a softer syllable of the user's, in steady noise
         if learn and user is not None and level >= self.needed(None):
             # Above the room but far under the user's level: the user moved away from the microphone, or is
             # someone else near it; learnt, so that a user who now speaks softer is heard again after ~3 s of it.
@@ -357,6 +359,17 @@ class VoiceGate:
         if not near:  # (right after the user's voice, what falls under the bar is theirs: no measure of the room)
             self._not_users(level, reference, voiced=True)
         return 0.0
+
+    def _steady_bar(self, user: float | None, position: int) -> float | None:
+        """In a room with no other voices, Silero is taken at its word for what follows the user's voice within
+        STEADY_HOLD_S: theirs down to the floor (steady noise 10 dB under the voice sits at their softer syllables:
+        the softer half of "Wait, stop." refused, the interruption waited for its next words to be confirmed, 1.0-1.2
+        s instead of 0.7 s). Not a lone chunk long after their voice (Silero's odd call on the noise kept an
+        utterance open), nor far under the user once their level is known. None: no such bar here."""
+        if self._floor is None or not self.steady or position - self._voice_at > STEADY_HOLD_SAMPLES:
+            return None
+        bar = max(self._floor + STEADY_KEEP_OVER_FLOOR_DB, ABS_FLOOR_DBFS)
+        return bar if user is None else max(bar, user - USER_RANGE_DB)
 
     def judge_again(self) -> None:
         """The stream's first voice was the room's (``expired``): what was learnt since it started is forgotten, the

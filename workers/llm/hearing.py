@@ -75,7 +75,7 @@ class Hearing:
                 run.timings["asr_logprob"] = heard.avg_logprob
                 if heard.beam:
                     run.timings["asr_beam"] = 1.0
-                if heard.looped:  # (asked again with a high asr_logprob: this says why)
+                if heard.looped:  # (asked again, where the config asks again, with a high asr_logprob: this says why)
                     run.timings["asr_looped"] = 1.0
                 rule = self.kit.misheard_rule
                 if not req.text.strip():  # typed words say what was meant

@@ -104,26 +104,26 @@ def words(text: str) -> list[str]:
 
 def without_repeats(text: str) -> tuple[str, int, bool]:
     """The transcript with each sentence written more than once running kept once; the most copies, the kept one
-    among them, of one sentence of LOOP_MIN_WORDS words or more; and whether the last copy was cut off (the decoder ran
-    out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle once been a
-    year." ten times, cut off at its token limit), or write a question twice; a person who says the same sentence
-    twice means it once. Sentences in other scripts are left as they are (`words` keeps only Latin letters)."""
+    among them, of one sentence of LOOP_MIN_WORDS words or more; and whether such a run ended in a copy cut off (the
+    decoder ran out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle
+    once been a year." ten times, cut off at its token limit), or write a question twice; a person who says the same
+    sentence twice means it once. Sentences with letters `words` does not keep (accents, other scripts) are left."""
     kept: list[str] = []
     copies = most = 1
-    cut_off = False
+    ran_out = False
     for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
         said = words(sentence) if sentence.isascii() else []
         last = words(kept[-1]) if kept and kept[-1].isascii() else []
-        cut_off = (copies > 1 and not re.search(r"[.!?]$", sentence) and 0 < len(said) <= len(last)
+        cut_off = (copies > 1 and said != last and not re.search(r"[.!?]$", sentence) and 0 < len(said) <= len(last)
                    and said[:-1] == last[:len(said) - 1] and last[len(said) - 1].startswith(said[-1]))
         if said and (said == last or cut_off):
             copies += 1
             if len(last) >= LOOP_MIN_WORDS:
-                most = max(most, copies)
+                most, ran_out = max(most, copies), cut_off
             continue
         kept.append(sentence)
         copies = 1
-    return " ".join(kept), most, cut_off and most > 1
+    return " ".join(kept), most, ran_out
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:

@@ -70,6 +70,8 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
     ("Eric Lowle once been a year. " * 9 + "Eric Low", "Eric Lowle once been a year.", 10, True),
     ("Eric Lowle once been a year. " * 2 + "Eric Lowle once been a ye", "Eric Lowle once been a year.", 3, True),
     ("Stop. Stop. Stop.", "Stop.", 1, False),  # kept once, but a person may well say it so
+    ("Go on. Go on. Go", "Go on.", 1, False),  # a short one's cut-off copy: not a loop of ours
+    ("Can you hear me? Can you hear me? Can you hear me", "Can you hear me?", 3, False),  # whole, its "?" dropped
     ("Hi. What is 2 plus 2? What is two plus two?", "Hi. What is 2 plus 2?", 2, False),  # the same words, two ways
     ("No. What is ten minus three? No.", "No. What is ten minus three? No.", 1, False),  # not running
     ("It is. It is not.", "It is. It is not.", 1, False),
@@ -93,6 +95,7 @@ def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_again_i
     assert not MisheardRule(ask_again_below=None).unsure(looped)  # never asked again, as the config says
     thrice = Transcription.decoded("Can you hear me? " * 3, -0.05)  # a caller may well say it so
     assert thrice.text == "Can you hear me?" and not thrice.looped
+    assert not Transcription.decoded("Can you hear me? Can you hear me? Can you hear me", -0.05).looped  # (no "?")
     assert Transcription.decoded("Can you hear me? " * 4, -0.05).looped
     stop = Transcription.decoded("Stop. Stop. Stop. Stop.", -0.05)
     assert stop.text == "Stop." and not stop.looped
