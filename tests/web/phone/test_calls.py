@@ -194,7 +194,8 @@ def test_hostile_streams_get_a_closed_stream_and_cost_no_other_call(line):
     bad = [Phone(line.url, "twilio") for _ in range(3)]
     try:
         bad[0].send({"event": "media", "streamSid": "x", "media": {"payload": "AAAA"}})  # media before start
-        bad[0].send({"event": "media", "streamSid": "x", "media": {"payload": "AAAA"}})
+        with contextlib.suppress(Exception):  # (the server may already have closed the stream at the first)
+            bad[0].send({"event": "media", "streamSid": "x", "media": {"payload": "AAAA"}})
         bad[1].send("not json at all")
         bad[2].start(encoding="audio/l16")  # a format the door does not hear
         for call in bad:
