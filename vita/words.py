@@ -128,10 +128,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         theirs = words_of(reply)
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
-        pairs = zip(words, theirs, strict=False)
-        opening = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(words), len(theirs)))
-        if over_echo and opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
-            return True
+        if over_echo:
+            pairs = zip(words, theirs, strict=False)
+            opening = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(words), len(theirs)))
+            if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
+                return True
     return False
 
 

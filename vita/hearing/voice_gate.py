@@ -232,8 +232,7 @@ class VoiceGate:
         self.heard: deque[float] = deque(maxlen=ALL_CHUNKS)  # dBFS of every chunk
         self.heard_at = -HOLD_SAMPLES * 10  # stream position of the latest chunk at the user's level
         self.loud_at = -HOLD_SAMPLES * 10  # ...of the latest one while guarded within voice_db of it
-        self._over_at = -CHUNK  # ...of the latest one over the bar
-        self._voice_at = -STEADY_HOLD_SAMPLES * 10  # ...of the latest one over it, without the steady room's bar
+        self._over_at = -CHUNK  # ...of the latest one over the bar (not the steady room's softer one)
         self._floor: float | None = None
         self._room_loud: float | None = None
         self._stale = 0  # chunks since the room's statistics were computed
@@ -335,7 +334,6 @@ class VoiceGate:
         if level >= need:
             self._echo_onset.clear()  # (what fell under the bar just before was the onset of this voice)
             over, self._over_at = self._over_at, position
-            self._voice_at = position
             if within and not going and over != position - CHUNK:
                 return 0.0
             if self.guarded and self.echo_guard_db and user is not None:
@@ -366,7 +364,7 @@ class VoiceGate:
         the softer half of "Wait, stop." refused, the interruption waited for its next words to be confirmed, 1.0-1.2
         s instead of 0.7 s). Not a lone chunk long after their voice (Silero's odd call on the noise kept an
         utterance open), nor far under the user once their level is known. None: no such bar here."""
-        if self._floor is None or not self.steady or position - self._voice_at > STEADY_HOLD_SAMPLES:
+        if self._floor is None or not self.steady or position - self._over_at > STEADY_HOLD_SAMPLES:
             return None
         bar = max(self._floor + STEADY_KEEP_OVER_FLOOR_DB, ABS_FLOOR_DBFS)
         return bar if user is None else max(bar, user - USER_RANGE_DB)

@@ -7,6 +7,7 @@ same words); windows under 10 s broke the transcripts. Longer utterances take fa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -320,7 +321,7 @@ class WhisperTranscriber:
             # rules downstream get it. A beam that finds no speech keeps the greedy words and their low score.
             again = self._decode(encoded, prompt, self.redecode_beam_size)
             chosen = again if again.text else heard
-            return Transcription(chosen.text, chosen.avg_logprob, beam=True, looped=chosen.looped)
+            return dataclasses.replace(chosen, beam=True)
         return heard
 
     def _decode(self, encoded: Any, prompt: list[int], beam_size: int) -> Transcription:
