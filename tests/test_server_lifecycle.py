@@ -20,8 +20,9 @@ from websockets.exceptions import InvalidStatus
 from tests.browser import chromium, open_page
 from tests.conftest import ARTIFACTS
 from tests.harness.client import RawSocketIO, RecordingClient
+from tests.harness.held_back_llm import HeldBackLlm
 from tests.harness.realtime_client import RealtimeClient
-from tests.harness.server import start_server, stop_server, wait_health, wait_ready
+from tests.harness.server import probe_first_health, start_server, stop_server, wait_health, wait_ready
 from tests.harness.speech import noise, silence, spoken, stream
 from tests.workers.llm.test_llm_worker import LONG_REPLY
 from vita.ops.turn_log import read_turns
@@ -31,37 +32,43 @@ TIMEOUT_S = 3
 
 
 class SmallServerLives:
-    """The small server's lives: one is started at once, and another when a test finds the last one stopped
-    (after the SIGTERM test) or needs one that is still loading and it is not. In this file's order one life
+    """The small server's lives: one is started when a test first needs one, and another when a test finds the
+    last one stopped (after the SIGTERM test) or needs one that is still loading. In this file's order one life
     serves every test; in any other order the tests still pass, paying a start where they need one.
 
-    Each life generates on the vLLM API server (`--llm_url`, not waited for: a life loads until it answers):
-    what is tested here (supervision, timeouts, the turn log, signals) does not depend on where the tokens come
-    from, and a killed LLM worker is back in seconds instead of reloading an engine. The in-process engine's
-    own start and stop are the shared server's (tests/conftest.py stop_server checks every server's SIGTERM).
+    Each life generates on the vLLM API server (`--llm_url`, not waited for: a life loads until it answers),
+    reached through a port the tests can hold shut (`HeldBackLlm`) so that a life is still loading for as long
+    as a test needs, however fast the API server is. What is tested here (supervision, timeouts, the turn log,
+    signals) does not depend on where the tokens come from, and a killed LLM worker is back in seconds instead
+    of reloading an engine. The in-process engine's own start and stop are the shared server's
+    (tests/conftest.py stop_server checks every server's SIGTERM).
     """
 
     def __init__(self, tmp_path_factory, llm_url: str):
         self.tmp_path_factory = tmp_path_factory
-        self.llm_url = llm_url
+        self.llm = HeldBackLlm(llm_url)
+        self.llm.open()
         self.lives: list = []
-        self._start()
 
     def current(self):
-        if self.lives[-1].process.poll() is not None:
+        self.llm.open()  # (after a test that failed while holding its life loading, too)
+        if not self.lives or self.lives[-1].process.poll() is not None:
             self._start()
         return self.lives[-1]
 
     def loading(self):
-        """A life no test has waited on yet (it is still loading its models)."""
-        if self.lives[-1].ready_after_s or self.lives[-1].process.poll() is not None:
-            self._start()
+        """A new life whose language model stays loading until `self.llm.open()` (the last life is stopped
+        first: one at a time)."""
+        if self.lives:
+            stop_server(self.lives[-1])
+        self.llm.close()
+        self._start()
         return self.lives[-1]
 
     def ended(self):
         """The last life, stopped, with a turn in its log (one is spoken first if none is): a state folder to
         start the next life in."""
-        life = self.lives[-1]
+        life = self.lives[-1] if self.lives else self.current()
         if not turn_log_of(life):
             life = self.current()
             wait_ready(life)
@@ -72,10 +79,11 @@ class SmallServerLives:
     def stop(self) -> None:
         for life in self.lives:
             stop_server(life)
+        self.llm.stop()
 
     def start_in(self, folder, *extra: str):
         """A small server (--max_users 1, --timeout 3, on the API server) in this folder, with extra flags."""
-        return start_server(folder, "--max_users", "1", "--timeout", str(TIMEOUT_S), "--llm_url", self.llm_url,
+        return start_server(folder, "--max_users", "1", "--timeout", str(TIMEOUT_S), "--llm_url", self.llm.url,
                             *extra)
 
     def _start(self) -> None:
@@ -100,20 +108,17 @@ def small_server(small_server_lives):
 def test_page_tells_the_user_while_models_load(small_server_lives):
     small_server = small_server_lives.loading()
     ARTIFACTS.mkdir(exist_ok=True)
-    deadline = time.monotonic() + 30
-    while True:  # the front answers within seconds; the language model is ready seconds later at best
-        try:
-            if small_server.get("/health").json()["status"] == "starting":
-                break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+    probe_first_health(small_server, time.monotonic() + 60)  # the front answers within seconds
+    assert small_server.first_health["status"] == "starting", small_server.first_health
     with chromium() as browser, open_page(browser, small_server.url + "/") as page:
-        page.wait_for_function("document.querySelector('#state').dataset.state === 'loading'", timeout=10000)
+        # (the page is opened as soon as the front answers; the language model loads until the test lets it)
+        page.wait_for_function("document.querySelector('#state').dataset.state === 'loading'", timeout=30000)
         assert page.is_visible("#loading")
-        assert "Language model" in page.inner_text("#loading-detail")
+        page.wait_for_function("document.querySelector('#loading-detail').innerText.includes('Language model')",
+                               timeout=30000)
+        assert small_server.get("/health").json()["status"] == "starting"
         page.screenshot(path=str(ARTIFACTS / "page-loading.png"))
+        small_server_lives.llm.open()
         wait_ready(small_server)
         # The page polls /health and lets the user start once the workers are ready; the wait for the models
         # (far longer than --timeout) did not count as the user being idle.
