@@ -47,6 +47,11 @@ def test_speech_over_the_reply_clears_the_audio_buffer_and_the_sound_stops(call)
     call.send({"type": "response.create"})
     call.wait_type("output_audio_buffer.started", timeout=REPLY)
     assert call.wait(lambda: call.loud(), 10)
+    # The user speaks once a second of the reply has played: until half a second of it has, the server cannot know
+    # whether this client's microphone hears it back (a call's echo is its client's to cancel, or not), and only
+    # speech far over the reply's own level interrupts there.
+    heard_from = call.loud()[0]
+    assert call.wait(lambda: call.loud(after=heard_from + 1.0), 10)
     call.say(np.concatenate([spoken("Wait, stop please."), silence(1.5)]))
     call.wait_type("output_audio_buffer.cleared", timeout=20)
     cancelled = call.wait_type("response.done", timeout=20)[0]["response"]
