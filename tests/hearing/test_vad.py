@@ -396,6 +396,19 @@ def test_a_fan_10_db_under_the_user_cuts_no_question_short():
     assert_each_question_heard_alone(heard_in(noisy), spans, 0.4)
 
 
+def test_over_a_fan_a_question_pauses_once_at_its_end():
+    """As the voice fades into a fan, Silero calls the fan speech for a while: let through as the user's softer
+    syllables, one such chunk after the pause the question ends with resumed it (the turn begun at the pause
+    withdrawn and begun again) after most questions."""
+    noisy, spans = in_a_room(10, steady=True)
+    seen = heard_in(noisy)
+    for first, last in spans:
+        heard = [(at, kind) for at, kind, _ in seen if first <= at <= last + 1.0 * SAMPLE_RATE]
+        pauses = [at for at, kind in heard if kind is Heard.PAUSE]
+        assert len(pauses) == 1 and Heard.RESUME not in [kind for _, kind in heard], heard
+        assert abs(pauses[0] - last) < 0.3 * SAMPLE_RATE
+
+
 def test_a_quiet_speaker_in_a_quiet_room_is_heard_from_their_first_word():
     """30 dB softer than the bundled voice (about -50 dBFS while speaking) over -70 dBFS of hiss."""
     quiet, spans = in_a_room(None, scale_db=-30)

@@ -32,8 +32,9 @@ class Stream:
         self.gate = gate or VoiceGate()
         self.position = 0
 
-    def feed(self, p: float, level: float, within: bool = False, at: float | None = None) -> float:
-        out = self.gate.judge(p, level, self.position, within, THRESHOLD, at)
+    def feed(self, p: float, level: float, within: bool = False, at: float | None = None,
+             paused: bool = False) -> float:
+        out = self.gate.judge(p, level, self.position, within, THRESHOLD, at, paused)
         self.position += CHUNK
         return out
 
@@ -128,6 +129,18 @@ def test_in_steady_noise_silero_tells_the_users_softer_syllables_from_it():
     for _ in range(HOLD_SAMPLES // CHUNK + 2):
         some.feed(SILENT, -36.0, within=True)
     assert some.feed(VOICED, -35.5, within=True) == 0.0
+
+
+def test_in_steady_noise_a_pause_holds_against_silero_calling_the_fading_voice_speech():
+    """As a voice fades into a fan, Silero still calls the fan's chunks speech for a while: after the pause the
+    segmenter reported there (or an end at a pause), the user's voice comes back over the bar, not at the floor; the
+    same chunk before the pause is a softer syllable of theirs."""
+    s = Stream()
+    s.room([-36.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)
+    assert s.feed(VOICED, -22.0) == VOICED
+    assert s.feed(VOICED, -35.5, within=True) == VOICED  # inside their speech: theirs
+    assert s.feed(VOICED, -35.5, within=True, paused=True) == 0.0  # after a pause: the fan
+    assert s.feed(VOICED, -27.0, within=True, paused=True) == VOICED  # their voice, back over the bar
 
 
 def test_in_steady_noise_the_softer_syllables_stay_near_the_users_level_and_over_the_absolute_floor():

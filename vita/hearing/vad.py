@@ -185,10 +185,8 @@ class VadSegmenter:
         self.vad.reset()
         self.before.clear()
         self.pending = np.zeros(0, dtype=np.int16)
-        self.speaking = False
-        self.confirmed = self.onset_reported = self.confirm_reported = False
-        self.speech, self.carried, self.pause_reported = [], None, False
-        self.resume_until, self.going_on = None, False
+        self.speaking = self.confirmed = self.onset_reported = self.confirm_reported = self.going_on = False
+        self.speech, self.carried, self.pause_reported, self.resume_until = [], None, False, None
         self.silent_chunks = self.quiet_tail = 0
         self.tail_levels.clear()
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
@@ -228,7 +226,8 @@ class VadSegmenter:
             guarded = self.gate.guarded
             near_reply = guarded or self._echo_in(at)
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
-            p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at)
+            p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at,
+                                self.pause_reported or not self.speaking)  # (paused: see VoiceGate.judge)
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
@@ -340,7 +339,8 @@ class VadSegmenter:
             self.gate.guarded = kept.guarded
             near_reply = kept.guarded or self._echo_in(kept.at)
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
-            p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at)
+            p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at,
+                                self.pause_reported or not self.speaking)
             events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply)
         self.gate.guarded = guarded
         return events

@@ -280,10 +280,12 @@ class VoiceGate:
         return need if user is None else max(need, user - OPEN_UNDER_USER_DB)
 
     def judge(self, p: float, level: float, position: int, within: bool, threshold: float,
-              at: float | None = None) -> float:
+              at: float | None = None, paused: bool = False) -> float:
         """Silero's probability `p` for the chunk ending at stream `position`, at `level` dBFS (arrived at `at`,
         monotonic), or 0 when it is not the user's. `within`: an utterance of theirs is open (its softer syllables
-        may be held); `threshold`: the probability under which a chunk is silence anyway."""
+        may be held); `paused`: ...but the user has paused in it, or it was ended at a pause and this would go on
+        with it (their voice comes back over the bar, not at the steady room's level); `threshold`: the
+        probability under which a chunk is silence anyway."""
         self.fresh_started = False
         if at is not None:
             self._arrive(at)
@@ -326,7 +328,7 @@ class VoiceGate:
         if self.guarded and self.echo_guard_db and user is not None:
             must = max(must, user - self.echo_guard_db)
         need = max(need, must)
-        softer = self._steady_bar(user, position) if within else None
+        softer = self._steady_bar(user, position) if within and not paused else None
         # Learnt once the room's floor is known (before that a room's voices pass for the user's), and not while
         # something plays (its echo would be learnt).
         learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
@@ -363,7 +365,9 @@ class VoiceGate:
         STEADY_HOLD_S: theirs down to the floor (steady noise 10 dB under the voice sits at their softer syllables:
         the softer half of "Wait, stop." refused, the interruption waited for its next words to be confirmed, 1.0-1.2
         s instead of 0.7 s). Not a lone chunk long after their voice (Silero's odd call on the noise kept an
-        utterance open), nor far under the user once their level is known. None: no such bar here."""
+        utterance open), nor after a pause (Silero's call on the room's sound as a voice fades kept the pause at the
+        end of 10 of 16 questions over a fan from holding: each such resume withdrew the turn begun there), nor far
+        under the user once their level is known. None: no such bar here."""
         if self._floor is None or not self.steady or position - self._over_at > STEADY_HOLD_SAMPLES:
             return None
         bar = max(self._floor + STEADY_KEEP_OVER_FLOOR_DB, ABS_FLOOR_DBFS)
