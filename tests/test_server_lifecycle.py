@@ -77,9 +77,11 @@ class SmallServerLives:
         return life
 
     def stop(self) -> None:
-        for life in self.lives:
-            stop_server(life)
-        self.llm.stop()
+        try:
+            for life in self.lives:
+                stop_server(life)
+        finally:
+            self.llm.stop()
 
     def start_in(self, folder, *extra: str):
         """A small server (--max_users 1, --timeout 3, on the API server) in this folder, with extra flags."""
@@ -109,7 +111,7 @@ def test_page_tells_the_user_while_models_load(small_server_lives):
     small_server = small_server_lives.loading()
     ARTIFACTS.mkdir(exist_ok=True)
     probe_first_health(small_server, time.monotonic() + 60)  # the front answers within seconds
-    assert small_server.first_health["status"] == "starting", small_server.first_health
+    assert small_server.first_health.get("status") == "starting", (small_server.first_health, small_server.log())
     with chromium() as browser, open_page(browser, small_server.url + "/") as page:
         # (the page is opened as soon as the front answers; the language model loads until the test lets it)
         page.wait_for_function("document.querySelector('#state').dataset.state === 'loading'", timeout=30000)

@@ -43,7 +43,7 @@ class HeldBackLlm:
         while not self._stopped.is_set():
             try:
                 client, _ = self.listener.accept()
-            except TimeoutError:
+            except OSError:  # (a timeout: the chance to see stop(); or a connection that failed as it came)
                 continue
             if self._open.is_set():
                 threading.Thread(target=self._forward, args=(client,), daemon=True).start()

@@ -49,7 +49,7 @@ def test_speech_over_the_reply_clears_the_audio_buffer_and_the_sound_stops(call)
     assert call.wait(lambda: call.loud(), 10)
     # The user speaks once a second of the reply has played: until half a second of it has, the server cannot know
     # whether this client's microphone hears it back (a call's echo is its client's to cancel, or not), and only
-    # speech far over the reply's own level interrupts there.
+    # speech within 4 dB of the reply's loudest moment, or over it, interrupts there.
     heard_from = call.loud()[0]
     assert call.wait(lambda: call.loud(after=heard_from + 1.0), 10)
     call.say(np.concatenate([spoken("Wait, stop please."), silence(1.5)]))

@@ -227,7 +227,7 @@ class VadSegmenter:
             near_reply = guarded or self._echo_in(at)
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
             p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at,
-                                self.pause_reported or not self.speaking)  # (paused: see VoiceGate.judge)
+                                self.pause_reported)
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
@@ -340,7 +340,7 @@ class VadSegmenter:
             near_reply = kept.guarded or self._echo_in(kept.at)
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
             p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at,
-                                self.pause_reported or not self.speaking)
+                                self.pause_reported)
             events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply)
         self.gate.guarded = guarded
         return events

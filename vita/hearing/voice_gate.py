@@ -283,9 +283,8 @@ class VoiceGate:
               at: float | None = None, paused: bool = False) -> float:
         """Silero's probability `p` for the chunk ending at stream `position`, at `level` dBFS (arrived at `at`,
         monotonic), or 0 when it is not the user's. `within`: an utterance of theirs is open (its softer syllables
-        may be held); `paused`: ...but the user has paused in it, or it was ended at a pause and this would go on
-        with it (their voice comes back over the bar, not at the steady room's level); `threshold`: the
-        probability under which a chunk is silence anyway."""
+        may be held); `paused`: ...but the user has paused in it (their voice comes back over the bar, not at the
+        steady room's level); `threshold`: the probability under which a chunk is silence anyway."""
         self.fresh_started = False
         if at is not None:
             self._arrive(at)
@@ -365,9 +364,9 @@ class VoiceGate:
         STEADY_HOLD_S: theirs down to the floor (steady noise 10 dB under the voice sits at their softer syllables:
         the softer half of "Wait, stop." refused, the interruption waited for its next words to be confirmed, 1.0-1.2
         s instead of 0.7 s). Not a lone chunk long after their voice (Silero's odd call on the noise kept an
-        utterance open), nor after a pause (Silero's call on the room's sound as a voice fades kept the pause at the
-        end of 10 of 16 questions over a fan from holding: each such resume withdrew the turn begun there), nor far
-        under the user once their level is known. None: no such bar here."""
+        utterance open), nor far under the user once their level is known. None: no such bar here. (Nor is it asked
+        after a pause, `judge`'s `paused`: Silero's call on the room's sound as a voice fades resumed the pause at
+        the end of 10 of 16 questions over a fan, each resume withdrawing the turn begun there.)"""
         if self._floor is None or not self.steady or position - self._over_at > STEADY_HOLD_SAMPLES:
             return None
         bar = max(self._floor + STEADY_KEEP_OVER_FLOOR_DB, ABS_FLOOR_DBFS)
