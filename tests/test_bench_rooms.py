@@ -103,3 +103,14 @@ def test_a_turn_that_began_over_the_reply_without_the_users_words_is_a_reply_nob
     # the question answered, then heard again in the echo of that answer: a second reply nobody asked for
     again = Turn("4", 14.5, "What is the capital of Japan?", "Tokyo.", first_audio=15.4, end=16.5)
     assert [t["key"] for t in score([asked], [answer, again], [], {"capital-japan": question})] == ["4"]
+
+
+def test_the_asr_benchmark_puts_a_voice_in_a_room_at_the_rooms_levels():
+    from scripts.bench.stages.asr import in_room
+
+    voice = np.concatenate([np.zeros(3200), np.random.default_rng(1).normal(0, 300, 32000), np.zeros(4800)])
+    mixed = in_room(voice, "noise10", np.random.default_rng(0))
+    alone = in_room(voice, "quiet", np.random.default_rng(0))
+    assert abs(rooms.level_db(alone) - rooms.USER_DB) < 0.3  # the voice at the user's level
+    assert abs(rooms.level_db(mixed - alone) - (rooms.USER_DB - 10)) < 0.5  # the fan 10 dB under it
+    assert np.abs(mixed[:3200]).max() > 0  # the room is heard before the voice too

@@ -71,6 +71,7 @@ class RoomResult:
     client_cores: float = 0.0
     seconds: float = 0.0
     echo_level_db: float | None = None
+    turns: list[dict] = field(default_factory=list)  # every turn the door saw, for --json
 
     def summary(self) -> dict:
         questions = [a for a in self.asked if a.kind in ("question", "barge")]
@@ -276,6 +277,7 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
         door.close()
     spans = [(a.onset, a.end) for a in plan if a.onset]
     result.asked = plan
+    result.turns = [asdict(t) for t in turns]
     result.unasked = score(plan, turns, stops, {q["id"]: q for q in questions + follow_ups})
     result.echo_dropped = sum(t.reason == "echo" for t in turns)
     for s in stops:

@@ -4,7 +4,8 @@ speed: six Piper-spoken questions, per-model medians and what each heard.
 batch: utterances that end together (1, 2, 4), Whisper base on the short window: one batched encode and decode,
 one after another on two threads, or side by side on one thread each (as the server runs them); when each is heard.
 accuracy: the spoken questions of scripts/eval/questions.json in evaluation voices (hibari natural, piper and
-espeak-ng robotic, each optionally with noise: "espeak+noise"), through each model: word error rate, garbled
+espeak-ng robotic, each optionally with noise, "espeak+noise", or in a room of the room benchmark,
+"piper@babble_noise10"), through each model: word error rate, garbled
 transcripts (WER > 0.5, numbers compared as digits), and the server's "say it again" rule (Whisper's confidence
 and, when it is unsure, the second model's opinion): what it catches among the garbled, and what it costs among
 the rest.
@@ -23,6 +24,7 @@ Usage: .venv/bin/python -m scripts.bench.stages.asr [speed|batch|accuracy|sense|
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -114,14 +116,37 @@ def batch(models: Path, runs: int = 3) -> None:
                   f"{medians(serial, one, n)}; side by side on one thread each at {medians(side, two, n)}")
 
 
+@functools.cache
+def room_bed(room: str) -> np.ndarray | None:
+    from scripts.bench.rooms.sounds import build_bed
+
+    return build_bed(room, 60.0)
+
+
 def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
-    """int16 16 kHz speech; "+noise": white noise NOISE_SNR_DB under the speech's level."""
+    """int16 16 kHz speech; "+noise": white noise NOISE_SNR_DB under the speech's level; "@ROOM": the voice at the
+    room benchmark's level in one of its rooms (scripts/bench/rooms/sounds.py: "hibari@babble_noise10"), from a
+    random point of the room's sound."""
     name, _, noisy = voice.partition("+")
+    name, _, room = name.partition("@")
     audio = synthesize(name, text).astype(np.float32)
     if noisy:
         level = float(np.sqrt(np.mean(audio ** 2)))
         audio = audio + rng.normal(0, level * 10 ** (-NOISE_SNR_DB / 20), audio.size)
-    return np.concatenate([np.zeros(3200), audio, np.zeros(4800)]).clip(-32768, 32767).astype(np.int16)
+    audio = np.concatenate([np.zeros(3200), audio, np.zeros(4800)])
+    return (in_room(audio, room, rng) if room else audio).clip(-32768, 32767).astype(np.int16)
+
+
+def in_room(audio: np.ndarray, room: str, rng: np.random.Generator) -> np.ndarray:
+    """`audio` brought to the user's level of the room benchmark, over a random stretch of the room's sound."""
+    from scripts.bench.rooms.sounds import USER_DB, at_level
+
+    voice = at_level(audio, USER_DB).astype(np.float64)
+    bed = room_bed(room)
+    if bed is None:
+        return voice
+    start = int(rng.integers(0, bed.size - voice.size))
+    return voice + bed[start:start + voice.size]
 
 
 def accuracy(models: Path, names: list[str], voices: list[str], out: str | None) -> None:
@@ -261,7 +286,8 @@ def main() -> int:
     parser.add_argument("what", nargs="?", choices=("speed", "batch", "accuracy", "sense", "reading"),
                         default="speed")
     parser.add_argument("--voices", default="hibari,piper,espeak:en-us",
-                        help="accuracy: evaluation voices (scripts/eval/voices.py), '+noise' for 10 dB SNR")
+                        help="accuracy: evaluation voices (scripts/eval/voices.py), '+noise' for 10 dB SNR, "
+                        "'@ROOM' in a room of scripts/bench/rooms ('piper@babble_noise10')")
     parser.add_argument("--models", default="whisper-base,whisper-tiny.en", help="each as the first ASR")
     parser.add_argument("--json", help="accuracy: every transcript here; sense, reading: the transcripts to check")
     parser.add_argument("--out", help="sense, reading: the transcripts with the model's judgement here")
