@@ -114,3 +114,25 @@ def test_the_asr_benchmark_puts_a_voice_in_a_room_at_the_rooms_levels():
     assert abs(rooms.level_db(alone) - rooms.USER_DB) < 0.3  # the voice at the user's level
     assert abs(rooms.level_db(mixed - alone) - (rooms.USER_DB - 10)) < 0.5  # the fan 10 dB under it
     assert np.abs(mixed[:3200]).max() > 0  # the room is heard before the voice too
+
+
+def test_an_interruption_answered_after_its_stop_command_is_answered():
+    """"Wait, stop." heard as a turn of its own (no reply), or misheard and asked again, then the question in a turn of
+    its own that is answered: the question was answered, by that turn."""
+    from scripts.bench.rooms.__main__ import Asked, score
+    from scripts.bench.rooms.doors import Turn
+
+    who = {"id": "who", "q": "Who are you?", "accept": ["assistant"]}  # no key word: any transcript "heard" it
+    barge = Asked("barge", "Wait, stop. Who are you?", "hibari", onset=10.0, end=12.0, qid="who")
+    stop = Turn("1", 11.0, "Wait, stop.", "", reason="stop command")
+    answer = Turn("2", 12.5, "Who are you?", "I am a voice assistant.", first_audio=13.4, end=15.0)
+    assert score([barge], [stop, answer], [10.6], {"who": who}) == []
+    assert barge.right and barge.answer["key"] == "2" and barge.v2v_s == pytest.approx(1.4)
+
+    hands = {"id": "hands", "q": "How should I wash my hands?", "accept": ["soap"]}
+    barge = Asked("barge", "Wait, stop. How should I wash my hands?", "hibari", onset=10.0, end=12.5, qid="hands")
+    misheard = Turn("1", 11.0, "Wave stop.", "Sorry, I didn't catch that. Could you say it again?", first_audio=11.3,
+                    end=12.0, reason="barge-in")
+    answer = Turn("2", 12.9, "How should I wash my hands?", "Use soap and warm water.", first_audio=13.8, end=16.0)
+    assert score([barge], [misheard, answer], [10.6], {"hands": hands}) == []
+    assert barge.right and barge.answer["key"] == "2"

@@ -20,6 +20,80 @@ def words_of(text: str) -> list[str]:
     return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
 
 
+# Numbers as Whisper writes them (digits), however a model, a voice or a person wrote them.
+_UNITS = {w: i for i, w in enumerate([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * i for i, w in enumerate(
+    ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2)}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1000000}
+_SYMBOLS = {"+": " plus ", "%": " percent ", "&": " and ", "=": " equals "}
+
+
+def _numbers_as_digits(tokens: list[str]) -> list[str]:
+    """"twenty five" → "25", "two hundred and one" → "201": how Whisper writes numbers, whichever way a model
+    or a person wrote them."""
+    out: list[str] = []
+    total = current = 0
+    in_number = False
+
+    def close() -> None:
+        nonlocal total, current, in_number, last_scale
+        if in_number:
+            out.append(str(total + current))
+        total = current = last_scale = 0
+        in_number = False
+
+    last_scale = 0
+    for i, token in enumerate(tokens):
+        if token == "zero":  # a digit of its own ("zero five", "double-o seven" read out)
+            close()
+            out.append("0")
+        elif token in _UNITS or token in _TENS:
+            value = _UNITS.get(token, _TENS.get(token, 0))
+            tens = current % 100
+            # Only a unit after a round ten joins it ("twenty five"); "ten five", "five six" are two numbers.
+            if in_number and tens and not (value < 10 and tens >= 20 and tens % 10 == 0):
+                close()
+            current += value
+            in_number = True
+        elif token in _SCALES and in_number and (not last_scale or _SCALES[token] < last_scale or not total):
+            scale = _SCALES[token]
+            if scale == 100:
+                if current >= 100:  # "one hundred two hundred": a second number
+                    close()
+                    out.append(token)
+                    continue
+                current *= 100
+            else:
+                total, current = total + current * scale, 0
+            last_scale = scale
+        elif token == "|":  # punctuation: "twenty, one" is two numbers
+            close()
+        elif token == "and" and in_number and (total or current >= 100) and i + 1 < len(tokens) and (
+                tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS):
+            continue  # "two hundred and one"
+        else:
+            close()
+            out.append(token)
+    close()
+    return out
+
+
+def said_words(text: str) -> list[str]:
+    """The words of a transcript, compared as said: lower case, no punctuation, numbers in digits ("eight times
+    eight" and "8x8" are the same three words; two models writing one number two ways do not disagree)."""
+    text = text.lower().replace("\u2019", "'")
+    for symbol, word in _SYMBOLS.items():
+        text = text.replace(symbol, word)
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)  # 1,000
+    text = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " times ", text)  # 8x8
+    text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", text)
+    text = re.sub(r"[,;:!?]|(?<!\d)\.|\.(?!\d)", " | ", text)  # (ends a number; not a word)
+    tokens = _numbers_as_digits(re.sub(r"[^a-z0-9.'| ]", " ", text).split())
+    return [t for t in tokens if t != "|"]
+
+
 # Words after which a speaker goes on: a request never ends on them (with no full stop or question mark after the
 # function words: "What is it for?" is finished).
 GOING_ON_WORDS = frozenset(["and", "but", "or", "so", "because", "um", "uh", "er"])
@@ -114,18 +188,19 @@ ECHO_OPENING_SHARE = 0.5  # reply's opening words, this share of it (Whisper mis
 def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False) -> bool:
     """The transcript is the assistant's own recent reply (`said`) heard back from a speaker with no echo
     cancellation: at least ECHO_MIN_WORDS words, ECHO_SHARE of them found in the same order in one of those replies
-    (Whisper hears an echo in part, and may miss or mishear a word). A question that reuses the reply's words in
-    its own order ("What is the capital of France?" after "The capital of France is Paris.") is not an echo.
+    (Whisper hears an echo in part, may miss or mishear a word, and writes numbers in digits). A question that reuses
+    the reply's words in its own order ("What is the capital of France?" after "The capital of France is Paris.") is
+    not an echo.
     over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening as the reply
     opened, with ECHO_OPENING_WORDS words or more that are ECHO_OPENING_SHARE of it, is its echo too ("The capital
     of Japan is still there." for "The capital of Japan is Tokyo."). Not for any speech, and not a run from inside
     the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at four, not three.";
     "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
-    words = words_of(transcript)
+    words = said_words(transcript)
     if len(words) < ECHO_MIN_WORDS:
         return False
     for reply in said:
-        theirs = words_of(reply)
+        theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
         if over_echo:

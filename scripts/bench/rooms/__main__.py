@@ -171,6 +171,7 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
     """Each thing said gets its turns, its answer (right or not, voice-to-voice) and its stop; the replies to nothing
     the user said are returned."""
     from scripts.eval.scoring import MAX_WORDS, heard_ok, is_right
+    from vita.words import asks_again
 
     claimed: set[str] = set()
     for i, a in enumerate(plan):
@@ -181,15 +182,19 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
         said = by_id[a.qid]["q"] if a.qid else a.text
         # its answer: the first reply to a turn that heard it (a room can hold an utterance open past its end),
         # else to the turn its end made; a turn withdrawn because the request went on is not an answer, nor one begun
-        # once a reply to a turn of its end was playing (its echo, even one that repeats the question's words)
+        # once a reply to a turn of its end was playing (its echo, even one that repeats the question's words), nor
+        # one with no reply ("Wait, stop." heard as a turn of its own); a turn of its end asked again ("Wave stop.")
+        # does not hide one after it that answered
         answers = [t for t in mine if t.reason != "extended"]
-        first = min((t.first_audio for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None),
-                    default=float("inf"))
+        of_its_end = [t for t in answers if t.at <= a.end + 2.0 and t.first_audio is not None]
+        first = min([t.first_audio for t in of_its_end if not asks_again(t.reply)]
+                    or [t.first_audio for t in of_its_end], default=float("inf"))
         candidates = [t for t in answers if t.at <= first]
         answer = None
         if a.kind != "request":
-            answer = next((t for t in candidates if heard_ok(said, t.heard)), None) or next(
-                (t for t in candidates if t.at <= a.end + 2.0 and t.first_audio is not None), None)
+            replies = [t for t in candidates if t.first_audio is not None]
+            answer = next((t for t in replies if heard_ok(said, t.heard)), None) or next(
+                (t for t in replies if t.at <= a.end + 2.0), None)
         # the user's turns (begun by 2 s after their last word), or those holding their words begun before the reply
         # played (not its echo, even one that repeats the question's words)
         playing = [t.first_audio for t in ([answer] if answer is not None else answers) if t.first_audio is not None]

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from vita.words import said_words
+
 # Whisper invents words ("Thank you.") for coughs and noise; its own confidences say when.
 NO_SPEECH_PROB = 0.6
 MIN_AVG_LOGPROB = -1.0
@@ -30,79 +32,6 @@ LOOP_MIN_WORDS = 3  # looping, not the user ("Can you hear me?" three times may 
 SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
-_UNITS = {w: i for i, w in enumerate([
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
-_TENS = {w: 10 * i for i, w in enumerate(
-    ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2)}
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 1000000}
-_SYMBOLS = {"+": " plus ", "%": " percent ", "&": " and ", "=": " equals "}
-
-
-def _numbers_as_digits(tokens: list[str]) -> list[str]:
-    """"twenty five" → "25", "two hundred and one" → "201": how Whisper writes numbers, whichever way a model
-    or a person wrote them."""
-    out: list[str] = []
-    total = current = 0
-    in_number = False
-
-    def close() -> None:
-        nonlocal total, current, in_number, last_scale
-        if in_number:
-            out.append(str(total + current))
-        total = current = last_scale = 0
-        in_number = False
-
-    last_scale = 0
-    for i, token in enumerate(tokens):
-        if token == "zero":  # a digit of its own ("zero five", "double-o seven" read out)
-            close()
-            out.append("0")
-        elif token in _UNITS or token in _TENS:
-            value = _UNITS.get(token, _TENS.get(token, 0))
-            tens = current % 100
-            # Only a unit after a round ten joins it ("twenty five"); "ten five", "five six" are two numbers.
-            if in_number and tens and not (value < 10 and tens >= 20 and tens % 10 == 0):
-                close()
-            current += value
-            in_number = True
-        elif token in _SCALES and in_number and (not last_scale or _SCALES[token] < last_scale or not total):
-            scale = _SCALES[token]
-            if scale == 100:
-                if current >= 100:  # "one hundred two hundred": a second number
-                    close()
-                    out.append(token)
-                    continue
-                current *= 100
-            else:
-                total, current = total + current * scale, 0
-            last_scale = scale
-        elif token == "|":  # punctuation: "twenty, one" is two numbers
-            close()
-        elif token == "and" and in_number and (total or current >= 100) and i + 1 < len(tokens) and (
-                tokens[i + 1] in _UNITS or tokens[i + 1] in _TENS):
-            continue  # "two hundred and one"
-        else:
-            close()
-            out.append(token)
-    close()
-    return out
-
-
-def words(text: str) -> list[str]:
-    """The words of a transcript, compared as said: lower case, no punctuation, numbers in digits ("eight times
-    eight" and "8x8" are the same three words; two models writing one number two ways do not disagree)."""
-    text = text.lower().replace("\u2019", "'")
-    for symbol, word in _SYMBOLS.items():
-        text = text.replace(symbol, word)
-    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)  # 1,000
-    text = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " times ", text)  # 8x8
-    text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", text)
-    text = re.sub(r"[,;:!?]|(?<!\d)\.|\.(?!\d)", " | ", text)  # (ends a number; not a word)
-    tokens = _numbers_as_digits(re.sub(r"[^a-z0-9.'| ]", " ", text).split())
-    return [t for t in tokens if t != "|"]
-
-
 def without_repeats(text: str) -> tuple[str, int, bool]:
     """The transcript with each sentence written more than once running kept once; the most copies, the kept one
     among them, of one sentence of LOOP_MIN_WORDS words or more; and whether such a run ended in a copy cut off (the
@@ -113,8 +42,8 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
     copies = most = 1
     ran_out = False
     for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
-        said = words(sentence) if sentence.isascii() else []
-        last = words(kept[-1]) if kept and kept[-1].isascii() else []
+        said = said_words(sentence) if sentence.isascii() else []
+        last = said_words(kept[-1]) if kept and kept[-1].isascii() else []
         cut_off = (copies > 1 and said != last and not re.search(r"[.!?]$", sentence) and 0 < len(said) <= len(last)
                    and said[:-1] == last[:len(said) - 1] and last[len(said) - 1].startswith(said[-1]))
         if said and (said == last or cut_off):
@@ -129,7 +58,7 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word edit distance over the reference's length (two ASR models' disagreement, or one's error)."""
-    ref, hyp = words(reference), words(hypothesis)
+    ref, hyp = said_words(reference), said_words(hypothesis)
     d = list(range(len(hyp) + 1))
     for i, r in enumerate(ref, 1):
         prev, d[0] = d[0], i

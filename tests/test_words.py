@@ -1,0 +1,40 @@
+"""How a transcript's words are compared: numbers as Whisper writes them, and the reply's own words heard back."""
+
+from __future__ import annotations
+
+import pytest
+
+from vita.words import echoes, said_words
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.mark.parametrize(("said", "written"), [
+    ("What is eight times eight?", "What is 8x8?"), ("What is twenty five plus seven?", "What is 25 + 7?"),
+    ("Two hundred and one dogs.", "201 dogs"), ("I have one thousand cats.", "I have 1,000 cats."),
+    ("What is twenty percent of fifty?", "What is 20% of 50?"), ("It’s nine o'clock.", "It's 9 o'clock"),
+])
+def test_a_number_written_in_words_or_digits_is_the_same_words(said, written):
+    assert said_words(said) == said_words(written)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("one and two", ["1", "and", "2"]), ("five six seven", ["5", "6", "7"]), ("Add 34.56 and 789.",
+                                                                              ["add", "34.56", "and", "789"]),
+    ("a hundred", ["a", "hundred"]), ("The end.", ["the", "end"]), ("ten five", ["10", "5"]),
+    ("twenty, one", ["20", "1"]), ("zero zero seven", ["0", "0", "7"]), ("2019,2020", ["2019", "2020"]),
+    ("one thousand two hundred thirty four", ["1234"]),
+])
+def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
+    assert said_words(text) == expected
+
+
+
+@pytest.mark.parametrize(("heard", "said", "echo"), [
+    ("2 plus 2 equals 4.", "Two plus two equals four.", True),  # the reply's numbers heard back in digits
+    ("There are twelve months in a year.", "There are 12 months in a year.", True),
+    ("What is 2 plus 2?", "Two plus two equals four.", False),  # the question again, in its own order
+    ("And 3 plus 3?", "Two plus two equals four.", False),
+])
+def test_the_replys_echo_is_heard_whichever_way_its_numbers_are_written(heard, said, echo):
+    assert echoes(heard, (said,)) is echo
