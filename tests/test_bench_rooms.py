@@ -136,3 +136,8 @@ def test_an_interruption_answered_after_its_stop_command_is_answered():
     answer = Turn("2", 12.9, "How should I wash my hands?", "Use soap and warm water.", first_audio=13.8, end=16.0)
     assert score([barge], [misheard, answer], [10.6], {"hands": hands}) == []
     assert barge.right and barge.answer["key"] == "2"
+    # both: a question no transcript can miss, its stop command misheard and asked again, then answered
+    barge = Asked("barge", "Wait, stop. Who are you?", "hibari", onset=10.0, end=12.0, qid="who")
+    answer = Turn("2", 12.5, "Who are you?", "I am a voice assistant.", first_audio=13.4, end=15.0)
+    assert score([barge], [misheard, answer], [10.6], {"who": who}) == []
+    assert barge.right and barge.answer["key"] == "2"

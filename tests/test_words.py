@@ -29,12 +29,14 @@ def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
     assert said_words(text) == expected
 
 
-
 @pytest.mark.parametrize(("heard", "said", "echo"), [
     ("2 plus 2 equals 4.", "Two plus two equals four.", True),  # the reply's numbers heard back in digits
     ("There are twelve months in a year.", "There are 12 months in a year.", True),
     ("What is 2 plus 2?", "Two plus two equals four.", False),  # the question again, in its own order
     ("And 3 plus 3?", "Two plus two equals four.", False),
+    ("5pm?", "The meeting is at 5pm.", False),  # one word of the reply's: may well be the user's own
+    ("Die Hauptstadt ist Berlin.", "Die Hauptstadt ist Berlin.", True),
+    ("Столица Франции Париж.", "Столица Франции — Париж.", True),  # another script's words as they are
 ])
 def test_the_replys_echo_is_heard_whichever_way_its_numbers_are_written(heard, said, echo):
     assert echoes(heard, (said,)) is echo

@@ -196,11 +196,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     of Japan is still there." for "The capital of Japan is Tokyo."). Not for any speech, and not a run from inside
     the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at four, not three.";
     "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
-    words = said_words(transcript)
-    if len(words) < ECHO_MIN_WORDS:
+    if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
+    words = _as_said(transcript)
     for reply in said:
-        theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
+        theirs = _as_said(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
         if over_echo:
@@ -209,6 +209,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
             if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
                 return True
     return False
+
+
+def _as_said(text: str) -> list[str]:
+    """said_words for English (what it keeps); another script's words as they are."""
+    return said_words(text) if text.isascii() else words_of(text)
 
 
 def _in_order(a: list[str], b: list[str]) -> int:

@@ -192,7 +192,7 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
         candidates = [t for t in answers if t.at <= first]
         answer = None
         if a.kind != "request":
-            replies = [t for t in candidates if t.first_audio is not None]
+            replies = sorted((t for t in candidates if t.first_audio is not None), key=lambda t: asks_again(t.reply))
             answer = next((t for t in replies if heard_ok(said, t.heard)), None) or next(
                 (t for t in replies if t.at <= a.end + 2.0), None)
         # the user's turns (begun by 2 s after their last word), or those holding their words begun before the reply

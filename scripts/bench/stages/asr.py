@@ -139,12 +139,15 @@ def voice_audio(voice: str, text: str, rng: np.random.Generator) -> np.ndarray:
 
 def in_room(audio: np.ndarray, room: str, rng: np.random.Generator) -> np.ndarray:
     """`audio` brought to the user's level of the room benchmark, over a random stretch of the room's sound."""
-    from scripts.bench.rooms.sounds import USER_DB, at_level
+    from scripts.bench.rooms.sounds import ECHO_ROOMS, USER_DB, at_level
 
+    if room in ECHO_ROOMS:
+        raise SystemExit(f"{room}: an echo room needs the assistant's reply: run the room benchmark")
     voice = at_level(audio, USER_DB).astype(np.float64)
     bed = room_bed(room)
     if bed is None:
         return voice
+    bed = np.tile(bed, -(-(voice.size + 1) // bed.size))  # (a voice longer than the room's sound hears it again)
     start = int(rng.integers(0, bed.size - voice.size))
     return voice + bed[start:start + voice.size]
 

@@ -29,6 +29,8 @@ WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
 LOOP_COPIES = 4  # a sentence written this many times running (or until the tokens ran out) is Whisper's decoder
 LOOP_MIN_WORDS = 3  # looping, not the user ("Can you hear me?" three times may be; "Stop. Stop. Stop." too)
+WORD_LOOP_COPIES = 8  # one or two words written this many times running are the decoder's loop too ("no, no, no..."
+# to its token limit, heard in the echo of a speakerphone), where a person's "No, no, no!" stops well short
 SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
@@ -37,7 +39,7 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
     among them, of one sentence of LOOP_MIN_WORDS words or more; and whether such a run ended in a copy cut off (the
     decoder ran out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle
     once been a year." ten times, cut off at its token limit), or write a question twice; a person who says the same
-    sentence twice means it once. Sentences with letters `words` does not keep (accents, other scripts) are left."""
+    sentence twice means it once. Sentences with letters `said_words` drops (accents, other scripts) are left."""
     kept: list[str] = []
     copies = most = 1
     ran_out = False
@@ -54,6 +56,19 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
         kept.append(sentence)
         copies = 1
     return " ".join(kept), most, ran_out
+
+
+def repeats_words(words: list[str], copies: int = WORD_LOOP_COPIES) -> bool:
+    """One word, or a pair, written `copies` times running."""
+    for size in (1, 2):
+        for start in range(size):
+            grams = [tuple(words[i:i + size]) for i in range(start, len(words) - size + 1, size)]
+            run = 1
+            for previous, gram in zip(grams, grams[1:], strict=False):
+                run = run + 1 if gram == previous else 1
+                if run >= copies:
+                    return True
+    return False
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
@@ -98,7 +113,7 @@ class Transcription:
     def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
         """Whisper's words, its repeats kept once (its confidence is high in a loop: each copy predicts the next)."""
         kept, copies, ran_out = without_repeats(text)
-        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out)
+        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out or repeats_words(said_words(kept)))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from workers.llm.engines.asr import (
     threads_worth_it,
     window_seconds,
     without_repeats,
+    word_error_rate,
 )
 
 
@@ -28,6 +29,14 @@ from workers.llm.engines.asr import (
 ])
 def test_window_is_at_least_ten_seconds_and_long_utterances_take_whispers_own_path(audio_s, short, window):
     assert window_seconds(audio_s, short) == window
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("said", "written"), [
+    ("What is eight times eight?", "What is 8x8?"), ("Two hundred and one dogs.", "201 dogs"),
+])
+def test_a_number_written_in_words_or_digits_is_no_word_error(said, written):
+    assert word_error_rate(said, written) == 0.0 and word_error_rate(said, "What is 9x8?") > 0
 
 
 @pytest.mark.fast
@@ -75,6 +84,11 @@ def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_again_i
     assert Transcription.decoded("Can you hear me? " * 4, -0.05).looped
     stop = Transcription.decoded("Stop. Stop. Stop. Stop.", -0.05)
     assert stop.text == "Stop." and not stop.looped
+    # one word or two running on to the token limit, in the echo of a speakerphone
+    assert rule.unsure(Transcription.decoded("But, yeah, " + "no, " * 30, -0.12))
+    assert Transcription.decoded("Thank you " * 10, -0.1).looped
+    assert not Transcription.decoded("No, no, no, no, I said Paris!", -0.1).looped  # a person's
+    assert not Transcription.decoded("Is it one, two, three, four, five, six, seven, eight?", -0.1).looped
 
 
 @pytest.mark.fast
