@@ -229,10 +229,11 @@ def test_hostile_streams_get_a_closed_stream_and_cost_no_other_call(line):
 
 
 def test_a_full_server_turns_a_call_away_politely(line):
-    seated = [Phone(line.url, "twilio") for _ in range(SEATS)]
+    seated = []
     try:
-        for call in seated:
-            call.start()
+        for _ in range(SEATS):  # each started as it opens: a stream that names no call within 10 s is closed
+            seated.append(Phone(line.url, "twilio"))
+            seated[-1].start()
         wait_health(line, lambda h: h["sessions"] == SEATS)
         for provider, say in (("twilio", "Say"), ("telnyx", "Say"), ("plivo", "Speak")):
             answer = webhook(line.url, provider, "CAfull", auth_token=TWILIO_TOKEN if provider == "twilio" else None)
