@@ -35,6 +35,8 @@ def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
     ("What is 2 plus 2?", "Two plus two equals four.", False),  # the question again, in its own order
     ("And 3 plus 3?", "Two plus two equals four.", False),
     ("5pm?", "The meeting is at 5pm.", False),  # one word of the reply's: may well be the user's own
+    ("2 plus 2 equals 4.", "Two plus two equals four — easy.", True),  # (a dash, a typographic apostrophe)
+    ("It's 20 degrees.", "It’s twenty degrees.", True),
     ("Die Hauptstadt ist Berlin.", "Die Hauptstadt ist Berlin.", True),
     ("Столица Франции Париж.", "Столица Франции — Париж.", True),  # another script's words as they are
 ])

@@ -82,7 +82,8 @@ def _numbers_as_digits(tokens: list[str]) -> list[str]:
 
 def said_words(text: str) -> list[str]:
     """The words of a transcript, compared as said: lower case, no punctuation, numbers in digits ("eight times
-    eight" and "8x8" are the same three words; two models writing one number two ways do not disagree)."""
+    eight" and "8x8" are the same three words; two models writing one number two ways do not disagree; a reply's
+    "twenty" comes back "20"). English number words only; other scripts' words are kept as they are."""
     text = text.lower().replace("\u2019", "'")
     for symbol, word in _SYMBOLS.items():
         text = text.replace(symbol, word)
@@ -90,7 +91,7 @@ def said_words(text: str) -> list[str]:
     text = re.sub(r"(?<=\d)\s*x\s*(?=\d)", " times ", text)  # 8x8
     text = re.sub(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)", " ", text)
     text = re.sub(r"[,;:!?]|(?<!\d)\.|\.(?!\d)", " | ", text)  # (ends a number; not a word)
-    tokens = _numbers_as_digits(re.sub(r"[^a-z0-9.'| ]", " ", text).split())
+    tokens = _numbers_as_digits(re.sub(r"[^\w.'| ]|_", " ", text).split())  # (any script's letters)
     return [t for t in tokens if t != "|"]
 
 
@@ -198,9 +199,9 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
-    words = _as_said(transcript)
+    words = said_words(transcript)
     for reply in said:
-        theirs = _as_said(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
+        theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
         if over_echo:
@@ -209,11 +210,6 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
             if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
                 return True
     return False
-
-
-def _as_said(text: str) -> list[str]:
-    """said_words for English (what it keeps); another script's words as they are."""
-    return said_words(text) if text.isascii() else words_of(text)
 
 
 def _in_order(a: list[str], b: list[str]) -> int:

@@ -29,8 +29,9 @@ WINDOW_MARGIN_S = 1.0
 MAX_REPLY_TOKENS = 128
 LOOP_COPIES = 4  # a sentence written this many times running (or until the tokens ran out) is Whisper's decoder
 LOOP_MIN_WORDS = 3  # looping, not the user ("Can you hear me?" three times may be; "Stop. Stop. Stop." too)
-WORD_LOOP_COPIES = 8  # one or two words written this many times running are the decoder's loop too ("no, no, no..."
-# to its token limit, heard in the echo of a speakerphone), where a person's "No, no, no!" stops well short
+WORD_LOOP_COPIES = 12  # one or two words written this many times running to the end are the decoder's loop too ("no,
+# no, no..." thirty times to its token limit, over a speakerphone's echo); a song's "na na na na, na na na na, hey
+# hey, goodbye" goes on to other words, and a person's "No, no, no!" stops well short
 SECOND_THREAD_WORTH = 0.85  # asr.cpu_threads auto: two threads an utterance where they hear in this much of one's time
 
 
@@ -59,15 +60,17 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
 
 
 def repeats_words(words: list[str], copies: int = WORD_LOOP_COPIES) -> bool:
-    """One word, or a pair, written `copies` times running."""
+    """One word, or a pair, written `copies` times running to the end of `words` (a decoder that loops does not
+    come back; a copy cut off at its token limit may end them)."""
     for size in (1, 2):
-        for start in range(size):
-            grams = [tuple(words[i:i + size]) for i in range(start, len(words) - size + 1, size)]
-            run = 1
-            for previous, gram in zip(grams, grams[1:], strict=False):
-                run = run + 1 if gram == previous else 1
-                if run >= copies:
-                    return True
+        for cut in range(size):
+            body = words[:len(words) - cut]
+            gram, run = body[-size:], 0
+            while run < copies and len(body) >= size * (run + 1) and body[len(body) - size * (run + 1):
+                                                                            len(body) - size * run] == gram:
+                run += 1
+            if run >= copies:
+                return True
     return False
 
 
@@ -107,7 +110,7 @@ class Transcription:
     text: str
     avg_logprob: float = 0.0
     beam: bool = False  # decoded again with a wider beam (WhisperTranscriber's redecode_below), whoever's words won
-    looped: bool = False  # the decoder looped on one sentence (kept once in `text`; see without_repeats): not heard
+    looped: bool = False  # the decoder looped (a sentence, kept once in `text`, or a word or two): not heard
 
     @classmethod
     def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
@@ -145,7 +148,7 @@ class MisheardRule:
         return self.reading_below is not None and self.ask_again_below is not None
 
     def unsure(self, heard: Transcription) -> bool:
-        """Too unsure to answer at all, or the decoder looped (see without_repeats)."""
+        """Too unsure to answer at all, or the decoder looped (see without_repeats and repeats_words)."""
         return bool(heard.text) and self.ask_again_below is not None and (heard.looped
                                                                         or heard.avg_logprob < self.ask_again_below)
 

@@ -86,8 +86,10 @@ def test_a_decoder_that_loops_did_not_hear_the_words_but_a_question_said_again_i
     assert stop.text == "Stop." and not stop.looped
     # one word or two running on to the token limit, in the echo of a speakerphone
     assert rule.unsure(Transcription.decoded("But, yeah, " + "no, " * 30, -0.12))
-    assert Transcription.decoded("Thank you " * 10, -0.1).looped
+    assert Transcription.decoded("Thank you " * 15 + "Tha", -0.1).looped  # (cut off at the token limit)
     assert not Transcription.decoded("No, no, no, no, I said Paris!", -0.1).looped  # a person's
+    assert not Transcription.decoded("Hello? " * 8, -0.1).looped  # a caller who hears nothing
+    assert not Transcription.decoded("What song goes " + "na " * 12 + "hey hey goodbye?", -0.1).looped  # goes on
     assert not Transcription.decoded("Is it one, two, three, four, five, six, seven, eight?", -0.1).looped
 
 
