@@ -147,7 +147,8 @@ def in_room(audio: np.ndarray, room: str, rng: np.random.Generator) -> np.ndarra
     bed = room_bed(room)
     if bed is None:
         return voice
-    bed = np.tile(bed, -(-(voice.size + 1) // bed.size))  # (a voice longer than the room's sound hears it again)
+    if bed.size <= voice.size:  # a voice longer than the room's sound hears it again
+        bed = np.tile(bed, voice.size // bed.size + 1)
     start = int(rng.integers(0, bed.size - voice.size))
     return voice + bed[start:start + voice.size]
 

@@ -65,11 +65,8 @@ def repeats_words(words: list[str], copies: int = WORD_LOOP_COPIES) -> bool:
     for size in (1, 2):
         for cut in range(size):
             body = words[:len(words) - cut]
-            gram, run = body[-size:], 0
-            while run < copies and len(body) >= size * (run + 1) and body[len(body) - size * (run + 1):
-                                                                            len(body) - size * run] == gram:
-                run += 1
-            if run >= copies:
+            tail = body[-size * copies:]
+            if len(tail) == size * copies and tail == body[-size:] * copies:
                 return True
     return False
 
