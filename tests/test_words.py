@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vita.words import echoes, said_words
+from vita.words import after_stop_command, echoes, said_words
 
 pytestmark = pytest.mark.fast
 
@@ -42,3 +42,25 @@ def test_numbers_are_joined_only_where_they_are_one_number(text, expected):
 ])
 def test_the_replys_echo_is_heard_whichever_way_its_numbers_are_written(heard, said, echo):
     assert echoes(heard, (said,)) is echo
+
+
+STOP_PHRASES = ("stop", "wait", "hold on", "never mind")
+
+
+@pytest.mark.parametrize(("text", "asked"), [
+    ("Wait, stop. What animal says moo?", "What animal says moo?"),
+    ("We stop. What animal says moo?", "What animal says moo?"),  # "Wait," misheard over the echo
+    ("So wait, stop. Good morning.", "Good morning."), ("Stop, do cats bark?", "do cats bark?"),
+    ("Stop. Hold on, please. How far is the moon?", "How far is the moon?"),
+    ("Wait a second, what is the capital of Japan?", "what is the capital of Japan?"),
+])
+def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
+    assert after_stop_command(text, STOP_PHRASES) == asked
+
+
+@pytest.mark.parametrize("text", [
+    "What is stop motion?", "Stop the timer, please.", "No, I mean Spain.", "Okay so, what about Spain?",
+    "Stop.", "Wait, stop.", "Never mind the weather, where is Paris?", "",
+])
+def test_speech_without_a_stop_command_before_more_words_is_read_whole(text):
+    assert after_stop_command(text, STOP_PHRASES) == text.strip()

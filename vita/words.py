@@ -180,6 +180,28 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
 
 
 
+_CLAUSE_END = re.compile(r"[.!?,;:]+\s+")
+
+
+def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
+    """The request that follows a stop command opening the speech ("Wait, stop. What animal says moo?" -> "What
+    animal says moo?"), or the text as it is when it opens with none or is nothing more. The model reads how likely
+    the words are: over a speakerphone's echo the command is often misheard ("We stop."), and how surprising it is
+    says nothing of the question after it."""
+    text = text.strip()
+    rest = text
+    if only_asks_to_stop(text, phrases):
+        return text
+    for end in _CLAUSE_END.finditer(text):
+        opening, after = text[:end.end()], text[end.end():]
+        if len(words_of(opening)) > MAX_COMMAND_WORDS or not words_of(after):
+            break
+        # (its first word may be misheard: "We stop." for "Wait, stop.")
+        if only_asks_to_stop(opening, phrases) or only_asks_to_stop(opening.split(maxsplit=1)[-1], phrases):
+            rest = after
+    return rest
+
+
 ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
 ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same order in a reply is its echo...
 ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one that opens with this many of a

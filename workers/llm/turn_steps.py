@@ -20,7 +20,7 @@ from vita.config import Config
 from vita.messages import ReplyText, SessionError, TurnEnded, TurnRequest, TurnTimings
 from vita.ops.logs import turn_ids
 from vita.ops.turn_recording import write_prompt
-from vita.words import ASK_AGAIN, asks_again, only_asks_to_stop
+from vita.words import ASK_AGAIN, after_stop_command, asks_again, only_asks_to_stop
 from workers.llm.camera_questions import about_picture
 from workers.llm.engines.generation import EnginePrompt
 from workers.llm.engines.local_engine import EngineFailed
@@ -197,7 +197,10 @@ class TurnSteps:
         # client could time its first token to confirm a guess of it, a block at a time)
         run.cache_salt = req.session_id if req.instructions or req.client_tools or standing else None
         self.tool_turns.choose(req, run, history)
-        prompt = self.kit.turn_prompt(run, history, sense_check=run.sense_check, read_words=run.reading is not None)
+        # (speech that stopped a reply: a stop command opening it, often misheard over the echo, is not what is read)
+        tail = after_stop_command(run.user_text, req.unless_command) if req.unless_command else None
+        prompt = self.kit.turn_prompt(run, history, sense_check=run.sense_check, read_words=run.reading is not None,
+                                      read_tail=tail)
         # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
         run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         return prompt
