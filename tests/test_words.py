@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vita.words import after_stop_command, echoes, said_words
+from vita.words import after_stop_command, echoes, only_asks_to_stop, said_words
 
 pytestmark = pytest.mark.fast
 
@@ -64,3 +64,11 @@ def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
 ])
 def test_speech_without_a_stop_command_before_more_words_is_read_whole(text):
     assert after_stop_command(text, STOP_PHRASES) == text.strip()
+
+
+def test_a_stop_command_may_open_with_a_misheard_word_only_when_asked():
+    assert not only_asks_to_stop("Reef stop.", STOP_PHRASES)
+    assert only_asks_to_stop("Reef stop.", STOP_PHRASES, first_word_misheard=True)
+    assert only_asks_to_stop("Stop, please.", STOP_PHRASES, first_word_misheard=True)
+    for request in ("Stop the timer.", "Bus stop where?", "Stop.  Where is Paris?", "Reef", ""):
+        assert not only_asks_to_stop(request, STOP_PHRASES, first_word_misheard=True), request

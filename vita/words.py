@@ -167,8 +167,13 @@ COMMAND_FILLER = frozenset([
     "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
 
 
-def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
-    """A stop command and nothing more to answer: its stop phrase and a few fillers at most."""
+def only_asks_to_stop(text: str, phrases: tuple[str, ...], first_word_misheard: bool = False) -> bool:
+    """A stop command and nothing more to answer: its stop phrase and a few fillers at most.
+    first_word_misheard: its first word may be another that Whisper heard wrong over a reply's echo ("We stop.",
+    "Reef stop.", "Awesome! Wait!" for "Wait, stop."): the rest alone may be the command."""
+    if first_word_misheard and only_asks_to_stop(text.strip().split(maxsplit=1)[-1] if text.strip() else "",
+                                                 phrases):
+        return True
     if not is_stop_command(text, phrases):
         return False
     joined = " " + " ".join(words_of(text.replace("\u2019", "'"))) + " "  # (a typographic apostrophe too)
@@ -177,7 +182,6 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...]) -> bool:
         for phrase in said:
             joined = joined.replace(phrase, " ")
     return set(joined.split()) <= COMMAND_FILLER
-
 
 
 _CLAUSE_END = re.compile(r"[.!?,;:]+\s+")
@@ -196,8 +200,7 @@ def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
         opening, after = text[:end.end()], text[end.end():]
         if len(words_of(opening)) > MAX_COMMAND_WORDS or not words_of(after):
             break
-        # (its first word may be misheard: "We stop." for "Wait, stop.")
-        if only_asks_to_stop(opening, phrases) or only_asks_to_stop(opening.split(maxsplit=1)[-1], phrases):
+        if only_asks_to_stop(opening, phrases, first_word_misheard=True):
             rest = after
     return rest
 
@@ -215,8 +218,9 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     the reply's words in its own order ("What is the capital of France?" after "The capital of France is Paris.") is
     not an echo.
     over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening as the reply
-    opened, with ECHO_OPENING_WORDS words or more that are ECHO_OPENING_SHARE of it, is its echo too ("The capital
-    of Japan is still there." for "The capital of Japan is Tokyo."). Not for any speech, and not a run from inside
+    opened, with ECHO_OPENING_WORDS words or more (a shorter reply's all but its last) that are ECHO_OPENING_SHARE
+    of it, is its echo too ("The capital of Japan is still there." for "The capital of Japan is Tokyo."). Not for any
+    speech, and not a run from inside
     the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at four, not three.";
     "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
@@ -229,7 +233,9 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         if over_echo:
             pairs = zip(words, theirs, strict=False)
             opening = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(words), len(theirs)))
-            if opening >= ECHO_OPENING_WORDS and opening >= ECHO_OPENING_SHARE * len(words):
+            # (a reply shorter than that: all its words but the last, "Water is flat." for "Water is wet.")
+            needed = min(ECHO_OPENING_WORDS, max(ECHO_MIN_WORDS, len(theirs) - 1))
+            if opening >= needed and opening >= ECHO_OPENING_SHARE * len(words):
                 return True
     return False
 

@@ -569,3 +569,33 @@ def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_as
     finally:
         turns.close()
         turns.detach(s)
+
+
+@pytest.mark.parametrize("voiced", [True, False])
+def test_a_reply_cut_short_is_known_as_the_echo_of_what_was_sent_of_it(voiced):
+    """A speakerphone: a reply stopped mid-way still comes back from the speaker, and Whisper heard "To wash your
+    hands, use soap and water." as the next question. What the worker had sent of a cut reply counts as said, once
+    its audio went to the client (a speculation withdrawn unheard said nothing)."""
+    wire = Wire()
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        spoken(turns, s)
+        if voiced:
+            s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(48000, 3000, np.int16).tobytes()))
+            assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic()))  # over the reply (or its thinking): it stops
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        s.actor.post(messages.TurnEnded("s1", 1, "llm", "cancelled",
+                                        spoken="To wash your hands, use soap and water for twenty seconds."))
+        turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        s.actor.post(messages.Transcript("s1", 2, "To wash your hands, use soap and water."))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]
+        assert cancelled == (["barge-in", "echo"] if voiced else ["extended"])  # (unheard: the request went on)
+    finally:
+        turns.close()
+        turns.detach(s)

@@ -1089,5 +1089,17 @@ def test_speech_over_the_echo_that_opens_as_the_reply_did_is_its_echo(heard, ove
     assert echoes(heard, ("The capital of France is Paris. It is lovely in spring.",), over_echo) is echo
 
 
+@pytest.mark.parametrize(("heard", "reply", "echo"), [
+    ("Water is flat.", "Water is wet.", True),  # a reply shorter than the opening run: all but its last word
+    ("Water is wet, right?", "Water is wet.", True),
+    ("Is water wet?", "Water is wet.", False),
+    ("Water is good for you?", "Water is wet.", False),  # the opening run is under half of it
+    ("Seven days, and how many hours?", "Seven days.", False),
+    ("Good morning to you too.", "Good morning! How are you today?", False),  # two words of a longer reply
+])
+def test_over_the_echo_a_short_replys_opening_is_all_its_words_but_the_last(heard, reply, echo):
+    assert echoes(heard, (reply,), over_echo=True) is echo
+
+
 def test_a_quick_answer_that_reuses_the_replys_words_is_not_its_echo():
     assert not echoes("Set a timer for five, please.", ("Should I set a timer for ten minutes?",), over_echo=True)

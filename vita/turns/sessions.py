@@ -61,7 +61,9 @@ class Session:
     reply_mode: str = "stream"  # "full": VITA's whole-reply-then-speech, for comparison
     speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it
     said: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2), repr=False)  # its last
-    # replies' words (with speaker_echo: a transcript that is one of them is the echo, not a question)
+    # replies' words, a reply cut short too (with speaker_echo: a transcript that is one of them is the echo, not a
+    # question), and its latest turns whose reply audio went to the client (a cut reply was heard, and echoes)
+    voiced: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     # ...and its latest turns whose speech began over the reply's audible echo and did not interrupt it (not
     # understood, they are dropped), with the active one's reply text so far
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)

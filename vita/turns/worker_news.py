@@ -58,6 +58,9 @@ class WorkerNews:
         turn_id = getattr(message, "turn_id", None)
         if isinstance(message, ReplyText) and message.done and message.text:
             session.said.append(message.text)
+        elif (isinstance(message, TurnEnded) and message.reason == "cancelled" and message.spoken
+              and turn_id in session.voiced):  # a reply cut short: what was sent of it echoes as well
+            session.said.append(message.spoken)
         if (isinstance(message, Transcript) and session.speaker_echo and turn_id == session.turns.active_turn
                 and echoes(message.text, tuple(session.said), over_echo=turn_id in session.over_echo)):
             # the reply heard back from a speaker: no question
@@ -107,6 +110,8 @@ class WorkerNews:
     def _deliver(self, session: Session, message: WorkerOutput) -> None:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
+            if turn_id not in session.voiced:
+                session.voiced.append(turn_id)
             session.output.play(message, now)
             return
         self._handle(session, WorkerProgress(now, turn_id))  # a slow worker at work on the turn is not a stuck one

@@ -173,7 +173,9 @@ class TurnSteps:
         """Why the turn ends here (None: it goes on): a command to stop the reply it interrupted ("No, stop."; told),
         words ASR misheard (MISHEARD: asked again at once, the frames not waited for), or no speech at all (told)."""
         sid, tid = req.session_id, req.turn_id
-        if req.unless_command and only_asks_to_stop(run.user_text, req.unless_command):
+        # (a stop command Whisper was unsure of may open with a word it heard wrong: "Reef stop.")
+        phrases = req.unless_command
+        if phrases and only_asks_to_stop(run.user_text, phrases, first_word_misheard=run.misheard):
             self.out.publish(TurnEnded(sid, tid, NAME, "stop command"))  # nothing to answer, nor to ask again
             return "stop command"
         if run.misheard:

@@ -49,3 +49,15 @@ def test_no_speech_ends_the_turn_and_words_go_on_to_be_answered():
     assert s.nothing_to_answer(TurnRequest("s", 1), run_with("")) == "no speech"
     assert s.out[-1].reason == "no speech recognised"
     assert s.nothing_to_answer(TurnRequest("s", 2, unless_command=("stop",)), run_with("What is two plus two?")) is None
+
+
+@pytest.mark.parametrize("heard", ["Reef stop.", "Great stop.", "Awesome! Wait!"])
+def test_a_stop_command_whisper_misheard_the_first_word_of_is_not_asked_again(heard):
+    """Over a reply's echo "Wait, stop." comes out with a wrong first word and Whisper unsure: it stopped the reply,
+    and a "Sorry, I didn't catch that" started while the user goes on to their question would talk over them."""
+    s = steps()
+    request = TurnRequest("s", 1, unless_command=("stop", "wait"))
+    assert s.nothing_to_answer(request, run_with(heard, misheard=True)) == "stop command"
+    assert s.nothing_to_answer(TurnRequest("s", 2), run_with(heard, misheard=True)) == MISHEARD  # stopped nothing
+    # Heard with confidence, those words are the user's: answered
+    assert s.nothing_to_answer(TurnRequest("s", 3, unless_command=("stop", "wait")), run_with(heard)) is None
