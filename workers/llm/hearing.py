@@ -3,6 +3,7 @@ heard may not be what was said), and short speech over a reply heard for a stop 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from vita.messages import (
     Transcript,
     TurnRequest,
 )
+from vita.words import after_stop_command
 from workers.llm.engines.asr import Transcription
 from workers.llm.kit import LlmKit
 from workers.llm.turn_output import TurnOutput
@@ -97,6 +99,12 @@ class Hearing:
         other = await self.kit.in_thread(self.kit.second_asr.hear, req.audio, req.sample_rate)
         rule = self.kit.misheard_rule
         run.timings["second_asr_s"] = time.monotonic() - started
+        request = after_stop_command(heard.text, req.unless_command) if req.unless_command else heard.text
+        if request != heard.text.strip():  # speech that stopped a reply, opening with the command: over the echo each
+            # model mishears that its own way ("Weighed up, can penguins fly?"); the request decides, against as many
+            # of the other's last words
+            heard = dataclasses.replace(heard, text=request)
+            other = dataclasses.replace(other, text=" ".join(other.text.split()[-len(request.split()):]))
         run.timings["asr_disagreement"] = round(rule.disagreement(heard, other), 3)
         return rule.disagree(heard, other)
 
