@@ -208,7 +208,8 @@ def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
 ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
 ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same order in a reply is its echo...
 ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one that opens with this many of a
-ECHO_OPENING_SHARE = 0.5  # reply's opening words, this share of it (Whisper mishears an echo's cut-off tail)
+ECHO_OPENING_SHARE = 0.5  # reply's opening words, this share of it (Whisper mishears an echo's cut-off tail)...
+ECHO_ENDING_WORDS = 3  # ...or ends with this many of its closing words, that share of it (the echo's start masked)
 
 
 def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False) -> bool:
@@ -219,10 +220,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     not an echo.
     over_echo: the speech began over the reply's audible echo and did not interrupt it; then opening as the reply
     opened, with ECHO_OPENING_WORDS words or more (a shorter reply's all but its last) that are ECHO_OPENING_SHARE
-    of it, is its echo too ("The capital of Japan is still there." for "The capital of Japan is Tokyo."). Not for any
-    speech, and not a run from inside
-    the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at four, not three.";
-    "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
+    of it, is its echo too ("The capital of Japan is still there." for "The capital of Japan is Tokyo."), and so is
+    one that ends as a reply ended, with ECHO_ENDING_WORDS of its words or more, that share of it ("Air 12, once in a
+    year." for "There are 12 months in a year.": the canceller took the echo's start). Not for any speech, and not
+    a run from inside the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at
+    four, not three."; "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
     words = said_words(transcript)
@@ -231,13 +233,18 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
         if over_echo:
-            pairs = zip(words, theirs, strict=False)
-            opening = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(words), len(theirs)))
-            # (a reply shorter than that: all its words but the last, "Water is flat." for "Water is wet.")
-            needed = min(ECHO_OPENING_WORDS, max(ECHO_MIN_WORDS, len(theirs) - 1))
-            if opening >= needed and opening >= ECHO_OPENING_SHARE * len(words):
-                return True
+            # (a reply shorter than the opening run: all its words but the last, "Water is flat." for "Water is wet.")
+            opening = min(ECHO_OPENING_WORDS, max(ECHO_MIN_WORDS, len(theirs) - 1))
+            for run, needed in ((_alike_from_start(words, theirs), opening),
+                                (_alike_from_start(words[::-1], theirs[::-1]), ECHO_ENDING_WORDS)):
+                if run >= needed and run >= ECHO_OPENING_SHARE * len(words):
+                    return True
     return False
+
+
+def _alike_from_start(a: list[str], b: list[str]) -> int:
+    """How many words `a` and `b` open with alike."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _in_order(a: list[str], b: list[str]) -> int:

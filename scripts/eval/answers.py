@@ -37,7 +37,7 @@ async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
 
     from workers.llm.engines.generation import EnginePrompt, SamplingSettings
     from workers.llm.engines.local_engine import LocalVllmEngine
-    from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
+    from workers.llm.prompting import NEVER_WRITTEN, ConversationHistory, Exchange, PromptBuilder
     from workers.llm.speech_pieces import ReplyShaper
 
     llm = config.llm
@@ -46,7 +46,7 @@ async def typed_run(config, questions: list[dict]) -> dict[str, list[Result]]:
     print(f"engine: {engine.description}", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(str(config.llm_model_path()))
     prompts = PromptBuilder(tokenizer, llm.prompt_style, llm.persona, llm.history_tokens)
-    sampling = SamplingSettings(llm.max_tokens, llm.temperature)
+    sampling = SamplingSettings(llm.max_tokens, llm.temperature, banned=NEVER_WRITTEN)  # (as the server's)
 
     async def ask(history, q: dict, n: int) -> Result:
         user = q["q"]

@@ -1101,5 +1101,16 @@ def test_over_the_echo_a_short_replys_opening_is_all_its_words_but_the_last(hear
     assert echoes(heard, (reply,), over_echo=True) is echo
 
 
+@pytest.mark.parametrize(("heard", "reply", "echo"), [
+    ("Air 12, once in a year.", "There are 12 months in a year.", True),  # its start taken by the canceller
+    ("I want to you later.", "Bye! Talk to you later.", True),
+    ("And how many days in a year?", "There are 12 months in a year.", False),  # the closing run under half of it
+    ("See you later.", "Bye! Talk to you later.", False),  # two words running
+])
+def test_over_the_echo_speech_that_ends_as_the_reply_did_is_its_echo(heard, reply, echo):
+    assert echoes(heard, (reply,), over_echo=True) is echo
+    assert not echoes(heard, (reply,), over_echo=False)  # (elsewhere: the user's own words)
+
+
 def test_a_quick_answer_that_reuses_the_replys_words_is_not_its_echo():
     assert not echoes("Set a timer for five, please.", ("Should I set a timer for ten minutes?",), over_echo=True)

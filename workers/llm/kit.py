@@ -12,7 +12,7 @@ from vita.ops.tracing import Tracing
 from workers.llm.engines.asr import MisheardRule
 from workers.llm.engines.generation import EnginePrompt, SamplingSettings, TextEngine
 from workers.llm.engines.omni import InputMode
-from workers.llm.prompting import ConversationHistory, OmniPromptBuilder, PromptBuilder
+from workers.llm.prompting import NEVER_WRITTEN, ConversationHistory, OmniPromptBuilder, PromptBuilder
 from workers.llm.turn_run import SENSE_CHECK
 from workers.tools.registry import ToolBox
 
@@ -46,7 +46,7 @@ class LlmKit:
     def sampling(self, judge_words: bool = False, max_tokens: int | None = None) -> SamplingSettings:
         """max_tokens: the client's own cap (a Realtime response's), never above llm.max_tokens."""
         limit = self.config.llm.max_tokens if max_tokens is None else min(max_tokens, self.config.llm.max_tokens)
-        return SamplingSettings(limit, self.config.llm.temperature, judge_words)
+        return SamplingSettings(limit, self.config.llm.temperature, judge_words, banned=NEVER_WRITTEN)
 
     def text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",

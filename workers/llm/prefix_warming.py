@@ -14,7 +14,7 @@ from vita.messages import ClientTool, MeasuredSpeed
 from workers.llm.engines.generation import SamplingSettings
 from workers.llm.engines.local_engine import EngineFailed, LocalVllmEngine
 from workers.llm.kit import LlmKit
-from workers.llm.prompting import ConversationHistory
+from workers.llm.prompting import NEVER_WRITTEN, ConversationHistory
 from workers.llm.tool_turns import ToolTurns
 from workers.llm.turn_run import WARM_DELAY_S
 from workers.tools.forced_calls import forced_call
@@ -72,7 +72,8 @@ class PrefixWarming:
 
         async def one(question: str, read: bool, tokens: int, request_id: str) -> None:
             prompt = kit.text_prompt(ConversationHistory(0), question, read_words=read, fixed=tools)
-            async for _ in kit.engine.stream(prompt, SamplingSettings(tokens, 0.0, judge_words=read), request_id):
+            settings = SamplingSettings(tokens, 0.0, judge_words=read, banned=NEVER_WRITTEN)  # (as a reply's)
+            async for _ in kit.engine.stream(prompt, settings, request_id):
                 pass
 
         # A turn's words are read only when Whisper was unsure of them: some of the batch reads, some not. The first

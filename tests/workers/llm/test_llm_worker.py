@@ -339,6 +339,28 @@ def test_cancel_stops_pieces_at_once_and_history_marks_it_interrupted(llm):
     assert not any(m.done for _, m in llm.of("cut", ReplyText))
 
 
+CUT_SHORT = [("Tell me three things about the planet Mars.", "Mars is the fourth planet"),
+             ("Describe a rainbow in two sentences.", "A rainbow is a beautiful sight, made of"),
+             ("Give me three tips for sleeping better.", "To sleep better, try")]
+
+
+@pytest.mark.parametrize("question", ["How should I wash my hands?", "How can I sleep better at night?",
+                                      "Explain in two sentences how a bicycle works."])
+def test_after_interrupted_replies_a_reply_is_not_cut_short_with_an_ellipsis(llm, question):
+    """Interrupted replies are kept in the history with a trailing ellipsis; a user who had interrupted three got
+    answers the model ended there itself ("To wash your hands, use soap and water for…")."""
+    from workers.llm.prompting import Exchange
+
+    session = "after-cuts-" + question.split()[-1].strip("?.")
+    history = llm.worker.sessions.conversation(session)
+    for user, reply in CUT_SHORT:
+        history.add(Exchange(user, reply, interrupted=True))
+    llm.inbox.put(TurnRequest(session, 1, text=question))
+    assert llm.wait_ended(session).reason == "done"
+    (reply,) = [m.text for _, m in llm.of(session, ReplyText) if m.done]
+    assert "…" not in reply and ".." not in reply and len(reply.split()) >= 6, reply
+
+
 def test_while_a_turn_runs_the_worker_says_it_is_still_at_work_and_stops_once_it_ends(llm):
     """The front's stall watchdog counts this as news of the turn: a slow turn on a busy machine is not a stuck
     one, but a turn the worker no longer runs (its end lost on the way) still is."""

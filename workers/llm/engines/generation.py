@@ -63,6 +63,9 @@ class SamplingSettings:
     # under the engine's grammar. None: free text. An engine that cannot constrain ignores it (the prompt's own
     # opening still asks for the call).
     json_schema: str | None = None
+    # No token of the reply may hold one of these (prompting.NEVER_WRITTEN); an engine that cannot tell its model's
+    # tokens (a remote server) ignores it
+    banned: tuple[str, ...] = ()
 
 
 class TextEngine(Protocol):

@@ -39,6 +39,7 @@ def vllm_input(prompt: EnginePrompt) -> Any:
     return {"prompt": prompt.text, "multi_modal_data": data, **salted}
 
 
+BANNED_BIAS = -100.0  # a logit bias that no token overcomes (SamplingSettings.banned)
 MIN_WORDS_READ = 2  # fewer log-probabilities than this (a one-token utterance, a prompt cut short): no reading
 
 
@@ -162,6 +163,8 @@ class LocalVllmEngine:
         self.turns: dict[str, _Add] = {}  # in flight: owned by the engine thread
         self.progress_at = time.monotonic()  # the engine thread's last pass through its loop
         self.tokenizer: Any = None  # the engine's, once built (TextAssembler)
+        self.token_texts: list[str] = []  # each token id's text, once built (SamplingSettings.banned)
+        self.biases: dict[tuple[str, ...], dict[int, float]] = {}  # the logit bias that bans each `banned`
         self.in_engine = 0  # requests vLLM holds (a slot each), as of the engine thread's last pass: aborts free them
         self.failed: asyncio.Future | None = None  # its result is the error, once the engine thread has failed
         self.description = f"vLLM in process ({config.llm_model_path().name}"
@@ -208,6 +211,7 @@ class LocalVllmEngine:
 
             engine = LLMEngine.from_engine_args(EngineArgs(**self.kwargs))
             self.tokenizer = engine.get_tokenizer()
+            self.token_texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])  # (0.7 s)
         except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it in the worker's loop
             loop.call_soon_threadsafe(_settle, built, exc)
             return
@@ -300,6 +304,15 @@ class LocalVllmEngine:
         """Tests only: the engine thread raises ``error`` between steps, as a failing step would."""
         self.commands.put(_Fault(error))
 
+    def bias_against(self, banned: tuple[str, ...]) -> dict[int, float] | None:
+        """The logit bias that keeps every token holding one of `banned` out of a reply (None: nothing to ban)."""
+        if not banned or not self.token_texts:
+            return None
+        if banned not in self.biases:
+            self.biases[banned] = {i: BANNED_BIAS for i, text in enumerate(self.token_texts)
+                                   if any(b in text for b in banned)}
+        return self.biases[banned] or None
+
     async def stream(self, prompt: EnginePrompt, sampling: SamplingSettings,
                      request_id: str) -> AsyncIterator[Delta]:
         from vllm import SamplingParams
@@ -319,6 +332,7 @@ class LocalVllmEngine:
                                 structured_outputs=(StructuredOutputsParams(json=sampling.json_schema,
                                                                             disable_any_whitespace=True)
                                                     if sampling.json_schema else None),
+                                logit_bias=self.bias_against(sampling.banned),
                                 **({"prompt_logprobs": 0, "skip_reading_prefix_cache": False, "detokenize": False}
                                    if reading else {}))
         assembler = TextAssembler(self.tokenizer) if reading else None
