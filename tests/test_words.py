@@ -53,6 +53,7 @@ STOP_PHRASES = ("stop", "wait", "hold on", "never mind")
     ("So wait, stop. Good morning.", "Good morning."), ("Stop, do cats bark?", "do cats bark?"),
     ("Stop. Hold on, please. How far is the moon?", "How far is the moon?"),
     ("Wait a second, what is the capital of Japan?", "what is the capital of Japan?"),
+    ("Wait \u2014 what about Spain?", "what about Spain?"), ("Stop\u2026 what about Spain?", "what about Spain?"),
 ])
 def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
     assert after_stop_command(text, STOP_PHRASES) == asked
@@ -72,3 +73,6 @@ def test_a_stop_command_may_open_with_a_misheard_word_only_when_asked():
     assert only_asks_to_stop("Stop, please.", STOP_PHRASES, first_word_misheard=True)
     for request in ("Stop the timer.", "Bus stop where?", "Stop.  Where is Paris?", "Reef", ""):
         assert not only_asks_to_stop(request, STOP_PHRASES, first_word_misheard=True), request
+    # A first word that turns the command round is the user's own
+    for turned in ("Don't stop.", "Don\u2019t stop.", "Why wait?", "Can't wait!", "Never stop."):
+        assert not only_asks_to_stop(turned, STOP_PHRASES, first_word_misheard=True), turned

@@ -167,12 +167,18 @@ COMMAND_FILLER = frozenset([
     "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
 
 
+# A first word that turns a command round is never taken for a misheard one ("Don't stop.", "Why wait?")
+KEPT_FIRST_WORDS = QUESTION_WORDS | MODAL_WORDS | frozenset(["don't", "dont", "not", "never", "can't", "cannot",
+                                                             "won't", "didn't", "is", "are", "no"])
+
+
 def only_asks_to_stop(text: str, phrases: tuple[str, ...], first_word_misheard: bool = False) -> bool:
     """A stop command and nothing more to answer: its stop phrase and a few fillers at most.
     first_word_misheard: its first word may be another that Whisper heard wrong over a reply's echo ("We stop.",
     "Reef stop.", "Awesome! Wait!" for "Wait, stop."): the rest alone may be the command."""
-    if first_word_misheard and only_asks_to_stop(text.strip().split(maxsplit=1)[-1] if text.strip() else "",
-                                                 phrases):
+    first, _, rest = text.strip().replace("\u2019", "'").partition(" ")  # (a typographic apostrophe too)
+    if first_word_misheard and rest and words_of(first) and words_of(first)[0] not in KEPT_FIRST_WORDS and \
+            only_asks_to_stop(rest, phrases):
         return True
     if not is_stop_command(text, phrases):
         return False
@@ -184,7 +190,7 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...], first_word_misheard: 
     return set(joined.split()) <= COMMAND_FILLER
 
 
-_CLAUSE_END = re.compile(r"[.!?,;:]+\s+")
+_CLAUSE_END = re.compile(r"(?:[.!?,;:\u2026]+|\s[-\u2013\u2014])\s+")  # (an ellipsis or a dash too)
 
 
 def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
@@ -224,7 +230,9 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     one that ends as a reply ended, with ECHO_ENDING_WORDS of its words or more, that share of it ("Air 12, once in a
     year." for "There are 12 months in a year.": the canceller took the echo's start). Not for any speech, and not
     a run from inside the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at
-    four, not three."; "Set a timer for five, please." after "Should I set a timer for ten minutes?")."""
+    four, not three."; "Set a timer for five, please." after "Should I set a timer for ten minutes?"); nor a
+    question after a reply that asked nothing: a follow-up reuses its opening or its end ("Water is what?", "How
+    many days in a year?")."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
     words = said_words(transcript)
@@ -232,7 +240,7 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
-        if over_echo:
+        if over_echo and not (asks(transcript) and not asks(reply)):  # (a follow-up question reuses its words)
             # (a reply shorter than the opening run: all its words but the last, "Water is flat." for "Water is wet.")
             opening = min(ECHO_OPENING_WORDS, max(ECHO_MIN_WORDS, len(theirs) - 1))
             for run, needed in ((_alike_from_start(words, theirs), opening),
@@ -240,6 +248,12 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
                 if run >= needed and run >= ECHO_OPENING_SHARE * len(words):
                     return True
     return False
+
+
+def asks(text: str) -> bool:
+    """The words ask something: a question mark, or a question's first word ("How many days in a year?")."""
+    words = words_of(text)
+    return text.strip().endswith("?") or bool(words) and words[0] in QUESTION_WORDS | MODAL_WORDS
 
 
 def _alike_from_start(a: list[str], b: list[str]) -> int:

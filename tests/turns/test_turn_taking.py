@@ -1091,10 +1091,11 @@ def test_speech_over_the_echo_that_opens_as_the_reply_did_is_its_echo(heard, ove
 
 @pytest.mark.parametrize(("heard", "reply", "echo"), [
     ("Water is flat.", "Water is wet.", True),  # a reply shorter than the opening run: all but its last word
-    ("Water is wet, right?", "Water is wet.", True),
     ("Is water wet?", "Water is wet.", False),
     ("Water is good for you?", "Water is wet.", False),  # the opening run is under half of it
     ("Seven days, and how many hours?", "Seven days.", False),
+    ("Water is what?", "Water is wet.", False),  # a follow-up question reuses a statement's opening
+    ("Paris is the biggest city too?", "Paris is the capital.", False),
     ("Good morning to you too.", "Good morning! How are you today?", False),  # two words of a longer reply
 ])
 def test_over_the_echo_a_short_replys_opening_is_all_its_words_but_the_last(heard, reply, echo):
@@ -1106,6 +1107,10 @@ def test_over_the_echo_a_short_replys_opening_is_all_its_words_but_the_last(hear
     ("I want to you later.", "Bye! Talk to you later.", True),
     ("And how many days in a year?", "There are 12 months in a year.", False),  # the closing run under half of it
     ("See you later.", "Bye! Talk to you later.", False),  # two words running
+    ("How many days in a year?", "There are 12 months in a year.", False),  # a follow-up question reuses its end
+    ("What time in the morning?", "The store opens at 9 in the morning.", False),
+    ("Is it cheaper in the spring?", "I'd recommend visiting in the spring.", False),
+    ("Do you want to take it?", "Do you want to hear a joke about cats?", True),  # (a question's echo is too)
 ])
 def test_over_the_echo_speech_that_ends_as_the_reply_did_is_its_echo(heard, reply, echo):
     assert echoes(heard, (reply,), over_echo=True) is echo

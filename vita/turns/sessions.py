@@ -62,7 +62,8 @@ class Session:
     speaker_echo: bool = False  # its client does not cancel its speaker's echo: the front guards against it
     said: collections.deque = field(default_factory=lambda: collections.deque(maxlen=2), repr=False)  # its last
     # replies' words, a reply cut short too (with speaker_echo: a transcript that is one of them is the echo, not a
-    # question), and its latest turns whose reply audio went to the client (a cut reply was heard, and echoes)
+    # question), and its latest turns whose reply audio was handed to the client's output (a reply cut short after
+    # that was heard, at least in part, and echoes)
     voiced: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     # ...and its latest turns whose speech began over the reply's audible echo and did not interrupt it (not
     # understood, they are dropped), with the active one's reply text so far

@@ -110,7 +110,7 @@ class WorkerNews:
     def _deliver(self, session: Session, message: WorkerOutput) -> None:
         sid, turn_id, now = session.sid, message.turn_id, time.monotonic()
         if isinstance(message, TtsChunk):
-            if turn_id not in session.voiced:
+            if message.pcm and turn_id not in session.voiced:
                 session.voiced.append(turn_id)
             session.output.play(message, now)
             return

@@ -15,7 +15,7 @@ from vita.messages import (
     Transcript,
     TurnRequest,
 )
-from vita.words import after_stop_command
+from vita.words import after_stop_command, said_words
 from workers.llm.engines.asr import Transcription
 from workers.llm.kit import LlmKit
 from workers.llm.turn_output import TurnOutput
@@ -103,8 +103,8 @@ class Hearing:
         if request != heard.text.strip():  # speech that stopped a reply, opening with the command: over the echo each
             # model mishears that its own way ("Weighed up, can penguins fly?"); the request decides, against as many
             # of the other's last words
-            heard = dataclasses.replace(heard, text=request)
-            other = dataclasses.replace(other, text=" ".join(other.text.split()[-len(request.split()):]))
+            heard = dataclasses.replace(heard, text=request)  # (counted as compared: numbers as digits)
+            other = dataclasses.replace(other, text=" ".join(said_words(other.text)[-len(said_words(request)):]))
         run.timings["asr_disagreement"] = round(rule.disagreement(heard, other), 3)
         return rule.disagree(heard, other)
 

@@ -114,7 +114,8 @@ class ReplyGeneration:
                 if words is not None:
                     words = (words[0], words[1] + kit.prompts.count_tokens(forced.opening))
                 round_prompt = dataclasses.replace(prompt, text=f"{prompt.text}{forced.opening}", words_from_end=words)
-                settings = dataclasses.replace(sampling, json_schema=forced.schema, max_tokens=FORCED_CALL_TOKENS
+                settings = dataclasses.replace(sampling, json_schema=forced.schema, banned=(),  # (not spoken)
+                                               max_tokens=FORCED_CALL_TOKENS
                                                if req.max_tokens is None else min(req.max_tokens, FORCED_CALL_TOKENS))
                 detector.feed(forced.opening)
                 forced = None

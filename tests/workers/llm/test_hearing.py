@@ -49,3 +49,8 @@ def test_speech_that_stopped_a_reply_is_compared_by_the_request_after_its_comman
     assert disagree(heard, second, ("stop", "wait")) == (False, pytest.approx(1 / 3, abs=0.001))
     assert disagree(heard, second, ())[0]  # the whole: most of the words differ
     assert disagree("Wait, stop. Can penguins fly?", "Wait, stop. Can pigeons cry?", ("stop", "wait"))[0]
+
+
+def test_the_words_compared_are_counted_as_compared_numbers_as_digits():
+    """"twenty five" is one word compared ("25"): counted as written, the other's window took in "what" too."""
+    assert disagree("Stop. What is twenty five plus two?", "Stop, what is 25 plus 2?", ("stop",)) == (False, 0.0)

@@ -63,8 +63,8 @@ class SamplingSettings:
     # under the engine's grammar. None: free text. An engine that cannot constrain ignores it (the prompt's own
     # opening still asks for the call).
     json_schema: str | None = None
-    # No token of the reply may hold one of these (prompting.NEVER_WRITTEN); an engine that cannot tell its model's
-    # tokens (a remote server) ignores it
+    # No token of the reply may hold one of these (prompting.NEVER_WRITTEN); the remote engine does not pass it on
+    # (a server's token ids are not asked for), nor does an engine whose tokenizer could not list its tokens
     banned: tuple[str, ...] = ()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import queue
 import threading
@@ -71,6 +72,16 @@ def words_logprob(prompt_logprobs: Any, token_ids: Any, cached: int | None,
     if len(values) < MIN_WORDS_READ:
         return None
     return sum(values) / len(values)
+
+
+def token_texts(tokenizer: Any) -> list[str]:
+    """Each token id's text (0.7 s for Qwen's 152k); none where the tokenizer cannot say (nothing is banned then)."""
+    try:
+        return tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    except Exception:  # noqa: BLE001 - only a guard on replies: the engine serves without it
+        logging.getLogger(__name__).warning("the tokenizer could not list its tokens: replies may write an "
+                                            "ellipsis", exc_info=True)
+        return []
 
 
 class TextAssembler:
@@ -211,7 +222,7 @@ class LocalVllmEngine:
 
             engine = LLMEngine.from_engine_args(EngineArgs(**self.kwargs))
             self.tokenizer = engine.get_tokenizer()
-            self.token_texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])  # (0.7 s)
+            self.token_texts = token_texts(self.tokenizer)
         except BaseException as exc:  # noqa: BLE001 - handed to start(), which raises it in the worker's loop
             loop.call_soon_threadsafe(_settle, built, exc)
             return

@@ -156,3 +156,16 @@ def test_the_reply_is_assembled_from_its_tokens_holding_back_half_a_character():
     assert text.feed(degrees[:1]) == ""  # half of the degree sign
     assert text.feed(degrees[1:] + list(b"C.")) == "°C."
     assert text.sent == "It is 20°C."
+
+
+def test_the_banned_strings_are_every_token_that_holds_one():
+    """A reply never writes an ellipsis (prompting.NEVER_WRITTEN): each token holding one gets a bias no logit
+    overcomes; nothing to ban (or no token list) is no bias at all."""
+    from workers.llm.engines.local_engine import BANNED_BIAS, LocalVllmEngine
+
+    engine = LocalVllmEngine.__new__(LocalVllmEngine)  # (bias_against uses only the token list)
+    engine.token_texts, engine.biases = ["Hello", "...", " …", ".", "..\n", "Paris"], {}
+    assert engine.bias_against(("…", "..")) == {1: BANNED_BIAS, 2: BANNED_BIAS, 4: BANNED_BIAS}
+    assert engine.bias_against(()) is None and engine.bias_against(("zzz",)) is None
+    engine.token_texts, engine.biases = [], {}  # (a tokenizer that could not list its tokens)
+    assert engine.bias_against(("…", "..")) is None
