@@ -472,6 +472,20 @@ def test_speech_just_after_the_replys_first_audio_goes_on_with_the_request_unles
         turns.detach(s)
 
 
+@contextlib.contextmanager
+def speakerphone(wire: Wire):
+    """A controller and one session whose client does not cancel its speaker's echo (the echo guard on, the
+    canceller off: the tests post the listener's events themselves); both ended on the way out."""
+    turns = controller(wire)
+    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
+    s = session(turns)
+    try:
+        yield turns, s
+    finally:
+        turns.close()
+        turns.detach(s)
+
+
 @pytest.mark.parametrize("over_echo", [True, False])
 def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not_asked_again(over_echo):
     """A speakerphone: what the canceller leaves of the reply's echo, heard as "Thank you so much.", made the
@@ -479,10 +493,7 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
     understood, is dropped; elsewhere the user is asked to say it again."""
 
     wire = Wire()
-    turns = controller(wire)
-    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
-    s = session(turns)
-    try:
+    with speakerphone(wire) as (turns, s):
         if over_echo:  # the reply was playing at the client as the speech began
             s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000,
                                                 time.monotonic() - 1.2)
@@ -496,28 +507,19 @@ def test_speech_over_the_replys_echo_that_whisper_made_nothing_of_is_dropped_not
         told = [e for e, _ in wire.sent]
         # (dropped, nothing of it was heard and nothing else is stopped: the reply it echoed may still be ending)
         assert ("audio" in told, "stop_tts" in told) == ((False, False) if over_echo else (True, False))
-    finally:
-        turns.close()
-        turns.detach(s)
 
 
 @contextlib.contextmanager
 def answering_speech_over_the_echo(wire: Wire):
     """A speakerphone session whose request began over the reply's echo, its answer's first audio in before its
     first sentence is whole: (controller, session)."""
-    turns = controller(wire)
-    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
-    s = session(turns)
-    try:
+    with speakerphone(wire) as (turns, s):
         s.listener.segmenter.gate.echo.play(np.full(24000, 3000, np.int16).tobytes(), 24000, time.monotonic() - 1.2)
         spoken(turns, s)
         s.actor.post(messages.TtsChunk("s1", 1, 0, PCM))  # (the voice before the words)
         s.actor.post(messages.ReplyText("s1", 1, "The capital "))
         assert s.actor.call_and_wait(lambda: None, 5)
         yield turns, s
-    finally:
-        turns.close()
-        turns.detach(s)
 
 
 def test_the_answer_to_speech_over_the_replys_echo_plays_once_its_first_sentence_is_judged():
@@ -548,10 +550,7 @@ def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_as
     from vita.words import ASK_AGAIN
 
     wire = Wire()
-    turns = controller(wire)
-    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
-    s = session(turns)
-    try:
+    with speakerphone(wire) as (turns, s):
         spoken(turns, s)
         s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(48000, 3000, np.int16).tobytes()))  # 2 s playing
         assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
@@ -566,9 +565,6 @@ def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_as
         s.actor.post(messages.ReplyText("s1", 2, ASK_AGAIN + " "))
         assert s.actor.call_and_wait(lambda: None, 5)
         assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["barge-in"]
-    finally:
-        turns.close()
-        turns.detach(s)
 
 
 @pytest.mark.parametrize("voiced", [True, False])
@@ -577,10 +573,7 @@ def test_a_reply_cut_short_is_known_as_the_echo_of_what_was_sent_of_it(voiced):
     hands, use soap and water." as the next question. What the worker had sent of a cut reply counts as said, once
     its audio went to the client (a speculation withdrawn unheard said nothing)."""
     wire = Wire()
-    turns = controller(wire)
-    turns.config.turn.speaker_echo_page, turns.config.turn.echo_cancel = True, False
-    s = session(turns)
-    try:
+    with speakerphone(wire) as (turns, s):
         spoken(turns, s)
         if voiced:
             s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(48000, 3000, np.int16).tobytes()))
@@ -596,6 +589,3 @@ def test_a_reply_cut_short_is_known_as_the_echo_of_what_was_sent_of_it(voiced):
         assert s.actor.call_and_wait(lambda: None, 5)
         cancelled = [p["reason"] for e, p in wire.sent if e == "turn_cancelled"]
         assert cancelled == (["barge-in", "echo"] if voiced else ["extended"])  # (unheard: the request went on)
-    finally:
-        turns.close()
-        turns.detach(s)
