@@ -1003,6 +1003,40 @@ def test_speech_that_interrupted_a_reply_is_answered_only_if_it_is_more_than_a_c
     assert start.stopped_reply
 
 
+def stopped_then_going_on(m: TurnTaking) -> int:
+    """"Wait, stop." interrupts the reply and ends at its pause as a turn of its own: the turn it made."""
+    speaking(m)
+    m.handle(SpeechStarted(3.5))
+    m.handle(SpeechConfirmed(4.2))
+    (start,) = of(m.handle(UtteranceEnded(5.0, SPEECH)), StartTurn)
+    assert start.stopped_reply
+    m.handle(SpeechStarted(5.3))  # ... "What is two plus two?", before any reply to "Wait, stop." is heard
+    return start.turn_id
+
+
+@pytest.mark.parametrize("went_on", ["confirmed", "short", "cough"])
+def test_a_request_that_goes_on_from_a_stop_command_is_read_after_the_command(went_on):
+    """The user stopped the reply, paused, and went on with their question: the request it becomes stopped the reply
+    too (its words are read after the command, as if said in one breath), however the going on is heard."""
+    m = commanding()
+    stopped = stopped_then_going_on(m)
+    if went_on == "confirmed":  # the request is withdrawn and carried into the speech going on
+        assert of(m.handle(SpeechConfirmed(5.7)), StopTurn)[0].reason == EXTENDED
+        (start,) = of(m.handle(UtteranceEnded(6.5, LONGER)), StartTurn)
+    elif went_on == "short":  # too short to confirm: joined to the request as it ends
+        (start,) = of(m.handle(UtteranceEnded(5.6, SPEECH)), StartTurn)
+    else:  # carried, then dropped as a cough: the request goes as it was
+        m.handle(SpeechConfirmed(5.7))
+        m.handle(SpeechStarted(5.9))
+        (start,) = of(m.handle(SpeechDropped(6.1)), StartTurn)
+    assert start.turn_id > stopped and start.stopped_reply
+    m.handle(TurnUnanswered(7.0, start.turn_id, "no speech recognised"))
+    m.handle(SpeechStarted(8.0))
+    m.handle(SpeechConfirmed(8.4))
+    (later,) = of(m.handle(UtteranceEnded(9.0, SPEECH)), StartTurn)
+    assert not later.stopped_reply  # the next request is an ordinary one
+
+
 def test_typed_text_waiting_for_the_users_speech_is_capped():
     """A client that starts speaking and then floods text_input must not grow the waiting text without bound."""
     m = TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(max_text_chars=100))

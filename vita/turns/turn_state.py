@@ -53,6 +53,9 @@ class ActiveTurn:
     # silence has passed (more speech meanwhile extends the request). None: nothing of the kind to wait for.
     held_by: OpenPause | None = None
     heard_from: UserSpeech | None = None  # the speech it was ended in (its speculation backoff carries on)
+    # Its speech stopped a reply ("Wait, stop."): so does the request it goes on to, if the user goes on with it
+    # (its words are then read after the command, as if said in one breath).
+    stopped_reply: bool = False
 
     @property
     def phase(self) -> Phase:
@@ -113,9 +116,9 @@ class TurnMaking:
         turn_id = self._new_turn()
         return actions + [StartTurn(turn_id, None, text)] + self._commit(turn_id, None, text, now)
 
-    def _new_turn(self, speculative: bool = False) -> int:
+    def _new_turn(self, speculative: bool = False, stopped_reply: bool = False) -> int:
         self._last_turn += 1
-        self.turn = ActiveTurn(self._last_turn, speculative=speculative)
+        self.turn = ActiveTurn(self._last_turn, speculative=speculative, stopped_reply=stopped_reply)
         return self._last_turn
 
     def _commit(self, turn_id: int, speech: Speech | None, text: str, now: float) -> list[Action]:

@@ -144,7 +144,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
         carrying = self.speech.carrying if self.speech is not None else None
         if not before_reply and carrying is None:
             self.went_on = 0  # a request of its own, not one going on: after a reply, a barge-in, a reset
-        self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying)
+        stopped_reply = carrying is not None and self.speech.stopped_reply
+        self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying, stopped_reply=stopped_reply)
         actions: list[Action] = [Send(VadChanged(speaking=True))]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
 
@@ -167,8 +168,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
         if speech is not None and speech.carrying is not None:  # a cough after all: the request goes as it was
             carried = speech.carrying
             text, self.pending_text = self.pending_text, ""
-            turn_id = self._new_turn()
-            return actions + [CarrySpeech(None), StartTurn(turn_id, carried, text),
+            turn_id = self._new_turn(stopped_reply=speech.stopped_reply)
+            return actions + [CarrySpeech(None), StartTurn(turn_id, carried, text, stopped_reply=speech.stopped_reply),
                               *self._commit(turn_id, carried, text, e.now)]
         return actions + self._release(held_before) + self._typed_turn(e.now)
 
@@ -190,7 +191,7 @@ class TurnTaking(ReplyProgress, TurnMaking):
         actions: list[Action] = []
         if self.speculative_enabled and self._may_speculate(speech, e):
             actions += self._cancel(DISCARDED)
-            turn_id = self._new_turn(speculative=True)
+            turn_id = self._new_turn(speculative=True, stopped_reply=speech.stopped_reply)
             speech.speculated_at = e.now
             actions.append(StartTurn(turn_id, e.speech, "", speculative=True, stopped_reply=speech.stopped_reply))
         if self.rules.judge and self._trust_pauses():  # (an answer that could end nothing costs the shared model)
@@ -278,11 +279,12 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return actions + self._typed_turn(e.now)
         if self._committed() and not heard.confirmed:
             if self._continues_request(heard):  # a short continuation before the reply was heard: one request
-                speech = joined(self.turn.speech, e.speech)
+                speech, stopped_reply = joined(self.turn.speech, e.speech), self.turn.stopped_reply
                 actions += self._withdraw()
-                turn_id = self._new_turn()
+                turn_id = self._new_turn(stopped_reply=stopped_reply)
                 text, self.pending_text = self.pending_text, ""
-                return actions + [StartTurn(turn_id, speech, text)] + self._commit(turn_id, speech, text, e.now)
+                return actions + [StartTurn(turn_id, speech, text, stopped_reply=stopped_reply)] + self._commit(
+                    turn_id, speech, text, e.now)
             # "mm-hmm", "yeah" over the reply: not a turn, not an interruption (typed text waiting for the
             # utterance goes on its own)
             return actions + self._typed_turn(e.now)
@@ -299,7 +301,7 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return actions + self._commit(self.turn.turn_id, e.speech, text, e.now)
         if self.turn is not None:
             actions += self._cancel("new turn")
-        turn_id = self._new_turn()
+        turn_id = self._new_turn(stopped_reply=heard.stopped_reply)
         return actions + [StartTurn(turn_id, e.speech, text, stopped_reply=heard.stopped_reply)] + self._commit(
             turn_id, e.speech, text, e.now)
 
@@ -403,4 +405,5 @@ class TurnTaking(ReplyProgress, TurnMaking):
             speech.speculated_at = turn.heard_from.speculated_at
         actions = self._withdraw()
         speech.carrying = turn.speech
+        speech.stopped_reply = speech.stopped_reply or turn.stopped_reply  # ("Wait, stop." ... "What is 2 plus 2?")
         return actions + [CarrySpeech(turn.speech)]
