@@ -4,6 +4,7 @@ the phrases the assistant says of itself, which the LLM worker sends and the TTS
 
 from __future__ import annotations
 
+import difflib
 import re
 
 # What the assistant says of itself, word for word, in any session: the TTS worker has them spoken in every voice
@@ -216,9 +217,11 @@ ECHO_SHARE = 0.75  # ...but this share of a transcript's words said in the same 
 ECHO_OPENING_WORDS = 4  # ...and, for speech that began over the reply's echo, one that opens with this many of a
 ECHO_OPENING_SHARE = 0.5  # reply's opening words, this share of it (Whisper mishears an echo's cut-off tail)...
 ECHO_ENDING_WORDS = 3  # ...or ends with this many of its closing words, that share of it (the echo's start masked)
+ECHO_ALIKE = 0.7  # ...or (quieter than the user) its letters are this alike a stretch of the reply (difflib's ratio)
 
 
-def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False) -> bool:
+def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool = False,
+           phrases: tuple[str, ...] = (), alike: bool = False) -> bool:
     """The transcript is the assistant's own recent reply (`said`) heard back from a speaker with no echo
     cancellation: at least ECHO_MIN_WORDS words, ECHO_SHARE of them found in the same order in one of those replies
     (Whisper hears an echo in part, may miss or mishear a word, and writes numbers in digits). A question that reuses
@@ -232,12 +235,20 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     a run from inside the reply: a user's correction, or a quick answer, may reuse its words ("The meeting is at
     four, not three."; "Set a timer for five, please." after "Should I set a timer for ten minutes?"); nor a
     question after a reply that asked nothing: a follow-up reuses its opening or its end ("Water is what?", "How
-    many days in a year?")."""
+    many days in a year?"); nor speech that holds one of `phrases` (stop commands) the reply lacks.
+    alike: ...and it was quieter than the user's own voice: then one whose letters are ECHO_ALIKE of a stretch of
+    the reply is its echo too (Whisper heard the whole echo wrong: "Yes, there is room." for "Yes, the Earth is
+    round." 0.72; "Wait, stop. What" against a reply 0.3-0.55; but the user's own "See you later." after "Bye!
+    Talk to you later." 0.82, so only for speech that was not at their level)."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
     words = said_words(transcript)
+    spoken = f" {' '.join(words_of(transcript))} "
     for reply in said:
         theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
+        replied = f" {' '.join(words_of(reply))} "
+        if any(p in spoken and p not in replied for p in _spaced(phrases)):  # ("Wait, stop." is the user's)
+            continue
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True
         if over_echo and not (asks(transcript) and not asks(reply)):  # (a follow-up question reuses its words)
@@ -247,7 +258,20 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
                                 (_alike_from_start(words[::-1], theirs[::-1]), ECHO_ENDING_WORDS)):
                 if run >= needed and run >= ECHO_OPENING_SHARE * len(words):
                     return True
+            if alike and _letters_alike(words, theirs) >= ECHO_ALIKE:
+                return True
     return False
+
+
+def _letters_alike(words: list[str], theirs: list[str]) -> float:
+    """How alike `words` are, letter by letter, to the most alike stretch of `theirs` of about as many words."""
+    heard, best = " ".join(words), 0.0
+    for start in range(len(theirs)):
+        for length in range(max(1, len(words) - 2), len(words) + 3):
+            matcher = difflib.SequenceMatcher(None, heard, " ".join(theirs[start:start + length]), autojunk=False)
+            if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+                best = max(best, matcher.ratio())
+    return best
 
 
 def asks(text: str) -> bool:

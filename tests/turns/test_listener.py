@@ -9,7 +9,7 @@ from tests.harness.speech import silence, spoken
 from vita.config import Config
 from vita.hearing.vad import VadSegmenter
 from vita.turns.listener import SpeechListener
-from vita.turns.turn_events import SpeechDropped, SpeechPaused, SpeechStarted, UtteranceEnded
+from vita.turns.turn_events import SpeechConfirmed, SpeechDropped, SpeechPaused, SpeechStarted, UtteranceEnded
 
 
 def listener() -> SpeechListener:
@@ -132,3 +132,21 @@ def test_a_client_that_changes_its_format_gets_the_span_of_its_line():
     for rate, gap in ((8000, phone), (24000, wide), (8000, phone), (16000, wide)):
         ears.hear(np.zeros(rate // 50, np.int16), rate, 100.0, 100.0)
         assert ears.segmenter.span_max_gap_chunks == gap, rate
+
+
+@pytest.mark.parametrize(("under_db", "loud"), [(0, True), (6, True), (10, False)])
+def test_speech_confirmed_over_the_reply_says_whether_it_was_at_the_users_own_level(under_db, loud):
+    """While the reply plays, the user's interruption is as loud as their question was, or a little softer; a
+    speaker's echo 10 dB under it is not (a client whose echo comes back holds the reply for the words of such speech
+    only)."""
+    heard = listener()
+    question = np.concatenate([silence(0.5), spoken("What is the capital of France?"), silence(1.5)])
+    hear_all(heard, question, 16000, 512)
+    heard.segmenter.guarded = True
+    over = spoken("Paris is the capital and the largest city of France, on the river Seine.")
+    over = (over.astype(np.float32) * 10 ** (-under_db / 20)).astype(np.int16)
+    later = 100.0 + len(question) / 16000  # (the stream goes on: a gap would start it afresh, its room unknown)
+    confirmed = [e for e in hear_all(heard, np.concatenate([over, silence(1.0)]), 16000, 512, arrived=later)
+                 if isinstance(e, SpeechConfirmed)]
+    assert len(confirmed) == 1 and confirmed[0].loud is loud
+    assert confirmed[0].speech is not None and len(confirmed[0].speech.pcm) > 0.5 * 32000  # (what is checked)

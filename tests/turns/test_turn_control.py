@@ -567,6 +567,57 @@ def test_an_interruption_over_the_replys_echo_that_whisper_made_nothing_of_is_as
         assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["barge-in"]
 
 
+@contextlib.contextmanager
+def held_for_its_words(wire: Wire):
+    """A speakerphone session whose reply is playing, and speech over it long enough to interrupt: the reply is held
+    while ASR hears the speech. (controller, session, the check put to the LLM worker)."""
+    with speakerphone(wire) as (turns, s):
+        spoken(turns, s)
+        s.actor.post(messages.ReplyText("s1", 1, "Water your house plant every two to three days, "))
+        s.actor.post(messages.TtsChunk("s1", 1, 0, np.full(2400, 3000, np.int16).tobytes()))  # (0.1 s: sent at once)
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        turns.post(s, SpeechStarted(time.monotonic()))
+        turns.post(s, SpeechConfirmed(time.monotonic(), speech(), loud=False))  # (quieter than the user's voice)
+
+        def checks() -> list:
+            return [m for q, m in wire.puts if isinstance(m, messages.InterjectionCheck)]
+
+        assert wire.wait_for(lambda: checks())
+        (check,) = checks()
+        s.actor.post(messages.TtsChunk("s1", 1, 1, PCM))  # more of the reply: held, not sent
+        assert s.actor.call_and_wait(lambda: None, 5)
+        told = [e for e, _ in wire.sent]
+        assert told.count("audio") == 1 and "stop_tts" not in told and "turn_cancelled" not in told
+        yield turns, s, check
+
+
+def test_the_replys_echo_taken_for_an_interruption_holds_the_reply_which_goes_on_once_its_words_are_heard():
+    """A speakerphone whose echo the canceller let through for long enough to interrupt: ASR hears the reply's own
+    words in it (the reply being generated, not yet whole), and the reply goes on; the speech makes no turn."""
+    wire = Wire()
+    with held_for_its_words(wire) as (turns, s, check):
+        assert check.turn_id == 1 and check.audio == speech().pcm
+        s.actor.post(messages.InterjectionText("s1", 1, check.pause, "your house plant every two"))
+        assert wire.wait_for(lambda: sum(e == "audio" for e, _ in wire.sent) == 2)  # the held audio goes on
+        turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert not [e for e, _ in wire.sent if e in ("stop_tts", "turn_cancelled")]
+        assert not [m for q, m in wire.puts if isinstance(m, messages.TurnRequest) and m.turn_id != 1]
+
+
+def test_the_users_words_over_the_replys_echo_stop_it_and_are_answered_after_the_command():
+    wire = Wire()
+    with held_for_its_words(wire) as (turns, s, check):
+        s.actor.post(messages.InterjectionText("s1", 1, check.pause, "Wait, stop. How"))
+        assert wire.wait_for(lambda: any(e == "turn_cancelled" for e, _ in wire.sent))
+        assert [p["reason"] for e, p in wire.sent if e == "turn_cancelled"] == ["barge-in"]
+        turns.post(s, UtteranceEnded(time.monotonic(), speech()))
+        assert wire.wait_for(lambda: any(isinstance(m, messages.TurnRequest) and m.turn_id == 2 for q, m in wire.puts))
+        (request,) = [m for q, m in wire.puts if isinstance(m, messages.TurnRequest) and m.turn_id == 2]
+        assert request.unless_command  # (its words are read after "Wait, stop.")
+        assert sum(e == "audio" for e, _ in wire.sent) == 1  # the held audio was never sent
+
+
 @pytest.mark.parametrize("voiced", [True, False])
 def test_a_reply_cut_short_is_known_as_the_echo_of_what_was_sent_of_it(voiced):
     """A speakerphone: a reply stopped mid-way still comes back from the speaker, and Whisper heard "To wash your

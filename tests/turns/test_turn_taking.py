@@ -1153,3 +1153,88 @@ def test_over_the_echo_speech_that_ends_as_the_reply_did_is_its_echo(heard, repl
 
 def test_a_quick_answer_that_reuses_the_replys_words_is_not_its_echo():
     assert not echoes("Set a timer for five, please.", ("Should I set a timer for ten minutes?",), over_echo=True)
+
+
+# --- over a speaker's echo: speech long enough to interrupt holds the reply until its words are heard ------------
+def over_a_speaker() -> TurnTaking:
+    return TurnTaking(idle_timeout_s=60, now=0.0, rules=TurnRules(judge=True, extend=True, stop_phrases=STOP,
+                                                                  hold_for_words_s=1.2))
+
+
+def held_for_words(m: TurnTaking) -> tuple[int, HearInterjection]:
+    """A reply playing, and speech over it confirmed: the turn and the check of its words."""
+    turn = speaking(m)
+    assert sent(m.handle(SpeechStarted(3.5))) == ["vad", "duck"]
+    actions = m.handle(SpeechConfirmed(4.2, SPEECH, loud=False))
+    (hear,) = of(actions, HearInterjection)
+    assert hear.turn_id == turn and hear.speech == SPEECH
+    assert of(actions, EndPauseAfter) == [EndPauseAfter(hear.pause, 1.2)]
+    assert not of(actions, StopTurn) and "stop_tts" not in sent(actions)  # held, not stopped
+    assert m.route(turn) is Route.HOLD and m.phase is Phase.SPEAKING
+    return turn, hear
+
+
+def test_speech_over_a_speakers_echo_that_is_the_replys_own_echo_lets_the_reply_go_on_and_makes_no_turn():
+    """The canceller let some of the reply's echo through, long enough to pass for an interruption: its words are
+    the reply's, so the reply goes on where it was held, and the speech is nobody's turn."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    went_on = m.handle(InterjectionHeard(4.5, turn, hear.pause, "your house plant every", echo=True))
+    assert ReleaseHeld() in went_on and "unduck" in sent(went_on) and not of(went_on, StopTurn)
+    assert m.route(turn) is Route.DELIVER
+    ended = m.handle(UtteranceEnded(5.0, SPEECH))
+    assert not of(ended, StartTurn) and m.active_turn == turn and m.phase is Phase.SPEAKING
+
+
+@pytest.mark.parametrize("how", ["words", "too late"])
+def test_speech_over_a_speakers_echo_in_the_users_own_words_or_not_heard_in_time_interrupts(how):
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    if how == "words":
+        stopped = m.handle(InterjectionHeard(4.5, turn, hear.pause, "Wait, stop. What", echo=False))
+    else:  # (ASR busy or gone: the user must not wait on it to stop the reply)
+        assert m.handle(PauseWaited(5.4, hear.pause - 1)) == []
+        stopped = m.handle(PauseWaited(5.4, hear.pause))
+    assert sent(stopped)[:2] == ["stop_tts", "turn_cancelled"] and of(stopped, StopTurn)[0].reason == "barge-in"
+    assert m.route(turn) is Route.DROP
+    assert m.handle(InterjectionHeard(5.5, turn, hear.pause, "late words", echo=True)) == []  # decided already
+    (start,) = of(m.handle(UtteranceEnded(6.0, LONGER)), StartTurn)
+    assert start.stopped_reply and start.speech == LONGER
+
+
+@pytest.mark.parametrize("echo", [True, False])
+def test_speech_that_ends_before_its_words_are_heard_waits_for_them(echo):
+    """Held, the reply's echo stops coming back, and the echo's "speech" ends before ASR has heard it: its words
+    still decide between nothing and an interruption with a turn."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    ended = m.handle(UtteranceEnded(4.4, SPEECH))
+    assert sent(ended) == ["vad"] and not of(ended, StartTurn) and m.route(turn) is Route.HOLD
+    decided = m.handle(InterjectionHeard(4.6, turn, hear.pause, "" if echo else "Who are you?", echo=False))
+    if echo:  # (nothing heard at all is not the user's words either)
+        assert ReleaseHeld() in decided and not of(decided, StartTurn) and m.route(turn) is Route.DELIVER
+    else:
+        assert of(decided, StopTurn)[0].reason == "barge-in"
+        (start,) = of(decided, StartTurn)
+        assert start.speech == SPEECH and start.stopped_reply and m.phase is Phase.THINKING
+
+
+def test_a_check_outlived_by_its_reply_holds_no_later_turn():
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    m.handle(Interrupted(4.3, "reset"))  # the turn ended otherwise meanwhile
+    m.handle(UtteranceEnded(4.4, SPEECH))
+    nxt = speaking(m)
+    assert nxt != turn and m.route(nxt) is Route.DELIVER
+    assert m.handle(InterjectionHeard(4.6, turn, hear.pause, "", echo=True)) == []
+
+
+@pytest.mark.parametrize("speaker", [True, False])
+def test_speech_at_the_users_own_level_or_without_a_speakers_echo_stops_the_reply_at_once(speaker):
+    """Over a speaker the user's own voice is louder than the reply's echo: their interruption waits for nothing.
+    Without a speaker's echo, no speech waits for its words."""
+    m = over_a_speaker() if speaker else commanding()
+    speaking(m)
+    m.handle(SpeechStarted(3.5))
+    stopped = m.handle(SpeechConfirmed(4.2, SPEECH, loud=speaker))
+    assert of(stopped, StopTurn)[0].reason == "barge-in" and not of(stopped, HearInterjection)

@@ -418,7 +418,7 @@ class VadSegmenter:
         if self.confirm_samples and not self.confirm_reported and (self.voiced_samples >= self.confirm_samples
                                                                    or spanned):
             self.confirm_reported = True
-            events.append(VadEvent(Heard.CONFIRM))
+            events.append(VadEvent(Heard.CONFIRM, self._so_far()))  # (what a check of its words hears)
         return events
 
     def _utterance(self, audio: np.ndarray) -> Utterance:

@@ -13,7 +13,7 @@ import soxr
 from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.utterance import Heard, Utterance, VadEvent
 from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, VadSegmenter
-from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS
+from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, level_db
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -45,6 +45,12 @@ def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
 # speech going on).
 PHONE_RATE = 8000
 PHONE_SPAN_MAX_GAP_CHUNKS = 14
+# Over the reply, speech whose loudest chunk comes this near the user's own loud chunks (the 95th percentile of
+# their voiced chunks' levels) is theirs: at confirmation, a question in their voice at their level reaches +3.5 to
+# +4.7 dB of it, 6 dB softer -1.3 to -2.5, 9 dB softer (a speaker's echo) -4.3 to -5.5. Judged on its last
+# LOUD_WINDOW_S.
+LOUD_UNDER_USER_DB = 4.0
+LOUD_WINDOW_S = 2
 
 
 class SpeechListener:
@@ -82,6 +88,17 @@ class SpeechListener:
         played = echo.reference(speech.started_at + self.segmenter.pre_roll_chunks * CHUNK_S + CHUNK_S)
         return played is not None and played >= ECHO_LEARN_ABOVE_DBFS
 
+    def at_users_level(self, speech: Speech) -> bool:
+        """Its loudest chunk comes within LOUD_UNDER_USER_DB of the user's own loud chunks (a speaker's echo, or
+        what the canceller leaves of it, stays under them; the user interrupting speaks as they asked). False while
+        the user's level is unknown."""
+        if self.segmenter.level_db is None:
+            return False
+        loudest = np.percentile(self.segmenter.levels, 95)
+        samples = np.frombuffer(speech.pcm, np.int16)[-LOUD_WINDOW_S * SAMPLE_RATE:]
+        chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
+        return any(level_db(c) >= loudest - LOUD_UNDER_USER_DB for c in chunks)
+
     def samples_to_next_step(self) -> int:
         """16 kHz samples the VAD needs before it reads its next step."""
         needed = CHUNK - self.segmenter.pending.size
@@ -116,7 +133,8 @@ class SpeechListener:
             if vad.kind is Heard.START:
                 events.append(SpeechStarted(now))
             elif vad.kind is Heard.CONFIRM:
-                events.append(SpeechConfirmed(now))
+                so_far = _speech(vad.utterance, arrived, position) if vad.utterance is not None else None
+                events.append(SpeechConfirmed(now, so_far, so_far is not None and self.at_users_level(so_far)))
             elif vad.kind is Heard.DROPPED:
                 events.append(SpeechDropped(now))
             elif vad.kind is Heard.PAUSE:

@@ -69,6 +69,7 @@ class Session:
     # understood, they are dropped), with the active one's reply text so far
     over_echo: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4), repr=False)
     over_echo_reply: dict[int, str] = field(default_factory=dict, repr=False)
+    replying: tuple[int, str] = (0, "")  # the reply being generated, so far: (turn, words); its echo may come back
     frames: FrameBuffer = field(default_factory=FrameBuffer, repr=False)
     actor: SessionActor | None = field(default=None, repr=False)  # its mailbox and thread
     listener: SpeechListener | None = field(default=None, repr=False)  # its ears (its VAD)

@@ -86,6 +86,7 @@ Tell = Callable[..., None]  # tell(ClientEvent, to=sid): each door says it in it
 Put = Callable[[str, Any], bool]  # put(queue_name, message) -> False if the queue was full (message dropped)
 FRAMES_PER_TURN = 4
 INTERJECTION_MAX_S = 3.0  # ASR hears at most the last 3 s of speech over a reply (a command is a few words)
+HOLD_FOR_WORDS_S = 1.2  # over a speaker's echo, speech holds the reply at most this long for ASR to hear it (~0.3 s)
 TYPED_FRAMES_WINDOW_S = 2.0  # a typed turn takes the camera frames of the last two seconds
 MAX_SILENT_TURNS = 16  # text-only turns remembered per session
 AUDIO_GONE_S = 2.0  # no audio for this long while the user was speaking: their speech has ended
@@ -132,8 +133,9 @@ class TurnController(WorkerNews):
         session.speaker_echo = session.channel is not None and session.channel.hears_echo(turn)
         # A client whose speaker's echo comes back: speech that starts once the reply is playing may be its echo,
         # and taken as the user going on with the request it withdrew the reply ("extended") and asked again with
-        # the reply's own first words in it. There it is an interruption, judged as one, or nothing.
-        rules = dataclasses.replace(self.rules, extend_grace_s=0.0) if session.speaker_echo else self.rules
+        # the reply's own first words in it. There it is an interruption, judged as one by its words, or nothing.
+        echo_rules = dataclasses.replace(self.rules, extend_grace_s=0.0, hold_for_words_s=HOLD_FOR_WORDS_S)
+        rules = echo_rules if session.speaker_echo else self.rules
         session.turns = TurnTaking(self.config.server.timeout, time.monotonic(),
                                    speculative=self.config.vad.speculative_pause_ms > 0, stall_s=limits.turn_stall_s,
                                    rules=rules, idle_when_waiting_s=self.config.server.timeout_when_waiting)
@@ -147,8 +149,7 @@ class TurnController(WorkerNews):
         session.actor.start()
 
     def _output(self, session: Session) -> ReplyOutput:
-        """The session's reply audio: `ReplyAudio` events through its channel, paced, or the WebRTC track its door
-        says is connected."""
+        """The session's reply audio: `ReplyAudio` events through its channel, paced, or its door's WebRTC track."""
         def fate(turn_id: int) -> Fate:
             route = session.turns.route(turn_id)
             return Fate.SEND if route is Route.DELIVER else Fate.HOLD if route is Route.HOLD else Fate.DROP

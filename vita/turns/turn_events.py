@@ -44,6 +44,10 @@ class TurnRules:
     extend: bool = False
     extend_grace_s: float = 0.0
     stop_phrases: tuple[str, ...] = ()  # short speech over the reply saying one of these stops it (heard by ASR)
+    # A client whose speaker's echo comes back: speech long enough to interrupt the reply but never at the user's own
+    # level holds it instead, until ASR has heard its words; the reply goes on if they are its own echo (the
+    # canceller let some through), and stops otherwise. At most hold_for_words_s: then it stops.
+    hold_for_words_s: float = 0.0
     max_text_chars: int = 2000  # typed text waiting for the user's speech to end holds at most this much
 
 
@@ -82,6 +86,8 @@ class SpeechConfirmed:
     """The speech goes on: voiced long enough to interrupt or to extend a turn (more than a cough or "mm-hmm")."""
 
     now: float
+    speech: Speech | None = None  # what was heard of it so far
+    loud: bool = True  # over the reply, part of it was at the user's own level (the voice gate's; not its echo)
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class InterjectionHeard:
     turn_id: int
     pause: int
     text: str
+    echo: bool = False  # the words are the assistant's own recent reply, heard back from a speaker
 
 
 @dataclass(frozen=True)

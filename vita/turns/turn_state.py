@@ -77,11 +77,13 @@ class UserSpeech:
     discarded_in_a_row: int = 0  # speculative turns of this speech that it went on from
     speculated_at: float = 0.0  # when its latest speculative turn started
     pause: OpenPause | None = None  # the pause the user is in now, if any
+    checking: tuple[int, int] | None = None  # (turn, check) of its words that holds that turn's reply (TurnRules)
 
 
 class TurnMaking:
     """A part of TurnTaking (vita/turns/turn_taking.py): its methods run on the machine itself, over its turn in
-    flight (``turn``), its last turn id, its typed text waiting and its count of requests gone on with."""
+    flight (``turn``), its last turn id, its typed text waiting and its count of requests gone on with, and the
+    speech whose words hold the reply (``speech``, or ``unchecked`` once it ended)."""
 
     def _duck(self) -> list[Action]:
         turn = self.turn
@@ -106,6 +108,27 @@ class TurnMaking:
                 StopTurn(turn.turn_id, EXTENDED, audible=False, forget=True),
                 Send(TurnCancelled(turn.turn_id, EXTENDED)),
                 Send(StateChanged("listening", turn.turn_id, EXTENDED))]
+
+    def _held_for_words(self) -> UserSpeech | None:
+        """The speech whose words hold the active turn's reply (still being heard, or ended and waiting for them)."""
+        for speech in (self.speech, self.unchecked[0] if self.unchecked is not None else None):
+            if speech is not None and speech.checking is not None and speech.checking[0] == self.active_turn:
+                return speech
+        return None
+
+    def _words_checked(self, speech: UserSpeech, echo: bool) -> list[Action]:
+        """The words of speech that held the reply: its echo (the reply goes on, and the speech, no longer taken for
+        the user's, makes no turn), or the user's (the reply stops: an interruption, and its end a turn)."""
+        speech.checking = None
+        ended = self.unchecked if self.unchecked is not None and self.unchecked[0] is speech else None
+        self.unchecked = None
+        if echo:
+            speech.confirmed = False
+            actions = self._release(True) + self._unduck()
+            return actions + self._typed_turn(ended[1].now) if ended is not None else actions
+        speech.stopped_reply = True
+        actions = self._cancel("barge-in")
+        return self._utterance_ended(speech, ended[1], actions) if ended is not None else actions
 
     def _typed_turn(self, now: float) -> list[Action]:
         """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""

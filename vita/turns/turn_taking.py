@@ -94,6 +94,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
         # afresh by speech that goes on with no request, or by a request the client commits.
         self.went_on = 0
         self._last_turn = 0
+        # Speech that ended while its words, which hold the reply, were still being heard, and its end.
+        self.unchecked: tuple[UserSpeech, UtteranceEnded] | None = None
 
     # --- queries -----------------------------------------------------------------------------------------------
     @property
@@ -126,8 +128,11 @@ class TurnTaking(ReplyProgress, TurnMaking):
         # Held too: the reply of a request the user may be going on with (speech began before any of it was heard):
         # if they are, it is withdrawn unheard; if it was a cough, it is released (ReleaseHeld).
         # And the reply of a turn whose words are still to be heard, or said that the user is going on (held_by).
+        # And the reply speech over it may have stopped, while its words are heard (checking).
         turn = self.turn
-        return Route.HOLD if turn.speculative or turn.held_by is not None or self._may_continue() else Route.DELIVER
+        checking = self._held_for_words() is not None
+        return (Route.HOLD if turn.speculative or turn.held_by is not None or checking or self._may_continue()
+                else Route.DELIVER)
 
     # --- the machine -------------------------------------------------------------------------------------------
     def handle(self, event: Event) -> list[Action]:
@@ -158,6 +163,13 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return []
         if self._continues_request(speech):
             return self._extend(speech)
+        if self.rules.hold_for_words_s and self.first_audio_sent and e.speech is not None and not e.loud:
+            # (over a speaker's echo, and quieter than the user's voice: the reply is held, not stopped, until the
+            # words say whose they are)
+            self.pause_seq += 1
+            speech.checking = (self.active_turn, self.pause_seq)
+            return [HearInterjection(self.active_turn, self.pause_seq, e.speech),
+                    EndPauseAfter(self.pause_seq, self.rules.hold_for_words_s)]
         speech.stopped_reply = True
         return self._cancel("barge-in")
 
@@ -235,6 +247,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         return []
 
     def _on_PauseWaited(self, e: PauseWaited) -> list[Action]:
+        held = self._held_for_words()
+        if held is not None and held.checking[1] == e.pause:  # its words not heard in time: taken for the user's
+            return self._words_checked(held, echo=False)
         turn = self.turn
         if turn is not None and turn.held_by is not None and turn.held_by.seq == e.pause:
             turn.held_by = None  # the long silence has passed: the reply goes, whatever the words said
@@ -244,6 +259,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         return [EndUtterance()]
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
+        held = self._held_for_words()
+        if held is not None and held.checking[1] == e.pause:  # (nothing heard at all: not the user's words either)
+            return self._words_checked(held, echo=e.echo or not e.text.strip())
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
         speech = self.speech
@@ -273,8 +291,16 @@ class TurnTaking(ReplyProgress, TurnMaking):
 
     def _on_UtteranceEnded(self, e: UtteranceEnded) -> list[Action]:
         self.last_activity = e.now
+        held = self.speech is not None and self.speech is self._held_for_words()
         heard, self.speech = self.speech or UserSpeech(e.now), None
-        actions: list[Action] = [Send(VadChanged(speaking=False))] + self._unduck()
+        if held:  # its words, still to come, decide what its end makes
+            self.unchecked = (heard, e)
+            return [Send(VadChanged(speaking=False))]
+        return self._utterance_ended(heard, e, [Send(VadChanged(speaking=False))])
+
+    def _utterance_ended(self, heard: UserSpeech, e: UtteranceEnded, actions: list[Action]) -> list[Action]:
+        """What the end of the speech `heard` makes: a turn, the request going on, or nothing."""
+        actions = actions + self._unduck()
         if heard.commanded:  # "Stop." stopped the reply; it asks for nothing more
             return actions + self._typed_turn(e.now)
         if self._committed() and not heard.confirmed:

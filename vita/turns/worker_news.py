@@ -48,7 +48,13 @@ class WorkerNews:
     def _interjection(self, session: Session, heard: messages.InterjectionText) -> None:
         """Short speech over the reply, heard: the machine decides whether it was a command."""
         log.debug("heard over the reply: %r", heard.text, extra=turn_ids(session.sid, heard.turn_id))
-        self._handle(session, InterjectionHeard(time.monotonic(), heard.turn_id, heard.pause, heard.text))
+        replying, so_far = session.replying
+        said = (*session.said, so_far) if replying == heard.turn_id else tuple(session.said)
+        # (it began over the reply, and held it only if it was quieter than the user: so the letters may tell too)
+        echo = session.speaker_echo and echoes(heard.text, said, True, self.rules.stop_phrases, alike=True)
+        if echo:
+            log.info("heard the reply's own echo over it: %r", heard.text, extra=turn_ids(session.sid, heard.turn_id))
+        self._handle(session, InterjectionHeard(time.monotonic(), heard.turn_id, heard.pause, heard.text, echo))
 
     def record(self, message: WorkerOutput) -> None:
         """Facts for /metrics and the turn log, taken whether or not the turn is still current."""
@@ -56,6 +62,9 @@ class WorkerNews:
 
     def _on_output(self, session: Session, message: WorkerOutput) -> None:
         turn_id = getattr(message, "turn_id", None)
+        if isinstance(message, ReplyText) and not message.done:
+            replying, so_far = session.replying
+            session.replying = (turn_id, (so_far if replying == turn_id else "") + message.delta)
         if isinstance(message, ReplyText) and message.done and message.text:
             session.said.append(message.text)
         elif (isinstance(message, TurnEnded) and message.reason == "cancelled" and message.spoken

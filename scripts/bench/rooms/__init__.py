@@ -22,7 +22,9 @@ level (-26 dBFS while voiced), and scored as the evaluation scores them. Each ro
 Every other room also has `--barges` interruptions (in its own conditions). Reported per room: right answers /
 asked; replies nobody asked for (a turn that produced reply audio and was no question of the user's: started by
 the room or by the reply's own echo); replies cut by their own echo (a stop while the user said nothing); turns
-the server dropped as the reply's echo; barge-ins stopped / attempted and onset -> stop latency; voice-to-voice
+the server dropped as the reply's echo; barge-ins stopped / attempted and onset -> stop latency (in the echo rooms
+also onset -> the reply stopped sounding: a server that holds the reply while it hears the speech is silent first);
+voice-to-voice
 p50 / p90 at the client (as measure.ask: last voiced sample sent -> first reply audio received); the server's
 cores during the room (psutil over its whole process tree, one talking session at a time) and the client's.
 

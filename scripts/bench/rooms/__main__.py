@@ -52,6 +52,8 @@ class Asked:
     right: bool = False
     v2v_s: float | None = None
     stop_s: float | None = None  # barge: onset -> stop
+    silent_s: float | None = None  # barge: onset -> the reply stopped sounding at the client (held or stopped)
+    stop_at: float | None = None
     over_reply: bool = True  # barge: a reply was sounding at its onset
     stopped_before: bool = False  # barge: the reply was stopped by something else just before it could be
     echo_delay_s: float | None = None
@@ -78,6 +80,7 @@ class RoomResult:
         barges = [a for a in self.asked if a.kind == "barge"]
         v2v = [a.v2v_s for a in questions if a.v2v_s is not None]
         stops = [a.stop_s for a in barges if a.stop_s is not None]
+        silent = [a.silent_s for a in barges if a.silent_s is not None]
         from scripts.bench.common import percentile
 
         return {"room": self.room, "door": self.door, "right": sum(a.right for a in questions),
@@ -88,6 +91,7 @@ class RoomResult:
                 "barges_not_over_a_reply": sum(not a.over_reply for a in barges),
                 "barges_stopped_by_else": sum(a.stopped_before for a in barges),
                 "stop_p50_s": round(statistics.median(stops), 3) if stops else None,
+                "silent_p50_s": round(statistics.median(silent), 3) if silent else None,
                 "v2v_p50_s": round(statistics.median(v2v), 3) if v2v else None,
                 "v2v_p90_s": round(percentile(v2v, 0.9), 3) if v2v else None,
                 "server_cores": round(self.server_cores, 2), "front_cores": round(self.front_cores, 2),
@@ -218,7 +222,7 @@ def score(plan: list[Asked], turns: list[Turn], stops: list[float], by_id: dict[
         if a.kind == "barge":
             # a stop sooner than the user could have caused one (64 ms voiced, then confirmed) was something else's
             stop = next((s for s in stops if a.onset + EARLIEST_STOP_S <= s <= a.onset + STOPPED_WITHIN_S), None)
-            a.stop_s = None if stop is None else round(stop - a.onset, 3)
+            a.stop_s, a.stop_at = (None, None) if stop is None else (round(stop - a.onset, 3), stop)
             a.stopped_before = any(a.onset - 1.0 <= s < a.onset + EARLIEST_STOP_S for s in stops)
     return [asdict(t) for t in turns if t.first_audio is not None and t.key not in claimed]
 
@@ -284,6 +288,9 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
     result.asked = plan
     result.turns = [asdict(t) for t in turns]
     result.unasked = score(plan, turns, stops, {q["id"]: q for q in questions + follow_ups})
+    for a in plan:
+        if a.stop_at is not None and speaker is not None:
+            a.silent_s = round(max(0.0, speaker.silent_at.get(a.stop_at, a.stop_at) - a.onset), 3)
     result.echo_dropped = sum(t.reason == "echo" for t in turns)
     for s in stops:
         if not any(on - 0.2 <= s <= off + 1.5 for on, off in spans):
@@ -300,12 +307,13 @@ def run_room(url: str, pid: int | None, door_name: str, room: str, questions: li
 # --- the run -----------------------------------------------------------------------------------------------------
 def print_table(rows: list[dict]) -> None:
     head = ("room", "door", "right/asked", "unasked replies", "cut, user silent", "echo dropped", "barge stopped",
-            "stop p50", "v2v p50/p90", "server cores", "front")
+            "stop p50 (silent)", "v2v p50/p90", "server cores", "front")
     print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         print(f"| {r['room']} | {r['door']} | {r['right']}/{r['asked']} | {r['unasked_replies']} | {r['echo_cuts']} | "
               f"{r['echo_dropped']} | {r['barges_stopped']}/{r['barges']} | "
-              f"{'-' if r['stop_p50_s'] is None else str(r['stop_p50_s']) + ' s'} | "
+              f"{'-' if r['stop_p50_s'] is None else str(r['stop_p50_s']) + ' s'}"
+              f"{'' if r.get('silent_p50_s') is None else ' (' + str(r['silent_p50_s']) + ' s)'} | "
               f"{r['v2v_p50_s']} / {r['v2v_p90_s']} s | {r['server_cores']} | {r['front_cores']} |")
 
 
@@ -371,7 +379,8 @@ def main() -> int:
                 got = a.answer or {}
                 print(f"   {'ok ' if a.right else 'NO '} [{a.voice}] {a.text!r} heard {got.get('heard')!r} -> "
                       f"{got.get('reply')!r}" + (f" ({got.get('reason')})" if got.get("reason") else "")
-                      + (f" stop {a.stop_s}" if a.kind == "barge" else ""), flush=True)
+                      + (f" stop {a.stop_s}" if a.kind == "barge" else "")
+                      + (f" silent {a.silent_s}" if a.silent_s is not None else ""), flush=True)
             for u in result.unasked:
                 print(f"   UNASKED heard {u['heard']!r} -> {u['reply']!r} ({u['reason']})", flush=True)
             for c in result.echo_cuts:

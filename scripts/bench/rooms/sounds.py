@@ -127,6 +127,7 @@ class Speaker:
         self.lock = threading.Lock()
         self.energy, self.voiced = 0.0, 0  # what came out of it, for the level report
         self.cuts: list[float] = []  # when a stop dropped reply audio still to sound (a stop with none cuts nothing)
+        self.silent_at: dict[float, float] = {}  # each stop's time -> when the reply had stopped sounding by then
 
     def play(self, pcm24: bytes, at: float) -> None:
         import soxr
@@ -145,6 +146,7 @@ class Speaker:
             if self.end_t > at + CUT_MIN_S:
                 self.cuts.append(at)
             self.end_t = min(self.end_t, at)
+            self.silent_at[at] = self.end_t  # (earlier than the stop where the server held the reply meanwhile)
             kept = []
             for first, samples in self.segments:
                 if first < cut:
