@@ -1151,6 +1151,29 @@ def test_over_the_echo_speech_that_ends_as_the_reply_did_is_its_echo(heard, repl
     assert not echoes(heard, (reply,), over_echo=False)  # (elsewhere: the user's own words)
 
 
+@pytest.mark.parametrize(("heard", "reply", "alike", "by_words"), [
+    ("Yes, there is room.", "Yes, the Earth is round.", True, False),  # the whole echo misheard
+    ("Sorry, I didn't expect", "Sorry, I didn't catch that. Could you say it again?", True, True),
+    ("Wait, stop. What", "Yes, the Earth is round.", False, False),
+    ("Great stop.", "A rainbow is a great sight.", False, False),  # a stop phrase the reply lacks: the user's
+    ("Eric Loh.", "A rainbow is a great sight.", False, False),
+])
+def test_speech_quieter_than_the_user_that_sounds_like_the_reply_is_its_echo(heard, reply, alike, by_words):
+    """Speech that held the reply, never at the user's own level: Whisper may hear all of an echo wrong, but alike
+    letter by letter; without `alike` (the user's own voice) only the words count ("See you later." after "Bye!
+    Talk to you later." is the user's)."""
+    assert echoes(heard, (reply,), over_echo=True, phrases=STOP, alike=True) is alike
+    assert echoes(heard, (reply,), over_echo=True, phrases=STOP) is by_words
+    assert not echoes("See you later.", ("Bye! Talk to you later.",), over_echo=True, phrases=STOP)
+
+
+def test_a_stop_phrase_the_reply_lacks_makes_speech_the_users_even_in_the_replys_words():
+    reply = "Water your house plant every two to three days."
+    assert echoes("Water your house plant every", (reply,), over_echo=True, phrases=STOP)
+    assert not echoes("Wait, water your house plant every", (reply,), over_echo=True, phrases=STOP)
+    assert echoes("Stop and water your house plant", ("Stop and water your house plant weekly.",), phrases=STOP)
+
+
 def test_a_quick_answer_that_reuses_the_replys_words_is_not_its_echo():
     assert not echoes("Set a timer for five, please.", ("Should I set a timer for ten minutes?",), over_echo=True)
 
@@ -1182,7 +1205,9 @@ def test_speech_over_a_speakers_echo_that_is_the_replys_own_echo_lets_the_reply_
     went_on = m.handle(InterjectionHeard(4.5, turn, hear.pause, "your house plant every", echo=True))
     assert ReleaseHeld() in went_on and "unduck" in sent(went_on) and not of(went_on, StopTurn)
     assert m.route(turn) is Route.DELIVER
-    ended = m.handle(UtteranceEnded(5.0, SPEECH))
+    # ...and ended where it is: the user who speaks next is heard afresh (and may interrupt)
+    assert of(went_on, EndUtterance) == [EndUtterance(at_pause=False)]
+    ended = m.handle(UtteranceEnded(4.6, SPEECH))
     assert not of(ended, StartTurn) and m.active_turn == turn and m.phase is Phase.SPEAKING
 
 

@@ -348,7 +348,7 @@ class TurnController(WorkerNews):
             pcm = action.speech.pcm[-int(INTERJECTION_MAX_S * SAMPLE_RATE) * 2:]
             self.put("requests", messages.InterjectionCheck(sid, action.turn_id, action.pause, pcm, SAMPLE_RATE))
         elif isinstance(action, EndUtterance):
-            for event in session.listener.end_now(time.monotonic(), at_pause=True):
+            for event in session.listener.end_now(time.monotonic(), at_pause=action.at_pause):
                 session.actor.follow(event)
         elif isinstance(action, CarrySpeech):
             session.listener.carry(action.speech)

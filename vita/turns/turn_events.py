@@ -362,7 +362,11 @@ class HearInterjection:
 
 @dataclass(frozen=True)
 class EndUtterance:
-    """The user has finished: end the utterance now (the listener reports it as UtteranceEnded)."""
+    """The user has finished: end the utterance now (the listener reports it as UtteranceEnded). at_pause: at a
+    pause the end-of-turn model judged (speech soon after goes on with it); else it was no one's: what follows is
+    heard afresh."""
+
+    at_pause: bool = True
 
 
 @dataclass(frozen=True)

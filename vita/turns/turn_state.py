@@ -13,6 +13,7 @@ from vita.turns.turn_events import (
     EXTENDED,
     Action,
     CommitTurn,
+    EndUtterance,
     Phase,
     Send,
     Speech,
@@ -122,10 +123,10 @@ class TurnMaking:
         speech.checking = None
         ended = self.unchecked if self.unchecked is not None and self.unchecked[0] is speech else None
         self.unchecked = None
-        if echo:
+        if echo:  # (ended now, if it goes on: the user speaking next is heard afresh, and may interrupt)
             speech.confirmed = False
             actions = self._release(True) + self._unduck()
-            return actions + self._typed_turn(ended[1].now) if ended is not None else actions
+            return actions + (self._typed_turn(ended[1].now) if ended is not None else [EndUtterance(at_pause=False)])
         speech.stopped_reply = True
         actions = self._cancel("barge-in")
         return self._utterance_ended(speech, ended[1], actions) if ended is not None else actions
