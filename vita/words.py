@@ -258,20 +258,22 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
                                 (_alike_from_start(words[::-1], theirs[::-1]), ECHO_ENDING_WORDS)):
                 if run >= needed and run >= ECHO_OPENING_SHARE * len(words):
                     return True
-            if alike and _letters_alike(words, theirs) >= ECHO_ALIKE:
+            if alike and _letters_alike(words, theirs, ECHO_ALIKE):
                 return True
     return False
 
 
-def _letters_alike(words: list[str], theirs: list[str]) -> float:
-    """How alike `words` are, letter by letter, to the most alike stretch of `theirs` of about as many words."""
-    heard, best = " ".join(words), 0.0
+def _letters_alike(words: list[str], theirs: list[str], at_least: float) -> bool:
+    """`words` are at least that alike, letter by letter, a stretch of `theirs` of about as many words."""
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(" ".join(words))  # (difflib caches what it learns of its second sequence)
     for start in range(len(theirs)):
         for length in range(max(1, len(words) - 2), len(words) + 3):
-            matcher = difflib.SequenceMatcher(None, heard, " ".join(theirs[start:start + length]), autojunk=False)
-            if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
-                best = max(best, matcher.ratio())
-    return best
+            matcher.set_seq1(" ".join(theirs[start:start + length]))
+            if matcher.real_quick_ratio() >= at_least and matcher.quick_ratio() >= at_least \
+                    and matcher.ratio() >= at_least:
+                return True
+    return False
 
 
 def asks(text: str) -> bool:

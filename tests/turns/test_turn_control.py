@@ -167,6 +167,18 @@ def test_held_audio_of_a_committed_speculative_turn_goes_out_after_thinking():
         assert not s.handling
 
 
+def test_a_held_reply_is_counted_once_among_what_the_assistant_said():
+    """Held outputs come through again when released: the reply's words (its echo's reference) are taken once."""
+    wire = Wire()
+    with live(wire) as (turns, s):
+        speculative_turn(turns, s, [messages.ReplyText("s1", 1, "Paris. "),
+                                    messages.ReplyText("s1", 1, "", done=True, text="Paris."),
+                                    messages.TtsChunk("s1", 1, 0, PCM)])
+        assert wire.wait_for(lambda: any(e == "audio" for e, _ in wire.sent))
+        assert s.actor.call_and_wait(lambda: None, 5)
+        assert list(s.said) == ["Paris."] and s.replying == (1, "Paris. ")
+
+
 def test_a_speculative_turn_that_heard_nothing_goes_thinking_then_listening():
     wire = Wire()
     with live(wire) as (turns, s):

@@ -1211,13 +1211,15 @@ def test_speech_over_a_speakers_echo_that_is_the_replys_own_echo_lets_the_reply_
     assert not of(ended, StartTurn) and m.active_turn == turn and m.phase is Phase.SPEAKING
 
 
-@pytest.mark.parametrize("how", ["words", "too late"])
+@pytest.mark.parametrize("how", ["words", "too late", "nothing heard"])
 def test_speech_over_a_speakers_echo_in_the_users_own_words_or_not_heard_in_time_interrupts(how):
     m = over_a_speaker()
     turn, hear = held_for_words(m)
     if how == "words":
         stopped = m.handle(InterjectionHeard(4.5, turn, hear.pause, "Wait, stop. What", echo=False))
-    else:  # (ASR busy or gone: the user must not wait on it to stop the reply)
+    elif how == "nothing heard":  # (or ASR failed: the user must not wait on it to stop the reply)
+        stopped = m.handle(InterjectionHeard(4.5, turn, hear.pause, "", echo=False))
+    else:  # (ASR busy or gone)
         assert m.handle(PauseWaited(5.4, hear.pause - 1)) == []
         stopped = m.handle(PauseWaited(5.4, hear.pause))
     assert sent(stopped)[:2] == ["stop_tts", "turn_cancelled"] and of(stopped, StopTurn)[0].reason == "barge-in"
@@ -1235,13 +1237,45 @@ def test_speech_that_ends_before_its_words_are_heard_waits_for_them(echo):
     turn, hear = held_for_words(m)
     ended = m.handle(UtteranceEnded(4.4, SPEECH))
     assert sent(ended) == ["vad"] and not of(ended, StartTurn) and m.route(turn) is Route.HOLD
-    decided = m.handle(InterjectionHeard(4.6, turn, hear.pause, "" if echo else "Who are you?", echo=False))
-    if echo:  # (nothing heard at all is not the user's words either)
+    decided = m.handle(InterjectionHeard(4.6, turn, hear.pause, "the planet Mars" if echo else "Who are you?", echo))
+    if echo:
         assert ReleaseHeld() in decided and not of(decided, StartTurn) and m.route(turn) is Route.DELIVER
     else:
         assert of(decided, StopTurn)[0].reason == "barge-in"
         (start,) = of(decided, StartTurn)
         assert start.speech == SPEECH and start.stopped_reply and m.phase is Phase.THINKING
+
+
+def test_a_reply_played_out_while_held_ends_once_its_echo_is_heard():
+    """Held in its last moments: its playback's end comes while the words are heard, and the turn ends with them."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    assert m.handle(ReplyComplete(4.3, turn)) == []  # (held: nothing more went out)
+    assert m.handle(PlaybackDone(4.4, turn)) == []
+    done = m.handle(InterjectionHeard(4.6, turn, hear.pause, "your house plant", echo=True))
+    assert of(done, TurnDone) == [TurnDone(turn, "done")] and m.phase is Phase.LISTENING
+
+
+def test_speech_while_an_ended_ones_words_are_heard_gets_no_check_of_its_own():
+    """One check at a time: quiet speech confirmed while the last one's words are still awaited stops the reply."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    m.handle(UtteranceEnded(4.4, SPEECH))
+    m.handle(SpeechStarted(4.6))
+    stopped = m.handle(SpeechConfirmed(5.2, SPEECH, loud=False))
+    assert of(stopped, StopTurn)[0].reason == "barge-in" and not of(stopped, HearInterjection)
+
+
+def test_speech_begun_while_a_request_was_heard_goes_on_with_it():
+    """The user's words held the reply and ended; they went on speaking before ASR said they were theirs: what
+    follows goes on with the request they made, not an interruption of it."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    m.handle(UtteranceEnded(4.4, SPEECH))
+    m.handle(SpeechStarted(4.5))
+    (start,) = of(m.handle(InterjectionHeard(4.6, turn, hear.pause, "What is the time", echo=False)), StartTurn)
+    went_on = m.handle(SpeechConfirmed(5.0, SPEECH, loud=True))
+    assert of(went_on, StopTurn) == [StopTurn(start.turn_id, EXTENDED, audible=False, forget=True)]
 
 
 def test_a_check_outlived_by_its_reply_holds_no_later_turn():

@@ -57,6 +57,7 @@ class ActiveTurn:
     # Its speech stopped a reply ("Wait, stop."): so does the request it goes on to, if the user goes on with it
     # (its words are then read after the command, as if said in one breath).
     stopped_reply: bool = False
+    played_out: bool = False  # its reply was all played while speech held it (ended once it goes on)
 
     @property
     def phase(self) -> Phase:
@@ -110,26 +111,37 @@ class TurnMaking:
                 Send(TurnCancelled(turn.turn_id, EXTENDED)),
                 Send(StateChanged("listening", turn.turn_id, EXTENDED))]
 
-    def _held_for_words(self) -> UserSpeech | None:
-        """The speech whose words hold the active turn's reply (still being heard, or ended and waiting for them)."""
+    def _held_for_words(self, check: int | None = None) -> UserSpeech | None:
+        """The speech whose words hold the active turn's reply (still being heard, or ended and waiting for them);
+        `check`: only if that is its check."""
         for speech in (self.speech, self.unchecked[0] if self.unchecked is not None else None):
-            if speech is not None and speech.checking is not None and speech.checking[0] == self.active_turn:
+            if (speech is not None and speech.checking is not None and speech.checking[0] == self.active_turn
+                    and check in (None, speech.checking[1])):
                 return speech
         return None
 
-    def _words_checked(self, speech: UserSpeech, echo: bool) -> list[Action]:
-        """The words of speech that held the reply: its echo (the reply goes on, and the speech, no longer taken for
-        the user's, makes no turn), or the user's (the reply stops: an interruption, and its end a turn)."""
+    def _words_checked(self, speech: UserSpeech, echo: bool, now: float) -> list[Action]:
+        """The words of speech that held the reply: its echo (the reply goes on, or ends if it was played out
+        meanwhile, and the speech, no longer taken for the user's, makes no turn), or the user's (the reply stops: an
+        interruption, and its end a turn)."""
         speech.checking = None
         ended = self.unchecked if self.unchecked is not None and self.unchecked[0] is speech else None
-        self.unchecked = None
+        if ended is not None:
+            self.unchecked = None
         if echo:  # (ended now, if it goes on: the user speaking next is heard afresh, and may interrupt)
             speech.confirmed = False
-            actions = self._release(True) + self._unduck()
+            played_out = self.turn is not None and self.turn.played_out
+            actions = self._finish(self.turn.turn_id, "done", now) if played_out else self._release(True)
+            actions += self._unduck()
             return actions + (self._typed_turn(ended[1].now) if ended is not None else [EndUtterance(at_pause=False)])
         speech.stopped_reply = True
         actions = self._cancel("barge-in")
-        return self._utterance_ended(speech, ended[1], actions) if ended is not None else actions
+        if ended is None:
+            return actions
+        actions = self._utterance_ended(speech, ended[1], actions)
+        if self.speech is not None and self.turn is not None:  # begun while its words were heard: it goes on with it
+            self.speech.before_reply = True
+        return actions
 
     def _typed_turn(self, now: float) -> list[Action]:
         """Text typed while the user spoke, when that speech made no turn to join: it is a request of its own."""

@@ -122,6 +122,10 @@ class TurnTaking(ReplyProgress, TurnMaking):
     def pause(self) -> OpenPause | None:
         return self.speech.pause if self.speech is not None else None
 
+    def held_for(self, check: int) -> bool:
+        """The active turn's reply is held for the words of that check (of speech over it)."""
+        return self._held_for_words(check) is not None
+
     def route(self, turn_id: int | None) -> Route:
         if turn_id is None or turn_id != self.active_turn:
             return Route.DROP
@@ -163,7 +167,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return []
         if self._continues_request(speech):
             return self._extend(speech)
-        if self.rules.hold_for_words_s and self.first_audio_sent and e.speech is not None and not e.loud:
+        waiting = self.unchecked is not None and self.unchecked[0].checking is not None  # (one check at a time)
+        if self.rules.hold_for_words_s and self.first_audio_sent and e.speech and not e.loud and not waiting:
             # (over a speaker's echo, and quieter than the user's voice: the reply is held, not stopped, until the
             # words say whose they are)
             self.pause_seq += 1
@@ -247,9 +252,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         return []
 
     def _on_PauseWaited(self, e: PauseWaited) -> list[Action]:
-        held = self._held_for_words()
-        if held is not None and held.checking[1] == e.pause:  # its words not heard in time: taken for the user's
-            return self._words_checked(held, echo=False)
+        held = self._held_for_words(e.pause)
+        if held is not None:  # its words not heard in time: taken for the user's
+            return self._words_checked(held, echo=False, now=e.now)
         turn = self.turn
         if turn is not None and turn.held_by is not None and turn.held_by.seq == e.pause:
             turn.held_by = None  # the long silence has passed: the reply goes, whatever the words said
@@ -259,9 +264,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         return [EndUtterance()]
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
-        held = self._held_for_words()
-        if held is not None and held.checking[1] == e.pause:  # (nothing heard at all: not the user's words either)
-            return self._words_checked(held, echo=e.echo or not e.text.strip())
+        held = self._held_for_words(e.pause)
+        if held is not None:  # (nothing heard, ASR failed: the user must not wait on it, as at the deadline)
+            return self._words_checked(held, echo=e.echo, now=e.now)
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
         speech = self.speech

@@ -50,8 +50,9 @@ class WorkerNews:
         log.debug("heard over the reply: %r", heard.text, extra=turn_ids(session.sid, heard.turn_id))
         replying, so_far = session.replying
         said = (*session.said, so_far) if replying == heard.turn_id else tuple(session.said)
-        # (it began over the reply, and held it only if it was quieter than the user: so the letters may tell too)
-        echo = session.speaker_echo and echoes(heard.text, said, True, self.rules.stop_phrases, alike=True)
+        # (speech that held the reply: it began over it, and was quieter than the user, so the letters may tell too)
+        echo = (session.turns.held_for(heard.pause)
+                and echoes(heard.text, said, True, self.rules.stop_phrases, alike=True))
         if echo:
             log.info("heard the reply's own echo over it: %r", heard.text, extra=turn_ids(session.sid, heard.turn_id))
         self._handle(session, InterjectionHeard(time.monotonic(), heard.turn_id, heard.pause, heard.text, echo))
@@ -62,16 +63,9 @@ class WorkerNews:
 
     def _on_output(self, session: Session, message: WorkerOutput) -> None:
         turn_id = getattr(message, "turn_id", None)
-        if isinstance(message, ReplyText) and not message.done:
-            replying, so_far = session.replying
-            session.replying = (turn_id, (so_far if replying == turn_id else "") + message.delta)
-        if isinstance(message, ReplyText) and message.done and message.text:
-            session.said.append(message.text)
-        elif (isinstance(message, TurnEnded) and message.reason == "cancelled" and message.spoken
-              and turn_id in session.voiced):  # a reply cut short: what was sent of it echoes as well
-            session.said.append(message.spoken)
         if (isinstance(message, Transcript) and session.speaker_echo and turn_id == session.turns.active_turn
-                and echoes(message.text, tuple(session.said), over_echo=turn_id in session.over_echo)):
+                and echoes(message.text, tuple(session.said), over_echo=turn_id in session.over_echo,
+                           phrases=self.rules.stop_phrases)):
             # the reply heard back from a speaker: no question
             log.info("dropped the reply's own echo: %r", message.text, extra=turn_ids(session.sid, turn_id))
             self._handle(session, Interrupted(time.monotonic(), ECHOED))
@@ -93,12 +87,26 @@ class WorkerNews:
         if decision is Route.HOLD:  # a speculative turn's: facts and delivery wait for its commit
             session.held.append(message)
             return
+        self._said(session, message)
         self.record(message)
         session.trace.worker_fact(message)
         if isinstance(message, SessionError):
             self.tell(ErrorNotice(message.code, message.message, turn_id), to=session.sid)
         elif decision is Route.DELIVER:
             self._deliver(session, message)
+
+    @staticmethod
+    def _said(session: Session, message: WorkerOutput) -> None:
+        """What the assistant has said (once a message is past any hold: a held one comes this way again)."""
+        turn_id = getattr(message, "turn_id", None)
+        if isinstance(message, ReplyText) and not message.done:
+            replying, so_far = session.replying
+            session.replying = (turn_id, (so_far if replying == turn_id else "") + message.delta)
+        elif isinstance(message, ReplyText) and message.text:
+            session.said.append(message.text)
+        elif (isinstance(message, TurnEnded) and message.reason == "cancelled" and message.spoken
+              and turn_id in session.voiced):  # a reply cut short: what was sent of it echoes as well
+            session.said.append(message.spoken)
 
     def _echo_made_no_sense(self, session: Session, message: ReplyText) -> bool:
         """Judge the reply to speech over the echo on its first sentence: drop the turn (True), or let its held

@@ -24,9 +24,8 @@ asked; replies nobody asked for (a turn that produced reply audio and was no que
 the room or by the reply's own echo); replies cut by their own echo (a stop while the user said nothing); turns
 the server dropped as the reply's echo; barge-ins stopped / attempted and onset -> stop latency (in the echo rooms
 also onset -> the reply stopped sounding: a server that holds the reply while it hears the speech is silent first);
-voice-to-voice
-p50 / p90 at the client (as measure.ask: last voiced sample sent -> first reply audio received); the server's
-cores during the room (psutil over its whole process tree, one talking session at a time) and the client's.
+voice-to-voice p50 / p90 at the client (as measure.ask: last voiced sample sent -> first reply audio received); the
+server's cores during the room (psutil over its whole process tree, one talking session at a time) and the client's.
 
 Usage: .venv/bin/python -m scripts.bench.rooms [--rooms quiet,babble20,...] [--questions 12] [--barges 1]
        [--door vita|realtime] [--page_echo on|off] [--json out.json] [--url URL --server_pid PID] [-- server flags]
