@@ -87,7 +87,7 @@ class SpeechConfirmed:
 
     now: float
     speech: Speech | None = None  # what was heard of it so far
-    loud: bool = True  # over the reply, part of it was at the user's own level (the voice gate's; not its echo)
+    loud: bool = True  # part of it came near the user's own loud chunks (SpeechListener.at_users_level): not an echo
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,7 @@ class TurnTaking(ReplyProgress, TurnMaking):
 
     def _on_InterjectionHeard(self, e: InterjectionHeard) -> list[Action]:
         held = self._held_for_words(e.pause)
-        if held is not None:  # (nothing heard, ASR failed: the user must not wait on it, as at the deadline)
+        if held is not None:  # (its words decide; nothing heard, or ASR failing, is no echo: the reply stops)
             return self._words_checked(held, echo=e.echo, now=e.now)
         if e.turn_id != self.active_turn or e.pause != self.pause_seq or not self._committed():
             return []  # the reply ended or was interrupted meanwhile, or the speech went on to a later pause
