@@ -1266,6 +1266,17 @@ def test_speech_while_an_ended_ones_words_are_heard_gets_no_check_of_its_own():
     assert of(stopped, StopTurn)[0].reason == "barge-in" and not of(stopped, HearInterjection)
 
 
+def test_a_check_left_waiting_by_a_turn_that_ended_otherwise_holds_no_later_reply_back():
+    """Speech ended while its words were heard, and its turn then ended another way (a reset): the next reply's
+    quiet speech is held for its own words as any would be."""
+    m = over_a_speaker()
+    turn, hear = held_for_words(m)
+    m.handle(UtteranceEnded(4.4, SPEECH))
+    m.handle(Interrupted(4.5, "reset"))
+    later, check = held_for_words(m)
+    assert later != turn and check.pause != hear.pause
+
+
 def test_speech_begun_while_a_request_was_heard_goes_on_with_it():
     """The user's words held the reply and ended; they went on speaking before ASR said they were theirs: what
     follows goes on with the request they made, not an interruption of it."""

@@ -167,7 +167,7 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return []
         if self._continues_request(speech):
             return self._extend(speech)
-        waiting = self.unchecked is not None and self.unchecked[0].checking is not None  # (one check at a time)
+        waiting = self._held_for_words() is not None  # (one check at a time)
         if self.rules.hold_for_words_s and self.first_audio_sent and e.speech and not e.loud and not waiting:
             # (over a speaker's echo, and quieter than the user's voice: the reply is held, not stopped, until the
             # words say whose they are)
