@@ -244,10 +244,11 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
         return False
     words = said_words(transcript)
     spoken = f" {' '.join(words_of(transcript))} "
+    commands = [p for p in _spaced(phrases) if p in spoken]
     for reply in said:
         theirs = said_words(reply)  # (the reply's "Two plus two equals four." comes back "2 plus 2 equals 4.")
         replied = f" {' '.join(words_of(reply))} "
-        if any(p in spoken and p not in replied for p in _spaced(phrases)):  # ("Wait, stop." is the user's)
+        if any(p not in replied for p in commands):  # ("Wait, stop." is the user's)
             continue
         if _in_order(words, theirs) >= ECHO_SHARE * len(words):
             return True

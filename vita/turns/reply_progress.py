@@ -97,9 +97,10 @@ class ReplyProgress:
         return self._finish(e.turn_id, "done", e.now)
 
     def _on_PlaybackDone(self, e: PlaybackDone) -> list[Action]:
-        if self.route(e.turn_id) is Route.HOLD and self._held_for_words() is not None:
+        route = self.route(e.turn_id)
+        if route is Route.HOLD and self._held_for_words() is not None:
             self.turn.played_out = True  # (the words of speech over it decide: it ends, or it was interrupted)
-        if self.route(e.turn_id) is not Route.DELIVER:
+        if route is not Route.DELIVER:
             return []
         return self._finish(e.turn_id, "done", e.now)
 
