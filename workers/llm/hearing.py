@@ -70,7 +70,8 @@ class Hearing:
         """Cascade: the utterance through ASR, joined with any typed text."""
         transcript = ""
         if req.audio:
-            heard = await self.kit.in_thread(self.kit.asr.hear, req.audio, req.sample_rate)
+            heard = await self.kit.in_thread(self.kit.asr.hear, req.audio, req.sample_rate, True,
+                                             bool(req.unless_command))
             transcript = heard.text
             run.timings["asr_s"] = time.monotonic() - run.started
             if transcript:
@@ -81,6 +82,7 @@ class Hearing:
                     run.timings["asr_looped"] = 1.0
                 rule = self.kit.misheard_rule
                 if not req.text.strip():  # typed words say what was meant
+                    heard = self.request_heard(req, run, heard)
                     run.misheard = rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
                                                           and await self.disagree(req, run, heard))
                     reads = self.kit.engine.reads_words and rule.reads
@@ -89,6 +91,16 @@ class Hearing:
                     run.sense_check = not run.misheard and not reads and rule.worth_a_sense_check(heard)
             self.out.publish(Transcript(req.session_id, req.turn_id, transcript))
         return " ".join(t for t in (transcript, req.text.strip()) if t)
+
+    @staticmethod
+    def request_heard(req: TurnRequest, run: TurnRun, heard: Transcription) -> Transcription:
+        """Speech that stopped a reply, opening with the command: what is judged is Whisper's confidence in the request
+        after it, the one thing answered (over the echo the command is often its least sure words)."""
+        request = after_stop_command(heard.text, req.unless_command) if req.unless_command else heard.text
+        if request == heard.text.strip() or not heard.tokens:
+            return heard
+        run.timings["asr_request_logprob"] = round(heard.confidence_of(request), 3)
+        return dataclasses.replace(heard, avg_logprob=run.timings["asr_request_logprob"])
 
     async def disagree(self, req: TurnRequest, run: TurnRun, heard: Transcription) -> bool:
         """Whisper was unsure: does a second model hear the same words? (scripts/bench/stages/asr.py accuracy: with it,

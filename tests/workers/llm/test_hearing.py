@@ -54,3 +54,20 @@ def test_speech_that_stopped_a_reply_is_compared_by_the_request_after_its_comman
 def test_the_words_compared_are_counted_as_compared_numbers_as_digits():
     """"twenty five" is one word compared ("25"): counted as written, the other's window took in "what" too."""
     assert disagree("Stop. What is twenty five plus two?", "Stop, what is 25 plus 2?", ("stop",)) == (False, 0.0)
+
+
+def test_speech_that_stopped_a_reply_is_judged_by_whispers_confidence_in_the_request_after_its_command():
+    """Over the echo the command is where Whisper is least sure ("Mate stop."): the request alone is judged."""
+    tokens = ((" Mate", -3.0), (" stop", -0.5), (".", -1.0), (" Is", -0.3), (" the", -0.1), (" earth", -0.6),
+              (" round", -0.2), ("?", -0.4), ("", -0.2))
+    heard = Transcription("Mate stop. Is the earth round?", -0.92, tokens=tokens)
+    run = TurnRun("s:1", 0.0)
+    judged = Hearing.request_heard(TurnRequest("s", 1, unless_command=("stop", "wait")), run, heard)
+    assert judged.avg_logprob == pytest.approx(-0.3) and judged.text == heard.text
+    assert run.timings["asr_request_logprob"] == pytest.approx(-0.3)
+    rule = MisheardRule.from_config(Config().asr)
+    assert rule.unsure(heard) and not rule.unsure(judged)
+    # not after a reply, or no command opening it: the whole is judged
+    assert Hearing.request_heard(TurnRequest("s", 1), TurnRun("s:1", 0.0), heard) is heard
+    plain = Transcription("Is the earth round?", -0.92, tokens=tokens[3:])
+    assert Hearing.request_heard(TurnRequest("s", 1, unless_command=("stop",)), TurnRun("s:1", 0.0), plain) is plain

@@ -529,7 +529,7 @@ class Heard:
     def __init__(self, text: str, logprob: float):
         self.result, self.calls = Transcription(text, logprob), 0
 
-    def hear(self, pcm: bytes, rate: int) -> Transcription:
+    def hear(self, pcm: bytes, rate: int, redecode: bool = True, token_scores: bool = False) -> Transcription:
         self.calls += 1
         return self.result
 
@@ -540,7 +540,7 @@ class HeardTogether:
     def __init__(self, parties: int):
         self.barrier = threading.Barrier(parties, timeout=10)
 
-    def hear(self, pcm: bytes, rate: int) -> Transcription:
+    def hear(self, pcm: bytes, rate: int, redecode: bool = True, token_scores: bool = False) -> Transcription:
         self.barrier.wait()  # broken (and the turn's ASR fails) if the runs queue one after another
         return Transcription("What is the capital of France?", -0.1)
 

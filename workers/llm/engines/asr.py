@@ -82,6 +82,11 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     return d[len(hyp)] / max(1, len(ref))
 
 
+def log_softmax_at(logits: np.ndarray, index: int) -> float:
+    peak = float(logits.max())
+    return float(logits[index]) - peak - float(np.log(np.exp(logits - peak).sum()))
+
+
 def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
     audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
     if sample_rate != WHISPER_RATE and audio.size:
@@ -108,12 +113,33 @@ class Transcription:
     avg_logprob: float = 0.0
     beam: bool = False  # decoded again with a wider beam (WhisperTranscriber's redecode_below), whoever's words won
     looped: bool = False  # the decoder looped (a sentence, kept once in `text`, or a word or two): not heard
+    # each token's text and log-probability, then the end of the text's ("", greedy only); where asked for
+    # (WhisperTranscriber.hear's token_scores)
+    tokens: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
+    def decoded(cls, text: str, avg_logprob: float, beam: bool = False,
+                tokens: tuple[tuple[str, float], ...] = ()) -> Transcription:
         """Whisper's words, its repeats kept once (its confidence is high in a loop: each copy predicts the next)."""
         kept, copies, ran_out = without_repeats(text)
-        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out or repeats_words(said_words(kept)))
+        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out or repeats_words(said_words(kept)),
+                   tokens=tokens if kept == text.strip() else ())
+
+    def confidence_of(self, ending: str) -> float:
+        """Whisper's confidence in the words that end the transcript (the request after a stop command), with the end
+        of the text: over a speakerphone's echo the command is where it is least sure ("Mate stop. Is the Earth
+        round?"), and that says nothing of the request. The whole's where its tokens are not known."""
+        wanted = len(said_words(ending))
+        if not self.tokens or not wanted:
+            return self.avg_logprob
+        start = len(self.tokens)
+        while start > 0:
+            start -= 1
+            piece = self.tokens[start][0]
+            if piece[:1].isspace() and len(said_words("".join(p for p, _ in self.tokens[start:]))) >= wanted:
+                break
+        scores = [lp for _, lp in self.tokens[start:]]
+        return sum(scores) / len(scores)
 
 
 @dataclass(frozen=True)
@@ -207,15 +233,17 @@ class WhisperTranscriber:
     def transcribe(self, pcm: bytes, sample_rate: int = WHISPER_RATE, redecode: bool = True) -> str:
         return self.hear(pcm, sample_rate, redecode).text
 
-    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE, redecode: bool = True) -> Transcription:
+    def hear(self, pcm: bytes, sample_rate: int = WHISPER_RATE, redecode: bool = True,
+             token_scores: bool = False) -> Transcription:
         """The words, and how sure Whisper is of them ("" for silence, a cough, noise); redecode=False: never the
-        beam's second pass (a quick check that must not wait for it)."""
+        beam's second pass (a quick check that must not wait for it); token_scores: each token's too
+        (Transcription.tokens; on the short window only: ~1 ms greedy, ~25 ms after a beam)."""
         audio = pcm16_to_float(pcm, sample_rate)
         if audio.size < WHISPER_RATE // 10:
             return Transcription("")
         window = window_seconds(audio.size / WHISPER_RATE, self.short_window)
         if window is not None and self._tokenizer is not None:
-            return self._transcribe_window(audio, window, redecode)
+            return self._transcribe_window(audio, window, redecode, token_scores)
         segments, _ = self.model.transcribe(
             audio, language=self.language, beam_size=self.beam_size, condition_on_previous_text=False,
             vad_filter=False, without_timestamps=True,
@@ -256,28 +284,46 @@ class WhisperTranscriber:
         features = self.model.feature_extractor(padded, padding=0)[:, : int(window_s * 100)]
         return self.model.encode(features), self.model.get_prompt(self._tokenizer, [], without_timestamps=True)
 
-    def _transcribe_window(self, audio: np.ndarray, window_s: float, redecode: bool) -> Transcription:
+    def _transcribe_window(self, audio: np.ndarray, window_s: float, redecode: bool,
+                           token_scores: bool = False) -> Transcription:
         encoded, prompt = self._encode(audio, window_s)
-        heard = self._decode(encoded, prompt, self.beam_size)
+        heard = self._decode(encoded, prompt, self.beam_size, token_scores)
         if redecode and heard.text and self.redecode_below is not None and heard.avg_logprob < self.redecode_below:
             # Its own score judges the beam's words better than the greedy pass's does (their AUC for garbled
             # against exact transcripts, 175 clips greedy called unsure in four voices: 0.94 against 0.92), so the
             # rules downstream get it. A beam that finds no speech keeps the greedy words and their low score.
             again = self._decode(encoded, prompt, self.redecode_beam_size)
+            if again.text and token_scores:
+                again = self._scored(again, encoded, prompt, window_s)
             chosen = again if again.text else heard
             return dataclasses.replace(chosen, beam=True)
         return heard
 
-    def _decode(self, encoded: Any, prompt: list[int], beam_size: int) -> Transcription:
+    def _decode(self, encoded: Any, prompt: list[int], beam_size: int, token_scores: bool = False) -> Transcription:
+        greedy_scores = token_scores and beam_size == 1  # (a beam's own come from _scored)
         result = self.model.model.generate(
             encoded, [prompt], beam_size=beam_size, return_scores=True, return_no_speech_prob=True,
             max_length=len(prompt) + MAX_REPLY_TOKENS, suppress_blank=True, suppress_tokens=[-1],
+            return_logits_vocab=greedy_scores,
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
             return Transcription("")
-        return Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
+        scored: tuple[tuple[str, float], ...] = ()
+        if greedy_scores:  # each step's log-probabilities over the vocabulary: the chosen token's, and the end's
+            steps = [np.asarray(step, np.float32) for step in result.logits[0]]
+            chosen = [*tokens, self._tokenizer.eot]  # (no end where the tokens ran out)
+            scored = tuple((self._tokenizer.decode([t]) if t != self._tokenizer.eot else "", log_softmax_at(step, t))
+                           for t, step in zip(chosen, steps, strict=False))
+        return Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]), tokens=scored)
+
+    def _scored(self, heard: Transcription, encoded: Any, prompt: list[int], window_s: float) -> Transcription:
+        """A beam's words with each token's log-probability, the decoder reading them again (its alignment pass)."""
+        tokens = self._tokenizer.encode(" " + heard.text)
+        probs = self.model.model.align(encoded, list(prompt), [tokens], [int(window_s * 50)])[0].text_token_probs
+        return dataclasses.replace(heard, tokens=tuple((self._tokenizer.decode([t]), float(np.log(max(p, 1e-12))))
+                                                        for t, p in zip(tokens, probs, strict=False)))
 
 
 def threads_worth_it(build: Callable[[int], WhisperTranscriber]) -> tuple[WhisperTranscriber, int, str]:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.harness.speech import noise, silence, spoken
 from vita.config import Config
+from vita.words import after_stop_command
 from workers.llm.engines.asr import (
     MisheardRule,
     Transcription,
@@ -29,6 +30,18 @@ from workers.llm.engines.asr import (
 ])
 def test_window_is_at_least_ten_seconds_and_long_utterances_take_whispers_own_path(audio_s, short, window):
     assert window_seconds(audio_s, short) == window
+
+
+@pytest.mark.fast
+def test_the_confidence_of_the_words_ending_a_transcript_is_that_of_their_tokens_and_the_end():
+    heard = Transcription("Mate stop. Can penguins fly?", -0.9, tokens=(
+        (" Mate", -3.0), (" stop", -0.5), (".", -1.0), (" Can", -0.3), (" peng", -0.2), ("uins", -0.1),
+        (" fly", -0.2), ("?", -0.4), ("", -0.3)))
+    assert heard.confidence_of("Can penguins fly?") == pytest.approx(-1.5 / 6)  # " Can" to the end of the text
+    assert heard.confidence_of("penguins fly?") == pytest.approx(-1.2 / 5)  # a word's every token
+    assert heard.confidence_of(heard.text) == pytest.approx(-6.0 / 9)
+    assert Transcription("Stop. Can penguins fly?", -0.9).confidence_of("Can penguins fly?") == -0.9  # not known
+    assert heard.confidence_of("") == -0.9
 
 
 @pytest.mark.fast
@@ -151,6 +164,24 @@ def test_an_unsure_greedy_transcript_is_decoded_again_with_beam_search(whisper):
     assert redecoding.hear(question, redecode=False) == greedy  # the greedy words and score, untouched
     redecoding.redecode_below = greedy.avg_logprob - 0.01  # sure enough
     assert redecoding.hear(question) == greedy
+
+
+def test_each_tokens_confidence_is_told_when_asked_greedy_and_after_a_beam(whisper):
+    """token_scores: each token's log-probability (their mean is Whisper's own score for the greedy pass) and that
+    of the request ending the words, alone; a beam's are read again by the decoder."""
+    question = np.concatenate([silence(0.2), spoken("Stop. Which animal has a long trunk?"), silence(0.3)]).tobytes()
+    plain = whisper.hear(question)
+    scored = whisper.hear(question, token_scores=True)
+    assert plain.tokens == () and scored.text == plain.text and len(scored.tokens) >= 8
+    assert "".join(piece for piece, _ in scored.tokens).strip() == scored.text and scored.tokens[-1][0] == ""
+    mean = sum(lp for _, lp in scored.tokens) / len(scored.tokens)
+    assert mean == pytest.approx(scored.avg_logprob, abs=0.05) and all(lp <= 0 for _, lp in scored.tokens)
+    request = after_stop_command(scored.text, ("stop",))  # "which animal has a long trunk?"
+    assert request != scored.text and scored.confidence_of(request) > scored.avg_logprob  # "Stop," less sure
+    redecoding = WhisperTranscriber(Config().models_path() / "whisper-base", "int8", 2, "en", 1, redecode_below=0.0)
+    again = redecoding.hear(question, token_scores=True)
+    assert again.beam and "".join(piece for piece, _ in again.tokens).strip() == again.text
+    assert all(lp <= 0 for _, lp in again.tokens) and again.confidence_of(request) > -1.5
 
 
 def test_utterances_that_end_together_are_heard_side_by_side_each_with_its_own_words():
