@@ -50,33 +50,30 @@ class LlmKit:
 
     def text_prompt(self, history: ConversationHistory, user_text: str, cues: str = "", tools: ToolBox | None = None,
                     after: tuple[dict[str, Any], ...] = (), persona: str | None = None, note: str = "",
-                    read_words: bool = False, fixed: ToolBox | None = None, salt: str | None = None,
-                    read_tail: str | None = None) -> EnginePrompt:
+                    read_words: bool = False, fixed: ToolBox | None = None, salt: str | None = None) -> EnginePrompt:
         """`tools` beside the question where the template allows, `fixed` in its usual place (the system prompt,
         part of the cached prefix: ToolTurns.prefix_tools); where it cannot, all of them there. read_words: where
         the user's words are goes with it, for the engine to read them (run.reading; not a transcript prompt: its
-        stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream); read_tail: only these last words
-        of them (PromptBuilder.words_from_end). salt: EnginePrompt.cache_salt."""
+        stop strings need vLLM's own detokenizing, see LocalVllmEngine.stream). salt: EnginePrompt.cache_salt."""
         p = self.prompts if persona is None else self.prompts.with_persona(persona)
         if not self.tools_beside():  # (the same tool once, in the template's place)
             tools, fixed = None, ToolBox([*(fixed.tools.values() if fixed else ()),
                                           *(tools.tools.values() if tools else ())])
         text = p.build(history, user_text, cues, tools.schemas() if tools else None, after, note,
                        fixed.schemas() if fixed else None)
-        words = p.words_from_end(text, user_text, cues, read_tail) if read_words and not p.stop else None
+        words = p.words_from_end(text, user_text, cues) if read_words and not p.stop else None
         return EnginePrompt(text, p.messages(history, user_text, cues, after), tuple(p.stop), words_from_end=words,
                             cache_salt=salt)
 
     def turn_prompt(self, run: TurnRun, history: ConversationHistory, sense_check: bool = False,
-                    read_words: bool = False, read_tail: str | None = None) -> EnginePrompt:
+                    read_words: bool = False) -> EnginePrompt:
         """A turn's prompt as it stands (its tools' results so far included): the words heard, what the camera
         shows, what is remembered of the user, the tools chosen for it (ToolTurns.choose). sense_check: the note
-        that the words may be misheard, for the first round only; read_words, read_tail: as text_prompt's."""
+        that the words may be misheard, for the first round only; read_words: as text_prompt's."""
         cues, camera_note = self.camera_words(run)
         notes = "\n\n".join(n for n in (run.remembered, camera_note, SENSE_CHECK if sense_check else "") if n)
         return self.text_prompt(history, run.user_text, cues, run.offered, tuple(run.tool_messages), run.persona,
-                                notes, read_words=read_words, fixed=run.fixed_tools, salt=run.cache_salt,
-                                read_tail=read_tail)
+                                notes, read_words=read_words, fixed=run.fixed_tools, salt=run.cache_salt)
 
     def camera_words(self, run: TurnRun) -> tuple[str, str]:
         """(cues, note): what the camera showed goes in the user's message as quoted data, whatever the prompt

@@ -282,22 +282,18 @@ class PromptBuilder:
             return render_chat(self.tokenizer, chat_messages(self.persona, history, user_text, after), every)
         return self._transcript(history, user_text)
 
-    def words_from_end(self, rendered: str | None, user_text: str, cues: str = "",
-                       tail: str | None = None) -> tuple[int, int] | None:
+    def words_from_end(self, rendered: str | None, user_text: str, cues: str = "") -> tuple[int, int] | None:
         """Where this turn's words are in a prompt `build` rendered, in tokens from its end (their tokens, the
         tokens after them): for the engine to read how likely the model finds them (EnginePrompt.words_from_end).
-        tail: only these last words of them (a request after a stop command: words.after_stop_command). None
-        without a tokenizer, or when they are not there as they are."""
+        None without a tokenizer, or when they are not there as they are."""
         words, content = _one_line(user_text), with_cues(user_text, cues)
         if self.tokenizer is None or not rendered or not words:
             return None
         at = rendered.rfind(content)  # this turn's message: the last (a history may hold the same words)
         if at < 0:
             return None
-        read = _one_line(tail or "")
-        start = at + len(words) - len(read) if read and words.endswith(read) else at
         after = self.count_tokens(rendered[at + len(words):])
-        return self.count_tokens(rendered[start:]) - after, after
+        return self.count_tokens(rendered[at:]) - after, after
 
     def _transcript(self, history: ConversationHistory, user_text: str) -> str:
         lines = [f"Below is a transcript of a friendly phone call with {ASSISTANT}, a helpful voice assistant. "

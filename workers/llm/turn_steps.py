@@ -168,6 +168,9 @@ class TurnSteps:
             run.reading = None  # the prompt's words are the question's, not these
         else:
             run.user_text = await self.hearing.cascade_text(req, run)  # meanwhile, the frames
+            if req.unless_command:  # speech that stopped a reply: the request after the command is what is answered
+                # (over the echo the command is often misheard, "Meet stop.", and a model asked about it answers that)
+                run.user_text = after_stop_command(run.user_text, req.unless_command)
 
     def nothing_to_answer(self, req: TurnRequest, run: TurnRun) -> str | None:
         """Why the turn ends here (None: it goes on): a command to stop the reply it interrupted ("No, stop."; told),
@@ -199,10 +202,7 @@ class TurnSteps:
         # client could time its first token to confirm a guess of it, a block at a time)
         run.cache_salt = req.session_id if req.instructions or req.client_tools or standing else None
         self.tool_turns.choose(req, run, history)
-        # (speech that stopped a reply: a stop command opening it, often misheard over the echo, is not what is read)
-        tail = after_stop_command(run.user_text, req.unless_command) if req.unless_command else None
-        prompt = self.kit.turn_prompt(run, history, sense_check=run.sense_check, read_words=run.reading is not None,
-                                      read_tail=tail)
+        prompt = self.kit.turn_prompt(run, history, sense_check=run.sense_check, read_words=run.reading is not None)
         # (only a model that was given the note is taken at its word: not a remote chat or transcript prompt)
         run.sense_check = run.sense_check and SENSE_CHECK in (prompt.text or "")
         return prompt

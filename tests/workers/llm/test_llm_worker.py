@@ -418,6 +418,9 @@ def test_speech_that_went_on_after_a_stop_is_answered_only_if_it_asks_for_someth
     assert bool(llm.of(session, TtsPiece)) == answered
     if not answered:
         assert ended.reason == "stop command" and not len(llm.worker.sessions.history(session))
+    else:  # the request is what was asked, not the command that stopped the reply (shown whole on the page)
+        (kept,) = llm.worker.sessions.history(session)
+        assert "stop" not in kept.user.lower() and "stop" in llm.of(session, Transcript)[0][1].text.lower()
 
 
 def test_the_next_prompt_is_prefilled_while_the_user_listens(llm):

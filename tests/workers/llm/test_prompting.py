@@ -154,21 +154,6 @@ def test_the_words_are_found_in_tokens_from_the_end_of_the_prompt(chat_tokenizer
     assert PromptBuilder(None, "chat", "Vita.").words_from_end("anything", "Hello") is None
 
 
-def test_only_the_request_after_a_stop_command_is_read_when_asked(chat_tokenizer):
-    """Speech that stopped a reply: the model reads the question after "We stop." (a misheard "Wait, stop."), the
-    same tokens from the end as the question alone; a tail that is not the words' own end reads them all."""
-    builder = PromptBuilder(chat_tokenizer, "chat", "Vita is brief.")
-    said = "We stop. What animal says moo?"
-    text = builder.build(ConversationHistory(0), said)
-    whole = builder.words_from_end(text, said)
-    tail = builder.words_from_end(text, said, tail="What animal says moo?")
-    ids = chat_tokenizer(text, add_special_tokens=False)["input_ids"]
-    words, after = tail
-    assert after == whole[1] and words < whole[0]
-    assert chat_tokenizer.decode(ids[len(ids) - after - words:len(ids) - after]).strip() == "What animal says moo?"
-    assert builder.words_from_end(text, said, tail="Something else.") == whole
-
-
 def test_a_template_without_a_tools_part_gets_them_where_it_puts_them(base_tokenizer):
     base_tokenizer.chat_template = CHAT_TEMPLATE  # writes no tools at all
     try:
