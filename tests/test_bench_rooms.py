@@ -141,3 +141,20 @@ def test_an_interruption_answered_after_its_stop_command_is_answered():
     answer = Turn("2", 12.5, "Who are you?", "I am a voice assistant.", first_audio=13.4, end=15.0)
     assert score([barge], [misheard, answer], [10.6], {"who": who}) == []
     assert barge.right and barge.answer["key"] == "2"
+
+
+@pytest.mark.parametrize(("question", "reply", "right"), [
+    ("Is water wet?", "Water is wet.", True),
+    ("Is a whale a mammal?", "A whale is a mammal.", True),
+    ("Do chickens lay eggs?", "Yes, they do.", True),
+    ("Is a whale a mammal?", "A whale is not a mammal.", False),
+    ("Is the Earth round?", "The Earth isn't round.", False),
+    ("Is water wet?", "Water is a liquid.", False),
+    ("Is a bat a bird?", "A bat is a bird.", False),  # a "no" question's answer is never an affirmation
+])
+def test_a_yes_said_as_the_answer_is_right_and_a_negated_or_partial_one_is_not(question, reply, right):
+    from scripts.eval.questions import load_questions
+    from scripts.eval.scoring import is_right
+
+    (q,) = [q for q in load_questions("all") if q["q"] == question]
+    assert is_right(q, reply) is right

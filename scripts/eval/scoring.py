@@ -56,11 +56,23 @@ def share(rows: list[dict], test) -> float:
     return round(100 * sum(1 for r in rows if test(r)) / len(rows), 1) if rows else 0.0
 
 
+_ARTICLES = {"a", "an", "the"}
+_NEGATIONS = re.compile(r" (no|not|never|neither|nor|\w+n't) ")
+
+
+def affirms(question: str, text: str) -> bool:
+    """A yes said as the answer ("Is a whale a mammal?" "A whale is a mammal."): every word of the question but its
+    opening verb and articles, and no negation, as a "no" is said with "not"."""
+    words = [w for w in norm(question).split()[1:] if w not in _ARTICLES]
+    return bool(words) and all(f" {w} " in text for w in words) and not _NEGATIONS.search(text)
+
+
 def is_right(question: dict, reply: str) -> bool:
     text = norm(reply)
     if any(_has(text, r) for r in question.get("reject", ())):
         return False
-    return any(_has(text, a) for a in question["accept"])
+    return any(_has(text, a) for a in question["accept"]) or (
+        question.get("kind") == "yes/no" and "yes" in question["accept"] and affirms(question["q"], text))
 
 
 def key_words(question: str) -> list[str]:
