@@ -40,7 +40,8 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
     among them, of one sentence of LOOP_MIN_WORDS words or more; and whether such a run ended in a copy cut off (the
     decoder ran out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle
     once been a year." ten times, cut off at its token limit), or write a question twice; a person who says the same
-    sentence twice means it once. Sentences with letters `said_words` drops (accents, other scripts) are left."""
+    sentence twice means it once. So are two sentences written again and again in turn. Sentences with letters
+    `said_words` drops (accents, other scripts) are left."""
     kept: list[str] = []
     copies = most = 1
     ran_out = False
@@ -56,7 +57,35 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
             continue
         kept.append(sentence)
         copies = 1
-    return " ".join(kept), most, ran_out
+    kept, pair_copies, pair_ran_out = _without_pair_repeats(kept)
+    return " ".join(kept), max(most, pair_copies), ran_out or pair_ran_out
+
+
+def _without_pair_repeats(sentences: list[str]) -> tuple[list[str], int, bool]:
+    """Two sentences written again and again in turn kept once, as without_repeats keeps one (over a
+    speakerphone's echo: "Goodbye. Talk to you later." ten times, the last copy cut off at the token limit)."""
+    said = [said_words(s) if s.isascii() else [] for s in sentences]
+    kept: list[str] = []
+    most, ran_out, i = 1, False, 0
+    while i < len(sentences):
+        pair, copies, j = said[i:i + 2], 1, i + 2
+        if len(pair) == 2 and all(pair) and pair[0] != pair[1]:
+            while said[j:j + 2] == pair:
+                copies, j = copies + 1, j + 2
+        if copies == 1:
+            kept.append(sentences[i])
+            i += 1
+            continue
+        kept += sentences[i:i + 2]
+        words, rest = pair[0] + pair[1], [w for s in said[j:] for w in s]
+        cut_off = 0 < len(rest) < len(words) and rest[:-1] == words[:len(rest) - 1] and words[len(rest) - 1].startswith(
+            rest[-1])
+        if cut_off:  # (the rest of the transcript: a copy begun, never finished)
+            copies, j = copies + 1, len(sentences)
+        if len(words) >= LOOP_MIN_WORDS:
+            most, ran_out = max(most, copies), ran_out or cut_off
+        i = j
+    return kept, most, ran_out
 
 
 def repeats_words(words: list[str], copies: int = WORD_LOOP_COPIES) -> bool:

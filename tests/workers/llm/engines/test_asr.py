@@ -77,6 +77,13 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
     ("What is the capital of", "What is the capital of", 1, False),  # cut off, but no loop
     ("What is the capital of France? What is the", "What is the capital of France? What is the", 1, False),
     ("Это 2020. Там 2020.", "Это 2020. Там 2020.", 1, False),  # another script: its words are not compared
+    ("Goodbye. Talk to you later. " * 9 + "Goodbye. Talk", "Goodbye. Talk to you later.", 10, True),  # two in turn
+    ("Goodbye. Talk to you later. " * 4, "Goodbye. Talk to you later.", 4, False),
+    ("Hello. How are you? Hello. How are you?", "Hello. How are you?", 2, False),
+    ("Yes. No. Yes. No. Yes. No. Yes. No.", "Yes. No.", 1, False),  # too few words to be the decoder's loop
+    ("Hi. Goodbye. Talk to you later. Goodbye. Talk to you later. Bye.", "Hi. Goodbye. Talk to you later. Bye.", 2,
+     False),
+    ("It is. It is not. It is.", "It is. It is not. It is.", 1, False),  # not a pair written again
     ("", "", 1, False),
 ])
 def test_a_sentence_written_again_and_again_is_kept_once(decoded, kept, copies, ran_out):
