@@ -102,7 +102,7 @@ def test_oversized_frames_are_refused_before_decoding():
 def test_a_sessions_images_are_charged_their_pixels_before_they_are_decoded():
     """Checking that an image decodes costs ~1 ms a megapixel: small files of many pixels could take a core."""
     url = data_url(hostile_images.jpeg(1000, 1000, flat=True))  # 1 MP, a few KB
-    budget = RateBudget(0.001, 2.0, time.monotonic())  # megapixels: two, refilled too slowly for a slow machine to matter
+    budget = RateBudget(0.001, 2.0, time.monotonic())  # megapixels: two, refilled too slowly for a pause to matter
     assert decode_frame(url, 10**7, budget=budget) and decode_frame(url, 10**7, budget=budget)
     with pytest.raises(FrameOverBudget):
         decode_frame(url, 10**7, budget=budget)

@@ -195,6 +195,22 @@ def test_before_the_coupling_is_learnt_the_echo_is_taken_to_come_back_10_db_unde
     assert s.feed(VOICED, -20.0 + ECHO_PRIOR_DB + ECHO_MARGIN_DB + 1, at=10.25) == VOICED
 
 
+def test_a_fans_noise_under_a_soft_stretch_of_the_reply_is_not_learnt_as_its_echo():
+    """A client taken to echo that does not (a headset, its own canceller) in a fan's noise 10 dB under the user:
+    the microphone holds the fan whatever plays. Where the reply is soft the fan is louder than it, and learnt as its
+    echo it made the echo 9 dB louder than the reply: the user, 8 dB under the reply, was never heard over it."""
+    echo = EchoReference()
+    s = Stream(VoiceGate(echo=echo))
+    s.room([-36.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    for piece in range(12):  # the reply: half a second loud, half a second soft, in turn
+        played(echo, -14.0 if piece % 2 == 0 else -44.0, 0.5, at=10.0 + piece * 0.5)
+    times = 10.1 + np.arange(int(5.8 * 16000 / CHUNK)) * CHUNK / 16000
+    for t in times[:-4]:
+        s.feed(SILENT, -36.0 + float(np.sin(t * 7)), at=t)  # the fan, within a dB of its level
+    assert len(echo.coupling) >= ROOM_MIN_CHUNKS and max(echo.coupling) <= ECHO_PRIOR_DB
+    assert s.feed(VOICED, -22.0, at=times[-4]) == VOICED  # the user, 14 dB over the fan, over the loud reply
+
+
 @pytest.mark.parametrize("tail", [VOICED, SILENT], ids=["tails-voiced", "tails-silent"])
 def test_a_user_as_loud_as_the_reply_interrupting_its_first_moments_is_not_learnt_as_its_echo(tail):
     """A call whose client cancels its own echo: the microphone is silent while the reply plays, and the user talks

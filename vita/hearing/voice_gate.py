@@ -71,6 +71,8 @@ ECHO_PRIOR_DB = -10.0  # until it is learnt, the echo comes back this far under 
 # at a third of its level; taken as loud as played, a call that cancels its own echo could not be interrupted)
 ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
 ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
+ECHO_OVER_FLOOR_DB = 6.0  # ...and from a chunk within this of the room's floor only where the reply was loud enough
+# for it to bound the echo (its level minus the reply's under the prior)
 ECHO_ONSET_CHUNKS = 8  # a voiced chunk is learnt as the echo only once this many later ones have come without the
 # user's speech starting: the first syllables of an interruption fall under the bar before one rises over it, and
 # learnt as the echo, a user as loud as the reply raised the bar over themselves and was never heard again
@@ -123,10 +125,16 @@ class EchoReference:
             return reference + ECHO_PRIOR_DB
         return reference + float(np.percentile(self.coupling, ECHO_COUPLING_PERCENTILE))
 
-    def learn(self, reference: float, level: float) -> None:
-        """A chunk that was not the user's, heard while `reference` played."""
-        if reference >= ECHO_LEARN_ABOVE_DBFS:
-            self.coupling.append(level - reference)
+    def learn(self, reference: float, level: float, floor: float | None = None) -> None:
+        """A chunk that was not the user's, heard while `reference` played, in a room whose `floor` is known (dBFS).
+        A chunk at the room's own level while the reply was quieter than it says nothing of the echo: in a fan's
+        noise with no echo at all, learnt so, they made the echo 9 dB louder than what was played, and an
+        interruption was never confirmed."""
+        if reference < ECHO_LEARN_ABOVE_DBFS:
+            return
+        if floor is not None and level < floor + ECHO_OVER_FLOOR_DB and level - reference > ECHO_PRIOR_DB:
+            return
+        self.coupling.append(level - reference)
 
 
 class Whose(StrEnum):
@@ -435,8 +443,8 @@ class VoiceGate:
         if reference is None:
             return
         if not voiced or level - reference < ECHO_PRIOR_DB - ECHO_MARGIN_DB:
-            self.echo.learn(reference, level)  # (so far under the reply: no onset that could raise the bar)
+            self.echo.learn(reference, level, self._floor)  # (far under the reply: no onset that could raise the bar)
             return
         self._echo_onset.append((reference, level))
         if len(self._echo_onset) > ECHO_ONSET_CHUNKS:
-            self.echo.learn(*self._echo_onset.popleft())
+            self.echo.learn(*self._echo_onset.popleft(), self._floor)

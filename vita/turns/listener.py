@@ -7,6 +7,8 @@ events and never beside them.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import soxr
 
@@ -51,6 +53,8 @@ PHONE_SPAN_MAX_GAP_CHUNKS = 14
 # LOUD_WINDOW_S.
 LOUD_UNDER_USER_DB = 4.0
 LOUD_WINDOW_S = 2
+
+log = logging.getLogger("vita.turns.listener")
 
 
 class SpeechListener:
@@ -97,7 +101,10 @@ class SpeechListener:
         loudest = np.percentile(self.segmenter.levels, 95)
         samples = np.frombuffer(speech.pcm, np.int16)[-LOUD_WINDOW_S * SAMPLE_RATE:]
         chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
-        return any(level_db(c) >= loudest - LOUD_UNDER_USER_DB for c in chunks)
+        its = max((level_db(c) for c in chunks), default=-120.0)
+        log.debug("speech confirmed after %.2f s, its loudest %.1f dB from the user's", speech.ended_at -
+                  speech.started_at, its - loudest)
+        return bool(its >= loudest - LOUD_UNDER_USER_DB)
 
     def samples_to_next_step(self) -> int:
         """16 kHz samples the VAD needs before it reads its next step."""
