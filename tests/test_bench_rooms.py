@@ -151,6 +151,12 @@ def test_an_interruption_answered_after_its_stop_command_is_answered():
     ("Is the Earth round?", "The Earth isn't round.", False),
     ("Is water wet?", "Water is a liquid.", False),
     ("Is a bat a bird?", "A bat is a bird.", False),  # a "no" question's answer is never an affirmation
+    ("Is a tomato a fruit?", "A tomato is a fruit, botanically speaking.", True),
+    ("Is a whale a mammal?", "A whale is a fish rather than a mammal.", False),
+    ("Is the sun a star?", "The sun is a planet that orbits a star.", False),
+    ("Is a tomato a fruit?", "A tomato is a vegetable, unlike a fruit.", False),
+    ("Is a penguin a bird?", "A penguin cannot be a bird.", False),
+    ("Is water wet?", "You asked whether water is wet?", False),
 ])
 def test_a_yes_said_as_the_answer_is_right_and_a_negated_or_partial_one_is_not(question, reply, right):
     from scripts.eval.questions import load_questions

@@ -57,14 +57,18 @@ def share(rows: list[dict], test) -> float:
 
 
 _ARTICLES = {"a", "an", "the"}
-_NEGATIONS = re.compile(r" (no|not|never|neither|nor|\w+n't) ")
+_VERBS = ("is", "are", "was", "were", "do", "does", "did", "can", "has", "have")
+_NEGATIONS = re.compile(r" (no|not|never|cannot|neither|nor|unlike|instead|rather|but|\w+n't) ")
 
 
 def affirms(question: str, text: str) -> bool:
-    """A yes said as the answer ("Is a whale a mammal?" "A whale is a mammal."): every word of the question but its
-    opening verb and articles, and no negation, as a "no" is said with "not"."""
+    """A yes said as the answer ("Is a whale a mammal?" "A whale is a mammal."): the question's words but its opening
+    verb, in order, with only such verbs and articles between them, and no negation or contrast (`text`: normalised;
+    a reply that asks back is not an answer: is_right)."""
     words = [w for w in norm(question).split()[1:] if w not in _ARTICLES]
-    return bool(words) and all(f" {w} " in text for w in words) and not _NEGATIONS.search(text)
+    filler = "(?: (?:" + "|".join((*_ARTICLES, *_VERBS)) + "))*"
+    said = re.compile(" " + filler.join(" " + re.escape(w) if i else re.escape(w) for i, w in enumerate(words)) + " ")
+    return bool(words) and bool(said.search(text)) and not _NEGATIONS.search(text)
 
 
 def is_right(question: dict, reply: str) -> bool:
@@ -72,7 +76,8 @@ def is_right(question: dict, reply: str) -> bool:
     if any(_has(text, r) for r in question.get("reject", ())):
         return False
     return any(_has(text, a) for a in question["accept"]) or (
-        question.get("kind") == "yes/no" and "yes" in question["accept"] and affirms(question["q"], text))
+        question.get("kind") == "yes/no" and "yes" in question["accept"] and "?" not in reply
+        and affirms(question["q"], text))
 
 
 def key_words(question: str) -> list[str]:

@@ -211,6 +211,19 @@ def test_a_fans_noise_under_a_soft_stretch_of_the_reply_is_not_learnt_as_its_ech
     assert s.feed(VOICED, -22.0, at=times[-4]) == VOICED  # the user, 14 dB over the fan, over the loud reply
 
 
+def test_a_loud_echo_through_a_long_reply_in_a_quiet_room_is_learnt_and_never_the_users():
+    """A speakerphone whose echo comes back only 4 dB under the reply, for six seconds: the floor of all that is heard
+    rises to the echo itself, and the room's own floor (heard while nothing played) still tells the echo from it."""
+    echo = EchoReference()
+    s = Stream(VoiceGate(echo=echo))
+    s.room([-80.0] * ROOM_MIN_CHUNKS, p=SILENT)
+    played(echo, -20.0, 6.0, at=10.0)
+    times = 10.12 + np.arange(int(5.5 * 16000 / CHUNK)) * CHUNK / 16000
+    heard = [s.feed(VOICED, -24.0 + float(np.sin(t * 9)), at=t) for t in times]
+    assert len(echo.coupling) >= ROOM_MIN_CHUNKS and np.percentile(echo.coupling, 80) > -5.0
+    assert heard[-40:] == [0.0] * 40  # the echo, learnt: never the user's
+
+
 @pytest.mark.parametrize("tail", [VOICED, SILENT], ids=["tails-voiced", "tails-silent"])
 def test_a_user_as_loud_as_the_reply_interrupting_its_first_moments_is_not_learnt_as_its_echo(tail):
     """A call whose client cancels its own echo: the microphone is silent while the reply plays, and the user talks

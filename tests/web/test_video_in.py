@@ -195,8 +195,8 @@ def test_frames_between_the_two_a_second_kept_are_dropped_before_any_conversion(
 
 
 def test_a_picture_kept_is_charged_to_the_sessions_image_budget_and_an_oversized_one_is_dropped():
-    # room for one 640x384 picture, not for a second: refilled so slowly (a megapixel in 1000 s) that a slow machine's
-    # pause between the two watches cannot refill it, and a picture over the burst is admitted only from a full budget
+    # a megapixel: room for the 640x384 picture, and the 1280x960 one after it, over the burst, is admitted only from
+    # a full budget; refilled so slowly (a megapixel in 1000 s) that a slow machine's pause cannot refill it
     budget = RateBudget(0.001, 1.0, time.monotonic())
     seen, peer = watched([Frame(5000, 5000), Frame(640, 384)], budget)
     assert len(seen) == 1 and Frame.converted == 1  # the 25 MP frame was never converted

@@ -71,8 +71,7 @@ ECHO_PRIOR_DB = -10.0  # until it is learnt, the echo comes back this far under 
 # at a third of its level; taken as loud as played, a call that cancels its own echo could not be interrupted)
 ECHO_COUPLING_PERCENTILE = 80  # how loud the echo comes back: a high percentile of mic minus played level
 ECHO_LEARN_ABOVE_DBFS = -45.0  # learnt only while what was played is this loud
-ECHO_OVER_FLOOR_DB = 6.0  # ...and from a chunk within this of the room's floor only where the reply was loud enough
-# for it to bound the echo (its level minus the reply's under the prior)
+ECHO_OVER_FLOOR_DB = 6.0  # ...and from a chunk this near the room's floor only where it bounds the echo (learn)
 ECHO_ONSET_CHUNKS = 8  # a voiced chunk is learnt as the echo only once this many later ones have come without the
 # user's speech starting: the first syllables of an interruption fall under the bar before one rises over it, and
 # learnt as the echo, a user as loud as the reply raised the bar over themselves and was never heard again
@@ -90,13 +89,12 @@ class EchoReference:
 
     The reply pacer knows when each piece of the reply plays at the client; its echo reaches the server up to
     ECHO_MAX_DELAY_S later. The coupling (microphone level minus played level) is learnt from chunks that were not
-    the user's while something played; until there is enough of it, the echo is taken to come back 10 dB under the
-    reply.
-    """
+    the user's while something played; until there is enough of it, the echo comes back 10 dB under the reply."""
 
     def __init__(self) -> None:
         self.played: deque[tuple[float, float]] = deque()  # (when it starts playing, dBFS) a piece, in time order
         self.coupling: deque[float] = deque(maxlen=128)
+        self.unplayed: deque[float] = deque(maxlen=ALL_CHUNKS)  # dBFS of chunks heard while nothing played
 
     def play(self, pcm: bytes, rate: int, at: float) -> None:
         """`pcm` (int16) starts playing at the client at `at` (monotonic)."""
@@ -125,16 +123,15 @@ class EchoReference:
             return reference + ECHO_PRIOR_DB
         return reference + float(np.percentile(self.coupling, ECHO_COUPLING_PERCENTILE))
 
-    def learn(self, reference: float, level: float, floor: float | None = None) -> None:
-        """A chunk that was not the user's, heard while `reference` played, in a room whose `floor` is known (dBFS).
-        A chunk at the room's own level while the reply was quieter than it says nothing of the echo: in a fan's
-        noise with no echo at all, learnt so, they made the echo 9 dB louder than what was played, and an
+    def learn(self, reference: float, level: float) -> None:
+        """A chunk that was not the user's, heard while `reference` played. One at the room's floor (while nothing
+        played: a reply's echo raises the floor of all that is heard) with the reply too soft to bound the echo is
+        not learnt: in a fan's noise with no echo, such chunks made the echo 9 dB louder than the reply, and an
         interruption was never confirmed."""
-        if reference < ECHO_LEARN_ABOVE_DBFS:
-            return
-        if floor is not None and level < floor + ECHO_OVER_FLOOR_DB and level - reference > ECHO_PRIOR_DB:
-            return
-        self.coupling.append(level - reference)
+        floor = np.percentile(self.unplayed, FLOOR_PERCENTILE) if len(self.unplayed) >= FLOOR_MIN_CHUNKS else -np.inf
+        if reference >= ECHO_LEARN_ABOVE_DBFS and (level >= floor + ECHO_OVER_FLOOR_DB
+                                                   or level - reference <= ECHO_PRIOR_DB):
+            self.coupling.append(level - reference)
 
 
 class Whose(StrEnum):
@@ -297,6 +294,8 @@ class VoiceGate:
         if at is not None:
             self._arrive(at)
         reference = self.echo.reference(at) if self.echo is not None and at is not None else None
+        if reference is None and self.echo is not None:
+            self.echo.unplayed.append(level)
         if self.start is not None:
             whose = self.start.hear(p >= threshold, level, position)
             if whose is Whose.USERS_OVER_ROOM:
@@ -443,8 +442,8 @@ class VoiceGate:
         if reference is None:
             return
         if not voiced or level - reference < ECHO_PRIOR_DB - ECHO_MARGIN_DB:
-            self.echo.learn(reference, level, self._floor)  # (far under the reply: no onset that could raise the bar)
+            self.echo.learn(reference, level)  # (so far under the reply: no onset that could raise the bar)
             return
         self._echo_onset.append((reference, level))
         if len(self._echo_onset) > ECHO_ONSET_CHUNKS:
-            self.echo.learn(*self._echo_onset.popleft(), self._floor)
+            self.echo.learn(*self._echo_onset.popleft())

@@ -102,7 +102,7 @@ class SpeechListener:
         samples = np.frombuffer(speech.pcm, np.int16)[-LOUD_WINDOW_S * SAMPLE_RATE:]
         chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
         its = max((level_db(c) for c in chunks), default=-120.0)
-        log.debug("speech confirmed after %.2f s, its loudest %.1f dB from the user's", speech.ended_at -
+        log.debug("confirmed: %.2f s of speech, its loudest chunk %+.1f dB from the user's", speech.ended_at -
                   speech.started_at, its - loudest)
         return bool(its >= loudest - LOUD_UNDER_USER_DB)
 

@@ -40,8 +40,8 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
     among them, of one sentence of LOOP_MIN_WORDS words or more; and whether such a run ended in a copy cut off (the
     decoder ran out of tokens looping). Whisper's decoder can loop on one sentence, over echo or noise ("Eric Lowle
     once been a year." ten times, cut off at its token limit), or write a question twice; a person who says the same
-    sentence twice means it once. So are two sentences written again and again in turn. Sentences with letters
-    `said_words` drops (accents, other scripts) are left."""
+    sentence twice means it once. Two sentences written again and again in turn are kept once and counted the same
+    way. Sentences with letters `said_words` drops (accents, other scripts) are left."""
     kept: list[str] = []
     copies = most = 1
     ran_out = False
@@ -78,8 +78,8 @@ def _without_pair_repeats(sentences: list[str]) -> tuple[list[str], int, bool]:
             continue
         kept += sentences[i:i + 2]
         words, rest = pair[0] + pair[1], [w for s in said[j:] for w in s]
-        cut_off = 0 < len(rest) < len(words) and rest[:-1] == words[:len(rest) - 1] and words[len(rest) - 1].startswith(
-            rest[-1])
+        cut_off = (0 < len(rest) < len(words) and rest[:-1] == words[:len(rest) - 1]
+                   and words[len(rest) - 1].startswith(rest[-1]) and not re.search(r"[.!?]$", sentences[-1]))
         if cut_off:  # (the rest of the transcript: a copy begun, never finished)
             copies, j = copies + 1, len(sentences)
         if len(words) >= LOOP_MIN_WORDS:
@@ -112,6 +112,7 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
 
 
 def log_softmax_at(logits: np.ndarray, index: int) -> float:
+    """The log-probability of token `index` among a step's logits."""
     peak = float(logits.max())
     return float(logits[index]) - peak - float(np.log(np.exp(logits - peak).sum()))
 
@@ -147,17 +148,16 @@ class Transcription:
     tokens: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def decoded(cls, text: str, avg_logprob: float, beam: bool = False,
-                tokens: tuple[tuple[str, float], ...] = ()) -> Transcription:
+    def decoded(cls, text: str, avg_logprob: float, beam: bool = False) -> Transcription:
         """Whisper's words, its repeats kept once (its confidence is high in a loop: each copy predicts the next)."""
         kept, copies, ran_out = without_repeats(text)
-        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out or repeats_words(said_words(kept)),
-                   tokens=tokens if kept == text.strip() else ())
+        return cls(kept, avg_logprob, beam, looped=copies >= LOOP_COPIES or ran_out or repeats_words(said_words(kept)))
 
     def confidence_of(self, ending: str) -> float:
         """Whisper's confidence in the words that end the transcript (the request after a stop command), with the end
         of the text: over a speakerphone's echo the command is where it is least sure ("Mate stop. Is the Earth
-        round?"), and that says nothing of the request. The whole's where its tokens are not known."""
+        round?"), and that says nothing of the request. Its confidence in the whole transcript where the tokens are
+        not known."""
         wanted = len(said_words(ending))
         if not self.tokens or not wanted:
             return self.avg_logprob
@@ -316,41 +316,46 @@ class WhisperTranscriber:
     def _transcribe_window(self, audio: np.ndarray, window_s: float, redecode: bool,
                            token_scores: bool = False) -> Transcription:
         encoded, prompt = self._encode(audio, window_s)
-        heard = self._decode(encoded, prompt, self.beam_size, token_scores)
+        heard = self._decode(encoded, prompt, self.beam_size, token_scores, window_s)
         if redecode and heard.text and self.redecode_below is not None and heard.avg_logprob < self.redecode_below:
             # Its own score judges the beam's words better than the greedy pass's does (their AUC for garbled
             # against exact transcripts, 175 clips greedy called unsure in four voices: 0.94 against 0.92), so the
             # rules downstream get it. A beam that finds no speech keeps the greedy words and their low score.
-            again = self._decode(encoded, prompt, self.redecode_beam_size)
-            if again.text and token_scores:
-                again = self._scored(again, encoded, prompt, window_s)
+            again = self._decode(encoded, prompt, self.redecode_beam_size, token_scores, window_s)
             chosen = again if again.text else heard
             return dataclasses.replace(chosen, beam=True)
         return heard
 
-    def _decode(self, encoded: Any, prompt: list[int], beam_size: int, token_scores: bool = False) -> Transcription:
-        greedy_scores = token_scores and beam_size == 1  # (a beam's own come from _scored)
+    def _decode(self, encoded: Any, prompt: list[int], beam_size: int, token_scores: bool = False,
+                window_s: float = MIN_WINDOW_S) -> Transcription:
+        """token_scores: each token's log-probability too, a greedy pass's from its own steps, a beam's read again."""
+        greedy_scores = token_scores and beam_size == 1
         result = self.model.model.generate(
             encoded, [prompt], beam_size=beam_size, return_scores=True, return_no_speech_prob=True,
             max_length=len(prompt) + MAX_REPLY_TOKENS, suppress_blank=True, suppress_tokens=[-1],
             return_logits_vocab=greedy_scores,
         )[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
+        eot = self._tokenizer.eot
+        ids = list(result.sequences_ids[0])
+        tokens = [t for t in ids if t < eot]
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
             return Transcription("")
-        scored: tuple[tuple[str, float], ...] = ()
+        heard = Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
         if greedy_scores:  # each step's log-probabilities over the vocabulary: the chosen token's, and the end's
             steps = [np.asarray(step, np.float32) for step in result.logits[0]]
-            chosen = [*tokens, self._tokenizer.eot]  # (no end where the tokens ran out)
-            scored = tuple((self._tokenizer.decode([t]) if t != self._tokenizer.eot else "", log_softmax_at(step, t))
-                           for t, step in zip(chosen, steps, strict=False))
-        return Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]), tokens=scored)
+            scored = [("" if t == eot else self._tokenizer.decode([t]), log_softmax_at(step, t))
+                      for t, step in zip([*ids, eot], steps, strict=False) if t <= eot]  # (no end where they ran out)
+            return dataclasses.replace(heard, tokens=tuple(scored) if heard.text.split() == self._tokenizer.decode(
+                tokens).split() else ())
+        return self._with_token_scores(heard, encoded, window_s) if token_scores else heard
 
-    def _scored(self, heard: Transcription, encoded: Any, prompt: list[int], window_s: float) -> Transcription:
-        """A beam's words with each token's log-probability, the decoder reading them again (its alignment pass)."""
+    def _with_token_scores(self, heard: Transcription, encoded: Any, window_s: float) -> Transcription:
+        """A beam's words with each token's log-probability, the decoder reading them again after the prompt it saw
+        (faster-whisper's alignment pass, ~25 ms; it gives no end of text, so the mean is over the words alone)."""
         tokens = self._tokenizer.encode(" " + heard.text)
-        probs = self.model.model.align(encoded, list(prompt), [tokens], [int(window_s * 50)])[0].text_token_probs
+        probs = self.model.model.align(encoded, list(self._tokenizer.sot_sequence), [tokens],
+                                       [int(window_s * 50)])[0].text_token_probs
         return dataclasses.replace(heard, tokens=tuple((self._tokenizer.decode([t]), float(np.log(max(p, 1e-12))))
                                                         for t, p in zip(tokens, probs, strict=False)))
 

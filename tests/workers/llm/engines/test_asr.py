@@ -84,6 +84,8 @@ def test_two_models_writing_one_number_two_ways_do_not_disagree_but_other_words_
     ("Hi. Goodbye. Talk to you later. Goodbye. Talk to you later. Bye.", "Hi. Goodbye. Talk to you later. Bye.", 2,
      False),
     ("It is. It is not. It is.", "It is. It is not. It is.", 1, False),  # not a pair written again
+    ("Goodbye. Talk to you later. Goodbye. Talk to you later. Goodbye.", "Goodbye. Talk to you later. Goodbye.", 2,
+     False),  # its last copy ends a sentence: not cut off at the token limit
     ("", "", 1, False),
 ])
 def test_a_sentence_written_again_and_again_is_kept_once(decoded, kept, copies, ran_out):
@@ -189,6 +191,12 @@ def test_each_tokens_confidence_is_told_when_asked_greedy_and_after_a_beam(whisp
     again = redecoding.hear(question, token_scores=True)
     assert again.beam and "".join(piece for piece, _ in again.tokens).strip() == again.text
     assert all(lp <= 0 for _, lp in again.tokens) and again.confidence_of(request) > -1.5
+    # the greedy pass's words read again score as the pass scored them
+    audio = np.frombuffer(question, np.int16).astype(np.float32) / 32768.0
+    window = window_seconds(audio.size / 16000, True)
+    read = whisper._with_token_scores(Transcription(scored.text), whisper._encode(audio, window)[0], window)
+    drift = [abs(a - b) for (_, a), (_, b) in zip(read.tokens, scored.tokens[:-1], strict=True)]
+    assert sum(drift) / len(drift) < 0.1, (read.tokens, scored.tokens)
 
 
 def test_utterances_that_end_together_are_heard_side_by_side_each_with_its_own_words():
