@@ -76,3 +76,16 @@ def test_a_stop_command_may_open_with_a_misheard_word_only_when_asked():
     # A first word that turns the command round is the user's own
     for turned in ("Don't stop.", "Don\u2019t stop.", "Why wait?", "Can't wait!", "Never stop."):
         assert not only_asks_to_stop(turned, STOP_PHRASES, first_word_misheard=True), turned
+
+
+@pytest.mark.parametrize("heard", ["Sorry. I did catch that. Did you say that?",
+                                   "Sorry, I didn't mention that. Did he say it again?"])
+def test_over_the_echo_a_stock_phrase_heard_wrong_letter_by_letter_is_its_echo(heard):
+    """"Sorry, I didn't catch that. Could you say it again?" is ours alone: whatever the speech's level, speech over
+    its echo alike it letter by letter is that echo (two such were answered); a reply of the model's own is not
+    judged so for speech at the user's level ("See you later." after "Bye! Talk to you later." is theirs)."""
+    asked_again = "Sorry, I didn't catch that. Could you say it again?"
+    assert echoes(heard, (asked_again,), over_echo=True)
+    assert not echoes(heard, (asked_again,), over_echo=False)  # (not over its echo: the user's own)
+    assert not echoes(heard, ("Sorry, I can't find that. Could you name the city?",), over_echo=True)
+    assert not echoes("See you later.", ("Bye! Talk to you later.",), over_echo=True)

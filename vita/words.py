@@ -239,7 +239,9 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
     alike: ...and it was quieter than the user's own voice: then one whose letters are ECHO_ALIKE of a stretch of
     the reply is its echo too (Whisper heard the whole echo wrong: "Yes, there is room." for "Yes, the Earth is
     round." 0.72; "Wait, stop. What" against a reply 0.3-0.55; but the user's own "See you later." after "Bye!
-    Talk to you later." 0.82, so only for speech that was not at their level)."""
+    Talk to you later." 0.82, so only for speech that was not at their level), or the reply was one of the
+    assistant's stock phrases, which no user says back ("Sorry. I did catch that. Did you say that?" for "Sorry, I
+    didn't catch that. Could you say it again?" was answered)."""
     if len(words_of(transcript)) < ECHO_MIN_WORDS:  # ("5pm?" is one word, though said_words makes it two)
         return False
     words = said_words(transcript)
@@ -259,7 +261,7 @@ def echoes(transcript: str, said: list[str] | tuple[str, ...], over_echo: bool =
                                 (_alike_from_start(words[::-1], theirs[::-1]), ECHO_ENDING_WORDS)):
                 if run >= needed and run >= ECHO_OPENING_SHARE * len(words):
                     return True
-            if alike and _letters_alike(words, theirs, ECHO_ALIKE):
+            if (alike or reply in STOCK_PHRASES) and _letters_alike(words, theirs, ECHO_ALIKE):
                 return True
     return False
 
