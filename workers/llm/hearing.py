@@ -96,7 +96,7 @@ class Hearing:
     def request_heard(req: TurnRequest, run: TurnRun, heard: Transcription) -> Transcription:
         """Speech that stopped a reply, opening with the command: what is judged is Whisper's confidence in the request
         after it, the one thing answered (over the echo the command is often its least sure words)."""
-        request = after_stop_command(heard.text, req.unless_command) if req.unless_command else heard.text
+        request = after_stop_command(heard.text, req.unless_command)  # (the text as it is with no command to stop)
         if request == heard.text.strip() or not heard.tokens:
             return heard
         run.timings["asr_request_logprob"] = round(heard.confidence_of(request), 3)

@@ -48,8 +48,7 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
     for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
         said = said_words(sentence) if sentence.isascii() else []
         last = said_words(kept[-1]) if kept and kept[-1].isascii() else []
-        cut_off = (copies > 1 and said != last and not re.search(r"[.!?]$", sentence) and 0 < len(said) <= len(last)
-                   and said[:-1] == last[:len(said) - 1] and last[len(said) - 1].startswith(said[-1]))
+        cut_off = copies > 1 and said != last and _copy_cut_off(said, last, sentence)
         if said and (said == last or cut_off):
             copies += 1
             if len(last) >= LOOP_MIN_WORDS:
@@ -59,6 +58,13 @@ def without_repeats(text: str) -> tuple[str, int, bool]:
         copies = 1
     kept, pair_copies, pair_ran_out = _without_pair_repeats(kept)
     return " ".join(kept), max(most, pair_copies), ran_out or pair_ran_out
+
+
+def _copy_cut_off(copy: list[str], words: list[str], written: str) -> bool:
+    """`copy` (the words of `written`, the transcript's end) begins `words` again and stops short, its last word
+    perhaps cut inside, with no sentence end: the decoder ran out of tokens writing it."""
+    return (0 < len(copy) <= len(words) and copy[:-1] == words[:len(copy) - 1]
+            and words[len(copy) - 1].startswith(copy[-1]) and not re.search(r"[.!?]$", written))
 
 
 def _without_pair_repeats(sentences: list[str]) -> tuple[list[str], int, bool]:
@@ -78,8 +84,7 @@ def _without_pair_repeats(sentences: list[str]) -> tuple[list[str], int, bool]:
             continue
         kept += sentences[i:i + 2]
         words, rest = pair[0] + pair[1], [w for s in said[j:] for w in s]
-        cut_off = (0 < len(rest) < len(words) and rest[:-1] == words[:len(rest) - 1]
-                   and words[len(rest) - 1].startswith(rest[-1]) and not re.search(r"[.!?]$", sentences[-1]))
+        cut_off = len(rest) < len(words) and _copy_cut_off(rest, words, sentences[-1])
         if cut_off:  # (the rest of the transcript: a copy begun, never finished)
             copies, j = copies + 1, len(sentences)
         if len(words) >= LOOP_MIN_WORDS:
@@ -341,13 +346,13 @@ class WhisperTranscriber:
         # scores[0] is the length-normalised log-probability: the mean per token.
         if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and result.scores[0] < MIN_AVG_LOGPROB):
             return Transcription("")
-        heard = Transcription.decoded(self._tokenizer.decode(tokens).strip(), float(result.scores[0]))
+        written = self._tokenizer.decode(tokens)
+        heard = Transcription.decoded(written.strip(), float(result.scores[0]))
         if greedy_scores:  # each step's log-probabilities over the vocabulary: the chosen token's, and the end's
             steps = [np.asarray(step, np.float32) for step in result.logits[0]]
             scored = [("" if t == eot else self._tokenizer.decode([t]), log_softmax_at(step, t))
                       for t, step in zip([*ids, eot], steps, strict=False) if t <= eot]  # (no end where they ran out)
-            return dataclasses.replace(heard, tokens=tuple(scored) if heard.text.split() == self._tokenizer.decode(
-                tokens).split() else ())
+            return dataclasses.replace(heard, tokens=tuple(scored) if heard.text.split() == written.split() else ())
         return self._with_token_scores(heard, encoded, window_s) if token_scores else heard
 
     def _with_token_scores(self, heard: Transcription, encoded: Any, window_s: float) -> Transcription:
