@@ -36,13 +36,21 @@ class Speakerphone:
     delay_s: float = 0.15
     echo_db: float = -10.0
     rt60_s: float = 0.3
+    moved: tuple[float, float] | None = None  # (from this second of the play clock, the delay from then on)
 
     def echo(self, played: np.ndarray) -> np.ndarray:
         """What the microphone hears of `played` (float, 16 kHz, on the play clock), on the same clock."""
-        heard = np.convolve(played.astype(np.float64), room_response(self.rt60_s))[:played.size]
-        heard *= 10 ** (self.echo_db / 20)
-        shift = int(self.delay_s * RATE)
-        return np.concatenate([np.zeros(shift), heard])[:played.size]
+        split = played.size if self.moved is None else int(self.moved[0] * RATE)
+        parts = [(played[:split], 0, self.delay_s)]
+        if self.moved is not None:
+            parts.append((played[split:], split, self.moved[1]))
+        out = np.zeros(played.size)
+        for part, start, delay_s in parts:
+            heard = np.convolve(part.astype(np.float64), room_response(self.rt60_s)) * 10 ** (self.echo_db / 20)
+            at = start + int(delay_s * RATE)
+            heard = heard[:max(0, played.size - at)]
+            out[at:at + heard.size] += heard
+        return out
 
 
 def pieces(audio: np.ndarray, rate: int, seconds: float = 0.2) -> list[np.ndarray]:
