@@ -8,12 +8,20 @@ that cancels its own: the canceller must not eat them).
 gate: a session's real ears (Silero, the voice gate with its EchoReference, the canceller) on such a call: does
 the reply's echo alone start speech (it must not), and is the user who speaks over it confirmed (barge-in)?
 With the canceller and without it (the echo guard alone).
+talk: does Whisper hear a user who talks over the reply's echo? "Wait, stop. <question>" (the room benchmark's
+interruptions, hibari and the Piper voice in turn) 1.2 s into a long reply, 10 dB over its echo, the reply stopped
+0.75 s into the words (as a session stops it); the echo's delay (50-250 ms) moved since the reply before it, or held.
+The command is the part spoken over the echo: is it heard as one (the request is then what is answered; a misheard
+one, "Wheat stop is water wet.", is asked again)? Word error rate of the request as the server separates it (after
+the command), and of the request's words alone (the transcript's last as many words), garbled ones (the latter over
+0.3), Whisper's confidence in the request (asked again under the config's ask_again_below), for the user alone, the
+microphone, and the canceller's output.
 noise: does WebRTC's noise suppressor help Whisper? Spoken questions (hibari) under white noise, a fan's hum and
 other people talking, at 10, 5 and 0 dB SNR: word error rate and garbled transcripts (WER > 0.5) as heard raw,
 through the canceller with the suppressor off (with nothing played it passes the microphone's audio on: a second
 raw run, which shows how much Whisper's own results vary), and with it on.
 
-Usage: .venv/bin/python -m scripts.bench.stages.echo_cancel [echo|gate|noise] [--questions N] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.echo_cancel [echo|gate|talk|noise] [--questions N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -136,6 +144,70 @@ def gate(args) -> list[dict]:
     return rows
 
 
+TALK_DELAYS = (0.05, 0.1, 0.15, 0.2, 0.25)
+TALK_AT_S = 1.2  # into the reply the user speaks (the room benchmark's interruptions)...
+TALK_STOPPED_S = 0.75  # ...and the session stops the reply this far into their words
+
+
+def talk(args) -> list[dict]:
+    from scripts.eval.questions import LONG, plain_questions
+    from tests.harness.speech import speech_level_db
+    from vita.config import Config
+    from vita.words import after_stop_command, said_words, stop_phrases
+    from workers.llm.engines.asr import WhisperTranscriber, word_error_rate
+
+    config = Config()
+    cfg = config.asr
+    asr = WhisperTranscriber(config.models_path() / cfg.model, cfg.compute_type, 2, "en", cfg.beam_size,
+                             redecode_below=cfg.redecode_below, redecode_beam_size=cfg.redecode_beam_size)
+    phrases = stop_phrases(config.turn.stop_words)
+    rows = []
+    for k, question in enumerate(q["q"] for q in plain_questions()[12:12 + args.questions]):
+        before = spoken(" ".join(LONG[(k + j) % len(LONG)] for j in (0, 3)))
+        reply = spoken(" ".join(LONG[(k + j) % len(LONG)] for j in (1, 2)))
+        words = synthesize(("hibari", "piper")[k % 2], f"Wait, stop. {question}").astype(np.float64)
+        words *= 10 ** ((speech_level_db(reply) - speech_level_db(words.astype(np.int16))) / 20)  # 10 dB over the echo
+        second_at = 0.5 + before.size / RATE + 1.0  # (the call's first reply starts 0.5 s in; a second between)
+        onset = second_at + TALK_AT_S
+        seconds = onset + words.size / RATE + 1.0
+        near = np.zeros(int(seconds * RATE))
+        near[int(onset * RATE):int(onset * RATE) + words.size] = words
+        played = np.concatenate([before, np.zeros(RATE, np.int16), reply])[:int((onset + TALK_STOPPED_S - 0.5) * RATE)]
+        said = slice(int((onset - 0.3) * RATE), int((onset + 0.4) * RATE) + words.size)
+        delay = TALK_DELAYS[(k + 2) % len(TALK_DELAYS)]
+        for path, before_s in [("user alone", delay), ("microphone", delay), ("cancelled, delay held", delay),
+                               ("cancelled, delay moved", TALK_DELAYS[k % len(TALK_DELAYS)])]:
+            call = Call(played, near.astype(np.int16), seconds,
+                        Speakerphone(delay_s=before_s, echo_db=-10.0, moved=(second_at, delay)))
+            _, mic = call.timeline()
+            if path == "user alone":
+                audio = near.astype(np.int16)[said]
+            elif path == "microphone":
+                audio = mic[said]
+            else:
+                canceller = EchoCanceller()
+                audio = call.run(canceller.played, canceller.clean)[said]
+            heard = asr.hear(audio.tobytes(), RATE, True, True)
+            request = after_stop_command(heard.text, phrases)
+            sure = heard.confidence_of(request) if heard.tokens and request != heard.text.strip() else heard.avg_logprob
+            ending = " ".join(said_words(heard.text)[-len(said_words(question)):])  # (a misheard command aside)
+            rows.append({"k": k, "path": path, "delay_s": delay, "moved_from_s": before_s, "said": question,
+                         "heard": heard.text, "command": request != heard.text.strip(),
+                         "request_wer": round(word_error_rate(question, request), 3),
+                         "wer": round(word_error_rate(question, ending), 3), "logprob": round(sure, 3)})
+            print(json.dumps(rows[-1]), flush=True)
+    for path in dict.fromkeys(r["path"] for r in rows):
+        mine = [r for r in rows if r["path"] == path]
+        wer = round(float(np.mean([r["wer"] for r in mine])), 3)
+        request_wer = round(float(np.mean([r["request_wer"] for r in mine])), 3)
+        print(json.dumps({"path": path, "requests": len(mine), "commands_heard": sum(r["command"] for r in mine),
+                          "request_wer": request_wer, "wer": wer,
+                          "garbled": sum(r["wer"] > 0.3 for r in mine),
+                          "asked_again": sum(r["logprob"] < cfg.ask_again_below for r in mine),
+                          "logprob_p50": round(float(np.median([r["logprob"] for r in mine])), 3)}), flush=True)
+    return rows
+
+
 def hum(seconds: float, seed: int = 0) -> np.ndarray:
     """A fan: brown noise plus a 120 Hz hum and its harmonics."""
     n = int(seconds * RATE)
@@ -189,11 +261,11 @@ def noisy(args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("echo", "gate", "noise"), nargs="?", default="echo")
-    parser.add_argument("--questions", type=int, default=20, help="noise: how many report questions")
+    parser.add_argument("what", choices=("echo", "gate", "talk", "noise"), nargs="?", default="echo")
+    parser.add_argument("--questions", type=int, default=20, help="talk, noise: how many questions")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    rows = {"echo": echo, "gate": gate, "noise": noisy}[args.what](args)
+    rows = {"echo": echo, "gate": gate, "talk": talk, "noise": noisy}[args.what](args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
