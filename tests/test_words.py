@@ -54,6 +54,9 @@ STOP_PHRASES = ("stop", "wait", "hold on", "never mind")
     ("Stop. Hold on, please. How far is the moon?", "How far is the moon?"),
     ("Wait a second, what is the capital of Japan?", "what is the capital of Japan?"),
     ("Wait \u2014 what about Spain?", "what about Spain?"), ("Stop\u2026 what about Spain?", "what about Spain?"),
+    # run on, unpunctuated, over a reply's echo (the command misheard, "Wheat stop", or heard)
+    ("Wheat stop is water wet.", "is water wet."), ("Wait stop do cats bark", "do cats bark"),
+    ("So wait stop good morning", "good morning"), ("Hold on what is two plus two", "what is two plus two"),
 ])
 def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
     assert after_stop_command(text, STOP_PHRASES) == asked
@@ -62,6 +65,7 @@ def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
 @pytest.mark.parametrize("text", [
     "What is stop motion?", "Stop the timer, please.", "No, I mean Spain.", "Okay so, what about Spain?",
     "Stop.", "Wait, stop.", "Never mind the weather, where is Paris?", "",
+    "Stop that noise.", "Stop the timer please", "Don't stop the music please", "Wait for me please", "Bus stop where?",
 ])
 def test_speech_without_a_stop_command_before_more_words_is_read_whole(text):
     assert after_stop_command(text, STOP_PHRASES) == text.strip()

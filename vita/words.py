@@ -15,6 +15,10 @@ APOLOGY = "Sorry, I couldn't get that answer."  # when nothing came of the tools
 STOCK_PHRASES = (ASK_AGAIN, FILLER, APOLOGY)
 
 MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
+REQUEST_MIN_WORDS = 2  # a request run on after a command, unpunctuated, has this many words at least...
+OBJECT_WORDS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our",
+                          "their"])  # ...and opens with none of these: they make it the command's object ("Never
+# mind the weather, where is Paris?", "Stop the music")
 
 
 def words_of(text: str) -> list[str]:
@@ -209,7 +213,23 @@ def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
             break
         if only_asks_to_stop(opening, phrases, first_word_misheard=True):
             rest = after
-    return rest
+    return rest if rest != text else _after_run_on_command(text, phrases)
+
+
+def _after_run_on_command(text: str, phrases: tuple[str, ...]) -> str:
+    """Whisper may run the command into the request, unpunctuated ("Wait stop do cats bark", "Wheat stop is water
+    wet."): an opening of two words or more that is only the command and ends with its stop phrase, before two words
+    or more, not the command's object. (One word is not enough: "Stop the timer." asks for something; nor is a request
+    of one: "Stop that noise."; and a filler after the phrase may be the request's: "...stop is water wet".)"""
+    tokens = text.split()
+    ends = {words_of(p)[-1] for p in phrases if words_of(p)}
+    for k in range(min(MAX_COMMAND_WORDS, len(tokens) - REQUEST_MIN_WORDS), 1, -1):
+        opening, after = " ".join(tokens[:k]), " ".join(tokens[k:])
+        request = words_of(after)
+        if words_of(opening)[-1:] and words_of(opening)[-1] in ends and len(request) >= REQUEST_MIN_WORDS \
+                and request[0] not in OBJECT_WORDS and only_asks_to_stop(opening, phrases, first_word_misheard=True):
+            return after
+    return text
 
 
 ECHO_MIN_WORDS = 2  # one word that is also in the reply ("Paris?") may well be the user's own
