@@ -10,7 +10,8 @@ the reply's echo alone start speech (it must not), and is the user who speaks ov
 With the canceller and without it (the echo guard alone).
 talk: does Whisper hear a user who talks over the reply's echo? "Wait, stop. <question>" (the room benchmark's
 interruptions, hibari and the Piper voice in turn) 1.2 s into a long reply, 10 dB over its echo, the reply stopped
-0.75 s into the words (as a session stops it); the echo's delay (50-250 ms) moved since the reply before it, or held.
+0.75 s into the words (as a session stops it); the echo's delay (50-250 ms) held since the reply before it, or moved
+(100 ms later, or 150 ms sooner).
 The command is the part spoken over the echo: is it heard as one (the request is then what is answered; a misheard
 one, "Wheat stop is water wet.", is asked again)? Word error rate of the request as the server separates it (after
 the command), and of the request's words alone (the transcript's last as many words), garbled ones (the latter over
@@ -203,7 +204,8 @@ def talk(args) -> list[dict]:
         print(json.dumps({"path": path, "requests": len(mine), "commands_heard": sum(r["command"] for r in mine),
                           "request_wer": request_wer, "wer": wer,
                           "garbled": sum(r["wer"] > 0.3 for r in mine),
-                          "asked_again": sum(r["logprob"] < cfg.ask_again_below for r in mine),
+                          "asked_again": sum(cfg.ask_again_below is not None and r["logprob"] < cfg.ask_again_below
+                                             for r in mine),
                           "logprob_p50": round(float(np.median([r["logprob"] for r in mine])), 3)}), flush=True)
     return rows
 
