@@ -57,6 +57,7 @@ STOP_PHRASES = ("stop", "wait", "hold on", "never mind")
     # run on, unpunctuated, over a reply's echo (the command misheard, "Wheat stop", or heard)
     ("Wheat stop is water wet.", "is water wet."), ("Wait stop do cats bark", "do cats bark"),
     ("So wait stop good morning", "good morning"), ("Hold on what is two plus two", "what is two plus two"),
+    ("Wait and stop. Is water wet?", "Is water wet?"),
 ])
 def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
     assert after_stop_command(text, STOP_PHRASES) == asked

@@ -165,11 +165,12 @@ def _spaced(phrases: tuple[str, ...]) -> list[str]:
 
 
 # What a request that is only a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a
-# second.", "That's enough."): any other word makes it a request to answer ("Stop, do cats bark?" went unanswered).
+# second.", "That's enough.", "Wait and stop." for "Wait, stop." over the echo): any other word makes it a request
+# to answer ("Stop, do cats bark?" went unanswered).
 COMMAND_FILLER = frozenset([
     "please", "now", "it", "that", "that's", "this", "oh", "no", "ok", "okay", "just", "a", "one", "second", "sec",
     "moment", "minute", "there", "right", "talking", "thanks", "thank", "you", "hey", "um", "uh", "so", "well",
-    "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
+    "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait", "and"])
 
 
 # A first word that turns a command round is never taken for a misheard one ("Don't stop.", "Why wait?")
