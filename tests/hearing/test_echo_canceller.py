@@ -178,6 +178,39 @@ def test_a_microphone_that_does_not_hear_the_speaker_is_not_taken_for_one():
     assert detected_after(played, (bursts(8.0, 1) + hiss).astype(np.int16)) is None  # the user alone
 
 
+@pytest.mark.fast
+def test_where_the_echos_delay_moves_the_module_is_handed_what_was_played_at_the_delay_it_first_found():
+    """The client's playback moved 0.2 s later (or 0.1 s sooner) between two replies: AEC3 is handed what was played
+    that much earlier (or later), so the echo reaches it as late after its reference as before the move. Sooner than
+    what is sent ahead of its playing (0.2 s): AEC3 is left to find it, and that delay is the one kept."""
+    for first_s, then_s, lead_s in [(0.1, 0.3, 0.2), (0.3, 0.2, -0.1), (0.3, 0.1, 0.0)]:
+        recorder = Recorder()
+        canceller = EchoCanceller(apm=recorder)
+        played = bursts(8.0, 0)
+        move = 4 * RATE
+        mic = np.zeros(played.size)
+        for lo, hi, delay_s in [(0, move, first_s), (move, played.size, then_s)]:
+            at = lo + int(delay_s * RATE)
+            mic[at:hi + int(delay_s * RATE)] = played[lo:hi][:max(0, played.size - at)] * 0.3
+        mic = mic.astype(np.int16)
+        canceller.played(played.tobytes(), RATE, T0)
+        for i in range(0, mic.size, 320):
+            canceller.clean(mic[i:i + 320], T0 + (i + 320) / RATE + 0.02)
+        far, near = np.concatenate(recorder.far), np.concatenate(recorder.near)
+        before, after = slice(2 * RATE, 4 * RATE), slice(6 * RATE, 8 * RATE)
+        assert abs(echo_lag(far[before], near[before]) - int((first_s + 0.02) * RATE)) <= FRAME
+        assert abs(echo_lag(far[after], near[after]) - int((then_s - lead_s + 0.02) * RATE)) <= FRAME
+        assert canceller.lead == pytest.approx(lead_s * RATE, abs=FRAME)
+
+
+def echo_lag(far: np.ndarray, near: np.ndarray) -> int:
+    """Samples `near` comes after `far` (their cross-correlation's peak, up to 0.5 s)."""
+    n = far.size + near.size
+    spectrum = np.fft.rfft(near.astype(np.float64), n) * np.conj(np.fft.rfft(far.astype(np.float64), n))
+    correlation = np.fft.irfft(spectrum, n)
+    return int(np.argmax(correlation[:RATE // 2]))
+
+
 # --- the real audio processing module on real speech (loads Piper, hibari and Silero: not in the fast lane) ------
 
 REPLY = ("The capital of France is Paris. It is a lovely city in spring, with wide avenues and old cafes.",
@@ -227,6 +260,25 @@ def test_the_echo_of_a_spoken_reply_is_cut_by_15_db_and_the_user_over_it_is_kept
     out = talk.run(canceller.played, canceller.clean)
     said = slice(int(USER_AT_S * RATE), int(USER_AT_S * RATE) + voices[1].size)
     assert level_db(out[said]) - level_db(talk.near[said]) >= -6
+
+
+@pytest.mark.parametrize(("first_s", "then_s"), [(0.05, 0.25), (0.15, 0.05)])
+def test_where_the_echos_delay_moves_between_replies_the_next_replys_echo_is_cut_within_a_second(voices, first_s,
+                                                                                                then_s):
+    """The same reply twice, the second time heard back 0.2 s later (or 0.1 s sooner) than the first: from a second
+    into the second reply's echo it is cut by 15 dB (where AEC3 was left to search for the moved delay by itself, by
+    0-12 dB for the next 2.5 s)."""
+    from tests.harness.speakerphone import Call, Speakerphone, level_db
+
+    reply = voices[0]
+    second_at = 0.5 + (reply.size + RATE) / RATE  # (the call's reply starts 0.5 s in; a second between the two)
+    call = Call(np.concatenate([reply, np.zeros(RATE, np.int16), reply]), np.zeros(0, np.int16), second_at + 3.0,
+                Speakerphone(delay_s=first_s, echo_db=-10.0, moved=(second_at, then_s)))
+    canceller = EchoCanceller()
+    out = call.run(canceller.played, canceller.clean)
+    _, mic = call.timeline()
+    settled = slice(int((second_at + then_s + 1.0) * RATE), int((second_at + 3.0) * RATE))
+    assert level_db(mic[settled]) - level_db(out[settled]) >= 15
 
 
 def ears_on_a_call(voices, cancel: bool, user: bool) -> list[tuple[float, str]]:

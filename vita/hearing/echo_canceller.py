@@ -45,6 +45,17 @@ ACTIVE_DBFS = -50.0  # a played frame this loud is playing...
 MIN_ACTIVE_SHARE = 0.3  # ...and a look needs this share of the last second's frames playing
 ECHO_PEAK = 12.0  # a correlation peak this many standard deviations over the rest, in two looks running: the
 # echo is heard (an echo 10 dB down through a room: 17-37; two unrelated voices: 4-11, once)
+# Once heard, the looks go on while the reply plays: where the echo's delay moves (a client that buffers each
+# response anew, a device changed), AEC3 is handed what was played that much earlier or later, so that it sees the
+# echo at the delay its filter was fitted to (where the echo was first found). The filter then serves at once, where
+# a moved delay has it search again for a second or more: when a user talks over the reply, the cut of a half-fitted
+# filter garbles their words for Whisper, and the echo it leaves is heard as speech.
+AGREE_S = 0.002  # two looks running find the echo at lags this close: it is where they say...
+REALIGN_S = 0.03  # ...and it is realigned when it moves further than this (less, AEC3 follows by itself: a look's
+# peak may flit between nearby lags, and realigning at each would unsettle its filter)
+READ_AHEAD_S = 0.15  # an echo that comes sooner is handed what is queued to play that much later at most: a paced
+# reply is sent 0.15-0.25 s ahead of its playing (turn.lead_ms); sooner than that, AEC3 is left to find the echo
+# where it now comes, and that is the delay it is fitted to from then on
 
 
 def _grid(at: float) -> int:
@@ -53,8 +64,9 @@ def _grid(at: float) -> int:
 
 
 class PlayedAudio:
-    """What the client plays, at 16 kHz, laid on the grid where it starts playing; read once, in time order, as
-    the microphone's audio from the same moments goes to the canceller."""
+    """What the client plays, at 16 kHz, laid on the grid where it starts playing; read in time order as the
+    microphone's audio from the same moments goes to the canceller (and, for an echo's delay that moved, a little
+    behind or ahead of it)."""
 
     def __init__(self) -> None:
         self.start = 0  # grid index of samples[0]
@@ -78,17 +90,22 @@ class PlayedAudio:
         if excess > 0:
             self.start, self.samples = self.start + excess, self.samples[excess:]
 
-    def take(self, index: int, n: int) -> np.ndarray:
-        """The `n` samples playing from grid `index` on (silence where nothing plays); what comes before is
-        dropped."""
+    def at(self, index: int, n: int) -> np.ndarray:
+        """The `n` samples playing from grid `index` on (silence where nothing plays, or where it was dropped)."""
         out = np.zeros(n, np.int16)
         lo, hi = max(index, self.start), min(index + n, self.end)
         if hi > lo:
             out[lo - index:hi - index] = self.samples[lo - self.start:hi - self.start]
-        drop = min(max(0, index + n - self.start), self.samples.size)
+        return out
+
+    def take(self, index: int, n: int, keep: int = 0) -> np.ndarray:
+        """The `n` samples playing from grid `index` on; what comes `keep` samples before their end is dropped."""
+        out = self.at(index, n)
+        until = index + n - keep
+        drop = min(max(0, until - self.start), self.samples.size)
         self.start, self.samples = self.start + drop, self.samples[drop:]
         if not self.samples.size:
-            self.start = max(self.start, index + n)
+            self.start = max(self.start, until)
         return out
 
     def cut(self, at: float) -> None:
@@ -124,24 +141,25 @@ class MicClock:
 
 
 class EchoDetector:
-    """Whether the microphone hears what was played (see DETECT_EVERY above). Once heard, it stays heard (a
-    speakerphone stays one), and it looks no more."""
+    """Whether the microphone hears what was played (see DETECT_EVERY above), and how long after it the echo comes
+    (`lag`, samples, once two looks running agree). Once heard, it stays heard (a speakerphone stays one), and it
+    goes on looking for the lag."""
 
     def __init__(self) -> None:
         self.window = int(DETECT_S * RATE)
-        self.lag = int(MAX_LAG_S * RATE)
-        self.far = np.zeros(self.window + self.lag, np.float32)  # what was played, the latest last
+        self.max_lag = int(MAX_LAG_S * RATE)
+        self.far = np.zeros(self.window + self.max_lag, np.float32)  # what was played, the latest last
         self.near = np.zeros(self.window, np.float32)  # what the microphone heard, the latest last
         self.active: deque[bool] = deque(maxlen=self.window // FRAME)  # which recent played frames were playing
-        self.size = 1 << (2 * self.window + self.lag - 1).bit_length()  # (the FFT's, with no wrap-around)
+        self.size = 1 << (2 * self.window + self.max_lag - 1).bit_length()  # (the FFT's, with no wrap-around)
         self.frames = 0
         self.heard = False
         self.peak = 0.0  # the last look's peak, in standard deviations
+        self.looked: int | None = None  # the lag the last look found (None: no peak stood out)
+        self.lag: int | None = None  # the lag two looks running found
 
     def add(self, far: np.ndarray, near: np.ndarray) -> None:
         """One 10 ms frame of what was played and what the microphone heard (int16)."""
-        if self.heard:
-            return
         self.far = np.roll(self.far, -FRAME)
         self.far[-FRAME:] = far
         self.near = np.roll(self.near, -FRAME)
@@ -150,21 +168,25 @@ class EchoDetector:
         self.frames += 1
         if (self.frames % DETECT_EVERY == 0 and self.frames * FRAME >= self.window
                 and sum(self.active) >= MIN_ACTIVE_SHARE * self.active.maxlen):
-            self.peak, peaked = self._look(), self.peak >= ECHO_PEAK
-            self.heard = peaked and self.peak >= ECHO_PEAK
+            peaked, looked = self.peak >= ECHO_PEAK, self.looked
+            self.peak, self.looked = self._look()
+            self.heard = self.heard or (peaked and self.peak >= ECHO_PEAK)
+            if None not in (looked, self.looked) and abs(self.looked - looked) <= AGREE_S * RATE:
+                self.lag = self.looked
 
-    def _look(self) -> float:
+    def _look(self) -> tuple[float, int | None]:
         """The phase-transform cross-correlation's highest peak at lags 0..MAX_LAG_S, in standard deviations of
-        its values elsewhere."""
+        its values elsewhere, and its lag (samples the echo comes after what was played; None: under ECHO_PEAK)."""
         spectrum = np.conj(np.fft.rfft(self.near, self.size)) * np.fft.rfft(self.far, self.size)
         spectrum /= np.abs(spectrum) + 1e-9
         correlation = np.fft.irfft(spectrum, self.size)  # [k]: the microphone against what played k samples later
         # than MAX_LAG_S before it: the echo `d` seconds late peaks at k = lag - d
         half = self.window // 2  # (elsewhere: lags where the two still overlap by at least half)
-        search = correlation[:self.lag + 1]
-        rest = np.concatenate([correlation[self.lag + FRAME:self.lag + half], correlation[self.size - half:]])
+        search = correlation[:self.max_lag + 1]
+        rest = np.concatenate([correlation[self.max_lag + FRAME:self.max_lag + half], correlation[self.size - half:]])
         spread = float(np.std(rest))
-        return float(np.max(search)) / spread if spread > 0 else 0.0
+        peak = float(np.max(search)) / spread if spread > 0 else 0.0
+        return peak, (self.max_lag - int(np.argmax(search)) if peak >= ECHO_PEAK else None)
 
 
 def _db(frame: np.ndarray) -> float:
@@ -190,6 +212,8 @@ class EchoCanceller:
         self.clock = MicClock()
         self.held = np.zeros(0, np.int16)  # microphone samples short of a whole 10 ms frame
         self.detector = EchoDetector()
+        self.anchor: int | None = None  # the echo's delay AEC3 is fitted to (samples)
+        self.lead = 0  # AEC3 is handed what played this many samples before the microphone's moment (< 0: after)
 
     @property
     def cancelling(self) -> bool:
@@ -226,12 +250,29 @@ class EchoCanceller:
         whole = audio.size - audio.size % FRAME
         out = np.empty(whole, np.int16)
         for i in range(0, whole, FRAME):
-            played, heard = self.playing.take(index + i, FRAME), audio[i:i + FRAME]
+            played = self.playing.take(index + i, FRAME, keep=self.detector.max_lag + FRAME)
+            heard = audio[i:i + FRAME]
             self.detector.add(played, heard)
-            self.apm.process_reverse_stream(self._frame(played.tobytes(), RATE, 1, FRAME))
+            self._realign()
+            reference = self.playing.at(index + i - self.lead, FRAME) if self.lead else played  # (< 0: queued)
+            self.apm.process_reverse_stream(self._frame(reference.tobytes(), RATE, 1, FRAME))
             near = self._frame(heard.tobytes(), RATE, 1, FRAME)
             self.apm.set_stream_delay_ms(DELAY_HINT_MS)
             self.apm.process_stream(near)  # (always: its filter is converging by the time the echo is known)
             out[i:i + FRAME] = np.frombuffer(near.data, np.int16) if self.cancelling else heard
         self.held = audio[whole:].copy()
         return out
+
+    def _realign(self) -> None:
+        """Keep the echo at the delay AEC3 was fitted to (see REALIGN_S)."""
+        lag = self.detector.lag
+        if lag is None:
+            return
+        if self.anchor is None:
+            self.anchor = lag
+        lead = lag - self.anchor
+        if abs(lead - self.lead) <= REALIGN_S * RATE:
+            return
+        if lead < -READ_AHEAD_S * RATE:  # (what would be read is not yet sent)
+            self.anchor, lead = lag, 0
+        self.lead = lead
