@@ -199,10 +199,11 @@ class EchoCanceller:
     EchoReference is fed), ``clean`` the microphone's 16 kHz audio before the VAD sees it. `noise_suppression`:
     WebRTC's suppressor on as well (steady noise; it does not take out other voices)."""
 
-    def __init__(self, noise_suppression: bool = False, apm: Any = None):
+    def __init__(self, noise_suppression: bool = False, apm: Any = None, realign: bool = True):
         from livekit import rtc  # (imported here: only sessions that cancel echo load its native library)
 
         self.noise_suppression = noise_suppression  # (its output is then always used: the noise is always there)
+        self.realign = realign  # (False: AEC3 left to follow a moved delay by itself, as a benchmark compares)
 
         self._frame = rtc.AudioFrame
         self.apm = apm if apm is not None else rtc.AudioProcessingModule(
@@ -266,7 +267,7 @@ class EchoCanceller:
     def _realign(self) -> None:
         """Keep the echo at the delay AEC3 was fitted to (see REALIGN_S)."""
         lag = self.detector.lag
-        if lag is None:
+        if lag is None or not self.realign:
             return
         if self.anchor is None:
             self.anchor = lag

@@ -17,12 +17,16 @@ one, "Wheat stop is water wet.", is asked again)? Word error rate of the request
 the command), and of the request's words alone (the transcript's last as many words), garbled ones (the latter over
 0.3), Whisper's confidence in the request (asked again under the config's ask_again_below), for the user alone, the
 microphone, and the canceller's output.
+moves: the same reply twice, the echo's delay moved between them (every pair of 50-250 ms): how far the second
+reply's echo is cut, half a second at a time after it arrives, with the canceller realigning to the delay it was
+fitted to and without (AEC3 left to find the moved delay by itself).
 noise: does WebRTC's noise suppressor help Whisper? Spoken questions (hibari) under white noise, a fan's hum and
 other people talking, at 10, 5 and 0 dB SNR: word error rate and garbled transcripts (WER > 0.5) as heard raw,
 through the canceller with the suppressor off (with nothing played it passes the microphone's audio on: a second
 raw run, which shows how much Whisper's own results vary), and with it on.
 
-Usage: .venv/bin/python -m scripts.bench.stages.echo_cancel [echo|gate|talk|noise] [--questions N] [--json out.json]
+Usage: .venv/bin/python -m scripts.bench.stages.echo_cancel [echo|gate|talk|moves|noise] [--questions N]
+       [--json out.json]
 """
 
 from __future__ import annotations
@@ -210,6 +214,31 @@ def talk(args) -> list[dict]:
     return rows
 
 
+def moves(args) -> list[dict]:
+    reply = reply_audio()
+    second_at = 0.5 + (reply.size + RATE) / RATE  # (the call's reply starts 0.5 s in; a second between the two)
+    rows = []
+    for realign in (True, False):
+        cuts = []
+        for before_s in TALK_DELAYS:
+            for after_s in (d for d in TALK_DELAYS if d != before_s):
+                call = Call(np.concatenate([reply, np.zeros(RATE, np.int16), reply]), np.zeros(0, np.int16),
+                            second_at + 3.5, Speakerphone(delay_s=before_s, echo_db=-10.0, moved=(second_at, after_s)))
+                canceller = EchoCanceller(realign=realign)
+                out = call.run(canceller.played, canceller.clean)
+                _, mic = call.timeline()
+                half = RATE // 2
+                starts = range(int((second_at + after_s) * RATE), int((second_at + 3.5) * RATE) - half, half)
+                cuts.append([level_db(mic[s:s + half]) - level_db(out[s:s + half]) for s in starts])
+                print(json.dumps({"realign": realign, "from_s": before_s, "to_s": after_s,
+                                  "cut_db": [round(c, 1) for c in cuts[-1]]}), flush=True)
+        table = np.array(cuts)
+        rows.append({"realign": realign, "moves": len(cuts), "cut_db_mean": np.round(table.mean(0), 1).tolist(),
+                     "half_seconds_under_10_db": int((table < 10).sum()), "half_seconds": int(table.size)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def hum(seconds: float, seed: int = 0) -> np.ndarray:
     """A fan: brown noise plus a 120 Hz hum and its harmonics."""
     n = int(seconds * RATE)
@@ -263,11 +292,11 @@ def noisy(args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("echo", "gate", "talk", "noise"), nargs="?", default="echo")
+    parser.add_argument("what", choices=("echo", "gate", "talk", "moves", "noise"), nargs="?", default="echo")
     parser.add_argument("--questions", type=int, default=20, help="talk, noise: how many questions")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    rows = {"echo": echo, "gate": gate, "talk": talk, "noise": noisy}[args.what](args)
+    rows = {"echo": echo, "gate": gate, "talk": talk, "moves": moves, "noise": noisy}[args.what](args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
