@@ -56,7 +56,8 @@ STOP_PHRASES = ("stop", "wait", "hold on", "never mind")
     ("Wait \u2014 what about Spain?", "what about Spain?"), ("Stop\u2026 what about Spain?", "what about Spain?"),
     # run on, unpunctuated, over a reply's echo (the command misheard, "Wheat stop", or heard)
     ("Wheat stop is water wet.", "is water wet."), ("Wait stop do cats bark", "do cats bark"),
-    ("So wait stop good morning", "good morning"), ("Hold on what is two plus two", "what is two plus two"),
+    ("So wait stop how far is the moon", "how far is the moon"),
+    ("Hold on what is two plus two", "what is two plus two"),
     ("Wait and stop. Is water wet?", "Is water wet?"),
 ])
 def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
@@ -67,9 +68,16 @@ def test_the_request_after_a_stop_command_is_what_follows_it(text, asked):
     "What is stop motion?", "Stop the timer, please.", "No, I mean Spain.", "Okay so, what about Spain?",
     "Stop.", "Wait, stop.", "Never mind the weather, where is Paris?", "",
     "Stop that noise.", "Stop the timer please", "Don't stop the music please", "Wait for me please", "Bus stop where?",
+    "Please stop talking about the weather", "Please cancel all my timers", "Please wait for me", "Bus stop near me",
 ])
 def test_speech_without_a_stop_command_before_more_words_is_read_whole(text):
     assert after_stop_command(text, STOP_PHRASES) == text.strip()
+
+
+def test_and_joins_two_stop_phrases_but_makes_no_question_a_command():
+    assert only_asks_to_stop("Wait and stop.", STOP_PHRASES)
+    for asked in ("Wait, and you?", "Stop, and now?", "Wait, and that one?"):
+        assert not only_asks_to_stop(asked, STOP_PHRASES), asked
 
 
 def test_a_stop_command_may_open_with_a_misheard_word_only_when_asked():

@@ -15,10 +15,8 @@ APOLOGY = "Sorry, I couldn't get that answer."  # when nothing came of the tools
 STOCK_PHRASES = (ASK_AGAIN, FILLER, APOLOGY)
 
 MAX_COMMAND_WORDS = 4  # "Stop.", "No, wait.", "Hold on please": longer speech is judged by its duration alone
-REQUEST_MIN_WORDS = 2  # a request run on after a command, unpunctuated, has this many words at least...
-OBJECT_WORDS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our",
-                          "their"])  # ...and opens with none of these: they make it the command's object ("Never
-# mind the weather, where is Paris?", "Stop the music")
+REQUEST_MIN_WORDS = 2  # a request run on after a command, unpunctuated, has this many words at least (and opens
+# as REQUEST_OPENERS, below)
 
 
 def words_of(text: str) -> list[str]:
@@ -165,13 +163,19 @@ def _spaced(phrases: tuple[str, ...]) -> list[str]:
 
 
 # What a request that is only a stop command may hold besides its stop phrase ("Oh, stop it please.", "Wait a
-# second.", "That's enough.", "Wait and stop." for "Wait, stop." over the echo): any other word makes it a request
-# to answer ("Stop, do cats bark?" went unanswered).
+# second.", "That's enough."): any other word makes it a request to answer ("Stop, do cats bark?" went unanswered),
+# but "and" between two phrases ("Wait and stop.", Whisper's "Wait, stop." over the echo; "Wait, and you?" is asked).
 COMMAND_FILLER = frozenset([
     "please", "now", "it", "that", "that's", "this", "oh", "no", "ok", "okay", "just", "a", "one", "second", "sec",
     "moment", "minute", "there", "right", "talking", "thanks", "thank", "you", "hey", "um", "uh", "so", "well",
-    "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait", "and"])
+    "be", "is", "up", "sorry", "alright", "yeah", "all", "enough", "stop", "wait"])
 
+
+# How a request run on after a stop command opens: anything else may be the command's own ("Please stop talking
+# about the weather", "Never mind the weather", "Please wait for me")
+REQUEST_OPENERS = QUESTION_WORDS | MODAL_WORDS | frozenset([
+    "is", "are", "was", "were", "am", "tell", "give", "explain", "describe", "what's", "how's", "where's", "who's",
+    "when's", "why's", "let's"])
 
 # A first word that turns a command round is never taken for a misheard one ("Don't stop.", "Why wait?")
 KEPT_FIRST_WORDS = QUESTION_WORDS | MODAL_WORDS | frozenset(["don't", "dont", "not", "never", "can't", "cannot",
@@ -190,10 +194,12 @@ def only_asks_to_stop(text: str, phrases: tuple[str, ...], first_word_misheard: 
         return False
     joined = " " + " ".join(words_of(text.replace("\u2019", "'"))) + " "  # (a typographic apostrophe too)
     said = _spaced(phrases)
+    found = 0
     while any(phrase in joined for phrase in said):  # ("hold on, hold on": the second after the first is gone)
         for phrase in said:
+            found += joined.count(phrase)
             joined = joined.replace(phrase, " ")
-    return set(joined.split()) <= COMMAND_FILLER
+    return set(joined.split()) - ({"and"} if found > 1 else set()) <= COMMAND_FILLER
 
 
 _CLAUSE_END = re.compile(r"(?:[.!?,;:\u2026]+|\s[-\u2013\u2014])\s+")  # (an ellipsis or a dash too)
@@ -220,15 +226,15 @@ def after_stop_command(text: str, phrases: tuple[str, ...]) -> str:
 def _after_run_on_command(text: str, phrases: tuple[str, ...]) -> str:
     """Whisper may run the command into the request, unpunctuated ("Wait stop do cats bark", "Wheat stop is water
     wet."): an opening of two words or more that is only the command and ends with its stop phrase, before two words
-    or more, not the command's object. (One word is not enough: "Stop the timer." asks for something; nor is a request
-    of one: "Stop that noise."; and a filler after the phrase may be the request's: "...stop is water wet".)"""
+    or more that open as a request does. (One word is not enough: "Stop the timer." asks for something; nor is a
+    request of one: "Stop that noise."; and a filler after the phrase may be the request's: "...stop is water wet".)"""
     tokens = text.split()
     ends = {words_of(p)[-1] for p in phrases if words_of(p)}
     for k in range(min(MAX_COMMAND_WORDS, len(tokens) - REQUEST_MIN_WORDS), 1, -1):
         opening, after = " ".join(tokens[:k]), " ".join(tokens[k:])
         request = words_of(after)
         if words_of(opening)[-1:] and words_of(opening)[-1] in ends and len(request) >= REQUEST_MIN_WORDS \
-                and request[0] not in OBJECT_WORDS and only_asks_to_stop(opening, phrases, first_word_misheard=True):
+                and request[0] in REQUEST_OPENERS and only_asks_to_stop(opening, phrases, first_word_misheard=True):
             return after
     return text
 
