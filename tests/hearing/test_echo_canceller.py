@@ -182,7 +182,8 @@ def test_a_microphone_that_does_not_hear_the_speaker_is_not_taken_for_one():
 def test_where_the_echos_delay_moves_the_module_is_handed_what_was_played_at_the_delay_it_first_found():
     """The client's playback moved 0.2 s later (or 0.1 s sooner) between two replies: AEC3 is handed what was played
     that much earlier (or later), so the echo reaches it as late after its reference as before the move. Sooner than
-    what is sent ahead of its playing (0.2 s): AEC3 is left to find it, and that delay is the one kept."""
+    a reply is sent ahead of its playing (0.2 s, over READ_AHEAD_S): AEC3 is left to find it, and that delay is
+    kept."""
     for first_s, then_s, lead_s in [(0.1, 0.3, 0.2), (0.3, 0.2, -0.1), (0.3, 0.1, 0.0)]:
         recorder = Recorder()
         canceller = EchoCanceller(apm=recorder)

@@ -53,9 +53,11 @@ ECHO_PEAK = 12.0  # a correlation peak this many standard deviations over the re
 AGREE_S = 0.002  # two looks running find the echo at lags this close: it is where they say...
 REALIGN_S = 0.03  # ...and it is realigned when it moves further than this (less, AEC3 follows by itself: a look's
 # peak may flit between nearby lags, and realigning at each would unsettle its filter)
-READ_AHEAD_S = 0.15  # an echo that comes sooner is handed what is queued to play that much later at most: a paced
-# reply is sent 0.15-0.25 s ahead of its playing (turn.lead_ms); sooner than that, AEC3 is left to find the echo
-# where it now comes, and that is the delay it is fitted to from then on
+READ_AHEAD_S = 0.12  # an echo that comes sooner is handed what is queued to play that much later at most: a paced
+# reply is sent 0.15-0.25 s ahead of its playing (the default tts.lead_ms less a tts.pace_chunk_ms), and the
+# microphone's clock may be 0.03 s off (RESYNC_S); sooner than that, AEC3 is left to find the echo where it now
+# comes, and that is the delay it is fitted to from then on. (A reply's first piece is handed over as it starts
+# playing: after a sooner move, AEC3 has no reference for the first READ_AHEAD_S of each reply's echo.)
 
 
 def _grid(at: float) -> int:
@@ -145,7 +147,8 @@ class EchoDetector:
     (`lag`, samples, once two looks running agree). Once heard, it stays heard (a speakerphone stays one), and it
     goes on looking for the lag."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_looking: bool = True) -> None:
+        self.keep_looking = keep_looking  # (False: once heard, it looks no more)
         self.window = int(DETECT_S * RATE)
         self.max_lag = int(MAX_LAG_S * RATE)
         self.far = np.zeros(self.window + self.max_lag, np.float32)  # what was played, the latest last
@@ -160,6 +163,8 @@ class EchoDetector:
 
     def add(self, far: np.ndarray, near: np.ndarray) -> None:
         """One 10 ms frame of what was played and what the microphone heard (int16)."""
+        if self.heard and not self.keep_looking:
+            return
         self.far = np.roll(self.far, -FRAME)
         self.far[-FRAME:] = far
         self.near = np.roll(self.near, -FRAME)
@@ -212,7 +217,7 @@ class EchoCanceller:
         self.playing = PlayedAudio()
         self.clock = MicClock()
         self.held = np.zeros(0, np.int16)  # microphone samples short of a whole 10 ms frame
-        self.detector = EchoDetector()
+        self.detector = EchoDetector(keep_looking=realign)
         self.anchor: int | None = None  # the echo's delay AEC3 is fitted to (samples)
         self.lead = 0  # AEC3 is handed what played this many samples before the microphone's moment (< 0: after)
 

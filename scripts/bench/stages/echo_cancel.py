@@ -16,7 +16,7 @@ The command is the part spoken over the echo: is it heard as one (the request is
 one, "Wheat stop is water wet.", is asked again)? Word error rate of the request as the server separates it (after
 the command), and of the request's words alone (the transcript's last as many words), garbled ones (the latter over
 0.3), Whisper's confidence in the request (asked again under the config's ask_again_below), for the user alone, the
-microphone, and the canceller's output.
+microphone, and the canceller's output (the moved delay also as AEC3 alone follows it: not realigned).
 moves: the same reply twice, the echo's delay moved between them (every pair of 50-250 ms): how far the second
 reply's echo is cut, half a second at a time after it arrives, with the canceller realigning to the delay it was
 fitted to and without (AEC3 left to find the moved delay by itself).
@@ -180,8 +180,9 @@ def talk(args) -> list[dict]:
         played = np.concatenate([before, np.zeros(RATE, np.int16), reply])[:int((onset + TALK_STOPPED_S - 0.5) * RATE)]
         said = slice(int((onset - 0.3) * RATE), int((onset + 0.4) * RATE) + words.size)
         delay = TALK_DELAYS[(k + 2) % len(TALK_DELAYS)]
+        moved = TALK_DELAYS[k % len(TALK_DELAYS)]
         for path, before_s in [("user alone", delay), ("microphone", delay), ("cancelled, delay held", delay),
-                               ("cancelled, delay moved", TALK_DELAYS[k % len(TALK_DELAYS)])]:
+                               ("cancelled, delay moved", moved), ("cancelled, delay moved, not realigned", moved)]:
             call = Call(played, near.astype(np.int16), seconds,
                         Speakerphone(delay_s=before_s, echo_db=-10.0, moved=(second_at, delay)))
             _, mic = call.timeline()
@@ -190,7 +191,7 @@ def talk(args) -> list[dict]:
             elif path == "microphone":
                 audio = mic[said]
             else:
-                canceller = EchoCanceller()
+                canceller = EchoCanceller(realign=not path.endswith("not realigned"))
                 audio = call.run(canceller.played, canceller.clean)[said]
             heard = asr.hear(audio.tobytes(), RATE, True, True)
             request = after_stop_command(heard.text, phrases)
