@@ -233,8 +233,8 @@ def _after_run_on_command(text: str, phrases: tuple[str, ...]) -> str:
     for k in range(min(MAX_COMMAND_WORDS, len(tokens) - REQUEST_MIN_WORDS), 1, -1):
         opening, after = " ".join(tokens[:k]), " ".join(tokens[k:])
         request = words_of(after)
-        if words_of(opening)[-1:] and words_of(opening)[-1] in ends and len(request) >= REQUEST_MIN_WORDS \
-                and request[0] in REQUEST_OPENERS and only_asks_to_stop(opening, phrases, first_word_misheard=True):
+        if set(words_of(opening)[-1:]) & ends and len(request) >= REQUEST_MIN_WORDS and request[0] in REQUEST_OPENERS \
+                and only_asks_to_stop(opening, phrases, first_word_misheard=True):
             return after
     return text
 

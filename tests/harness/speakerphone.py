@@ -118,3 +118,13 @@ class Call:
                 sent += 1
             out.append(heard_from(mic[i:i + step], arrived))
         return np.concatenate(out)
+
+
+def replied_twice(reply: np.ndarray, first_s: float, then_s: float, after_s: float) -> tuple[Call, float]:
+    """A call where `reply` plays twice, a second apart, its echo `first_s` late the first time and `then_s` the
+    second (the client's playback moved between them), the call going on `after_s` past the second's start; and
+    where on the call's timeline the second starts."""
+    second_at = 0.5 + (reply.size + RATE) / RATE  # (the call's reply starts 0.5 s in)
+    call = Call(np.concatenate([reply, np.zeros(RATE, np.int16), reply]), np.zeros(0, np.int16), second_at + after_s,
+                Speakerphone(delay_s=first_s, echo_db=-10.0, moved=(second_at, then_s)))
+    return call, second_at

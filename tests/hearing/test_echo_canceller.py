@@ -269,12 +269,9 @@ def test_where_the_echos_delay_moves_between_replies_the_next_replys_echo_is_cut
     """The same reply twice, the second time heard back 0.2 s later (or 0.1 s sooner) than the first: from a second
     into the second reply's echo it is cut by 15 dB (where AEC3 was left to search for the moved delay by itself, by
     0-12 dB for the next 2.5 s)."""
-    from tests.harness.speakerphone import Call, Speakerphone, level_db
+    from tests.harness.speakerphone import level_db, replied_twice
 
-    reply = voices[0]
-    second_at = 0.5 + (reply.size + RATE) / RATE  # (the call's reply starts 0.5 s in; a second between the two)
-    call = Call(np.concatenate([reply, np.zeros(RATE, np.int16), reply]), np.zeros(0, np.int16), second_at + 3.0,
-                Speakerphone(delay_s=first_s, echo_db=-10.0, moved=(second_at, then_s)))
+    call, second_at = replied_twice(voices[0], first_s, then_s, 3.0)
     canceller = EchoCanceller()
     out = call.run(canceller.played, canceller.clean)
     _, mic = call.timeline()

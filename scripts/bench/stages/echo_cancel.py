@@ -216,15 +216,15 @@ def talk(args) -> list[dict]:
 
 
 def moves(args) -> list[dict]:
+    from tests.harness.speakerphone import replied_twice
+
     reply = reply_audio()
-    second_at = 0.5 + (reply.size + RATE) / RATE  # (the call's reply starts 0.5 s in; a second between the two)
     rows = []
     for realign in (True, False):
         cuts = []
         for before_s in TALK_DELAYS:
             for after_s in (d for d in TALK_DELAYS if d != before_s):
-                call = Call(np.concatenate([reply, np.zeros(RATE, np.int16), reply]), np.zeros(0, np.int16),
-                            second_at + 3.5, Speakerphone(delay_s=before_s, echo_db=-10.0, moved=(second_at, after_s)))
+                call, second_at = replied_twice(reply, before_s, after_s, 3.5)
                 canceller = EchoCanceller(realign=realign)
                 out = call.run(canceller.played, canceller.clean)
                 _, mic = call.timeline()
