@@ -83,3 +83,14 @@ def test_the_tracing_benchmark_sends_every_turns_spans_and_reports_each_process(
     assert "361 spans reached the collector" in result.stdout, result.stdout
     for process in ("front", "llm", "tts"):
         assert result.stdout.count(f"  {process} ") == 2, result.stdout  # tracing off and on
+
+
+@pytest.mark.fast
+def test_the_decoding_benchmark_grades_a_transcript_by_its_distance_from_the_question():
+    from scripts.bench.stages.asr_decoding import graded, tally
+
+    assert graded("What is two plus two?", "What is 2 plus 2?") == "exact"  # numbers compared as said
+    assert graded("How many legs does a spider have?", "How many legs does the spider have?") == "close"
+    assert graded("Is a whale a mammal?", "is a whale and mellow.") == "part"
+    assert graded("Can penguins fly?", "Kinting will spy.") == "garbled"
+    assert tally(["exact", "asked", "exact"]) == "exact 2 close 0 part 0 garbled 0 asked 1 silent 0"

@@ -1,0 +1,185 @@
+"""Benchmark other decodings of the same audio than the server's (Whisper base greedy, decoded again with a beam
+where it is unsure; workers/llm/engines/asr.py): would they hear the spoken questions of scripts/eval/questions.json
+better, in the evaluation voices and the room benchmark's rooms ("piper@babble_noise10")?
+
+beam: the server's decoding against a beam of asr.redecode_beam_size from the start: how far each transcript is from
+the question (exact, close: a quarter of the words or fewer wrong, part: half, garbled), and the time an utterance
+takes.
+alternatives: where the server's rule asks again (Whisper unsure, the second model disagreeing, or the LLM's reading
+of the words: MisheardRule), would another of the beam's hypotheses, read by the LLM after four exchanges, pass the
+same rule (Whisper's score plus reading_weight times the model's over ask_again_below), and how far is the best of
+them from the question?
+
+Usage: .venv/bin/python -m scripts.bench.stages.asr_decoding [beam|alternatives] [--voices piper@babble_noise10,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from scripts.bench.stages.asr import EARLIER, GARBLED_WER, voice_audio
+from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
+from vita.config import Config
+from workers.llm.engines.asr import (
+    MAX_REPLY_TOKENS,
+    WHISPER_RATE,
+    MisheardRule,
+    Transcription,
+    WhisperTranscriber,
+    pcm16_to_float,
+    window_seconds,
+    word_error_rate,
+)
+
+CLOSE_WER = 0.25
+HYPOTHESES = 5  # alternatives: the beam's hypotheses kept (its width, asr.redecode_beam_size, at least)
+
+
+def graded(question: str, heard: str) -> str:
+    """How far a transcript is from the question: exact, close (a quarter of the words or fewer wrong), part (half),
+    garbled."""
+    error = word_error_rate(question, heard)
+    return ("exact" if error == 0 else "close" if error <= CLOSE_WER else "part" if error <= GARBLED_WER
+            else "garbled")
+
+
+def tally(grades: list[str]) -> str:
+    return " ".join(f"{g} {grades.count(g)}" for g in ("exact", "close", "part", "garbled", "asked", "silent"))
+
+
+def spoken_questions() -> list[str]:
+    return [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
+
+
+def beam(models: Path, voices: list[str]) -> None:
+    """The server's decoding against a beam of asr.redecode_beam_size from the start, on the same clips."""
+    cfg = Config().asr
+    server = WhisperTranscriber(models / cfg.model, "int8", 2, "en", 1, redecode_below=cfg.redecode_below,
+                                redecode_beam_size=cfg.redecode_beam_size)
+    wide = WhisperTranscriber(models / cfg.model, "int8", 2, "en", cfg.redecode_beam_size)
+    for voice in voices:
+        rng = np.random.default_rng(1)
+        grades: dict[str, list[str]] = {"server": [], "beam": []}
+        took: dict[str, list[float]] = {"server": [], "beam": []}
+        changed = []
+        for q in spoken_questions():
+            clip = voice_audio(voice, q, rng).tobytes()
+            heard = {}
+            for name, asr in (("server", server), ("beam", wide)):
+                started = time.perf_counter()
+                heard[name] = asr.hear(clip).text
+                took[name].append(time.perf_counter() - started)
+                grades[name].append(graded(q, heard[name]) if heard[name] else "silent")
+            if grades["server"][-1] != grades["beam"][-1]:
+                changed.append(f"{q!r}: {heard['server']!r} / {heard['beam']!r}")
+        for name in ("server", "beam"):
+            print(f"{voice:<24} {name:<7} {tally(grades[name])}; p50 {statistics.median(took[name]):.3f} s", flush=True)
+        for line in changed:
+            print(f"    graded apart: {line}")
+
+
+def beam_hypotheses(asr: WhisperTranscriber, clip: bytes) -> list[tuple[str, float]]:
+    """The beam's distinct hypotheses with their scores (the mean log-probability of their tokens), best first, loops
+    left out; on the short window, as the server decodes."""
+    audio = pcm16_to_float(clip, WHISPER_RATE)
+    encoded, prompt = asr._encode(audio, window_seconds(audio.size / WHISPER_RATE, True))
+    result = asr.model.model.generate(encoded, [prompt], beam_size=max(HYPOTHESES, asr.redecode_beam_size),
+                                      num_hypotheses=HYPOTHESES, return_scores=True, suppress_blank=True,
+                                      max_length=len(prompt) + MAX_REPLY_TOKENS, suppress_tokens=[-1])[0]
+    found: dict[str, float] = {}
+    for ids, score in zip(result.sequences_ids, result.scores, strict=True):
+        t = Transcription.decoded(asr._tokenizer.decode([i for i in ids if i < asr._tokenizer.eot]).strip(), score)
+        if t.text and not t.looped:
+            found.setdefault(t.text, t.avg_logprob)
+    return list(found.items())
+
+
+def alternatives(models: Path, voices: list[str]) -> None:
+    """Where the server asks again (Whisper unsure, the second model disagreeing, the model's reading), the beam's
+    other hypotheses judged by the same rule; the model reads each after four exchanges (EARLIER), as in a session."""
+    import os
+
+    from workers.llm.engines.local_engine import words_logprob
+    from workers.llm.engines.vllm_settings import device_env, engine_kwargs
+    from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
+
+    config = Config()
+    cfg, rule = config.asr, MisheardRule.from_config(config.asr)
+    asr = WhisperTranscriber(models / cfg.model, "int8", 2, "en", 1, redecode_below=cfg.redecode_below,
+                             redecode_beam_size=cfg.redecode_beam_size)
+    second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1)
+    rows = []
+    for voice in voices:
+        rng = np.random.default_rng(0)
+        for q in spoken_questions():
+            clip = voice_audio(voice, q, rng).tobytes()
+            heard = asr.hear(clip)
+            row = {"voice": voice, "question": q, "heard": heard, "hypotheses": [],
+                   "misheard": rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
+                                                      and rule.disagree(heard, second.hear(clip)))}
+            row["read"] = not row["misheard"] and rule.worth_a_reading(heard)
+            if row["misheard"] or row["read"]:
+                row["hypotheses"] = [] if heard.looped else beam_hypotheses(asr, clip)
+            rows.append(row)
+    os.environ.update(device_env(config))
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**engine_kwargs(config, False))
+    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona,
+                            config.llm.history_tokens)
+    earlier = ConversationHistory(2 * len(EARLIER))
+    for question, answer in EARLIER:
+        earlier.add(Exchange(question, answer))
+    texts = sorted({r["heard"].text for r in rows if r["read"]} | {t for r in rows for t, _ in r["hypotheses"]})
+    built = [prompts.build(earlier, t) for t in texts]
+    outs = llm.generate(built, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
+    read = {}
+    for text, rendered, out in zip(texts, built, outs, strict=True):
+        found = prompts.words_from_end(rendered, text)
+        read[text] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found) if found else None
+
+    def passes(text: str, score: float) -> bool:
+        return read.get(text) is not None and not rule.implausible(Transcription(text, score), read[text])
+
+    for voice in voices:
+        today, with_them, rescued = [], [], []
+        for row in (r for r in rows if r["voice"] == voice):
+            q, heard = row["question"], row["heard"]
+            asked = row["misheard"] or (row["read"] and not passes(heard.text, heard.avg_logprob))
+            grade = "silent" if not heard.text else "asked" if asked else graded(q, heard.text)
+            today.append(grade)
+            passing = [(s + rule.reading_weight * read[t], t) for t, s in row["hypotheses"] if passes(t, s)]
+            if asked and passing:
+                best = max(passing)[1]
+                grade = graded(q, best)
+                rescued.append(f"{q!r}: {heard.text!r} -> {best!r} ({grade})")
+            with_them.append(grade)
+        print(f"{voice:<24} today {tally(today)}\n{'':<24} with the beam's alternatives {tally(with_them)}",
+              flush=True)
+        for line in rescued:
+            print(f"    {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", choices=("beam", "alternatives"), default="beam")
+    parser.add_argument("--voices", default="hibari@babble_noise10,piper@babble_noise10",
+                        help="evaluation voices (scripts/eval/voices.py), '@ROOM' in a room of scripts/bench/rooms")
+    args = parser.parse_args()
+    models, voices = Config().models_path(), args.voices.split(",")
+    if args.what == "beam":
+        beam(models, voices)
+    else:
+        alternatives(models, voices)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
