@@ -94,3 +94,24 @@ def test_the_decoding_benchmark_grades_a_transcript_by_its_distance_from_the_que
     assert graded("Is a whale a mammal?", "is a whale and mellow.") == "part"
     assert graded("Can penguins fly?", "Kinting will spy.") == "garbled"
     assert tally(["exact", "asked", "exact"]) == "exact 2 close 0 part 0 garbled 0 asked 1 silent 0"
+
+
+@pytest.mark.fast
+def test_the_decoding_benchmark_judges_words_as_the_server_does():
+    from scripts.bench.stages.asr_decoding import best_passing, server_asks
+    from workers.llm.engines.asr import MisheardRule, Transcription
+
+    rule = MisheardRule()  # the server's defaults: ask again under -0.9, a second opinion under -0.6, a reading -0.3
+    assert not server_asks(rule, Transcription("What is the capital of France?", -0.1), None, None)
+    assert server_asks(rule, Transcription("Kinting will spy.", -1.2), None, None)  # too unsure
+    doubted = Transcription("Can penguins fly?", -0.7)
+    assert server_asks(rule, doubted, Transcription("Ken ping wins supply.", -0.5), -1.5)  # the second model disagrees
+    assert not server_asks(rule, doubted, Transcription("can penguins fly", -0.3), -1.5)
+    read = Transcription("What colors grass?", -0.39)
+    assert server_asks(rule, read, None, -8.2)  # -0.39 + 0.1 * -8.2 under -0.9: implausible
+    assert not server_asks(rule, read, None, None)  # the model could not read them: answered, as the server does
+    better, same = Transcription("What color is grass?", -0.45), Transcription("what colors grass", -0.4)
+    readings = {"What color is grass?": -2.0, "what colors grass": -1.0}
+    assert best_passing(rule, read, [same, better], None, readings) == better
+    assert best_passing(rule, read, [same], None, readings) is None  # the same words are no other hypothesis
+    assert best_passing(rule, read, [better], None, {"What color is grass?": -6.0}) is None  # implausible too

@@ -6,9 +6,9 @@ beam: the server's decoding against a beam of asr.redecode_beam_size from the st
 the question (exact, close: a quarter of the words or fewer wrong, part: half, garbled), and the time an utterance
 takes.
 alternatives: where the server's rule asks again (Whisper unsure, the second model disagreeing, or the LLM's reading
-of the words: MisheardRule), would another of the beam's hypotheses, read by the LLM after four exchanges, pass the
-same rule (Whisper's score plus reading_weight times the model's over ask_again_below), and how far is the best of
-them from the question?
+of the words: MisheardRule), would another of the beam's hypotheses pass the same rule (its own score, the same second
+model's words, the LLM's reading of it after four exchanges), and how far is the best of them from the question?
+Both modes hear the same stretches of each room.
 
 Usage: .venv/bin/python -m scripts.bench.stages.asr_decoding [beam|alternatives] [--voices piper@babble_noise10,...]
 """
@@ -27,6 +27,7 @@ import numpy as np
 from scripts.bench.stages.asr import EARLIER, GARBLED_WER, voice_audio
 from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
 from vita.config import Config
+from vita.words import said_words
 from workers.llm.engines.asr import (
     MAX_REPLY_TOKENS,
     WHISPER_RATE,
@@ -39,7 +40,8 @@ from workers.llm.engines.asr import (
 )
 
 CLOSE_WER = 0.25
-HYPOTHESES = 5  # alternatives: the beam's hypotheses kept (its width, asr.redecode_beam_size, at least)
+HYPOTHESES = 5  # alternatives: the beam's hypotheses kept (at most its width, asr.redecode_beam_size)
+ROOM_SEED = 0  # where in each room's sound a question is heard (scripts/bench/stages/asr.py accuracy's too)
 
 
 def graded(question: str, heard: str) -> str:
@@ -51,6 +53,7 @@ def graded(question: str, heard: str) -> str:
 
 
 def tally(grades: list[str]) -> str:
+    """Each grade's count, in order."""
     return " ".join(f"{g} {grades.count(g)}" for g in ("exact", "close", "part", "garbled", "asked", "silent"))
 
 
@@ -64,8 +67,10 @@ def beam(models: Path, voices: list[str]) -> None:
     server = WhisperTranscriber(models / cfg.model, "int8", 2, "en", 1, redecode_below=cfg.redecode_below,
                                 redecode_beam_size=cfg.redecode_beam_size)
     wide = WhisperTranscriber(models / cfg.model, "int8", 2, "en", cfg.redecode_beam_size)
+    server.warm_up()  # (timed as the server runs them: warmed on Whisper's largest input)
+    wide.warm_up()
     for voice in voices:
-        rng = np.random.default_rng(1)
+        rng = np.random.default_rng(ROOM_SEED)
         grades: dict[str, list[str]] = {"server": [], "beam": []}
         took: dict[str, list[float]] = {"server": [], "beam": []}
         changed = []
@@ -85,25 +90,52 @@ def beam(models: Path, voices: list[str]) -> None:
             print(f"    graded apart: {line}")
 
 
-def beam_hypotheses(asr: WhisperTranscriber, clip: bytes) -> list[tuple[str, float]]:
-    """The beam's distinct hypotheses with their scores (the mean log-probability of their tokens), best first, loops
-    left out; on the short window, as the server decodes."""
+def beam_hypotheses(asr: WhisperTranscriber, clip: bytes) -> list[Transcription]:
+    """The server's beam (asr.redecode_beam_size wide, on the short window) with its finished hypotheses, best first,
+    one for each wording (the same words written otherwise are one), loops left out; each scored as the server scores
+    a transcript (the mean log-probability of its tokens)."""
     audio = pcm16_to_float(clip, WHISPER_RATE)
     encoded, prompt = asr._encode(audio, window_seconds(audio.size / WHISPER_RATE, True))
-    result = asr.model.model.generate(encoded, [prompt], beam_size=max(HYPOTHESES, asr.redecode_beam_size),
-                                      num_hypotheses=HYPOTHESES, return_scores=True, suppress_blank=True,
-                                      max_length=len(prompt) + MAX_REPLY_TOKENS, suppress_tokens=[-1])[0]
-    found: dict[str, float] = {}
+    width = asr.redecode_beam_size
+    result = asr.model.model.generate(encoded, [prompt], beam_size=width, num_hypotheses=min(HYPOTHESES, width),
+                                      return_scores=True, suppress_blank=True, suppress_tokens=[-1],
+                                      max_length=len(prompt) + MAX_REPLY_TOKENS)[0]
+    found: dict[tuple[str, ...], Transcription] = {}
     for ids, score in zip(result.sequences_ids, result.scores, strict=True):
         t = Transcription.decoded(asr._tokenizer.decode([i for i in ids if i < asr._tokenizer.eot]).strip(), score)
         if t.text and not t.looped:
-            found.setdefault(t.text, t.avg_logprob)
-    return list(found.items())
+            found.setdefault(tuple(said_words(t.text)), t)
+    return list(found.values())
+
+
+def server_asks(rule: MisheardRule, heard: Transcription, other: Transcription | None,
+                words_logprob: float | None) -> bool:
+    """Would the server ask again on these words (workers/llm/hearing.py, then reply_generation.judge_words)? Whisper
+    too unsure or looping; unsure enough for a second opinion and the second model (`other`) disagreeing; unsure
+    enough for a reading and the model finding the words implausible. The model's reading may be None (too few
+    tokens, the words not found): then Whisper's rules alone decide, and it is answered."""
+    if not heard.text:
+        return False
+    if rule.unsure(heard):
+        return True
+    if other is not None and rule.worth_a_second_opinion(heard) and rule.disagree(heard, other):
+        return True
+    return rule.worth_a_reading(heard) and words_logprob is not None and rule.implausible(heard, words_logprob)
+
+
+def best_passing(rule: MisheardRule, heard: Transcription, hypotheses: list[Transcription],
+                 other: Transcription | None, read: dict[str, float | None]) -> Transcription | None:
+    """Of the beam's other wordings, the best that the server would answer (Whisper's score plus reading_weight times
+    the model's, where the model read it); None: none."""
+    passing = [(h.avg_logprob + rule.reading_weight * (read.get(h.text) or 0.0), h) for h in hypotheses
+               if said_words(h.text) != said_words(heard.text) and not server_asks(rule, h, other, read.get(h.text))]
+    return max(passing, key=lambda scored: scored[0])[1] if passing else None
 
 
 def alternatives(models: Path, voices: list[str]) -> None:
     """Where the server asks again (Whisper unsure, the second model disagreeing, the model's reading), the beam's
-    other hypotheses judged by the same rule; the model reads each after four exchanges (EARLIER), as in a session."""
+    other wordings judged by the same rule; the model reads each after four exchanges (EARLIER), as in a session. A
+    looped transcript (asked again whatever its words) is offered none."""
     import os
 
     from workers.llm.engines.local_engine import words_logprob
@@ -114,18 +146,16 @@ def alternatives(models: Path, voices: list[str]) -> None:
     cfg, rule = config.asr, MisheardRule.from_config(config.asr)
     asr = WhisperTranscriber(models / cfg.model, "int8", 2, "en", 1, redecode_below=cfg.redecode_below,
                              redecode_beam_size=cfg.redecode_beam_size)
-    second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1)
+    second = WhisperTranscriber(models / cfg.second_opinion, "int8", 2, "en", 1) if cfg.second_opinion else None
     rows = []
     for voice in voices:
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(ROOM_SEED)
         for q in spoken_questions():
             clip = voice_audio(voice, q, rng).tobytes()
             heard = asr.hear(clip)
-            row = {"voice": voice, "question": q, "heard": heard, "hypotheses": [],
-                   "misheard": rule.unsure(heard) or (rule.worth_a_second_opinion(heard)
-                                                      and rule.disagree(heard, second.hear(clip)))}
-            row["read"] = not row["misheard"] and rule.worth_a_reading(heard)
-            if row["misheard"] or row["read"]:
+            row = {"voice": voice, "question": q, "heard": heard, "hypotheses": [], "other": None}
+            if heard.text and heard.avg_logprob < (rule.reading_below or 0.0):  # unsure: a rule may ask again
+                row["other"] = second.hear(clip) if second is not None else None
                 row["hypotheses"] = [] if heard.looped else beam_hypotheses(asr, clip)
             rows.append(row)
     os.environ.update(device_env(config))
@@ -137,29 +167,25 @@ def alternatives(models: Path, voices: list[str]) -> None:
     earlier = ConversationHistory(2 * len(EARLIER))
     for question, answer in EARLIER:
         earlier.add(Exchange(question, answer))
-    texts = sorted({r["heard"].text for r in rows if r["read"]} | {t for r in rows for t, _ in r["hypotheses"]})
+    texts = sorted({t.text for r in rows for t in (r["heard"], *r["hypotheses"]) if r["hypotheses"]})
     built = [prompts.build(earlier, t) for t in texts]
     outs = llm.generate(built, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
-    read = {}
+    read: dict[str, float | None] = {}
     for text, rendered, out in zip(texts, built, outs, strict=True):
         found = prompts.words_from_end(rendered, text)
         read[text] = words_logprob(out.prompt_logprobs, out.prompt_token_ids, 0, found) if found else None
 
-    def passes(text: str, score: float) -> bool:
-        return read.get(text) is not None and not rule.implausible(Transcription(text, score), read[text])
-
     for voice in voices:
         today, with_them, rescued = [], [], []
         for row in (r for r in rows if r["voice"] == voice):
-            q, heard = row["question"], row["heard"]
-            asked = row["misheard"] or (row["read"] and not passes(heard.text, heard.avg_logprob))
+            q, heard, other = row["question"], row["heard"], row["other"]
+            asked = server_asks(rule, heard, other, read.get(heard.text))
             grade = "silent" if not heard.text else "asked" if asked else graded(q, heard.text)
             today.append(grade)
-            passing = [(s + rule.reading_weight * read[t], t) for t, s in row["hypotheses"] if passes(t, s)]
-            if asked and passing:
-                best = max(passing)[1]
-                grade = graded(q, best)
-                rescued.append(f"{q!r}: {heard.text!r} -> {best!r} ({grade})")
+            best = best_passing(rule, heard, row["hypotheses"], other, read) if asked else None
+            if best is not None:
+                grade = graded(q, best.text)
+                rescued.append(f"{q!r}: {heard.text!r} -> {best.text!r} ({grade})")
             with_them.append(grade)
         print(f"{voice:<24} today {tally(today)}\n{'':<24} with the beam's alternatives {tally(with_them)}",
               flush=True)
