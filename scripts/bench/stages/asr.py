@@ -31,6 +31,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -236,20 +237,16 @@ EARLIER = (("What is the tallest mountain in the world?", "Mount Everest is the 
            ("What's the weather usually like in London?", "Mild and often rainy."))
 
 
-def reading(transcripts: str, write_to: str | None = None) -> None:
-    """The server's reading of unsure words, on the transcripts of an `accuracy --json` run: each as a first
-    question (the harder case for a follow-up such as "And in Fahrenheit?"), then after four exchanges on other
-    topics (where every question in a long session comes). --out keeps the second reading's judgement."""
+def reading_model(config: Config) -> tuple[Any, Any, Any]:
+    """The default LLM in this process, set up as the server's engine is, with its prompt builder and a history of four
+    exchanges on other topics (EARLIER): for reading words as the server reads them."""
     import os
 
-    from workers.llm.engines.local_engine import words_logprob
     from workers.llm.engines.vllm_settings import device_env, engine_kwargs
     from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
 
-    config = Config()
-    rule = MisheardRule.from_config(config.asr)
     os.environ.update(device_env(config))
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     llm = LLM(**engine_kwargs(config, False))
     prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona,
@@ -257,6 +254,21 @@ def reading(transcripts: str, write_to: str | None = None) -> None:
     earlier = ConversationHistory(2 * len(EARLIER))
     for question, answer in EARLIER:
         earlier.add(Exchange(question, answer))
+    return llm, prompts, earlier
+
+
+def reading(transcripts: str, write_to: str | None = None) -> None:
+    """The server's reading of unsure words, on the transcripts of an `accuracy --json` run: each as a first
+    question (the harder case for a follow-up such as "And in Fahrenheit?"), then after four exchanges on other
+    topics (where every question in a long session comes). --out keeps the second reading's judgement."""
+    from vllm import SamplingParams
+
+    from workers.llm.engines.local_engine import words_logprob
+    from workers.llm.prompting import ConversationHistory
+
+    config = Config()
+    rule = MisheardRule.from_config(config.asr)
+    llm, prompts, earlier = reading_model(config)
     rows = json.loads(Path(transcripts).read_text())
     for context, history in (("first question", ConversationHistory(0)), ("after 4 exchanges", earlier)):
         for row in rows:

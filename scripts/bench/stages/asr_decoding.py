@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.stages.asr import EARLIER, GARBLED_WER, voice_audio
+from scripts.bench.stages.asr import GARBLED_WER, reading_model, voice_audio
 from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
 from vita.config import Config
 from vita.words import said_words
@@ -134,13 +134,9 @@ def best_passing(rule: MisheardRule, heard: Transcription, hypotheses: list[Tran
 
 def alternatives(models: Path, voices: list[str]) -> None:
     """Where the server asks again (Whisper unsure, the second model disagreeing, the model's reading), the beam's
-    other wordings judged by the same rule; the model reads each after four exchanges (EARLIER), as in a session. A
-    looped transcript (asked again whatever its words) is offered none."""
-    import os
-
+    other wordings judged by the same rule; the model reads each after four exchanges (asr.py EARLIER), as in a
+    session. A looped transcript (asked again whatever its words) is offered none."""
     from workers.llm.engines.local_engine import words_logprob
-    from workers.llm.engines.vllm_settings import device_env, engine_kwargs
-    from workers.llm.prompting import ConversationHistory, Exchange, PromptBuilder
 
     config = Config()
     cfg, rule = config.asr, MisheardRule.from_config(config.asr)
@@ -158,15 +154,9 @@ def alternatives(models: Path, voices: list[str]) -> None:
                 row["other"] = second.hear(clip) if second is not None else None
                 row["hypotheses"] = [] if heard.looped else beam_hypotheses(asr, clip)
             rows.append(row)
-    os.environ.update(device_env(config))
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    llm = LLM(**engine_kwargs(config, False))
-    prompts = PromptBuilder(llm.get_tokenizer(), config.llm.prompt_style, config.llm.persona,
-                            config.llm.history_tokens)
-    earlier = ConversationHistory(2 * len(EARLIER))
-    for question, answer in EARLIER:
-        earlier.add(Exchange(question, answer))
+    llm, prompts, earlier = reading_model(config)
     texts = sorted({t.text for r in rows for t in (r["heard"], *r["hypotheses"]) if r["hypotheses"]})
     built = [prompts.build(earlier, t) for t in texts]
     outs = llm.generate(built, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0), use_tqdm=False)
