@@ -16,7 +16,6 @@ Usage: .venv/bin/python -m scripts.bench.stages.asr_decoding [beam|alternatives]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -24,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.bench.stages.asr import GARBLED_WER, reading_model, voice_audio
-from scripts.eval.questions import QUESTIONS as QUESTIONS_FILE
+from scripts.bench.stages.asr import GARBLED_WER, ROOM_SEED, reading_model, spoken_questions, voice_audio
 from vita.config import Config
 from vita.words import said_words
 from workers.llm.engines.asr import (
@@ -41,7 +39,6 @@ from workers.llm.engines.asr import (
 
 CLOSE_WER = 0.25
 HYPOTHESES = 5  # alternatives: the beam's hypotheses kept (at most its width, asr.redecode_beam_size)
-ROOM_SEED = 0  # where in each room's sound a question is heard (scripts/bench/stages/asr.py accuracy's too)
 
 
 def graded(question: str, heard: str) -> str:
@@ -55,10 +52,6 @@ def graded(question: str, heard: str) -> str:
 def tally(grades: list[str]) -> str:
     """Each grade's count, in order."""
     return " ".join(f"{g} {grades.count(g)}" for g in ("exact", "close", "part", "garbled", "asked", "silent"))
-
-
-def spoken_questions() -> list[str]:
-    return [q["q"] for q in json.loads(QUESTIONS_FILE.read_text())["questions"] if "camera" not in q]
 
 
 def beam(models: Path, voices: list[str]) -> None:
