@@ -131,6 +131,26 @@ def test_in_steady_noise_silero_tells_the_users_softer_syllables_from_it():
     assert some.feed(VOICED, -35.5, within=True) == 0.0
 
 
+def test_in_steady_noise_10_db_under_the_voice_the_users_level_is_learnt_and_among_voices_only_far_over_them():
+    """No chunk of a voice 10 dB over a fan stood 20 dB over its floor: the user's level went unlearnt, and with it
+    what tells the user's voice over the reply (an interruption in a voice that pauses between words waited 0.5 s
+    more than in quiet). In a room with no other voices, a voiced chunk 6 dB over its loud end is the user's; among
+    other voices the bar stays 20 dB over the floor (their loudest syllables stand 8-14 dB over it)."""
+    fan = Stream()
+    fan.room([-40.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)
+    assert fan.gate.steady
+    for _ in range(MIN_LEVEL_CHUNKS):
+        fan.feed(VOICED, -27.0, within=True)
+    assert fan.gate.level_db == pytest.approx(-27.0)
+    voices = Stream()
+    voices.room(babble_levels(2 * ROOM_MIN_CHUNKS, -40.0))
+    assert voices.gate.voices
+    assert voices.feed(VOICED, -27.0) == VOICED
+    for _ in range(MIN_LEVEL_CHUNKS):
+        assert voices.feed(VOICED, -27.0, within=True) == VOICED  # the user's...
+    assert voices.gate.level_db is None  # ...but not clear enough of the room to learn their level from
+
+
 def test_in_steady_noise_a_pause_holds_against_silero_calling_the_fading_voice_speech():
     """As a voice fades into a fan, Silero still calls the fan's chunks speech for a while: after the pause the
     segmenter reported there (or an end at a pause), the user's voice comes back over the bar, not at the floor; the

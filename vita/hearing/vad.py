@@ -26,12 +26,16 @@ ECHO_VOICE_DB = 10  # while a reply plays, a chunk within this of the user's lev
 QUIET_TAIL_CHUNKS = 3
 QUIET_OVER_FLOOR_DB = 6  # a chunk this close to the noise floor is silent...
 QUIET_FLOOR_MIN_DBFS = -60  # ...and one under -60 dBFS always is (a digitally silent or very quiet line)...
-QUIET_UNDER_VOICE_DB = 20  # ...but never one within 20 dB of the user's voice (a noisy room gets no credit)
+QUIET_UNDER_VOICE_DB = 20  # ...but never one within 20 dB of the user's voice in a room of other voices (their
+# syllables are no floor; a steady noise's level is)
 FLOOR_CHUNKS = 64  # the noise floor: the median level of the last ~2 s of chunks Silero calls silent
 SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with this share of the confirm_ms voiced
 # ...counted from the end of its last gap longer than this: a robotic voice pauses up to ~0.29 s between words
 # ("Sorry, stop there."); a longer gap is a new start (a "yeah" and a breath 1 s later are not speech going on).
 SPAN_MAX_GAP_CHUNKS = 10
+# ...and in a room with no other voices, the chunks Silero calls speech right before the one the gate takes for the
+# user's are the start of their word, not the gap: a fan 10 dB under the voice hid the soft "s" of "Wait, stop."
+# under the gate's bar, the gap grew past the span's and the interruption waited 0.5 s more for its next words.
 # While a reply plays, the span is completed by a chunk at the user's level or by the one just after it: a word's
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
 # voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
@@ -45,7 +49,7 @@ LEAD_IN_GAP_CHUNKS = 3  # ...across gaps of at most ~0.1 s between words
 _SEGMENT_STATE = ("position", "speaking", "speech", "speech_start", "last_voiced_end", "silent_chunks",
                   "voiced_samples", "onset_reported", "confirmed", "confirm_reported", "pause_reported", "span_from",
                   "span_voiced", "floor_levels", "tail_levels", "quiet_tail", "before", "resume_until",
-                  "going_on")
+                  "going_on", "onset_run")
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class VadSegmenter:
         self.span_from = 0  # stream position of the first voiced chunk after the speech's last long gap
         self.span_voiced = 0  # voiced samples since span_from
         self.span_max_gap_chunks = SPAN_MAX_GAP_CHUNKS  # (a phone line's is longer: see SpeechListener.hear)
+        self.onset_run = 0  # the latest chunks in a row Silero called speech and the gate did not take for the user's
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
         # that pause would have ended it by silence (not over an echo) goes on: opened on the bars for going on,
@@ -187,7 +192,7 @@ class VadSegmenter:
         self.pending = np.zeros(0, dtype=np.int16)
         self.speaking = self.confirmed = self.onset_reported = self.confirm_reported = self.going_on = False
         self.speech, self.carried, self.pause_reported, self.resume_until = [], None, False, None
-        self.silent_chunks = self.quiet_tail = 0
+        self.silent_chunks = self.quiet_tail = self.onset_run = 0
         self.tail_levels.clear()
         if self._before_fresh is not None:  # (judged again, if it comes to that, from here)
             self._keep_from_here()
@@ -252,6 +257,8 @@ class VadSegmenter:
             self.floor_levels.append(level)
         chunk_start = self.position
         self.position += CHUNK
+        onset_run, self.onset_run = self.onset_run, (self.onset_run + 1 if probability >= self.end_threshold
+                                                     and p < self.end_threshold else 0)
         if not self.speaking:
             goes_on = self._goes_on(chunk_start, near_reply)
             if p >= (self.end_threshold if goes_on else self.start_threshold):
@@ -286,7 +293,8 @@ class VadSegmenter:
             if self.pause_reported:
                 self.pause_reported = False
                 events.append(VadEvent(Heard.RESUME))
-            if self.silent_chunks + self.quiet_tail > self.span_max_gap_chunks:
+            gap = self.silent_chunks + self.quiet_tail - (onset_run if self.gate.steady else 0)
+            if gap > self.span_max_gap_chunks:
                 self.span_from, self.span_voiced = chunk_start, 0
             self.silent_chunks = self.quiet_tail = 0
             self.tail_levels.append(level)
@@ -384,7 +392,7 @@ class VadSegmenter:
         noise floor count as silence too (the pause began there), and the voice ended where they begin."""
         floor = float(np.median(self.floor_levels)) if self.floor_levels else None
         bound = max(floor + QUIET_OVER_FLOOR_DB, QUIET_FLOOR_MIN_DBFS) if floor is not None else QUIET_FLOOR_MIN_DBFS
-        if (voice := self.level_db) is not None:
+        if (voice := self.level_db) is not None and not self.gate.steady:
             bound = min(bound, voice - QUIET_UNDER_VOICE_DB)
         quiet = 0
         for level in reversed(self.tail_levels):

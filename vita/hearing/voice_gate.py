@@ -60,7 +60,10 @@ USER_RANGE_DB = 15.0  # once the user's level is known, a chunk this far under i
 OPEN_UNDER_USER_DB = 8.0  # ...and speech opens only on chunks within this of it (a far voice's loudest syllables
 # come within 12 dB of a user 20 dB over it)
 LEARN_OVER_FLOOR_DB = 20.0  # the user's level is learnt from chunks this far above the floor (other voices' loudest
-# syllables stand 8-14 dB over it: learnt, they would pass for the user's)
+# syllables stand 8-14 dB over it: learnt, they would pass for the user's)...
+LEARN_OVER_STEADY_DB = OPEN_OVER_ROOM_DB  # ...or, in a room with no other voices, this far above its loud end: a
+# fan 10 dB under the voice left no chunk 20 dB over its floor, the user's level was never learnt, and an
+# interruption in a voice that pauses between words waited for 650 ms of voice (1.2 s instead of 0.7 s in quiet)
 LEVEL_CHUNKS = 128  # the user's level is learnt from their last ~4 s of clearly voiced speech
 MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it
 
@@ -335,10 +338,8 @@ class VoiceGate:
             must = max(must, user - self.echo_guard_db)
         need = max(need, must)
         softer = self._steady_bar(user, position) if within and not paused else None
-        # Learnt once the room's floor is known (before that a room's voices pass for the user's), and not while
-        # something plays (its echo would be learnt).
-        learn = (self._floor is not None and level >= self._floor + LEARN_OVER_FLOOR_DB and not self.guarded
-                 and reference is None)
+        # Not learnt while something plays (its echo would be learnt).
+        learn = level >= self._learn_bar() and not self.guarded and reference is None
         if level >= need:
             self._echo_onset.clear()  # (what fell under the bar just before was the onset of this voice)
             over, self._over_at = self._over_at, position
@@ -365,6 +366,16 @@ class VoiceGate:
         if not near:  # (right after the user's voice, what falls under the bar is theirs: no measure of the room)
             self._not_users(level, reference, voiced=True)
         return 0.0
+
+    def _learn_bar(self) -> float:
+        """The level a chunk of the user's needs for their level to be learnt from it (inf: none yet, the room's
+        floor is unknown and its voices would pass for the user's)."""
+        if self._floor is None:
+            return np.inf
+        bar = self._floor + LEARN_OVER_FLOOR_DB
+        if self.steady and self._room_loud is not None:
+            bar = min(bar, self._room_loud + LEARN_OVER_STEADY_DB)
+        return bar
 
     def _steady_bar(self, user: float | None, position: int) -> float | None:
         """In a room with no other voices, Silero is taken at its word for what follows the user's voice within
