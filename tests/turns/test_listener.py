@@ -124,11 +124,10 @@ def test_an_interruption_over_a_phone_line_is_confirmed_across_the_fricative_its
 def test_a_client_that_changes_its_format_gets_the_span_of_its_line():
     """A Realtime client may go from 8 kHz G.711 to 16 or 24 kHz PCM in one session: the phone line's longer span
     goes with the 8 kHz audio."""
-    from vita.hearing.vad import SPAN_MAX_GAP_CHUNKS
-    from vita.turns.listener import PHONE_SPAN_MAX_GAP_CHUNKS
+    from vita.hearing.vad import MASKED_SPAN_MAX_GAP_CHUNKS, SPAN_MAX_GAP_CHUNKS
 
     ears = listener()
-    phone, wide = PHONE_SPAN_MAX_GAP_CHUNKS, SPAN_MAX_GAP_CHUNKS
+    phone, wide = MASKED_SPAN_MAX_GAP_CHUNKS, SPAN_MAX_GAP_CHUNKS
     for rate, gap in ((8000, phone), (24000, wide), (8000, phone), (16000, wide)):
         ears.hear(np.zeros(rate // 50, np.int16), rate, 100.0, 100.0)
         assert ears.segmenter.span_max_gap_chunks == gap, rate

@@ -33,9 +33,14 @@ SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with
 # ...counted from the end of its last gap longer than this: a robotic voice pauses up to ~0.29 s between words
 # ("Sorry, stop there."); a longer gap is a new start (a "yeah" and a breath 1 s later are not speech going on).
 SPAN_MAX_GAP_CHUNKS = 10
-# ...and in a room with no other voices, the chunks Silero calls speech right before the one the gate takes for the
-# user's are the start of their word, not the gap: a fan 10 dB under the voice hid the soft "s" of "Wait, stop."
-# under the gate's bar, the gap grew past the span's and the interruption waited 0.5 s more for its next words.
+# ...or 0.45 s where the room's floor stands within QUIET_UNDER_VOICE_DB of the user's voice: its noise hides the soft
+# sounds at a word's edges, as a phone line's band does (over a fan 10 dB under the voice, the gap in "Wait, stop." grew
+# from 8 chunks to 11-12, and the interruption waited 0.5 s more for its next words)
+MASKED_SPAN_MAX_GAP_CHUNKS = 14
+# In a room with no other voices, the chunks Silero calls speech right before the one the gate takes for the user's
+# (at most this many) are their word's start, voiced: a fan 10 dB under the voice hid the first 60 ms of "Wait" and
+# the soft "s" of "stop" under the gate's bar, and "Wait, stop." came to 640 ms voiced, under barge_in_confirm_ms.
+WORD_START_MAX_CHUNKS = 5
 # While a reply plays, the span is completed by a chunk at the user's level or by the one just after it: a word's
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
 # voice went on 700 ms with its "t" 12 dB down, and was confirmed only 130 ms later, at the next word).
@@ -257,8 +262,9 @@ class VadSegmenter:
             self.floor_levels.append(level)
         chunk_start = self.position
         self.position += CHUNK
-        onset_run, self.onset_run = self.onset_run, (self.onset_run + 1 if probability >= self.end_threshold
-                                                     and p < self.end_threshold else 0)
+        # (in a room with no other voices, what Silero heard of the user's word before the gate did: see WORD_START)
+        word_start = min(self.onset_run, WORD_START_MAX_CHUNKS) if self.gate.steady else 0
+        self.onset_run = self.onset_run + 1 if probability >= self.end_threshold and p < self.end_threshold else 0
         if not self.speaking:
             goes_on = self._goes_on(chunk_start, near_reply)
             if p >= (self.end_threshold if goes_on else self.start_threshold):
@@ -267,12 +273,12 @@ class VadSegmenter:
                 lead = [kept.chunk for kept in self.before] if goes_on else self._lead_in()
                 self.speech = [*lead, chunk]
                 self.speech_start = chunk_start - CHUNK * len(lead)
-                self.span_from, self.span_voiced = chunk_start, 0
+                self.span_from, self.span_voiced = chunk_start - word_start * CHUNK, word_start * CHUNK
                 self.last_voiced_end = self.position
                 self.silent_chunks = self.quiet_tail = 0
                 self.tail_levels.clear()
                 self.tail_levels.append(level)
-                self.voiced_samples = CHUNK
+                self.voiced_samples = CHUNK + word_start * CHUNK
                 events += self._count_voiced()
                 self.before.clear()
             else:
@@ -293,8 +299,8 @@ class VadSegmenter:
             if self.pause_reported:
                 self.pause_reported = False
                 events.append(VadEvent(Heard.RESUME))
-            gap = self.silent_chunks + self.quiet_tail - (onset_run if self.gate.steady else 0)
-            if gap > self.span_max_gap_chunks:
+            gap = self.silent_chunks + self.quiet_tail - word_start
+            if gap > max(self.span_max_gap_chunks, MASKED_SPAN_MAX_GAP_CHUNKS if self._masks_soft_sounds() else 0):
                 self.span_from, self.span_voiced = chunk_start, 0
             self.silent_chunks = self.quiet_tail = 0
             self.tail_levels.append(level)
@@ -308,6 +314,12 @@ class VadSegmenter:
             if event is not None:
                 events.append(event)
         return events
+
+    def _masks_soft_sounds(self) -> bool:
+        """The room's floor stands within QUIET_UNDER_VOICE_DB of the user's voice: it hides the soft sounds between
+        their words, as a phone line's band does."""
+        voice, floor = self.level_db, self.gate.floor_db
+        return voice is not None and floor is not None and floor >= voice - QUIET_UNDER_VOICE_DB
 
     def _keep_from_here(self) -> None:
         """Judging the stream again, if it comes to that, starts from where the segmentation stands now."""

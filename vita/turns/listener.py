@@ -14,7 +14,7 @@ import soxr
 
 from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.utterance import Heard, Utterance, VadEvent
-from vita.hearing.vad import CHUNK, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, VadSegmenter
+from vita.hearing.vad import CHUNK, MASKED_SPAN_MAX_GAP_CHUNKS, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, VadSegmenter
 from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, level_db
 from vita.turns.turn_events import (
     Event,
@@ -43,10 +43,9 @@ def _speech(utterance: Utterance, arrived: float, position: int) -> Speech:
 
 # A phone line's band stops at 4 kHz: an "s" or "t" between words is lost (Silero hears no voice in it), and the
 # gap in "Wait, [s]top." grows past the span's 0.32 s: an interruption in a low voice was confirmed 0.58 s later
-# than on the page. Over a phone line the span's gap may be 0.45 s (a "yeah" and a breath 1 s later still are not
-# speech going on).
+# than on the page. Over a phone line the span's gap may be 0.45 s, as in a noise near the voice (a "yeah" and a
+# breath 1 s later still are not speech going on).
 PHONE_RATE = 8000
-PHONE_SPAN_MAX_GAP_CHUNKS = 14
 # Over the reply, speech whose loudest chunk comes this near the user's own loud chunks (the 95th percentile of
 # their voiced chunks' levels) is theirs: at confirmation, a question in their voice at their level reaches +3.5 to
 # +4.7 dB of it, 6 dB softer -1.3 to -2.5, 9 dB softer (a speaker's echo) -4.3 to -5.5. Judged on its last
@@ -122,7 +121,7 @@ class SpeechListener:
             self._rate = rate
             self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="int16") if rate != SAMPLE_RATE else None
             phone = rate <= PHONE_RATE
-            self.segmenter.span_max_gap_chunks = PHONE_SPAN_MAX_GAP_CHUNKS if phone else SPAN_MAX_GAP_CHUNKS
+            self.segmenter.span_max_gap_chunks = MASKED_SPAN_MAX_GAP_CHUNKS if phone else SPAN_MAX_GAP_CHUNKS
         if self._resampler is not None:
             pcm = self._resampler.resample_chunk(pcm)
         if self.canceller is not None:  # the echo goes before the VAD judges the audio and before it is kept
