@@ -33,13 +33,15 @@ SPAN_VOICED_SHARE = 0.6  # speech spanning turn.barge_in_span_ms interrupts with
 # ...counted from the end of its last gap longer than this: a robotic voice pauses up to ~0.29 s between words
 # ("Sorry, stop there."); a longer gap is a new start (a "yeah" and a breath 1 s later are not speech going on).
 SPAN_MAX_GAP_CHUNKS = 10
-# ...or 0.45 s where the room's floor stands within QUIET_UNDER_VOICE_DB of the user's voice: its noise hides the soft
-# sounds at a word's edges, as a phone line's band does (over a fan 10 dB under the voice, the gap in "Wait, stop." grew
-# from 8 chunks to 11-12, and the interruption waited 0.5 s more for its next words)
+# ...or 0.45 s where the room's bar for going on stands within QUIET_UNDER_VOICE_DB of the user's voice: the soft
+# sounds at a word's edges fall under it, as under a phone line's band (over a fan 10 dB under the voice or people
+# talking 20 dB under it, the gap in "Wait, stop." grew from 8 chunks to 11-12, and the interruption waited 0.5 s
+# more for its next words)
 MASKED_SPAN_MAX_GAP_CHUNKS = 14
-# In a room with no other voices, the chunks Silero calls speech right before the one the gate takes for the user's
-# (at most this many) are their word's start, voiced: a fan 10 dB under the voice hid the first 60 ms of "Wait" and
-# the soft "s" of "stop" under the gate's bar, and "Wait, stop." came to 640 ms voiced, under barge_in_confirm_ms.
+# The chunks Silero calls speech right before the one the gate takes for the user's (at most this many; in a room of
+# other voices, only those over its loud end) are their word's start, voiced: a fan 10 dB under the voice hid the
+# first 60 ms of "Wait" and the soft "s" of "stop" under the gate's bars, and "Wait, stop." came to 640 ms voiced,
+# under barge_in_confirm_ms, and waited for its next words (so did one in four over people talking 20 dB under).
 WORD_START_MAX_CHUNKS = 5
 # While a reply plays, the span is completed by a chunk at the user's level or by the one just after it: a word's
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
@@ -262,9 +264,8 @@ class VadSegmenter:
             self.floor_levels.append(level)
         chunk_start = self.position
         self.position += CHUNK
-        # (in a room with no other voices, what Silero heard of the user's word before the gate did: see WORD_START)
-        word_start = min(self.onset_run, WORD_START_MAX_CHUNKS) if self.gate.steady else 0
-        self.onset_run = self.onset_run + 1 if probability >= self.end_threshold and p < self.end_threshold else 0
+        word_start = min(self.onset_run, WORD_START_MAX_CHUNKS)  # (what Silero heard of a word before the gate did)
+        self.onset_run = self.onset_run + 1 if self._word_may_start(probability, p, level) else 0
         if not self.speaking:
             goes_on = self._goes_on(chunk_start, near_reply)
             if p >= (self.end_threshold if goes_on else self.start_threshold):
@@ -315,11 +316,20 @@ class VadSegmenter:
                 events.append(event)
         return events
 
+    def _word_may_start(self, probability: float, p: float, level: float) -> bool:
+        """A chunk Silero calls speech that the gate did not take for the user's may be the start of their next word:
+        in a room with no other voices (Silero tells speech from its noise), or standing over the loud end of a
+        room of voices (a run of their syllables rarely does)."""
+        if probability < self.end_threshold or p >= self.end_threshold:
+            return False
+        loud = self.gate.room_loud_db
+        return self.gate.steady or (loud is not None and level >= loud)
+
     def _masks_soft_sounds(self) -> bool:
-        """The room's floor stands within QUIET_UNDER_VOICE_DB of the user's voice: it hides the soft sounds between
-        their words, as a phone line's band does."""
-        voice, floor = self.level_db, self.gate.floor_db
-        return voice is not None and floor is not None and floor >= voice - QUIET_UNDER_VOICE_DB
+        """What the room asks of a chunk to go on with the user's speech stands within QUIET_UNDER_VOICE_DB of their
+        voice: the soft sounds at their words' edges fall under it, as under a phone line's band."""
+        voice = self.level_db
+        return voice is not None and self.gate.needed(None, speaking=True) >= voice - QUIET_UNDER_VOICE_DB
 
     def _keep_from_here(self) -> None:
         """Judging the stream again, if it comes to that, starts from where the segmentation stands now."""

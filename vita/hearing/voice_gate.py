@@ -268,6 +268,11 @@ class VoiceGate:
                 and sum(self.room_voiced) <= STEADY_VOICED_SHARE * len(self.room_voiced))
 
     @property
+    def room_loud_db(self) -> float | None:
+        """The loud end of the room's recent sound that was not the user's (dBFS): other voices' syllables."""
+        return self._room_loud
+
+    @property
     def floor_db(self) -> float | None:
         """The floor of everything heard lately (dBFS): the room's steady sound, or its quieter moments."""
         return self._floor
