@@ -261,7 +261,9 @@ TONE = (8000 * np.sin(np.arange(CHUNK) / 5)).astype(np.int16)
 # "#" voiced at the user's level, "-" voiced 12 dB under it, "~" voiced 24 dB under it, "." silent (a tone and
 # digital silence: only the scripted probabilities decide what is voiced).
 SCRIPTED_AUDIO = {"#": TONE, "-": (TONE / 4).astype(np.int16), "~": (TONE / 16).astype(np.int16),
-                  ".": np.zeros(CHUNK, np.int16), "=": (TONE / 8).astype(np.int16)}  # "=": a noise 18 dB under, silent
+                  ".": np.zeros(CHUNK, np.int16), "=": (TONE / 8).astype(np.int16),  # "=": a noise 18 dB under
+                  "b": (TONE / 16).astype(np.int16), "w": (TONE / 14).astype(np.int16)}  # other voices 24 dB under;
+# a word's soft start 1.2 dB over them ("=" is silent to Silero, "b" and "w" are speech)
 
 
 def confirmed_at(voiced: str, span_ms: int = 700, echo_guard_db: float = 0.0, learn: str = "",
@@ -269,7 +271,7 @@ def confirmed_at(voiced: str, span_ms: int = 700, echo_guard_db: float = 0.0, le
     """The chunk (32 ms each) of `voiced` at which speech is confirmed; `learn` is fed first, before a reply plays
     (the user's level), and `voiced` over the reply when `learn` is given. The end-of-turn model's long wait (1.5 s)
     keeps the utterance open across gaps, as over a reply."""
-    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-~" else 0.0 for c in room * 32 + learn + voiced]), 0.5, 0.35,
+    seg = VadSegmenter(ScriptedVad([0.9 if c in "#-~bw" else 0.0 for c in room * 32 + learn + voiced]), 0.5, 0.35,
                        end_silence_ms=1500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64,
                        pause_ms=128, confirm_ms=650, echo_guard_db=echo_guard_db, span_ms=span_ms)
     for c in room * 32 + learn:  # the microphone opens on the room
@@ -344,9 +346,18 @@ def test_in_a_room_without_other_voices_a_words_soft_start_before_speech_opens_i
 
 
 @pytest.mark.fast
+def test_among_other_voices_only_a_word_start_over_the_rooms_loud_end_is_voiced():
+    """People talking 24 dB under the user: Silero's chunks right before the user's voice count as their word's
+    start only where they stand over the room's loud end (a run of the room's own syllables seldom does)."""
+    assert confirmed_over_reply("w" * 3 + "#" * 18 + "b" * 20, room="b") == 20
+    assert confirmed_over_reply("b" * 3 + "#" * 18 + "b" * 20, room="b") is None
+
+
+@pytest.mark.fast
 def test_a_noise_near_the_voice_hides_the_soft_sounds_between_words_and_the_span_bridges_a_longer_gap():
-    """A floor 18 dB under the user: a gap of 0.38 s between "Wait," and "stop" is one stretch of speech (0.45 s, as
-    over a phone line); in a quiet room it starts the span again (0.32 s)."""
+    """A noise 18 dB under the user (the room's bar for going on within 20 dB of their voice): a gap of 0.38 s between
+    "Wait," and "stop" is one stretch of speech (0.45 s, as over a phone line); in a quiet room it starts the span
+    again (0.32 s)."""
     assert confirmed_over_reply("#" * 8 + "=" * 12 + "#" * 20, room="=") == 24
     assert confirmed_over_reply("#" * 8 + "." * 12 + "#" * 20) == 32
     assert confirmed_over_reply("#" * 8 + "=" * 16 + "#" * 20, room="=") == 36

@@ -323,7 +323,7 @@ class VadSegmenter:
         if probability < self.end_threshold or p >= self.end_threshold:
             return False
         loud = self.gate.room_loud_db
-        return self.gate.steady or (loud is not None and level >= loud)
+        return self.gate.steady or (loud is not None and level > loud)
 
     def _masks_soft_sounds(self) -> bool:
         """What the room asks of a chunk to go on with the user's speech stands within QUIET_UNDER_VOICE_DB of their
