@@ -236,7 +236,8 @@ class VadSegmenter:
             at = None if arrived is None else arrived - (arrived_end - self.position - CHUNK) / SAMPLE_RATE
             probability = self.vad.probability(samples)
             guarded = self.gate.guarded
-            near_reply = guarded or self._echo_in(at)
+            echo = self._echo_in(at)
+            near_reply = guarded or echo
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
             p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at,
                                 self.pause_reported)
@@ -250,22 +251,22 @@ class VadSegmenter:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
             elif self._before_fresh is not None:  # the voice was the user's: nothing to judge again
                 self._before_fresh, self._fresh_chunks = None, []
-            events += self._step(chunk, p, level, probability, near_reply)
+            events += self._step(chunk, p, level, probability, near_reply, echo)
             if self.gate.expired:
                 events += self._judge_again()
         return events
 
     def _step(self, chunk: np.ndarray, p: float, level: float, probability: float,
-              near_reply: bool) -> list[VadEvent]:
+              near_reply: bool, echo: bool) -> list[VadEvent]:
         """Advance by one chunk whose voice the gate judged `p` (0: not the user's; Silero's own: `probability`;
-        `near_reply`: the reply was playing, or its echo may be in it)."""
+        `near_reply`: the reply was playing, or `echo`: its audible echo may be in it)."""
         events: list[VadEvent] = []
         if p < self.end_threshold:
             self.floor_levels.append(level)
         chunk_start = self.position
         self.position += CHUNK
         word_start = min(self.onset_run, WORD_START_MAX_CHUNKS)  # (what Silero heard of a word before the gate did)
-        self.onset_run = self.onset_run + 1 if self._word_may_start(probability, p, level) else 0
+        self.onset_run = self.onset_run + 1 if not echo and self._word_may_start(probability, p, level) else 0
         if not self.speaking:
             goes_on = self._goes_on(chunk_start, near_reply)
             if p >= (self.end_threshold if goes_on else self.start_threshold):
@@ -319,7 +320,7 @@ class VadSegmenter:
     def _word_may_start(self, probability: float, p: float, level: float) -> bool:
         """A chunk Silero calls speech that the gate did not take for the user's may be the start of their next word:
         in a room with no other voices (Silero tells speech from its noise), or standing over the loud end of a
-        room of voices (a run of their syllables rarely does)."""
+        room of voices (a run of their syllables rarely does); never where the reply's echo may be (`_step`)."""
         if probability < self.end_threshold or p >= self.end_threshold:
             return False
         loud = self.gate.room_loud_db
@@ -367,11 +368,12 @@ class VadSegmenter:
         guarded = self.gate.guarded
         for kept in chunks:
             self.gate.guarded = kept.guarded
-            near_reply = kept.guarded or self._echo_in(kept.at)
+            echo = self._echo_in(kept.at)
+            near_reply = kept.guarded or echo
             within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
             p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at,
                                 self.pause_reported)
-            events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply)
+            events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply, echo)
         self.gate.guarded = guarded
         return events
 
