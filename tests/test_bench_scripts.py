@@ -115,3 +115,15 @@ def test_the_decoding_benchmark_judges_words_as_the_server_does():
     assert best_passing(rule, read, [same, better], None, readings) == better
     assert best_passing(rule, read, [same], None, readings) is None  # the same words are no other hypothesis
     assert best_passing(rule, read, [better], None, {"What color is grass?": -6.0}) is None  # implausible too
+
+
+@pytest.mark.fast
+def test_the_interruptions_benchmark_times_events_from_the_onset_and_summarises_what_never_came():
+    from scripts.bench.stages.interruptions import first_after, spread
+    from vita.hearing.utterance import Heard
+
+    events = [(1.0, Heard.START), (1.7, Heard.CONFIRM), (1.9, Heard.PAUSE), (2.5, Heard.CONFIRM)]
+    assert first_after(events, Heard.CONFIRM, 1.0) == 0.7
+    assert first_after(events, Heard.END, 1.0) is None
+    assert spread([0.7, 1.2, None, 0.8]) == "p50 0.800 s, max 1.200 s, over 1.0 s 1 of 4, never 1"
+    assert spread([None]) == "none of 1"

@@ -38,8 +38,9 @@ SPAN_MAX_GAP_CHUNKS = 10
 # talking 20 dB under it, the gap in "Wait, stop." grew from 8 chunks to 11-12, and the interruption waited 0.5 s
 # more for its next words)
 MASKED_SPAN_MAX_GAP_CHUNKS = 14
-# The chunks Silero calls speech right before the one the gate takes for the user's (at most this many; in a room of
-# other voices, only those over its loud end) are their word's start, voiced: a fan 10 dB under the voice hid the
+# Where the room hides them (see MASKED_SPAN_MAX_GAP_CHUNKS), the chunks Silero calls speech right before the one the
+# gate takes for the user's (at most this many; in a room of other voices, only those over its loud end) are their
+# word's start: voiced if speech opens there, and no gap if it goes on there. A fan 10 dB under the voice hid the
 # first 60 ms of "Wait" and the soft "s" of "stop" under the gate's bars, and "Wait, stop." came to 640 ms voiced,
 # under barge_in_confirm_ms, and waited for its next words (so did one in four over people talking 20 dB under).
 WORD_START_MAX_CHUNKS = 5
@@ -246,6 +247,7 @@ class VadSegmenter:
                     events += [e for e in [self._close()] if e is not None]
                 self.before.clear()  # (nor does a lead-in reach back across the gap)
                 self.resume_until = None  # (nor is speech after it going on with what came before)
+                self.onset_run = 0  # (nor is a word's start)
                 self._keep_from_here()
             if self.gate.start is not None:
                 self._fresh_chunks.append(KeptChunk(chunk, probability, level, at, guarded))
@@ -266,7 +268,7 @@ class VadSegmenter:
         chunk_start = self.position
         self.position += CHUNK
         word_start = min(self.onset_run, WORD_START_MAX_CHUNKS)  # (what Silero heard of a word before the gate did)
-        self.onset_run = self.onset_run + 1 if not echo and self._word_may_start(probability, p, level) else 0
+        self.onset_run = self.onset_run + 1 if self._word_may_start(probability, p, level, echo) else 0
         if not self.speaking:
             goes_on = self._goes_on(chunk_start, near_reply)
             if p >= (self.end_threshold if goes_on else self.start_threshold):
@@ -302,7 +304,7 @@ class VadSegmenter:
                 self.pause_reported = False
                 events.append(VadEvent(Heard.RESUME))
             gap = self.silent_chunks + self.quiet_tail - word_start
-            if gap > max(self.span_max_gap_chunks, MASKED_SPAN_MAX_GAP_CHUNKS if self._masks_soft_sounds() else 0):
+            if gap > self.span_max_gap_chunks and (gap > MASKED_SPAN_MAX_GAP_CHUNKS or not self._masks_soft_sounds()):
                 self.span_from, self.span_voiced = chunk_start, 0
             self.silent_chunks = self.quiet_tail = 0
             self.tail_levels.append(level)
@@ -317,20 +319,24 @@ class VadSegmenter:
                 events.append(event)
         return events
 
-    def _word_may_start(self, probability: float, p: float, level: float) -> bool:
-        """A chunk Silero calls speech that the gate did not take for the user's may be the start of their next word:
-        in a room with no other voices (Silero tells speech from its noise), or standing over the loud end of a
-        room of voices (a run of their syllables rarely does); never where the reply's echo may be (`_step`)."""
-        if probability < self.end_threshold or p >= self.end_threshold:
+    def _word_may_start(self, probability: float, p: float, level: float, echo: bool) -> bool:
+        """A chunk Silero calls speech that the gate did not take for the user's may be the start of their next word,
+        in a room whose sound hides such soft sounds (``_masks_soft_sounds``): one with no other voices (Silero tells
+        speech from its noise), or over the loud end of a room of voices (a run of their syllables rarely is). Never
+        where the reply's echo may be (`echo`), nor, while the reply plays, under the echo guard's bar (what a client
+        that cancels its own echo leaves of it)."""
+        if probability < self.end_threshold or p >= self.end_threshold or echo or not self._masks_soft_sounds():
+            return False
+        if self.gate.guarded and self.echo_guard_db and level < self.level_db - self.echo_guard_db:
             return False
         loud = self.gate.room_loud_db
         return self.gate.steady or (loud is not None and level > loud)
 
     def _masks_soft_sounds(self) -> bool:
-        """What the room asks of a chunk to go on with the user's speech stands within QUIET_UNDER_VOICE_DB of their
-        voice: the soft sounds at their words' edges fall under it, as under a phone line's band."""
-        voice = self.level_db
-        return voice is not None and self.gate.needed(None, speaking=True) >= voice - QUIET_UNDER_VOICE_DB
+        """The room's own bar for going on with the user's speech stands within QUIET_UNDER_VOICE_DB of their voice:
+        the soft sounds at their words' edges fall under it, as under a phone line's band."""
+        voice, bar = self.level_db, self.gate.room_bar()
+        return voice is not None and bar is not None and bar >= voice - QUIET_UNDER_VOICE_DB
 
     def _keep_from_here(self) -> None:
         """Judging the stream again, if it comes to that, starts from where the segmentation stands now."""

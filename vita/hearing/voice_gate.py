@@ -287,6 +287,13 @@ class VoiceGate:
             room = max(room, self._room_loud + (OVER_ROOM_DB if speaking else OPEN_OVER_ROOM_DB))
         return room if user is None else max(room, user - USER_RANGE_DB)
 
+    def room_bar(self) -> float | None:
+        """What the room's own sound asks of a chunk to go on with the user's speech (dBFS; None: the room is
+        unknown): the bars over its floor and its loud end, not the absolute floor."""
+        bars = [b for b in (self._floor + KEEP_OVER_FLOOR_DB if self._floor is not None else None,
+                            self._room_loud + OVER_ROOM_DB if self._room_loud is not None else None) if b is not None]
+        return max(bars) if bars else None
+
     def opens(self, user: float | None) -> float:
         """The level a voiced chunk needs to start the user's speech."""
         need = self.needed(user)

@@ -1,0 +1,143 @@
+"""Benchmark what a session's ears make of speech over the reply, offline and in seconds: the room benchmark's rooms
+(scripts/bench/rooms/sounds.py) and voices, through a segmenter built as the server builds it (Silero VAD, the voice
+gate, the config's turn settings), with no server, no ASR and no reply.
+
+confirm: the user asks two questions (their level and the room's are learnt), then, while the reply plays, says
+"Wait, stop. <question>": how long after its onset the speech is confirmed (what interrupts the reply without waiting
+for its words) and its first pause (where the words of a short command are checked), at several places in the room.
+backchannels: the same, then short replies over the reply ("Mm-hmm.", "Okay, sure."): how many are confirmed, each
+of them a reply stopped that the user did not mean to stop (the two-word ones are long enough to be, in quiet too).
+
+Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels] [--rooms quiet,noise10,...]
+    [--places 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from scripts.bench.rooms.sounds import RATE, build_bed
+from vita.hearing.utterance import Heard
+
+if TYPE_CHECKING:
+    from vita.hearing.vad import VadSegmenter
+
+BACKCHANNELS = ("Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "Okay, sure.", "Yeah, right.", "Mm-hmm, yeah.",
+                "Uh-huh, okay.", "I see.")
+VOICES = ("hibari", "piper")
+PLACE_STEP_S = 3.1  # each place starts this much further into the room's (looped) bed
+
+
+def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
+    """Seconds from `onset_s` to the first event of `kind` (None: none)."""
+    return next((round(at - onset_s, 3) for at, k in events if k == kind), None)
+
+
+def spread(values: list[float | None]) -> str:
+    """p50 / max of the values heard, and how many never came."""
+    heard = [v for v in values if v is not None]
+    if not heard:
+        return f"none of {len(values)}"
+    missing = len(values) - len(heard)
+    return (f"p50 {statistics.median(heard):.3f} s, max {max(heard):.3f} s, over 1.0 s {sum(v > 1.0 for v in heard)}"
+            f" of {len(values)}" + (f", never {missing}" if missing else ""))
+
+
+class PlaceInRoom:
+    """One session's segmenter at one place in a room: what is said is mixed with the room's bed from there on."""
+
+    def __init__(self, room: str, place: int, make_segmenter: Callable[[], VadSegmenter]):
+        self.bed = build_bed(room)
+        self.at = int(place * PLACE_STEP_S * RATE) % (self.bed.size // 2) if self.bed is not None else 0
+        self.segmenter = make_segmenter()
+
+    def hear(self, speech: np.ndarray) -> list[tuple[float, Heard]]:
+        """`speech` (int16 at RATE) in the room: the segmenter's events, in seconds from its start."""
+        audio = speech.astype(np.float32)
+        if self.bed is not None:
+            audio += self.bed[(self.at + np.arange(audio.size)) % self.bed.size]
+        self.at += audio.size
+        audio = np.clip(audio, -32768, 32767).astype(np.int16)
+        events = []
+        for i in range(0, audio.size, 128):  # (as VITA's page sends it: 8 ms at a time)
+            events += [((i + 128) / RATE, e.kind) for e in self.segmenter.feed(audio[i:i + 128])]
+        return events
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * RATE), np.int16)
+
+
+def voiced_span(speech: np.ndarray) -> tuple[float, float]:
+    """Where the voice is (its first and last loud sample), in seconds."""
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 800)
+    return loud[0] / RATE, loud[-1] / RATE
+
+
+def over_the_reply(room: str, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
+                   questions: list[dict]) -> PlaceInRoom:
+    """A session in `room` whose user asked two questions, now hearing the reply."""
+    from scripts.bench.rooms.__main__ import user_speech
+
+    session = PlaceInRoom(room, place, make_segmenter)
+    session.hear(silence(1.5))
+    for q in questions[place % 10:place % 10 + 2]:
+        session.hear(np.concatenate([user_speech(voice, q["q"]), silence(1.2)]))
+    session.segmenter.guarded = True  # (the reply plays from here on)
+    session.hear(silence(1.0))
+    return session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("confirm", "backchannels"))
+    parser.add_argument("--rooms", default="quiet,noise10,babble20,babble_noise10")
+    parser.add_argument("--places", type=int, default=12)
+    args = parser.parse_args()
+    from scripts.bench.rooms.__main__ import user_speech
+    from scripts.eval.questions import plain_questions
+    from vita.config import Config
+    from vita.hearing.silero import SileroModel
+    from vita.hearing.vad import VadSegmenter
+
+    config = Config()
+    model = SileroModel(config.vad_model_path())
+    questions = plain_questions()
+    follow_ups = questions[12:18]
+
+    def make_segmenter() -> VadSegmenter:
+        return VadSegmenter.from_config(config.vad, model, config.turn)
+
+    for room in args.rooms.split(","):
+        for voice in VOICES:
+            confirmed, paused, stopped = [], [], []
+            for place in range(args.places):
+                session = over_the_reply(room, voice, place, make_segmenter, questions)
+                if args.mode == "confirm":
+                    speech = user_speech(voice, f"Wait, stop. {follow_ups[place % len(follow_ups)]['q']}")
+                    onset, _ = voiced_span(speech)
+                    events = session.hear(np.concatenate([speech, silence(1.0)]))
+                    confirmed.append(first_after(events, Heard.CONFIRM, onset))
+                    paused.append(first_after(events, Heard.PAUSE, onset))
+                    continue
+                for text in BACKCHANNELS:
+                    session.hear(silence(1.0))
+                    events = session.hear(np.concatenate([user_speech(voice, text), silence(2.0)]))
+                    if any(k is Heard.CONFIRM for _, k in events):
+                        stopped.append(text)
+            if args.mode == "confirm":
+                print(f"{room:15s} {voice:7s} onset -> confirmed: {spread(confirmed)}; -> first pause: "
+                      f"{spread(paused)}", flush=True)
+            else:
+                heard = args.places * len(BACKCHANNELS)
+                print(f"{room:15s} {voice:7s} confirmed {len(stopped)} of {heard}: "
+                      + ", ".join(f"{t} x{stopped.count(t)}" for t in dict.fromkeys(stopped)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
