@@ -134,8 +134,9 @@ def test_in_steady_noise_silero_tells_the_users_softer_syllables_from_it():
 def test_in_steady_noise_10_db_under_the_voice_the_users_level_is_learnt_and_among_voices_only_far_over_them():
     """No chunk of a voice 10 dB over a fan stood 20 dB over its floor: the user's level went unlearnt, and with it
     what tells the user's voice over the reply (an interruption in a voice that pauses between words waited 0.5 s
-    more than in quiet). In a room with no other voices, a voiced chunk 6 dB over its loud end is the user's; among
-    other voices the bar stays 20 dB over the floor (their loudest syllables stand 8-14 dB over it)."""
+    more than in quiet). In an audible room with no other voices, a voiced chunk 6 dB over its loud end is the user's;
+    among other voices, and in a quiet room, the bar stays 20 dB over the floor (other voices' loudest syllables stand
+    8-14 dB over it; a voice's faint tails in quiet held a robotic voice's interruptions back)."""
     fan = Stream()
     fan.room([-40.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)
     assert fan.gate.steady
@@ -149,6 +150,12 @@ def test_in_steady_noise_10_db_under_the_voice_the_users_level_is_learnt_and_amo
     for _ in range(MIN_LEVEL_CHUNKS):
         assert voices.feed(VOICED, -27.0, within=True) == VOICED  # the user's...
     assert voices.gate.level_db is None  # ...but not clear enough of the room to learn their level from
+    quiet = Stream()
+    quiet.room([-75.0] * 2 * ROOM_MIN_CHUNKS, p=SILENT)  # a quiet room: a voice's faint tails teach nothing there
+    assert quiet.gate.steady
+    for _ in range(MIN_LEVEL_CHUNKS):
+        assert quiet.feed(VOICED, -58.0, within=True) == VOICED
+    assert quiet.gate.level_db is None
 
 
 def test_in_steady_noise_a_pause_holds_against_silero_calling_the_fading_voice_speech():

@@ -61,9 +61,11 @@ OPEN_UNDER_USER_DB = 8.0  # ...and speech opens only on chunks within this of it
 # come within 12 dB of a user 20 dB over it)
 LEARN_OVER_FLOOR_DB = 20.0  # the user's level is learnt from chunks this far above the floor (other voices' loudest
 # syllables stand 8-14 dB over it: learnt, they would pass for the user's)...
-LEARN_OVER_STEADY_DB = OPEN_OVER_ROOM_DB  # ...or, in a room with no other voices, this far above its loud end: a
-# fan 10 dB under the voice left no chunk 20 dB over its floor, the user's level was never learnt, and an
-# interruption in a voice that pauses between words waited for 650 ms of voice (1.2 s instead of 0.7 s in quiet)
+LEARN_OVER_STEADY_DB = OPEN_OVER_ROOM_DB  # ...or, in an audible room with no other voices, this far above its loud
+# end: a fan 10 dB under the voice left no chunk 20 dB over its floor, the user's level was never learnt, and an
+# interruption in a voice that pauses between words waited for 650 ms of voice (1.2 s instead of 0.7 s in quiet).
+# Not in a quiet room (its loud end under ABS_FLOOR_DBFS): learnt from the voice's faint tails there, a robotic
+# voice's "Wait, stop." went unconfirmed until its next words in 1-2 of 3 interruptions.
 LEVEL_CHUNKS = 128  # the user's level is learnt from their last ~4 s of clearly voiced speech
 MIN_LEVEL_CHUNKS = 16  # ...once there is half a second of it
 
@@ -385,8 +387,8 @@ class VoiceGate:
         if self._floor is None:
             return np.inf
         bar = self._floor + LEARN_OVER_FLOOR_DB
-        if self.steady and self._room_loud is not None:
-            bar = min(bar, self._room_loud + LEARN_OVER_STEADY_DB)
+        if self.steady and self._room_loud is not None and self._room_loud >= ABS_FLOOR_DBFS:
+            bar = min(bar, self._room_loud + LEARN_OVER_STEADY_DB)  # (an audible noise: not a quiet room's)
         return bar
 
     def _steady_bar(self, user: float | None, position: int) -> float | None:
