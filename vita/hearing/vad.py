@@ -335,7 +335,7 @@ class VadSegmenter:
     def _masks_soft_sounds(self) -> bool:
         """The room's own bar for going on with the user's speech stands within QUIET_UNDER_VOICE_DB of their voice:
         the soft sounds at their words' edges fall under it, as under a phone line's band."""
-        voice, bar = self.level_db, self.gate.room_bar()
+        voice, bar = self.level_db, self.gate.room_bar(speaking=True)
         return voice is not None and bar is not None and bar >= voice - QUIET_UNDER_VOICE_DB
 
     def _keep_from_here(self) -> None:

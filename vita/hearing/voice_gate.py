@@ -282,18 +282,18 @@ class VoiceGate:
     def needed(self, user: float | None, speaking: bool = False) -> float:
         """The level a voiced chunk needs to be the user's, as the room stands (`speaking`: to keep the user's
         speech going, rather than to start it)."""
-        room = ABS_FLOOR_DBFS
-        if self._floor is not None:
-            room = max(room, self._floor + (KEEP_OVER_FLOOR_DB if speaking else OVER_FLOOR_DB))
-        if self._room_loud is not None:
-            room = max(room, self._room_loud + (OVER_ROOM_DB if speaking else OPEN_OVER_ROOM_DB))
+        bar = self.room_bar(speaking)
+        room = ABS_FLOOR_DBFS if bar is None else max(ABS_FLOOR_DBFS, bar)
         return room if user is None else max(room, user - USER_RANGE_DB)
 
-    def room_bar(self) -> float | None:
-        """What the room's own sound asks of a chunk to go on with the user's speech (dBFS; None: the room is
-        unknown): the bars over its floor and its loud end, not the absolute floor."""
-        bars = [b for b in (self._floor + KEEP_OVER_FLOOR_DB if self._floor is not None else None,
-                            self._room_loud + OVER_ROOM_DB if self._room_loud is not None else None) if b is not None]
+    def room_bar(self, speaking: bool) -> float | None:
+        """What the room's own sound asks of a chunk to be the user's (dBFS; None: the room is unknown): the bars over
+        its floor and its loud end, not the absolute floor (`speaking`: to go on with their speech)."""
+        bars = []
+        if self._floor is not None:
+            bars.append(self._floor + (KEEP_OVER_FLOOR_DB if speaking else OVER_FLOOR_DB))
+        if self._room_loud is not None:
+            bars.append(self._room_loud + (OVER_ROOM_DB if speaking else OPEN_OVER_ROOM_DB))
         return max(bars) if bars else None
 
     def opens(self, user: float | None) -> float:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scripts.bench.rooms.sounds import RATE, build_bed
+from tests.harness.speech import silence, voiced_span
 from vita.hearing.utterance import Heard
 
 if TYPE_CHECKING:
@@ -49,10 +50,11 @@ def spread(values: list[float | None]) -> str:
 
 
 class PlaceInRoom:
-    """One session's segmenter at one place in a room: what is said is mixed with the room's bed from there on."""
+    """One session's segmenter at one place in a room's bed (None: quiet): what is said is mixed with the bed from
+    there on."""
 
-    def __init__(self, room: str, place: int, make_segmenter: Callable[[], VadSegmenter]):
-        self.bed = build_bed(room)
+    def __init__(self, bed: np.ndarray | None, place: int, make_segmenter: Callable[[], VadSegmenter]):
+        self.bed = bed
         self.at = int(place * PLACE_STEP_S * RATE) % (self.bed.size // 2) if self.bed is not None else 0
         self.segmenter = make_segmenter()
 
@@ -69,22 +71,12 @@ class PlaceInRoom:
         return events
 
 
-def silence(seconds: float) -> np.ndarray:
-    return np.zeros(int(seconds * RATE), np.int16)
-
-
-def voiced_span(speech: np.ndarray) -> tuple[float, float]:
-    """Where the voice is (its first and last loud sample), in seconds."""
-    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 800)
-    return loud[0] / RATE, loud[-1] / RATE
-
-
-def over_the_reply(room: str, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
+def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
                    questions: list[dict]) -> PlaceInRoom:
-    """A session in `room` whose user asked two questions, now hearing the reply."""
+    """A session in a room (its bed) whose user asked two questions, now hearing the reply."""
     from scripts.bench.rooms.__main__ import user_speech
 
-    session = PlaceInRoom(room, place, make_segmenter)
+    session = PlaceInRoom(bed, place, make_segmenter)
     session.hear(silence(1.5))
     for q in questions[place % 10:place % 10 + 2]:
         session.hear(np.concatenate([user_speech(voice, q["q"]), silence(1.2)]))
@@ -114,10 +106,11 @@ def main() -> None:
         return VadSegmenter.from_config(config.vad, model, config.turn)
 
     for room in args.rooms.split(","):
+        bed = build_bed(room)  # (the room benchmark's: 40 s, looped)
         for voice in VOICES:
             confirmed, paused, stopped = [], [], []
             for place in range(args.places):
-                session = over_the_reply(room, voice, place, make_segmenter, questions)
+                session = over_the_reply(bed, voice, place, make_segmenter, questions)
                 if args.mode == "confirm":
                     speech = user_speech(voice, f"Wait, stop. {follow_ups[place % len(follow_ups)]['q']}")
                     onset, _ = voiced_span(speech)
