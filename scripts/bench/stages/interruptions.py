@@ -80,6 +80,7 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
     session.hear(silence(1.5))
     for q in questions[place % 10:place % 10 + 2]:
         session.hear(np.concatenate([user_speech(voice, q["q"]), silence(1.2)]))
+    session.segmenter.end_now()  # (the question was answered: its utterance ended, if the room had held it open)
     session.segmenter.guarded = True  # (the reply plays from here on)
     session.hear(silence(1.0))
     return session
