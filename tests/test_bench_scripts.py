@@ -127,3 +127,41 @@ def test_the_interruptions_benchmark_times_events_from_the_onset_and_summarises_
     assert first_after(events, Heard.END, 1.0) is None
     assert spread([0.7, 1.2, None, 0.8]) == "p50 0.800 s, max 1.200 s, over 1.0 s 1 of 4, never 1"
     assert spread([None]) == "none of 1"
+
+
+class ScriptedEars:
+    """A segmenter's events at set seconds of what it is fed (for the benchmark's own logic: no model)."""
+
+    def __init__(self, script: list[tuple[float, str, bool]]):
+        self.script, self.heard, self.going_on, self.ended_at_pause = list(script), 0, False, []
+
+    def feed(self, pcm):
+        from vita.hearing.utterance import Heard, VadEvent
+
+        self.heard += pcm.size
+        events = []
+        while self.script and self.script[0][0] * 16000 <= self.heard:
+            _, kind, self.going_on = self.script.pop(0)
+            events.append(VadEvent(Heard[kind]))
+        return events
+
+    def end_now(self, at_pause=False):
+        self.ended_at_pause.append((self.heard / 16000, at_pause))
+        return []
+
+
+def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_room_going_on_from_its_own():
+    import numpy as np
+
+    from scripts.bench.stages.interruptions import PlaceInRoom, opened_after_its_end
+
+    speech = np.zeros(16000, np.int16)
+    speech[4000:12000] = 5000  # (the last word ends at 0.75 s)
+    early = ScriptedEars([(0.5, "PAUSE", False), (0.8, "RESUME", False), (0.9, "PAUSE", False),
+                          (1.95, "START", True), (2.6, "START", False)])
+    session = PlaceInRoom(None, 0, lambda: early)
+    assert opened_after_its_end(session, speech) == (pytest.approx(1.2, abs=0.01), pytest.approx(1.85, abs=0.01))
+    (at, at_pause), _ = early.ended_at_pause  # (then once more after the 2 s: the session's next question)
+    assert at_pause and at == pytest.approx(0.9, abs=0.01)  # (at the pause after the last word, not the one inside)
+    quiet = ScriptedEars([(0.85, "PAUSE", False), (1.9, "END", False)])
+    assert opened_after_its_end(PlaceInRoom(None, 0, lambda: quiet), speech) == (None, None)

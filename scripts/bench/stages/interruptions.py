@@ -7,8 +7,11 @@ confirm: the user asks two questions (their level and the room's are learnt), th
 for its words) and its first pause (where the words of a short command are checked), at several places in the room.
 backchannels: the same, then short replies over the reply ("Mm-hmm.", "Okay, sure."): how many are confirmed, each
 of them a reply stopped that the user did not mean to stop (the two-word ones are long enough to be, in quiet too).
+ends: no reply; each question after the first is ended at its first pause after its last word, as the end-of-turn
+model ends a complete one: how often the room then opens speech that goes on with it (each a turn withdrawn and
+answered later, with what the room said in it), and when.
 
-Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels] [--rooms quiet,noise10,...]
+Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels|ends] [--rooms quiet,noise10,...]
     [--places 12]
 """
 
@@ -32,6 +35,7 @@ BACKCHANNELS = ("Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "Okay, sure.",
                 "Uh-huh, okay.", "I see.")
 VOICES = ("hibari", "piper")
 PLACE_STEP_S = 3.1  # each place starts this much further into the room's (looped) bed
+END_AT_PAUSE_EARLY_S = 0.15
 
 
 def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
@@ -58,8 +62,10 @@ class PlaceInRoom:
         self.at = int(place * PLACE_STEP_S * RATE) % (self.bed.size // 2) if self.bed is not None else 0
         self.segmenter = make_segmenter()
 
-    def hear(self, speech: np.ndarray) -> list[tuple[float, Heard]]:
-        """`speech` (int16 at RATE) in the room: the segmenter's events, in seconds from its start."""
+    def hear(self, speech: np.ndarray, on_event: Callable[[float, Heard], None] | None = None
+             ) -> list[tuple[float, Heard]]:
+        """`speech` (int16 at RATE) in the room: the segmenter's events, in seconds from its start (each also given
+        to `on_event` as it is heard, which may act on the segmenter as the server would)."""
         audio = speech.astype(np.float32)
         if self.bed is not None:
             audio += self.bed[(self.at + np.arange(audio.size)) % self.bed.size]
@@ -67,8 +73,31 @@ class PlaceInRoom:
         audio = np.clip(audio, -32768, 32767).astype(np.int16)
         events = []
         for i in range(0, audio.size, 128):  # (as VITA's page sends it: 8 ms at a time)
-            events += [((i + 128) / RATE, e.kind) for e in self.segmenter.feed(audio[i:i + 128])]
+            for e in self.segmenter.feed(audio[i:i + 128]):
+                events.append(((i + 128) / RATE, e.kind))
+                if on_event is not None:
+                    on_event(*events[-1])
         return events
+
+
+def opened_after_its_end(session: PlaceInRoom, speech: np.ndarray) -> tuple[float | None, float | None]:
+    """A complete question in the room, ended at its first pause after its last word (within END_AT_PAUSE_EARLY_S
+    before it: the quiet tail ends a voice early), as the end-of-turn model ends it: seconds from its last word to the
+    first speech the room then opens within 2 s that goes on with the question, and to the first that does not (a
+    request of the room's own); None: none."""
+    _, last = voiced_span(speech)
+    ended, going_on, new = [], [], []
+
+    def act(at: float, kind: Heard) -> None:
+        if kind is Heard.PAUSE and not ended and at >= last - END_AT_PAUSE_EARLY_S:
+            session.segmenter.end_now(at_pause=True)
+            ended.append(at)
+        elif kind is Heard.START and ended:
+            (going_on if session.segmenter.going_on else new).append(round(at - last, 3))
+
+    session.hear(np.concatenate([speech, silence(2.0)]), act)
+    session.segmenter.end_now()
+    return (going_on[0] if going_on else None), (new[0] if new else None)
 
 
 def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
@@ -88,7 +117,7 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("confirm", "backchannels"))
+    parser.add_argument("mode", choices=("confirm", "backchannels", "ends"))
     parser.add_argument("--rooms", default="quiet,noise10,babble20,babble_noise10")
     parser.add_argument("--places", type=int, default=12)
     args = parser.parse_args()
@@ -111,6 +140,14 @@ def main() -> None:
         for voice in VOICES:
             confirmed, paused, stopped = [], [], []
             for place in range(args.places):
+                if args.mode == "ends":
+                    session = PlaceInRoom(bed, place, make_segmenter)
+                    session.hear(silence(1.5))
+                    asked = questions[place % 10:place % 10 + 4]
+                    opened = [opened_after_its_end(session, user_speech(voice, q["q"])) for q in asked][1:]
+                    paused += [going_on for going_on, _ in opened]
+                    confirmed += [new for _, new in opened]
+                    continue
                 session = over_the_reply(bed, voice, place, make_segmenter, questions)
                 if args.mode == "confirm":
                     speech = user_speech(voice, f"Wait, stop. {follow_ups[place % len(follow_ups)]['q']}")
@@ -124,7 +161,10 @@ def main() -> None:
                     events = session.hear(np.concatenate([user_speech(voice, text), silence(2.0)]))
                     if any(k is Heard.CONFIRM for _, k in events):
                         stopped.append(text)
-            if args.mode == "confirm":
+            if args.mode == "ends":
+                print(f"{room:15s} {voice:7s} ended at its pause, then the room going on with it: {spread(paused)}; "
+                      f"a request of the room's own: {spread(confirmed)}", flush=True)
+            elif args.mode == "confirm":
                 print(f"{room:15s} {voice:7s} onset -> confirmed: {spread(confirmed)}; -> first pause: "
                       f"{spread(paused)}", flush=True)
             else:
