@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.harness.server import ROOT
@@ -130,38 +131,41 @@ def test_the_interruptions_benchmark_times_events_from_the_onset_and_summarises_
 
 
 class ScriptedEars:
-    """A segmenter's events at set seconds of what it is fed (for the benchmark's own logic: no model)."""
+    """A segmenter's events at set seconds of what it is fed (for the benchmark's own logic: no model); a pause's
+    silence began `silent_from` seconds into the stream."""
 
-    def __init__(self, script: list[tuple[float, str, bool]]):
-        self.script, self.heard, self.going_on, self.ended_at_pause = list(script), 0, False, []
+    def __init__(self, script: list[tuple[float, str, bool, float]]):
+        self.script, self.position, self.going_on, self.ended = list(script), 0, False, []
+        self.pending = np.zeros(0, np.int16)
 
     def feed(self, pcm):
-        from vita.hearing.utterance import Heard, VadEvent
+        from vita.hearing.utterance import Heard, Utterance, VadEvent
 
-        self.heard += pcm.size
+        self.position += pcm.size
         events = []
-        while self.script and self.script[0][0] * 16000 <= self.heard:
-            _, kind, self.going_on = self.script.pop(0)
-            events.append(VadEvent(Heard[kind]))
+        while self.script and self.script[0][0] * 16000 <= self.position:
+            _, kind, self.going_on, silent_from = self.script.pop(0)
+            events.append(VadEvent(Heard[kind], Utterance(b"", 0, self.position, int(silent_from * 16000))))
         return events
 
     def end_now(self, at_pause=False):
-        self.ended_at_pause.append((self.heard / 16000, at_pause))
+        self.ended.append((self.position / 16000, at_pause))
         return []
 
 
 def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_room_going_on_from_its_own():
-    import numpy as np
-
-    from scripts.bench.stages.interruptions import PlaceInRoom, opened_after_its_end
+    from scripts.bench.stages.interruptions import PlaceInRoom, after_the_end
 
     speech = np.zeros(16000, np.int16)
     speech[4000:12000] = 5000  # (the last word ends at 0.75 s)
-    early = ScriptedEars([(0.5, "PAUSE", False), (0.8, "RESUME", False), (0.9, "PAUSE", False),
-                          (1.95, "START", True), (2.6, "START", False)])
-    session = PlaceInRoom(None, 0, lambda: early)
-    assert opened_after_its_end(session, speech) == (pytest.approx(1.2, abs=0.01), pytest.approx(1.85, abs=0.01))
-    (at, at_pause), _ = early.ended_at_pause  # (then once more after the 2 s: the session's next question)
-    assert at_pause and at == pytest.approx(0.9, abs=0.01)  # (at the pause after the last word, not the one inside)
-    quiet = ScriptedEars([(0.85, "PAUSE", False), (1.9, "END", False)])
-    assert opened_after_its_end(PlaceInRoom(None, 0, lambda: quiet), speech) == (None, None)
+    ears = ScriptedEars([(0.1, "START", False, 0), (0.55, "PAUSE", False, 0.42), (0.6, "RESUME", False, 0),
+                         (0.85, "PAUSE", False, 0.72), (1.95, "START", True, 0), (2.2, "START", False, 0),
+                         (2.3, "DROPPED", False, 0), (2.6, "START", False, 0)])
+    session = PlaceInRoom(None, 0, lambda: ears)
+    after = after_the_end(session, speech)
+    assert after.ended and after.going_on == pytest.approx(1.2, abs=0.01)  # (the question's own START is not counted)
+    assert after.new == pytest.approx(1.85, abs=0.01)  # (the dropped one is not)
+    assert ears.ended == [(pytest.approx(0.856, abs=0.01), True), (3.0, False)]  # (at the pause after the last word)
+    ears.script = [(3.5, "START", False, 0), (3.9, "PAUSE", False, 3.3), (4.9, "END", False, 0)]
+    after = after_the_end(session, speech)  # (a second question: timed from its own start, 3.0 s into the stream)
+    assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)

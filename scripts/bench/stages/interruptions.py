@@ -1,6 +1,6 @@
-"""Benchmark what a session's ears make of speech over the reply, offline and in seconds: the room benchmark's rooms
-(scripts/bench/rooms/sounds.py) and voices, through a segmenter built as the server builds it (Silero VAD, the voice
-gate, the config's turn settings), with no server, no ASR and no reply.
+"""Benchmark what a session's ears make of speech over the reply and of the room after a question, offline and in
+seconds: the room benchmark's rooms (scripts/bench/rooms/sounds.py) and voices, through a segmenter built as the
+server builds it (Silero VAD, the voice gate, the config's turn settings), with no server, no ASR and no reply.
 
 confirm: the user asks two questions (their level and the room's are learnt), then, while the reply plays, says
 "Wait, stop. <question>": how long after its onset the speech is confirmed (what interrupts the reply without waiting
@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scripts.bench.rooms.sounds import RATE, build_bed
 from tests.harness.speech import silence, voiced_span
-from vita.hearing.utterance import Heard
+from vita.hearing.utterance import Heard, VadEvent
 
 if TYPE_CHECKING:
     from vita.hearing.vad import VadSegmenter
@@ -35,7 +36,7 @@ BACKCHANNELS = ("Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "Okay, sure.",
                 "Uh-huh, okay.", "I see.")
 VOICES = ("hibari", "piper")
 PLACE_STEP_S = 3.1  # each place starts this much further into the room's (looped) bed
-END_AT_PAUSE_EARLY_S = 0.15
+QUIET_TAIL_S = 0.1  # the segmenter may find a voice's end up to ~3 chunks before its last audible sample
 
 
 def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
@@ -62,7 +63,7 @@ class PlaceInRoom:
         self.at = int(place * PLACE_STEP_S * RATE) % (self.bed.size // 2) if self.bed is not None else 0
         self.segmenter = make_segmenter()
 
-    def hear(self, speech: np.ndarray, on_event: Callable[[float, Heard], None] | None = None
+    def hear(self, speech: np.ndarray, on_event: Callable[[float, VadEvent], None] | None = None
              ) -> list[tuple[float, Heard]]:
         """`speech` (int16 at RATE) in the room: the segmenter's events, in seconds from its start (each also given
         to `on_event` as it is heard, which may act on the segmenter as the server would)."""
@@ -71,33 +72,47 @@ class PlaceInRoom:
             audio += self.bed[(self.at + np.arange(audio.size)) % self.bed.size]
         self.at += audio.size
         audio = np.clip(audio, -32768, 32767).astype(np.int16)
+        self.first = self.segmenter.position + self.segmenter.pending.size  # (the stream sample it starts at)
         events = []
         for i in range(0, audio.size, 128):  # (as VITA's page sends it: 8 ms at a time)
             for e in self.segmenter.feed(audio[i:i + 128]):
                 events.append(((i + 128) / RATE, e.kind))
                 if on_event is not None:
-                    on_event(*events[-1])
+                    on_event(events[-1][0], e)
         return events
 
 
-def opened_after_its_end(session: PlaceInRoom, speech: np.ndarray) -> tuple[float | None, float | None]:
-    """A complete question in the room, ended at its first pause after its last word (within END_AT_PAUSE_EARLY_S
-    before it: the quiet tail ends a voice early), as the end-of-turn model ends it: seconds from its last word to the
-    first speech the room then opens within 2 s that goes on with the question, and to the first that does not (a
-    request of the room's own); None: none."""
+@dataclass
+class AfterTheEnd:
+    """What a room did after a question ended at its pause (seconds after its last word)."""
+
+    ended: bool = False  # a pause came after its last word (where the end-of-turn model ends a complete question)
+    going_on: float | None = None  # the room's speech opened as the question going on (the turn is withdrawn)
+    new: float | None = None  # ...or as a request of its own, kept (not dropped as a click)
+
+
+def after_the_end(session: PlaceInRoom, speech: np.ndarray) -> AfterTheEnd:
+    """A complete question in the room, ended at its first pause whose silence began after its last word (less
+    QUIET_TAIL_S: Silero's lag), and what the room opens in the 2 s of its audio after the question's."""
     _, last = voiced_span(speech)
-    ended, going_on, new = [], [], []
+    seen, opened = AfterTheEnd(), []
 
-    def act(at: float, kind: Heard) -> None:
-        if kind is Heard.PAUSE and not ended and at >= last - END_AT_PAUSE_EARLY_S:
-            session.segmenter.end_now(at_pause=True)
-            ended.append(at)
-        elif kind is Heard.START and ended:
-            (going_on if session.segmenter.going_on else new).append(round(at - last, 3))
+    def as_the_server(at: float, event: VadEvent) -> None:
+        if event.kind is Heard.PAUSE and not seen.ended:
+            silent_from = (event.utterance.speech_end_sample - session.first) / RATE
+            if silent_from >= last - QUIET_TAIL_S:
+                session.segmenter.end_now(at_pause=True)
+                seen.ended = True
+        elif event.kind is Heard.START and seen.ended:
+            opened.append((round(at - last, 3), session.segmenter.going_on))
+        elif event.kind is Heard.DROPPED and opened and not opened[-1][1]:
+            opened.pop()  # (a click: no turn)
 
-    session.hear(np.concatenate([speech, silence(2.0)]), act)
+    session.hear(np.concatenate([speech, silence(2.0)]), as_the_server)
     session.segmenter.end_now()
-    return (going_on[0] if going_on else None), (new[0] if new else None)
+    seen.going_on = next((at for at, going_on in opened if going_on), None)
+    seen.new = next((at for at, going_on in opened if not going_on), None)
+    return seen
 
 
 def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
@@ -109,7 +124,7 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
     session.hear(silence(1.5))
     for q in questions[place % 10:place % 10 + 2]:
         session.hear(np.concatenate([user_speech(voice, q["q"]), silence(1.2)]))
-    session.segmenter.end_now()  # (the question was answered: its utterance ended, if the room had held it open)
+    session.segmenter.end_now()  # (the questions were answered: the turn ended what 1.2 s of silence alone does not)
     session.segmenter.guarded = True  # (the reply plays from here on)
     session.hear(silence(1.0))
     return session
@@ -138,15 +153,13 @@ def main() -> None:
     for room in args.rooms.split(","):
         bed = build_bed(room)  # (the room benchmark's: 40 s, looped)
         for voice in VOICES:
-            confirmed, paused, stopped = [], [], []
+            confirmed, paused, stopped, afters = [], [], [], []
             for place in range(args.places):
                 if args.mode == "ends":
                     session = PlaceInRoom(bed, place, make_segmenter)
                     session.hear(silence(1.5))
                     asked = questions[place % 10:place % 10 + 4]
-                    opened = [opened_after_its_end(session, user_speech(voice, q["q"])) for q in asked][1:]
-                    paused += [going_on for going_on, _ in opened]
-                    confirmed += [new for _, new in opened]
+                    afters += [after_the_end(session, user_speech(voice, q["q"])) for q in asked][1:]
                     continue
                 session = over_the_reply(bed, voice, place, make_segmenter, questions)
                 if args.mode == "confirm":
@@ -162,8 +175,10 @@ def main() -> None:
                     if any(k is Heard.CONFIRM for _, k in events):
                         stopped.append(text)
             if args.mode == "ends":
-                print(f"{room:15s} {voice:7s} ended at its pause, then the room going on with it: {spread(paused)}; "
-                      f"a request of the room's own: {spread(confirmed)}", flush=True)
+                ended = [a for a in afters if a.ended]
+                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(afters)}; then the room going on "
+                      f"with it: {spread([a.going_on for a in ended])}; a request of the room's own: "
+                      f"{spread([a.new for a in ended])}", flush=True)
             elif args.mode == "confirm":
                 print(f"{room:15s} {voice:7s} onset -> confirmed: {spread(confirmed)}; -> first pause: "
                       f"{spread(paused)}", flush=True)
