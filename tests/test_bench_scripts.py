@@ -131,21 +131,21 @@ def test_the_interruptions_benchmark_times_events_from_the_onset_and_summarises_
 
 
 class ScriptedEars:
-    """A segmenter's events at set seconds of what it is fed (for the benchmark's own logic: no model); a pause's
-    silence began `silent_from` seconds into the stream."""
+    """A segmenter's events at set seconds of what it is fed (for the benchmark's own logic: no model), each with
+    whether the speech open then goes on with an ended one."""
 
-    def __init__(self, script: list[tuple[float, str, bool, float]]):
+    def __init__(self, script: list[tuple[float, str, bool]]):
         self.script, self.position, self.going_on, self.ended = list(script), 0, False, []
         self.pending = np.zeros(0, np.int16)
 
     def feed(self, pcm):
-        from vita.hearing.utterance import Heard, Utterance, VadEvent
+        from vita.hearing.utterance import Heard, VadEvent
 
         self.position += pcm.size
         events = []
         while self.script and self.script[0][0] * 16000 <= self.position:
-            _, kind, self.going_on, silent_from = self.script.pop(0)
-            events.append(VadEvent(Heard[kind], Utterance(b"", 0, self.position, int(silent_from * 16000))))
+            _, kind, self.going_on = self.script.pop(0)
+            events.append(VadEvent(Heard[kind]))
         return events
 
     def end_now(self, at_pause=False):
@@ -158,14 +158,14 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
 
     speech = np.zeros(16000, np.int16)
     speech[4000:12000] = 5000  # (the last word ends at 0.75 s)
-    ears = ScriptedEars([(0.1, "START", False, 0), (0.55, "PAUSE", False, 0.42), (0.6, "RESUME", False, 0),
-                         (0.85, "PAUSE", False, 0.72), (1.95, "START", True, 0), (2.2, "START", False, 0),
-                         (2.3, "DROPPED", False, 0), (2.6, "START", False, 0)])
+    ears = ScriptedEars([(0.1, "START", False), (0.55, "PAUSE", False), (0.6, "RESUME", False),
+                         (0.85, "PAUSE", False), (1.95, "START", True), (2.2, "START", False),
+                         (2.3, "DROPPED", False), (2.6, "START", False)])
     session = PlaceInRoom(None, 0, lambda: ears)
     after = after_the_end(session, speech)
     assert after.ended and after.going_on == pytest.approx(1.2, abs=0.01)  # (the question's own START is not counted)
     assert after.new == pytest.approx(1.85, abs=0.01)  # (the dropped one is not)
     assert ears.ended == [(pytest.approx(0.856, abs=0.01), True), (3.0, False)]  # (at the pause after the last word)
-    ears.script = [(3.5, "START", False, 0), (3.9, "PAUSE", False, 3.3), (4.9, "END", False, 0)]
+    ears.script = [(3.5, "START", False), (3.6, "PAUSE", False), (4.9, "END", False)]
     after = after_the_end(session, speech)  # (a second question: timed from its own start, 3.0 s into the stream)
     assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)

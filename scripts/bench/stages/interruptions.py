@@ -36,7 +36,6 @@ BACKCHANNELS = ("Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "Okay, sure.",
                 "Uh-huh, okay.", "I see.")
 VOICES = ("hibari", "piper")
 PLACE_STEP_S = 3.1  # each place starts this much further into the room's (looped) bed
-QUIET_TAIL_S = 0.1  # the segmenter may find a voice's end up to ~3 chunks before its last audible sample
 
 
 def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
@@ -72,7 +71,6 @@ class PlaceInRoom:
             audio += self.bed[(self.at + np.arange(audio.size)) % self.bed.size]
         self.at += audio.size
         audio = np.clip(audio, -32768, 32767).astype(np.int16)
-        self.first = self.segmenter.position + self.segmenter.pending.size  # (the stream sample it starts at)
         events = []
         for i in range(0, audio.size, 128):  # (as VITA's page sends it: 8 ms at a time)
             for e in self.segmenter.feed(audio[i:i + 128]):
@@ -86,23 +84,21 @@ class PlaceInRoom:
 class AfterTheEnd:
     """What a room did after a question ended at its pause (seconds after its last word)."""
 
-    ended: bool = False  # a pause came after its last word (where the end-of-turn model ends a complete question)
+    ended: bool = False  # a pause was reported after its last word (where the end-of-turn model ends it)
     going_on: float | None = None  # the room's speech opened as the question going on (the turn is withdrawn)
     new: float | None = None  # ...or as a request of its own, kept (not dropped as a click)
 
 
 def after_the_end(session: PlaceInRoom, speech: np.ndarray) -> AfterTheEnd:
-    """A complete question in the room, ended at its first pause whose silence began after its last word (less
-    QUIET_TAIL_S: Silero's lag), and what the room opens in the 2 s of its audio after the question's."""
+    """A complete question in the room, ended at the first pause reported after its last audible sample (as the
+    end-of-turn model ends a complete question), and what the room opens in the 2 s of audio after the question's."""
     _, last = voiced_span(speech)
     seen, opened = AfterTheEnd(), []
 
     def as_the_server(at: float, event: VadEvent) -> None:
-        if event.kind is Heard.PAUSE and not seen.ended:
-            silent_from = (event.utterance.speech_end_sample - session.first) / RATE
-            if silent_from >= last - QUIET_TAIL_S:
-                session.segmenter.end_now(at_pause=True)
-                seen.ended = True
+        if event.kind is Heard.PAUSE and not seen.ended and at >= last:
+            session.segmenter.end_now(at_pause=True)
+            seen.ended = True
         elif event.kind is Heard.START and seen.ended:
             opened.append((round(at - last, 3), session.segmenter.going_on))
         elif event.kind is Heard.DROPPED and opened and not opened[-1][1]:
