@@ -158,7 +158,7 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
 
     speech = np.zeros(16000, np.int16)
     speech[4000:12000] = 5000  # (the last word ends at 0.75 s)
-    ears = ScriptedEars([(0.1, "START", False), (0.55, "PAUSE", False), (0.6, "RESUME", False),
+    ears = ScriptedEars([(0.1, "START", False), (0.4, "PAUSE", False), (0.45, "RESUME", False),
                          (0.85, "PAUSE", False), (1.95, "START", True), (2.2, "START", False),
                          (2.3, "DROPPED", False), (2.6, "START", False)])
     session = PlaceInRoom(None, 0, lambda: ears)
@@ -166,6 +166,6 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
     assert after.ended and after.going_on == pytest.approx(1.2, abs=0.01)  # (the question's own START is not counted)
     assert after.new == pytest.approx(1.85, abs=0.01)  # (the dropped one is not)
     assert ears.ended == [(pytest.approx(0.856, abs=0.01), True), (3.0, False)]  # (at the pause after the last word)
-    ears.script = [(3.5, "START", False), (3.6, "PAUSE", False), (4.9, "END", False)]
+    ears.script = [(3.3, "START", False), (3.45, "PAUSE", False), (4.9, "END", False)]
     after = after_the_end(session, speech)  # (a second question: timed from its own start, 3.0 s into the stream)
     assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)

@@ -7,7 +7,7 @@ confirm: the user asks two questions (their level and the room's are learnt), th
 for its words) and its first pause (where the words of a short command are checked), at several places in the room.
 backchannels: the same, then short replies over the reply ("Mm-hmm.", "Okay, sure."): how many are confirmed, each
 of them a reply stopped that the user did not mean to stop (the two-word ones are long enough to be, in quiet too).
-ends: no reply; each question after the first is ended at its first pause after its last word, as the end-of-turn
+ends: no reply; each question after the first is ended at its final pause, as the end-of-turn
 model ends a complete one: how often the room then opens speech that goes on with it (each a turn withdrawn and
 answered later, with what the room said in it), and when.
 
@@ -36,6 +36,9 @@ BACKCHANNELS = ("Mm-hmm.", "Yeah.", "Uh-huh.", "Okay.", "Right.", "Okay, sure.",
                 "Uh-huh, okay.", "I see.")
 VOICES = ("hibari", "piper")
 PLACE_STEP_S = 3.1  # each place starts this much further into the room's (looped) bed
+# A question's final pause is reported up to ~0.15 s before its last audible sample where a room hides its last soft
+# sounds (people with a fan 10 dB under); the pauses inside a question, 0.35 s or more before it.
+FINAL_PAUSE_EARLY_S = 0.2
 
 
 def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
@@ -84,19 +87,19 @@ class PlaceInRoom:
 class AfterTheEnd:
     """What a room did after a question ended at its pause (seconds after its last word)."""
 
-    ended: bool = False  # a pause was reported after its last word (where the end-of-turn model ends it)
+    ended: bool = False  # its final pause was reported (where the end-of-turn model ends it)
     going_on: float | None = None  # the room's speech opened as the question going on (the turn is withdrawn)
     new: float | None = None  # ...or as a request of its own, kept (not dropped as a click)
 
 
 def after_the_end(session: PlaceInRoom, speech: np.ndarray) -> AfterTheEnd:
-    """A complete question in the room, ended at the first pause reported after its last audible sample (as the
-    end-of-turn model ends a complete question), and what the room opens in the 2 s of audio after the question's."""
+    """A complete question in the room, ended at its final pause as the end-of-turn model ends a complete question,
+    and what the room opens in the 2 s of audio after the question's."""
     _, last = voiced_span(speech)
     seen, opened = AfterTheEnd(), []
 
     def as_the_server(at: float, event: VadEvent) -> None:
-        if event.kind is Heard.PAUSE and not seen.ended and at >= last:
+        if event.kind is Heard.PAUSE and not seen.ended and at >= last - FINAL_PAUSE_EARLY_S:
             session.segmenter.end_now(at_pause=True)
             seen.ended = True
         elif event.kind is Heard.START and seen.ended:
