@@ -10,9 +10,11 @@ of them a reply stopped that the user did not mean to stop (the two-word ones ar
 ends: no reply; each question after the first is ended at its final pause, as the end-of-turn
 model ends a complete one: how often the room then opens speech that goes on with it (each a turn withdrawn and
 answered later, with what the room said in it), and when.
+paused: no reply; requests said with a pause (the turn-taking benchmark's), their first part ended at its final
+pause: whether the second goes on with it (what a stricter bar for the room's speech going on must keep).
 
-Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels|ends] [--rooms quiet,noise10,...]
-    [--places 12]
+Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels|ends|paused]
+    [--rooms quiet,noise10,...] [--places 12]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ PLACE_STEP_S = 3.1  # each place starts this much further into the room's (loope
 # A question's final pause is reported up to ~0.15 s before its last audible sample where a room hides its last soft
 # sounds (people with a fan 10 dB under); the pauses inside a question, 0.35 s or more before it.
 FINAL_PAUSE_EARLY_S = 0.2
+PAUSES_S = (0.4, 0.8)  # a request's pause between its parts' voices (turn.incomplete_wait_ms is 1.5 s)
 
 
 def first_after(events: list[tuple[float, Heard]], kind: Heard, onset_s: float) -> float | None:
@@ -114,6 +117,36 @@ def after_the_end(session: PlaceInRoom, speech: np.ndarray) -> AfterTheEnd:
     return seen
 
 
+def said_with_a_pause(session: PlaceInRoom, first: np.ndarray, pause_s: float, second: np.ndarray) -> str:
+    """One request said in two parts, the first ended at each pause after its words as the end-of-turn model ends a
+    complete one: how the second was heard: "went on" with it (the server answers the whole request once), "split"
+    (a request of its own), "lost" (not heard), or "one utterance" (no pause ended the first part before it)."""
+    _, last = voiced_span(first)
+    onset = voiced_span(second)[0]
+    gap_s = max(0.0, pause_s - (first.size / RATE - last) - onset)  # (the silence between the voices is pause_s)
+    second_from = (first.size / RATE) + gap_s + onset - FINAL_PAUSE_EARLY_S
+    opened: list[tuple[float, bool | None]] = []  # (when, going on) speech opened or (when, None) it closed
+
+    def as_the_server(at: float, event: VadEvent) -> None:
+        if event.kind is Heard.PAUSE and last - FINAL_PAUSE_EARLY_S <= at < second_from:
+            session.segmenter.end_now(at_pause=True)
+            opened.append((at, None))
+        elif event.kind is Heard.START:
+            opened.append((at, session.segmenter.going_on))
+        elif event.kind in (Heard.END, Heard.DROPPED):
+            opened.append((at, None))
+
+    session.hear(np.concatenate([first, silence(gap_s), second, silence(2.0)]), as_the_server)
+    session.segmenter.end_now()
+    if not any(at < second_from and going_on is None for at, going_on in opened):
+        return "one utterance"  # (no pause ended the first part before the second: heard as one anyway)
+    before = [going_on for at, going_on in opened if at < second_from]
+    if before[-1] is not None:  # (the room, or the first part's last sound, opened speech again, still open)
+        return "went on" if before[-1] else "split"
+    going_on = next((going_on for at, going_on in opened if at >= second_from and going_on is not None), None)
+    return "lost" if going_on is None else "went on" if going_on else "split"
+
+
 def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmenter: Callable[[], VadSegmenter],
                    questions: list[dict]) -> PlaceInRoom:
     """A session in a room (its bed) whose user asked two questions, now hearing the reply."""
@@ -131,11 +164,12 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("confirm", "backchannels", "ends"))
+    parser.add_argument("mode", choices=("confirm", "backchannels", "ends", "paused"))
     parser.add_argument("--rooms", default="quiet,noise10,babble20,babble_noise10")
     parser.add_argument("--places", type=int, default=12)
     args = parser.parse_args()
     from scripts.bench.rooms.__main__ import user_speech
+    from scripts.bench.turns.scenarios import PAUSED
     from scripts.eval.questions import plain_questions
     from vita.config import Config
     from vita.hearing.silero import SileroModel
@@ -160,6 +194,15 @@ def main() -> None:
                     asked = questions[place % 10:place % 10 + 4]
                     afters += [after_the_end(session, user_speech(voice, q["q"])) for q in asked][1:]
                     continue
+                if args.mode == "paused":
+                    session = PlaceInRoom(bed, place, make_segmenter)
+                    session.hear(silence(1.5))
+                    for a, b in PAUSED:
+                        for pause_s in PAUSES_S:
+                            stopped.append(said_with_a_pause(session, user_speech(voice, a), pause_s,
+                                                             user_speech(voice, b)))
+                            session.hear(silence(1.0))
+                    continue
                 session = over_the_reply(bed, voice, place, make_segmenter, questions)
                 if args.mode == "confirm":
                     speech = user_speech(voice, f"Wait, stop. {follow_ups[place % len(follow_ups)]['q']}")
@@ -173,7 +216,11 @@ def main() -> None:
                     events = session.hear(np.concatenate([user_speech(voice, text), silence(2.0)]))
                     if any(k is Heard.CONFIRM for _, k in events):
                         stopped.append(text)
-            if args.mode == "ends":
+            if args.mode == "paused":
+                hows = ("went on", "one utterance", "split", "lost")
+                print(f"{room:15s} {voice:7s} the second part of {len(stopped)}: "
+                      + ", ".join(f"{how} {stopped.count(how)}" for how in hows), flush=True)
+            elif args.mode == "ends":
                 ended = [a for a in afters if a.ended]
                 print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(afters)}; then the room going on "
                       f"with it: {spread([a.going_on for a in ended])}; a request of the room's own: "
