@@ -33,8 +33,8 @@ class Stream:
         self.position = 0
 
     def feed(self, p: float, level: float, within: bool = False, at: float | None = None,
-             paused: bool = False) -> float:
-        out = self.gate.judge(p, level, self.position, within, THRESHOLD, at, paused)
+             paused: bool = False, going_on: bool = False) -> float:
+        out = self.gate.judge(p, level, self.position, within, THRESHOLD, at, paused, going_on)
         self.position += CHUNK
         return out
 
@@ -60,6 +60,23 @@ def test_a_quiet_speaker_in_a_quiet_room_is_the_user_but_not_under_the_absolute_
     s.room([-75.0] * ROOM_MIN_CHUNKS, p=SILENT)
     assert s.feed(VOICED, -50.0) == VOICED
     assert s.feed(VOICED, -62.0) == 0.0
+
+
+def test_among_voices_speech_going_on_with_an_ended_question_opens_as_speech_opens():
+    """Ended at a pause, a question may go on (the user adds to it); among other voices their loudest syllables, a
+    pair of chunks over the bar for going on, re-opened it seconds after its end. Speech going on with it opens over
+    the bar for starting; inside an open utterance, and right after the user's voice, the bar for going on stays."""
+    s = Stream()
+    s.room(babble_levels(4 * ROOM_MIN_CHUNKS, -40.0))
+    loud = s.gate.room_loud_db
+    s.feed(VOICED, loud + 12.0)  # the user's last word
+    s.position += 2 * HOLD_SAMPLES  # (its end at a pause, well past the hold)
+    syllables = [s.feed(VOICED, loud + 4.5, within=True, going_on=True) for _ in range(3)]
+    assert syllables == [0.0] * 3  # the room's, not the question going on
+    assert [s.feed(VOICED, loud + 4.5, within=True) for _ in range(2)] == [0.0, VOICED]  # (open: going on)
+    s.position += 2 * HOLD_SAMPLES
+    going_on = [s.feed(VOICED, loud + 7.0, within=True, going_on=True) for _ in range(2)]
+    assert going_on == [0.0, VOICED]  # the user, going on (with the chunk after, as among voices after any gap)
 
 
 def test_voices_far_under_the_room_floor_margin_never_start_speech_and_the_user_does():

@@ -239,9 +239,7 @@ class VadSegmenter:
             guarded = self.gate.guarded
             echo = self._echo_in(at)
             near_reply = guarded or echo
-            within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
-            p = self.gate.judge(probability, level, self.position, within, self.end_threshold, at,
-                                self.pause_reported)
+            p = self._judge(probability, level, near_reply, at)
             if self.gate.fresh_started:
                 if self.speaking:  # (its audio stopped for over STREAM_GAP_S: the speech it carried is over)
                     events += [e for e in [self._close()] if e is not None]
@@ -376,12 +374,18 @@ class VadSegmenter:
             self.gate.guarded = kept.guarded
             echo = self._echo_in(kept.at)
             near_reply = kept.guarded or echo
-            within = self.speaking and self.onset_reported or self._goes_on(self.position, near_reply)
-            p = self.gate.judge(kept.probability, kept.level, self.position, within, self.end_threshold, kept.at,
-                                self.pause_reported)
+            p = self._judge(kept.probability, kept.level, near_reply, kept.at)
             events += self._step(kept.chunk, p, kept.level, kept.probability, near_reply, echo)
         self.gate.guarded = guarded
         return events
+
+    def _judge(self, probability: float, level: float, near_reply: bool, at: float | None) -> float:
+        """The gate's judgement of the next chunk, with where the user's speech stands: open, or ended at a pause
+        with speech now going on with it (see ``_goes_on``)."""
+        open_ = self.speaking and self.onset_reported
+        going_on = not open_ and self._goes_on(self.position, near_reply)
+        return self.gate.judge(probability, level, self.position, open_ or going_on, self.end_threshold, at,
+                               self.pause_reported, going_on=going_on)
 
     def _goes_on(self, start: int, near_reply: bool) -> bool:
         """Speech opening at stream position `start` goes on with the utterance ended at a pause (resume_until), on
