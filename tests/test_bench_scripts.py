@@ -169,3 +169,23 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
     ears.script = [(3.3, "START", False), (3.45, "PAUSE", False), (4.9, "END", False)]
     after = after_the_end(session, speech)  # (a second question: timed from its own start, 3.0 s into the stream)
     assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)
+
+
+def test_the_interruptions_benchmark_tells_how_the_second_part_of_a_request_said_with_a_pause_was_heard():
+    from scripts.bench.stages.interruptions import PlaceInRoom, said_with_a_pause
+
+    part = np.zeros(16000, np.int16)
+    part[4000:12000] = 5000  # (voiced from 0.25 to 0.75 s: 0.8 s between the parts' voices puts the second's at 1.55 s)
+
+    def heard(script):
+        ears = ScriptedEars([(0.1, "START", False), *script])
+        how = said_with_a_pause(PlaceInRoom(None, 0, lambda: ears), part, 0.8, part)
+        return how, [at_pause for _, at_pause in ears.ended]
+
+    assert heard([(0.85, "PAUSE", False), (1.6, "START", True)]) == ("went on", [True, False])
+    assert heard([(0.85, "PAUSE", False), (1.6, "START", False)])[0] == "split"
+    assert heard([(0.85, "PAUSE", False)])[0] == "lost"
+    assert heard([(0.85, "PAUSE", False), (1.0, "START", True)])[0] == "went on"  # (opened again before it, still open)
+    assert heard([(0.85, "PAUSE", False), (1.0, "START", False)])[0] == "split"  # (...as a request of the room's)
+    assert heard([(1.6, "PAUSE", False)]) == ("one utterance", [False])  # (no pause between the parts)
+    assert heard([(0.4, "PAUSE", False), (1.6, "START", True)])[0] == "one utterance"  # (a pause inside the first)
