@@ -153,6 +153,7 @@ class ScriptedEars:
         return []
 
 
+@pytest.mark.fast
 def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_room_going_on_from_its_own():
     from scripts.bench.stages.interruptions import PlaceInRoom, after_the_end
 
@@ -171,6 +172,7 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
     assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)
 
 
+@pytest.mark.fast
 def test_the_interruptions_benchmark_tells_how_the_second_part_of_a_request_said_with_a_pause_was_heard():
     from scripts.bench.stages.interruptions import PlaceInRoom, said_with_a_pause
 
@@ -189,3 +191,5 @@ def test_the_interruptions_benchmark_tells_how_the_second_part_of_a_request_said
     assert heard([(0.85, "PAUSE", False), (1.0, "START", False)])[0] == "split"  # (...as a request of the room's)
     assert heard([(1.6, "PAUSE", False)]) == ("one utterance", [False])  # (no pause between the parts)
     assert heard([(0.4, "PAUSE", False), (1.6, "START", True)])[0] == "one utterance"  # (a pause inside the first)
+    assert heard([(0.05, "DROPPED", False), (0.85, "PAUSE", False), (1.6, "START", True)])[0] == "went on"
+    assert heard([(0.85, "PAUSE", False), (3.0, "START", False)])[0] == "lost"  # (the room's, after it)

@@ -344,9 +344,10 @@ class VoiceGate:
         # softer last word, "...of Japan?", was lost). Not over the reply: the echo guard's bar holds there anyway,
         # and an interruption must not wait.
         going = self.guarded or not self.voices or position - self.heard_at <= HOLD_SAMPLES
-        # Speech going on with an utterance ended at a pause opens among other voices as speech opens: over the bar
-        # for going on, their syllables did so 0.3-1.9 s after a question's end, in 16 of 72 with people 10 dB under
-        # the voice (each a turn withdrawn and answered seconds later, their words in it).
+        # Speech going on with an utterance ended at a pause opens among other voices over the bar for starting (and,
+        # as after any gap there, with the chunk after it): over the bar for going on, their syllables did so 0.3-1.9 s
+        # after a question's end, in 16 of 72 with people 10 dB under the voice (each a turn withdrawn and answered
+        # seconds later, their words in it).
         reopens = going_on and not going
         need = self.needed(user, speaking=True) if within and not reopens else self.opens(user)
         must = -np.inf  # (over the reply's echo, and the echo guard's bar: whatever else a chunk passes)

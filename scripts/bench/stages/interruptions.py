@@ -7,9 +7,9 @@ confirm: the user asks two questions (their level and the room's are learnt), th
 for its words) and its first pause (where the words of a short command are checked), at several places in the room.
 backchannels: the same, then short replies over the reply ("Mm-hmm.", "Okay, sure."): how many are confirmed, each
 of them a reply stopped that the user did not mean to stop (the two-word ones are long enough to be, in quiet too).
-ends: no reply; each question after the first is ended at its final pause, as the end-of-turn
-model ends a complete one: how often the room then opens speech that goes on with it (each a turn withdrawn and
-answered later, with what the room said in it), and when.
+ends: no reply; each question after the first is ended at its final pause, as the end-of-turn model ends a complete
+one: how often the room then opens speech that goes on with it (each a turn withdrawn and answered later, with what
+the room said in it), and when.
 paused: no reply; requests said with a pause (the turn-taking benchmark's), their first part ended at its final
 pause: whether the second goes on with it (what a stricter bar for the room's speech going on must keep).
 
@@ -122,13 +122,14 @@ def said_with_a_pause(session: PlaceInRoom, first: np.ndarray, pause_s: float, s
     complete one: how the second was heard: "went on" with it (the server answers the whole request once), "split"
     (a request of its own), "lost" (not heard), or "one utterance" (no pause ended the first part before it)."""
     _, last = voiced_span(first)
-    onset = voiced_span(second)[0]
+    onset, end = voiced_span(second)
     gap_s = max(0.0, pause_s - (first.size / RATE - last) - onset)  # (the silence between the voices is pause_s)
-    second_from = (first.size / RATE) + gap_s + onset - FINAL_PAUSE_EARLY_S
+    onset, end = onset + first.size / RATE + gap_s, end + first.size / RATE + gap_s  # (in the stream)
+    after = last - FINAL_PAUSE_EARLY_S  # (from the first part's final pause on)
     opened: list[tuple[float, bool | None]] = []  # (when, going on) speech opened or (when, None) it closed
 
     def as_the_server(at: float, event: VadEvent) -> None:
-        if event.kind is Heard.PAUSE and last - FINAL_PAUSE_EARLY_S <= at < second_from:
+        if event.kind is Heard.PAUSE and after <= at < onset:
             session.segmenter.end_now(at_pause=True)
             opened.append((at, None))
         elif event.kind is Heard.START:
@@ -138,12 +139,12 @@ def said_with_a_pause(session: PlaceInRoom, first: np.ndarray, pause_s: float, s
 
     session.hear(np.concatenate([first, silence(gap_s), second, silence(2.0)]), as_the_server)
     session.segmenter.end_now()
-    if not any(at < second_from and going_on is None for at, going_on in opened):
+    before = [going_on for at, going_on in opened if after <= at < onset]
+    if not any(going_on is None for going_on in before):
         return "one utterance"  # (no pause ended the first part before the second: heard as one anyway)
-    before = [going_on for at, going_on in opened if at < second_from]
     if before[-1] is not None:  # (the room, or the first part's last sound, opened speech again, still open)
         return "went on" if before[-1] else "split"
-    going_on = next((going_on for at, going_on in opened if at >= second_from and going_on is not None), None)
+    going_on = next((going_on for at, going_on in opened if onset <= at <= end and going_on is not None), None)
     return "lost" if going_on is None else "went on" if going_on else "split"
 
 
