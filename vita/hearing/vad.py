@@ -122,7 +122,8 @@ class VadSegmenter:
         self.onset_run = 0  # the latest chunks in a row Silero called speech and the gate did not take for the user's
         self.carried: Utterance | None = None  # an earlier utterance this one continues (see carry)
         # An utterance the end-of-turn model ended at a pause (end_now(at_pause=True)): speech that opens before
-        # that pause would have ended it by silence (not over an echo) goes on: opened on the bars for going on,
+        # that pause would have ended it by silence (not over an echo) goes on: opened on the bars for going on
+        # (among other voices, after the user's own has gone quiet, on those for starting),
         # kept once onset_ms of it is voiced, with the audio since the end ("What color is | grass?": the last
         # word alone was under min_utterance_ms in a talking room, and dropped). Stream position, or None.
         self.resume_until: int | None = None
@@ -389,8 +390,9 @@ class VadSegmenter:
 
     def _goes_on(self, start: int, near_reply: bool) -> bool:
         """Speech opening at stream position `start` goes on with the utterance ended at a pause (resume_until), on
-        the bars for going on, as it would have had the model waited; not from a client that sends its speaker's
-        echo back while the reply may be in it (the turn machine lets nothing over the reply go on there)."""
+        the bars for going on (among other voices, once the user's own has gone quiet, on those for starting: see
+        VoiceGate.judge), as it would have had the model waited; not from a client that sends its speaker's echo
+        back while the reply may be in it (the turn machine lets nothing over the reply go on there)."""
         return (not self.speaking and self.resume_until is not None and start < self.resume_until
                 and not (near_reply and self.gate.echo is not None))
 
