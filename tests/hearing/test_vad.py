@@ -7,7 +7,7 @@ import pytest
 
 from tests.harness.speech import babble, noise, silence, spoken, under, voiced_span
 from vita.config import Config
-from vita.hearing.utterance import Heard
+from vita.hearing.utterance import Heard, VadEvent
 from vita.hearing.vad import (
     CHUNK,
     QUIET_TAIL_CHUNKS,
@@ -16,7 +16,7 @@ from vita.hearing.vad import (
     SileroVad,
     VadSegmenter,
 )
-from vita.hearing.voice_gate import MIN_LEVEL_CHUNKS
+from vita.hearing.voice_gate import MIN_LEVEL_CHUNKS, EchoReference
 
 
 @pytest.fixture(scope="module")
@@ -328,30 +328,49 @@ def test_over_a_reply_the_span_ends_on_the_users_voice_or_just_after_it():
     assert confirmed_over_reply("#" * 10 + "." * 5 + "#" * 5 + "-" * 4 + "." * 20, echo_guard_db=0) == 21
 
 
-def heard_over_reply(voiced: str, guarded: bool = True) -> list[Heard]:
+def heard_over_reply(voiced: str, guarded: bool = True, onset_ms: int = 64,
+                     echo: EchoReference | None = None) -> list[VadEvent]:
     """What is reported of `voiced` ("#" the user's voice, "." silence), the user's level learnt first, while a
     reply plays (`guarded`) or not."""
     learn = "." * 32 + "#" * 20 + "." * 50
     seg = VadSegmenter(ScriptedVad([0.9 if c == "#" else 0.0 for c in learn + voiced]), 0.5, 0.35,
-                       end_silence_ms=1500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30, onset_ms=64,
-                       pause_ms=128, confirm_ms=650, echo_guard_db=20, span_ms=700)
+                       end_silence_ms=1500, pre_roll_ms=0, min_utterance_ms=250, max_utterance_s=30,
+                       onset_ms=onset_ms, pause_ms=128, confirm_ms=650, echo_guard_db=20, span_ms=700, echo=echo)
     for c in learn:
         seg.feed(SCRIPTED_AUDIO[c])
     seg.guarded = guarded
-    return [e.kind for c in voiced for e in seg.feed(SCRIPTED_AUDIO[c])]
+    return [e for c in voiced for e in seg.feed(SCRIPTED_AUDIO[c])]
+
+
+def kinds_of(events: list[VadEvent]) -> list[Heard]:
+    return [e.kind for e in events]
 
 
 @pytest.mark.fast
 def test_over_the_reply_a_word_too_short_to_keep_pauses_for_its_words_to_be_checked():
     """"Wait," with its soft edges hidden by people talking 10 dB under the voice: 192 ms voiced, under
     min_utterance_ms (250), and no pause was reported until "Wait, stop." had ended (the reply stopped 1.0 s after
-    its onset). Over the reply its pause is reported (its words say whether it was a command), with what was heard of
-    it; not when nothing plays (a pause there starts a turn), nor for 128 ms."""
-    kinds = heard_over_reply("#" * 6 + "." * 6 + "#" * 6 + "." * 10)
-    assert kinds[:3] == [Heard.START, Heard.PAUSE, Heard.RESUME], kinds
-    assert Heard.RESUME not in heard_over_reply("#" * 6 + "." * 6 + "#" * 6 + "." * 10, guarded=False)  # (at its end)
-    assert Heard.PAUSE not in heard_over_reply("#" * 4 + "." * 12)
-    assert heard_over_reply("#" * 8 + "." * 6)[:2] == [Heard.START, Heard.PAUSE]  # (kept: as before)
+    its onset). Over the reply its pause is reported, not kept, with what was heard of it (its words say whether it
+    was a command); not when nothing plays (a pause there starts a turn), nor under 160 ms, nor before the start of
+    speech was reported."""
+    events = heard_over_reply("#" * 6 + "." * 6 + "#" * 6 + "." * 10)
+    assert kinds_of(events)[:3] == [Heard.START, Heard.PAUSE, Heard.RESUME], events
+    assert not events[1].kept and len(events[1].utterance.pcm) // 2 >= 6 * CHUNK
+    assert kinds_of(heard_over_reply("#" * 6 + "." * 6 + "#" * 6 + "." * 10, guarded=False)) == [
+        Heard.START, Heard.PAUSE, Heard.PAUSE_LONGER]  # (at its end: kept by then)
+    assert kinds_of(heard_over_reply("#" * 5 + "." * 50)) == [Heard.START, Heard.PAUSE, Heard.PAUSE_LONGER,
+                                                              Heard.DROPPED]  # (160 ms, never kept)
+    assert kinds_of(heard_over_reply("#" * 4 + "." * 50)) == [Heard.START, Heard.DROPPED]
+    assert Heard.PAUSE not in kinds_of(heard_over_reply("#" * 6 + "." * 50, onset_ms=224))
+    (kept,) = [e for e in heard_over_reply("#" * 8 + "." * 6) if e.kind is Heard.PAUSE]
+    assert kept.kept  # (as before)
+
+
+@pytest.mark.fast
+def test_a_client_that_sends_its_speakers_echo_back_gets_no_pause_in_a_word_too_short_to_keep():
+    """There a burst may be the reply's own words ("wait", "enough"), and speech over the reply is held for its
+    words already."""
+    assert Heard.PAUSE not in kinds_of(heard_over_reply("#" * 6 + "." * 50, echo=EchoReference()))
 
 
 @pytest.mark.fast
@@ -505,8 +524,8 @@ def test_over_the_reply_other_people_do_not_interrupt_it_and_the_user_does():
     mixed = np.clip(np.concatenate([over, silence(1.5)]).astype(np.float32)
                     + np.resize(bed, over.size + int(1.5 * SAMPLE_RATE)), -32768, 32767).astype(np.int16)
     kinds = [kind for _, kind, _ in heard_in(mixed, seg)]
-    # (a pause after "Wait," may come first: its words are checked)
-    assert kinds[0] is Heard.START and Heard.CONFIRM in kinds and Heard.DROPPED not in kinds, kinds
+    # "Wait," pauses first (not kept yet: its words are checked), then the speech goes on and is confirmed
+    assert kinds[:2] == [Heard.START, Heard.PAUSE] and Heard.CONFIRM in kinds and Heard.DROPPED not in kinds, kinds
 
 
 def heard_live(stream: np.ndarray, t0: float = 100.0) -> list[tuple[int, Heard, object]]:

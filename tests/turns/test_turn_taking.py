@@ -992,6 +992,30 @@ def test_confirmed_speech_and_speech_before_the_reply_are_not_sent_for_a_check()
     assert of(actions, JudgeTurn) and not of(actions, HearInterjection)
 
 
+def test_a_word_too_short_to_keep_is_checked_over_the_reply_and_then_dropped_its_stop_still_stops():
+    """"Wait," 190 ms voiced in a talking room: its pause over the reply sends its words for a check; the speech is
+    dropped (too short to keep) before they come, and "Wait." still stops the reply."""
+    m = commanding()
+    turn = speaking(m)
+    m.handle(SpeechStarted(3.5))
+    (hear,) = of(m.handle(SpeechPaused(3.9, SPEECH, kept=False)), HearInterjection)
+    m.handle(SpeechDropped(5.4))
+    stopped = m.handle(InterjectionHeard(5.5, turn, hear.pause, "Wait."))
+    assert of(stopped, StopTurn)[0].reason == "barge-in" and m.phase is Phase.LISTENING
+
+
+def test_a_word_too_short_to_keep_neither_goes_to_the_model_nor_starts_a_turn():
+    """Before any of the reply was heard a pause asks the end-of-turn model, whose end would drop such a word ("No,
+    | I meant Spain." lost "No,"); with nothing committed it would start a speculative turn on a burst."""
+    m = commanding()
+    spoken_turn(m)
+    m.handle(SpeechStarted(2.5))
+    assert m.handle(SpeechPaused(2.9, SPEECH, kept=False)) == []
+    m = machine()
+    m.handle(SpeechStarted(0.5))
+    assert m.handle(SpeechPaused(0.9, SPEECH, kept=False)) == []
+
+
 def test_speech_that_interrupted_a_reply_is_answered_only_if_it_is_more_than_a_command():
     """"Wait, stop." is long enough to interrupt by its duration alone: its turn carries the stop phrases, and the
     LLM worker answers nothing if the words are only a command."""

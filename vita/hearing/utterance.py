@@ -21,7 +21,8 @@ class Heard(StrEnum):
     START = "start"  # onset_ms of speech voiced: the start of speech is reported (the assistant ducks its reply)
     CONFIRM = "confirm"  # confirm_ms voiced: speech that goes on (it interrupts the assistant; a "mm-hmm" does not)
     DROPPED = "dropped"  # a reported start ended too short to keep (a cough, a click)
-    PAUSE = "pause"  # a short silence inside a kept utterance (carries the speech so far)
+    PAUSE = "pause"  # a short silence inside a kept utterance, or over the reply inside one that may be a one-word
+    # command (carries the speech so far, and whether it is kept)
     RESUME = "resume"  # speech went on after a reported pause
     PAUSE_LONGER = "pause_longer"  # the reported pause has gone on ~0.1 s more (the end of turn may be asked again)
     END = "end"  # the utterance is over (carries it)
@@ -31,3 +32,4 @@ class Heard(StrEnum):
 class VadEvent:
     kind: Heard
     utterance: Utterance | None = None
+    kept: bool = True  # a PAUSE: the speech so far is long enough to keep (vad.min_utterance_ms voiced)

@@ -48,7 +48,9 @@ WORD_START_MAX_CHUNKS = 5
 # that its owner can check its words: a one-word command. Among people talking 10 dB under the voice the room hid
 # the soft edges of "Wait," (190-220 ms voiced), no pause was reported until "Wait, stop." had ended, and the reply
 # stopped 1.0 s after its onset instead of 0.6-0.7 s in quiet (Whisper heard "Wait" at that pause in 12 of 12 in a
-# robotic voice).
+# robotic voice). 160 ms: a margin under that "Wait,", and over a click's or a knock's few chunks. Not on a client
+# that sends its speaker's echo back: a burst there may be the reply's own words, and those sessions' speech over
+# the reply is held for its words already (the turn machine's hold_for_words).
 COMMAND_MIN_SAMPLES = 5 * CHUNK
 # While a reply plays, the span is completed by a chunk at the user's level or by the one just after it: a word's
 # last syllable falls under that level as it ends, and Silero still calls it voiced ("No, wait." in a robotic
@@ -106,7 +108,8 @@ class VadSegmenter:
         self.vad = vad
         self.start_threshold, self.end_threshold = start_threshold, end_threshold
         self.end_silence_chunks = max(1, round(end_silence_ms * SAMPLE_RATE / 1000 / CHUNK))
-        # A shorter silence inside a kept utterance is a pause: a speculative turn may start there (0 = never).
+        # A shorter silence inside a kept utterance is a pause: a speculative turn may start there (0 = never); over
+        # the reply, also inside one that may be a one-word command (COMMAND_MIN_SAMPLES).
         pause_chunks = max(1, round(pause_ms * SAMPLE_RATE / 1000 / CHUNK)) if pause_ms > 0 else 0
         self.pause_chunks = pause_chunks if pause_chunks < self.end_silence_chunks else 0
         self.longer_pause_chunks = self.pause_chunks + QUIET_TAIL_CHUNKS if self.pause_chunks else 0
@@ -302,7 +305,7 @@ class VadSegmenter:
             if self.pause_chunks and paused >= self.pause_chunks and not self.pause_reported and (
                     self.confirmed or self._may_be_a_command()):
                 self.pause_reported = True
-                events.append(VadEvent(Heard.PAUSE, self._so_far()))
+                events.append(VadEvent(Heard.PAUSE, self._so_far(), kept=self.confirmed))
             elif self.pause_reported and paused == self.longer_pause_chunks:
                 events.append(VadEvent(Heard.PAUSE_LONGER, self._so_far()))
         else:
@@ -327,8 +330,9 @@ class VadSegmenter:
 
     def _may_be_a_command(self) -> bool:
         """Speech over the reply, too short yet to be kept, may be a one-word command ("Wait," before "stop."): a
-        pause in it is reported for its words to be checked (COMMAND_MIN_SAMPLES)."""
-        return self.gate.guarded and self.voiced_samples >= COMMAND_MIN_SAMPLES
+        pause in it is reported for its words to be checked (COMMAND_MIN_SAMPLES), once its start has been."""
+        return (self.gate.guarded and self.gate.echo is None and self.onset_reported
+                and self.voiced_samples >= COMMAND_MIN_SAMPLES)
 
     def _word_may_start(self, probability: float, p: float, level: float, echo: bool) -> bool:
         """A chunk Silero calls speech that the gate did not take for the user's may be the start of their next word,

@@ -144,7 +144,7 @@ class SpeechListener:
             elif vad.kind is Heard.DROPPED:
                 events.append(SpeechDropped(now))
             elif vad.kind is Heard.PAUSE:
-                events.append(SpeechPaused(now, _speech(vad.utterance, arrived, position)))
+                events.append(SpeechPaused(now, _speech(vad.utterance, arrived, position), vad.kept))
             elif vad.kind is Heard.PAUSE_LONGER:
                 events.append(SpeechPausedLonger(now, _speech(vad.utterance, arrived, position)))
             elif vad.kind is Heard.RESUME:

@@ -119,10 +119,12 @@ class SpeechDropped:
 
 @dataclass(frozen=True)
 class SpeechPaused:
-    """The speech so far, once the user has paused briefly: a candidate for a speculative turn."""
+    """The speech so far, once the user has paused briefly: a candidate for a speculative turn. Not `kept` (too
+    short yet to keep, over the reply): only a one-word command's words may matter."""
 
     now: float
     speech: Speech
+    kept: bool = True
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
             return []
         if self._committed():
             if self._continues_request(speech) and self.rules.judge:  # "Keep it short." before the reply: finished?
+                if not e.kept:  # (a word too short to keep: the model neither judges nor ends it, nor drops it)
+                    return []
                 return [JudgeTurn(self._open_pause(e.now), e.speech)] if self._trust_pauses() else []
             if self.rules.stop_phrases and self.first_audio_sent and not speech.confirmed:
                 # Short speech over the reply: "Stop." is as short as "Mm-hmm.", so its words decide (ducked
@@ -204,6 +206,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
             # Unconfirmed speech over a reply is not a request; if it was a "mm-hmm", the reply need not stay quiet
             # for the whole end-of-speech wait.
             return self._unduck()
+        if not e.kept:  # (the reply ended meanwhile: no turn is started on a word too short to keep)
+            return []
         pause = self._open_pause(e.now)
         actions: list[Action] = []
         if self.speculative_enabled and self._may_speculate(speech, e):
