@@ -136,7 +136,6 @@ class ScriptedEars:
 
     def __init__(self, script: list[tuple[float, str, bool]]):
         self.script, self.position, self.going_on, self.ended = list(script), 0, False, []
-        self.pending = np.zeros(0, np.int16)
 
     def feed(self, pcm):
         from vita.hearing.utterance import Heard, VadEvent

@@ -68,6 +68,13 @@ class PlaceInRoom:
         self.at = int(place * PLACE_STEP_S * RATE) % (self.bed.size // 2) if self.bed is not None else 0
         self.segmenter = make_segmenter()
 
+    @classmethod
+    def opened(cls, bed: np.ndarray | None, place: int, make_segmenter: Callable[[], VadSegmenter]) -> PlaceInRoom:
+        """A session whose microphone has heard the room for a while before the user says anything."""
+        session = cls(bed, place, make_segmenter)
+        session.hear(silence(1.5))
+        return session
+
     def hear(self, speech: np.ndarray, on_event: Callable[[float, VadEvent], None] | None = None
              ) -> list[tuple[float, Heard]]:
         """`speech` (int16 at RATE) in the room: the segmenter's events, in seconds from its start (each also given
@@ -153,8 +160,7 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
     """A session in a room (its bed) whose user asked two questions, now hearing the reply."""
     from scripts.bench.rooms.__main__ import user_speech
 
-    session = PlaceInRoom(bed, place, make_segmenter)
-    session.hear(silence(1.5))
+    session = PlaceInRoom.opened(bed, place, make_segmenter)
     for q in questions[place % 10:place % 10 + 2]:
         session.hear(np.concatenate([user_speech(voice, q["q"]), silence(1.2)]))
     session.segmenter.end_now()  # (the questions were answered: the turn ended what 1.2 s of silence alone does not)
@@ -187,21 +193,19 @@ def main() -> None:
     for room in args.rooms.split(","):
         bed = build_bed(room)  # (the room benchmark's: 40 s, looped)
         for voice in VOICES:
-            confirmed, paused, stopped, afters = [], [], [], []
+            confirmed, paused, stopped, afters, hows = [], [], [], [], []
             for place in range(args.places):
                 if args.mode == "ends":
-                    session = PlaceInRoom(bed, place, make_segmenter)
-                    session.hear(silence(1.5))
+                    session = PlaceInRoom.opened(bed, place, make_segmenter)
                     asked = questions[place % 10:place % 10 + 4]
                     afters += [after_the_end(session, user_speech(voice, q["q"])) for q in asked][1:]
                     continue
                 if args.mode == "paused":
-                    session = PlaceInRoom(bed, place, make_segmenter)
-                    session.hear(silence(1.5))
+                    session = PlaceInRoom.opened(bed, place, make_segmenter)
                     for a, b in PAUSED:
                         for pause_s in PAUSES_S:
-                            stopped.append(said_with_a_pause(session, user_speech(voice, a), pause_s,
-                                                             user_speech(voice, b)))
+                            hows.append(said_with_a_pause(session, user_speech(voice, a), pause_s,
+                                                          user_speech(voice, b)))
                             session.hear(silence(1.0))
                     continue
                 session = over_the_reply(bed, voice, place, make_segmenter, questions)
@@ -218,9 +222,9 @@ def main() -> None:
                     if any(k is Heard.CONFIRM for _, k in events):
                         stopped.append(text)
             if args.mode == "paused":
-                hows = ("went on", "one utterance", "split", "lost")
-                print(f"{room:15s} {voice:7s} the second part of {len(stopped)}: "
-                      + ", ".join(f"{how} {stopped.count(how)}" for how in hows), flush=True)
+                print(f"{room:15s} {voice:7s} the second part of {len(hows)}: "
+                      + ", ".join(f"{how} {hows.count(how)}" for how in ("went on", "one utterance", "split", "lost")),
+                      flush=True)
             elif args.mode == "ends":
                 ended = [a for a in afters if a.ended]
                 print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(afters)}; then the room going on "
