@@ -19,6 +19,7 @@ from vita.hearing.voice_gate import (
     STREAM_GAP_S,
     EchoReference,
     VoiceGate,
+    quieter_by,
 )
 
 pytestmark = pytest.mark.fast
@@ -353,3 +354,19 @@ def test_a_stream_that_starts_with_a_voice_over_noise_8_db_under_it_is_the_users
         s.feed(SILENT, -32.0, within=True, at=next(times))
     assert s.gate.start is None and not s.gate.expired
     assert s.feed(VOICED, -24.0, within=True, at=next(times)) == VOICED  # ...and goes on being theirs
+
+
+def chunks_at(levels: list[float]) -> bytes:
+    """int16 PCM: one 32 ms chunk of a steady tone at each level (dBFS)."""
+    t = np.arange(CHUNK) / 16000
+    tone = np.sqrt(2) * np.sin(2 * np.pi * 220 * t)  # (an RMS of 1: 0 dBFS at full scale)
+    return np.concatenate([np.round(tone * 32767 * 10 ** (db / 20)).astype("<i2") for db in levels]).tobytes()
+
+
+def test_how_far_one_voice_stands_under_another_is_taken_from_more_than_one_loud_chunk():
+    request = chunks_at([-70] * 10 + [-26, -30, -24, -28, -27, -25, -29, -26, -31, -27] + [-70] * 10)
+    assert quieter_by(chunks_at([-70, -25, -27, -26, -70]), request) == pytest.approx(0.0, abs=0.5)  # as loud
+    assert quieter_by(chunks_at([-70, -33, -32, -31, -70]), request) == pytest.approx(6.0, abs=0.5)
+    # one loud syllable of the room's, the rest far under: as far under as its second loudest chunk
+    assert quieter_by(chunks_at([-45, -24, -38, -40, -45]), request) == pytest.approx(12.0, abs=0.5)
+    assert quieter_by(b"", request) == np.inf and quieter_by(chunks_at([-20]), b"") == np.inf

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness.speech import silence, spoken
+from tests.harness.speech import babble, silence, spoken, under
 from vita.config import Config
 from vita.hearing.vad import VadSegmenter
 from vita.turns.listener import SpeechListener
@@ -149,3 +149,18 @@ def test_speech_confirmed_over_the_reply_says_whether_it_was_at_the_users_own_le
                  if isinstance(e, SpeechConfirmed)]
     assert len(confirmed) == 1 and confirmed[0].loud is loud
     assert confirmed[0].speech is not None and len(confirmed[0].speech.pcm) > 0.5 * 32000  # (what is checked)
+
+
+@pytest.mark.parametrize("people_db", [None, 20])
+def test_the_end_of_speech_says_whether_other_people_talk_in_the_room(people_db):
+    """Among other people talking, speech going on with a request whose reply has begun must come at the request's
+    level (TurnTaking): the listener says when the room is such a one."""
+    heard = listener()
+    question = spoken("What is the capital of France?")
+    audio = np.concatenate([silence(2.0), question, silence(1.5)])
+    if people_db is not None:
+        people = under(babble(len(audio) / 16000), question, people_db)
+        audio = np.clip(audio.astype(np.int32) + people, -32768, 32767).astype(np.int16)
+    ended = [e for e in hear_all(heard, audio, 16000, 512) if isinstance(e, UtteranceEnded)]
+    assert len(ended) == 1 and ended[0].room_talks is (people_db is not None)
+    assert len(ended[0].speech.pcm) // 2 >= 0.8 * len(question)  # (the question, whole)

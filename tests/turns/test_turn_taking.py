@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from vita.client_events import ErrorNotice, OutOfTime, StopSpeaking, VadChanged
@@ -801,6 +802,61 @@ def test_speech_soon_after_the_first_audio_still_extends_later_speech_interrupts
     m.handle(SpeechStarted(2.5 + after_first_audio))
     (cancel,) = of(m.handle(SpeechConfirmed(3.5)), StopTurn)
     assert cancel.reason == outcome
+
+
+def voice_at(db: float, seconds: float, started_at: float) -> Speech:
+    """Speech whose voice stands at `db` dBFS (a steady tone: what matters here is its level)."""
+    t = np.arange(int(seconds * 16000)) / 16000
+    pcm = np.round(np.sqrt(2) * np.sin(2 * np.pi * 220 * t) * 32767 * 10 ** (db / 20)).astype("<i2").tobytes()
+    return Speech(pcm, started_at=started_at, ended_at=started_at + seconds)
+
+
+REQUEST = voice_at(-26, 1.5, started_at=0.5)
+
+
+def went_on_as_the_reply_began(m: TurnTaking) -> int:
+    """A request whose reply began at 2.5 s, and speech from 2.7 s on (within the grace: it may go on with it)."""
+    turn = spoken_turn(m, speech=REQUEST)
+    m.handle(AudioSent(2.5, turn, 2.0))
+    m.handle(SpeechStarted(2.7))
+    return turn
+
+
+@pytest.mark.parametrize(("under_db", "room_talks", "goes_on"), [(8, True, False), (2, True, True), (8, False, True)])
+def test_among_people_talking_speech_goes_on_with_a_request_whose_reply_began_only_at_its_level(under_db, room_talks,
+                                                                                                goes_on):
+    """Other people's syllables, 10 dB under the user, were taken for the user going on: the reply just begun was
+    withdrawn and the request sent again with them in it. The user going on speaks as they asked."""
+    m = judging()
+    turn = went_on_as_the_reply_began(m)
+    heard = voice_at(-26 - under_db, 0.8, started_at=2.7)
+    actions = m.handle(SpeechConfirmed(3.5, heard, loud=False, room_talks=room_talks))
+    if goes_on:
+        assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
+        return
+    assert of(actions, StopTurn) == [] and "unduck" in sent(actions)  # nor extended, nor interrupted
+    assert m.route(turn) is Route.DELIVER
+    ended = m.handle(UtteranceEnded(4.0, heard, room_talks=True))
+    assert of(ended, StopTurn) == [] and of(ended, StartTurn) == [] and m.turn.turn_id == turn
+
+
+@pytest.mark.parametrize(("under_db", "joins"), [(8, False), (2, True)])
+def test_among_people_talking_a_short_continuation_after_the_reply_began_joins_only_at_the_requests_level(
+        under_db, joins):
+    m = judging()
+    turn = went_on_as_the_reply_began(m)
+    actions = m.handle(UtteranceEnded(3.2, voice_at(-26 - under_db, 0.4, started_at=2.7), room_talks=True))
+    assert bool(of(actions, StartTurn)) is joins and bool(of(actions, StopTurn)) is joins
+    assert (m.turn.turn_id == turn) is not joins
+
+
+def test_among_people_talking_quieter_speech_before_the_reply_was_heard_still_goes_on_with_the_request():
+    """Nothing of the reply heard yet: a request's softer last words ("...of Japan?") go on with it, as ever."""
+    m = judging()
+    turn = spoken_turn(m, speech=REQUEST)
+    m.handle(SpeechStarted(2.4))
+    actions = m.handle(SpeechConfirmed(2.9, voice_at(-34, 0.5, started_at=2.4), room_talks=True))
+    assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
 
 
 FIRST = Speech(b"\1\0" * 1600, started_at=0.5, ended_at=2.0, samples=(8000, 40000, 34000))

@@ -89,6 +89,22 @@ def level_db(samples: np.ndarray) -> float:
     return 10 * float(np.log10(float(np.mean(samples * samples)) + 1e-10))
 
 
+def quieter_by(pcm: bytes, than: bytes) -> float:
+    """How many dB the voice in `pcm` stands under the one in `than` (int16 at 16 kHz both): `pcm`'s second
+    loudest chunk against `than`'s 90th percentile one. A lone loud syllable of other people's talk is not a voice
+    at that level; a request's pauses, pre-roll and softer words lie under its 90th percentile. inf: no voice."""
+    def chunk_levels(audio: bytes) -> np.ndarray:
+        samples = np.frombuffer(audio, dtype="<i2")
+        chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
+        return 10 * np.log10(np.mean(chunks * chunks, axis=1) + 1e-10)
+
+    heard, reference = chunk_levels(pcm), chunk_levels(than)
+    if heard.size == 0 or reference.size == 0:
+        return np.inf
+    second = np.sort(heard)[-2] if heard.size >= 2 else heard[0]
+    return float(np.percentile(reference, 90) - second)
+
+
 class EchoReference:
     """What the client was played, on the server's clock, and how loud it comes back in the microphone.
 

@@ -135,12 +135,14 @@ class SpeechListener:
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
         position = self.segmenter.position + self.segmenter.pending.size  # samples arrived by `arrived`
         events: list[Event] = []
+        room_talks = self.segmenter.gate.voices
         for vad in heard:
             if vad.kind is Heard.START:
                 events.append(SpeechStarted(now))
             elif vad.kind is Heard.CONFIRM:
                 so_far = _speech(vad.utterance, arrived, position) if vad.utterance is not None else None
-                events.append(SpeechConfirmed(now, so_far, so_far is not None and self.at_users_level(so_far)))
+                events.append(SpeechConfirmed(now, so_far, so_far is not None and self.at_users_level(so_far),
+                                              room_talks))
             elif vad.kind is Heard.DROPPED:
                 events.append(SpeechDropped(now))
             elif vad.kind is Heard.PAUSE:
@@ -150,5 +152,5 @@ class SpeechListener:
             elif vad.kind is Heard.RESUME:
                 events.append(SpeechResumed(now))
             else:
-                events.append(UtteranceEnded(now, _speech(vad.utterance, arrived, position)))
+                events.append(UtteranceEnded(now, _speech(vad.utterance, arrived, position), room_talks))
         return events
