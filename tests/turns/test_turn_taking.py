@@ -859,6 +859,38 @@ def test_among_people_talking_quieter_speech_before_the_reply_was_heard_still_go
     assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
 
 
+@pytest.mark.parametrize(("under_db", "room_talks", "a_turn"), [(8, True, False), (2, True, True), (8, False, True)])
+def test_among_people_talking_speech_begun_over_the_reply_and_ended_after_it_is_a_request_only_at_its_level(
+        under_db, room_talks, a_turn):
+    """Other people's talk, heard over the reply's end and ended after it, was asked as a request."""
+    m = judging()
+    turn = spoken_turn(m, speech=REQUEST)
+    m.handle(AudioSent(2.5, turn, 1.5))
+    m.handle(SpeechStarted(3.5))  # (after the grace: over the reply)
+    m.handle(ReplyComplete(3.6, turn))
+    assert of(m.handle(PlaybackDone(4.0, turn)), TurnDone) == [TurnDone(turn, "done")]
+    (judge,) = of(m.handle(SpeechPaused(4.3, voice_at(-26 - under_db, 0.8, started_at=3.5))), JudgeTurn)
+    assert m.speculative  # (a speculative turn on its pause, as on any request's)
+    m.handle(TurnJudged(4.35, judge.pause, 0.9))
+    actions = m.handle(UtteranceEnded(4.4, voice_at(-26 - under_db, 0.9, started_at=3.5), room_talks=room_talks))
+    assert bool(of(actions, CommitTurn)) is a_turn
+    if not a_turn:
+        assert [(a.reason, a.audible) for a in of(actions, StopTurn)] == [(DISCARDED, False)] and m.turn is None
+
+
+def test_among_people_talking_speech_confirmed_after_the_reply_ended_is_a_request_at_any_level():
+    """Voiced long enough to be more than a "mm-hmm": the user's (the gate's bars have judged it already)."""
+    m = judging()
+    turn = spoken_turn(m, speech=REQUEST)
+    m.handle(AudioSent(2.5, turn, 1.5))
+    m.handle(SpeechStarted(3.5))
+    m.handle(ReplyComplete(3.6, turn))
+    m.handle(PlaybackDone(4.0, turn))
+    quiet = voice_at(-34, 1.5, started_at=3.5)
+    m.handle(SpeechConfirmed(4.3, quiet, loud=False, room_talks=True))
+    assert of(m.handle(UtteranceEnded(5.0, quiet, room_talks=True)), CommitTurn)
+
+
 FIRST = Speech(b"\1\0" * 1600, started_at=0.5, ended_at=2.0, samples=(8000, 40000, 34000))
 THEN = Speech(b"\2\0" * 800, started_at=2.6, ended_at=3.1, samples=(41600, 52000, 50000))
 

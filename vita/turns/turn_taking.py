@@ -74,9 +74,10 @@ MAX_EXTENDED_S = 12.0
 # A person with a list to say is not answered at every comma; speech cut into words no longer makes a turn (and a
 # shared end-of-turn model job) at every gap.
 EARLY_ENDS_PER_REQUEST = 2
-# Among other people talking, speech going on with a request after its reply began is the user's only within this
-# of the request's voice (VoiceGate's quieter_by). People 10 dB under the voice: what opened there stood 2-8 dB
-# under the request, 31 of 34 more than 4; the same voices going on with their requests, 0.6 dB under at most.
+# Among other people talking, speech going on with a request after its reply began, or begun over the reply and
+# ended after it without being confirmed, is the user's only within this of the request's voice (VoiceGate's
+# quieter_by). People 10 dB under the voice: what opened there stood 2-8 dB under the request, 31 of 34 more than 4;
+# the same voices going on with their requests, 0.6 dB under at most.
 ROOM_UNDER_REQUEST_DB = 4.0
 
 
@@ -160,7 +161,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         if not before_reply and carrying is None:
             self.went_on = 0  # a request of its own, not one going on: after a reply, a barge-in, a reset
         stopped_reply = carrying is not None and self.speech.stopped_reply
-        self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying, stopped_reply=stopped_reply)
+        over = turn.speech if self.first_audio_sent and self._committed() and not before_reply else None
+        self.speech = UserSpeech(e.now, before_reply=before_reply, carrying=carrying, stopped_reply=stopped_reply,
+                                 over=over)
         actions: list[Action] = [Send(VadChanged(speaking=True))]
         return actions + self._duck()  # quieter until the speech is confirmed (an interruption) or not
 
@@ -333,6 +336,12 @@ class TurnTaking(ReplyProgress, TurnMaking):
             # "mm-hmm", "yeah" over the reply: not a turn, not an interruption (typed text waiting for the
             # utterance goes on its own)
             return actions + self._typed_turn(e.now)
+        if (not heard.confirmed and heard.over is not None and e.room_talks
+                and quieter_by(e.speech.pcm, heard.over.pcm) > ROOM_UNDER_REQUEST_DB):
+            # Begun over the reply and ended after it, among other people talking, well under the request's voice:
+            # theirs, heard over the reply's end (it was asked as a request: "There were times that made me out of
+            # time.").
+            return actions + (self._cancel(DISCARDED) if self.speculative else []) + self._typed_turn(e.now)
         text, self.pending_text = self.pending_text, ""
         if self.speculative and not text:
             self.turn.speculative = False  # the speculative turn heard exactly this: keep its work
