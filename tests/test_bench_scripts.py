@@ -171,6 +171,53 @@ def test_the_interruptions_benchmark_ends_a_question_at_its_pause_and_tells_the_
     assert (after.ended, after.going_on, after.new) == (False, None, None)  # (its only pause was inside it)
 
 
+class ScriptedRoom(ScriptedEars):
+    """ScriptedEars among other people talking, guarded by the server while the reply plays: the request's utterance
+    at its end at a pause, and `heard` (int16) as the utterance of whatever is confirmed or ends later."""
+
+    def __init__(self, script: list[tuple[float, str, bool]], request: np.ndarray, heard: np.ndarray):
+        from types import SimpleNamespace
+
+        super().__init__(script)
+        self.request, self.heard, self.guarded = request, heard, False
+        self.gate = SimpleNamespace(voices=True)
+
+    def feed(self, pcm):
+        from vita.hearing.utterance import Heard, Utterance, VadEvent
+
+        return [VadEvent(e.kind, Utterance(self.heard.tobytes(), 0, 0, 0))
+                if e.kind in (Heard.CONFIRM, Heard.END) else e for e in super().feed(pcm)]
+
+    def end_now(self, at_pause=False):
+        from vita.hearing.utterance import Heard, Utterance, VadEvent
+
+        super().end_now(at_pause)
+        return [VadEvent(Heard.END, Utterance(self.request.tobytes(), 0, 0, 0))] if at_pause else []
+
+
+@pytest.mark.fast
+def test_the_interruptions_benchmark_tells_the_room_going_on_with_a_request_as_its_reply_begins():
+    from scripts.bench.stages.interruptions import PlaceInRoom, as_the_reply_begins
+
+    speech = np.zeros(16000, np.int16)
+    speech[4000:12000] = 8000  # (the last word ends at 0.75 s; its final pause at 0.85 s; the first audio at 1.5 s)
+    quieter = (speech // 4)[4000:12000]  # (12 dB under it)
+
+    def heard(script, voice=quieter, final_pause=(0.85, "PAUSE", False)):
+        return as_the_reply_begins(PlaceInRoom(None, 0, lambda: ScriptedRoom(
+            [(0.1, "START", False), *([final_pause] if final_pause else []), *script], speech, voice)), speech,
+            grace_s=0.8)
+
+    went_on = heard([(1.3, "START", True), (2.0, "CONFIRM", False)])
+    assert (went_on.ended, went_on.went_on, went_on.rooms) == (True, True, True)
+    assert heard([(1.3, "START", True), (2.0, "CONFIRM", False)], voice=speech[4000:12000]).rooms is False
+    assert heard([(2.2, "START", False), (2.9, "END", False)]).went_on  # (begun within the grace, kept after)
+    assert not heard([(2.5, "START", False), (3.0, "CONFIRM", False)]).went_on  # (after the grace: over the reply)
+    assert not heard([(1.1, "START", True), (1.4, "END", False)]).went_on  # (before the reply: nothing was heard)
+    assert not heard([(1.3, "START", True), (1.4, "DROPPED", False), (2.0, "CONFIRM", False)]).went_on
+    assert not heard([(0.4, "PAUSE", False), (1.3, "START", True), (2.0, "CONFIRM", False)], final_pause=None).ended
+
+
 @pytest.mark.fast
 def test_the_interruptions_benchmark_tells_how_the_second_part_of_a_request_said_with_a_pause_was_heard():
     from scripts.bench.stages.interruptions import PlaceInRoom, said_with_a_pause

@@ -10,10 +10,14 @@ of them a reply stopped that the user did not mean to stop (the two-word ones ar
 ends: no reply; each question after the first is ended at its final pause, as the end-of-turn model ends a complete
 one: how often the room then opens speech that goes on with it (each a turn withdrawn and answered later, with what
 the room said in it), and when.
+grace: each question after the first ended at its final pause, its reply's first audio 0.5 s later: how often the
+room's speech begun before the extension grace ran out (`turn.extend_grace_ms`) is kept or confirmed once the reply
+plays (each a reply withdrawn and the request sent again with it), and how many of those the turn machine now takes
+for the room's (TurnTaking: other people talking, more than ROOM_UNDER_REQUEST_DB under the request's voice).
 paused: no reply; requests said with a pause (the turn-taking benchmark's), their first part ended at its final
 pause: whether the second goes on with it (what a stricter bar for the room's speech going on must keep).
 
-Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels|ends|paused]
+Usage: .venv/bin/python -m scripts.bench.stages.interruptions [confirm|backchannels|ends|grace|paused]
     [--rooms quiet,noise10,...] [--places 12]
 """
 
@@ -41,6 +45,8 @@ PLACE_STEP_S = 3.1  # each place starts this much further into the room's (loope
 # A question's final pause is reported up to ~0.15 s before its last audible sample where a room hides its last soft
 # sounds (people with a fan 10 dB under); the pauses inside a question, 0.35 s or more before it.
 FINAL_PAUSE_EARLY_S = 0.2
+REPLY_AFTER_S = 0.5  # (grace) a reply's first audio after its question's end (the room benchmark's v2v p50: 0.7-0.9
+REPLY_S = 3.3  # s from the last word) and how long it plays on
 PAUSES_S = (0.4, 0.8)  # a request's pause between its parts' voices (turn.incomplete_wait_ms is 1.5 s)
 
 
@@ -124,6 +130,53 @@ def after_the_end(session: PlaceInRoom, speech: np.ndarray) -> AfterTheEnd:
     return seen
 
 
+@dataclass
+class AsTheReplyBegins:
+    """What the room did with a question ended at its pause once its reply began (see the module's doc: grace)."""
+
+    ended: bool = False  # its final pause was reported (where the end-of-turn model ends it)
+    went_on: bool = False  # the room's speech begun within the grace was kept or confirmed after the first audio
+    rooms: bool = False  # ...and the turn machine takes it for the room's
+
+
+def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float) -> AsTheReplyBegins:
+    """A complete question in the room, ended at its final pause; the reply's first audio REPLY_AFTER_S later, then
+    REPLY_S of it playing (the gate guarded): what the room's speech begun before first audio + `grace_s` made."""
+    from vita.hearing.voice_gate import quieter_by
+    from vita.turns.turn_taking import ROOM_UNDER_REQUEST_DB
+
+    _, last = voiced_span(speech)
+    seen, segmenter = AsTheReplyBegins(), session.segmenter
+    request, first_audio, began = [], [], []
+
+    def as_the_server(at: float, event: VadEvent) -> None:
+        if event.kind is Heard.PAUSE and not seen.ended and at >= last - FINAL_PAUSE_EARLY_S:
+            request.extend(e.utterance for e in segmenter.end_now(at_pause=True) if e.kind is Heard.END)
+            seen.ended = True
+        elif event.kind is Heard.START and request:
+            began.append(segmenter.position)
+        elif event.kind is Heard.DROPPED and began:
+            began.pop()
+        elif (event.kind in (Heard.CONFIRM, Heard.END) and began and first_audio and not seen.went_on
+              and began[-1] <= first_audio[0] + grace_s * RATE):
+            seen.went_on = True
+            seen.rooms = segmenter.gate.voices and quieter_by(event.utterance.pcm,
+                                                              request[0].pcm) > ROOM_UNDER_REQUEST_DB
+
+    session.hear(speech, as_the_server)
+    if not seen.ended or not request:
+        segmenter.end_now()
+        return seen
+    session.hear(silence(REPLY_AFTER_S), as_the_server)
+    first_audio.append(segmenter.position)
+    segmenter.guarded = True
+    session.hear(silence(REPLY_S), as_the_server)
+    segmenter.guarded = False
+    segmenter.end_now()
+    session.hear(silence(1.0))
+    return seen
+
+
 def said_with_a_pause(session: PlaceInRoom, first: np.ndarray, pause_s: float, second: np.ndarray) -> str:
     """One request said in two parts, the first ended at each pause after its words as the end-of-turn model ends a
     complete one: how the second was heard: "went on" with it (the server answers the whole request once), "split"
@@ -171,7 +224,7 @@ def over_the_reply(bed: np.ndarray | None, voice: str, place: int, make_segmente
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("confirm", "backchannels", "ends", "paused"))
+    parser.add_argument("mode", choices=("confirm", "backchannels", "ends", "grace", "paused"))
     parser.add_argument("--rooms", default="quiet,noise10,babble20,babble_noise10")
     parser.add_argument("--places", type=int, default=12)
     args = parser.parse_args()
@@ -193,8 +246,14 @@ def main() -> None:
     for room in args.rooms.split(","):
         bed = build_bed(room)  # (the room benchmark's: 40 s, looped)
         for voice in VOICES:
-            confirmed, paused, stopped, afters, hows = [], [], [], [], []
+            confirmed, paused, stopped, afters, hows, graces = [], [], [], [], [], []
             for place in range(args.places):
+                if args.mode == "grace":
+                    session = PlaceInRoom.opened(bed, place, make_segmenter)
+                    asked = questions[place % 10:place % 10 + 4]
+                    graces += [as_the_reply_begins(session, user_speech(voice, q["q"]),
+                                                   config.turn.extend_grace_ms / 1000) for q in asked][1:]
+                    continue
                 if args.mode == "ends":
                     session = PlaceInRoom.opened(bed, place, make_segmenter)
                     asked = questions[place % 10:place % 10 + 4]
@@ -225,6 +284,11 @@ def main() -> None:
                 print(f"{room:15s} {voice:7s} the second part of {len(hows)}: "
                       + ", ".join(f"{how} {hows.count(how)}" for how in ("went on", "one utterance", "split", "lost")),
                       flush=True)
+            elif args.mode == "grace":
+                ended = [g for g in graces if g.ended]
+                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(graces)}; the room's speech went "
+                      f"on with it as its reply began: {sum(g.went_on for g in ended)}, taken for the room's: "
+                      f"{sum(g.rooms for g in ended)}", flush=True)
             elif args.mode == "ends":
                 ended = [a for a in afters if a.ended]
                 print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(afters)}; then the room going on "
