@@ -840,6 +840,17 @@ def test_among_people_talking_speech_goes_on_with_a_request_whose_reply_began_on
     assert of(ended, StopTurn) == [] and of(ended, StartTurn) == [] and m.turn.turn_id == turn
 
 
+def test_among_people_talking_speech_taken_for_the_rooms_as_the_reply_began_is_no_request_when_it_ends_after_it():
+    m = judging()
+    turn = went_on_as_the_reply_began(m)
+    heard = voice_at(-34, 0.8, started_at=2.7)
+    m.handle(SpeechConfirmed(3.5, heard, loud=False, room_talks=True))
+    m.handle(ReplyComplete(3.6, turn))
+    m.handle(PlaybackDone(4.5, turn))
+    ended = m.handle(UtteranceEnded(5.0, voice_at(-34, 2.0, started_at=2.7), room_talks=True))
+    assert of(ended, StartTurn) == [] and m.turn is None
+
+
 @pytest.mark.parametrize(("under_db", "joins"), [(8, False), (2, True)])
 def test_among_people_talking_a_short_continuation_after_the_reply_began_joins_only_at_the_requests_level(
         under_db, joins):

@@ -172,7 +172,9 @@ class TurnTaking(ReplyProgress, TurnMaking):
         if speech is None:
             return []
         if self._the_rooms(speech, e.speech, e.room_talks):
-            speech.before_reply = False  # (nor a request, nor an interruption: heard on as a "mm-hmm" is)
+            # Nor a request, nor an interruption: heard on as a "mm-hmm" is, and as speech begun over the reply if
+            # it ends after it.
+            speech.before_reply, speech.over = False, self.turn.speech
             return self._unduck()
         speech.confirmed = True
         if not self._committed():
