@@ -179,7 +179,7 @@ class ScriptedRoom(ScriptedEars):
         from types import SimpleNamespace
 
         super().__init__(script)
-        self.request, self.heard, self.guarded = request, heard, False
+        self.request, self.heard, self.guarded, self.speaking = request, heard, False, True
         self.gate = SimpleNamespace(voices=True)
 
     def feed(self, pcm):
@@ -192,7 +192,8 @@ class ScriptedRoom(ScriptedEars):
         from vita.hearing.utterance import Heard, Utterance, VadEvent
 
         super().end_now(at_pause)
-        return [VadEvent(Heard.END, Utterance(self.request.tobytes(), 0, 0, 0))] if at_pause else []
+        ended = self.request if len(self.ended) == 1 else self.heard  # (the request's end, then what went on)
+        return [VadEvent(Heard.END, Utterance(ended.tobytes(), 0, 0, 0))] if at_pause else []
 
 
 @pytest.mark.fast
@@ -214,6 +215,8 @@ def test_the_interruptions_benchmark_tells_the_room_going_on_with_a_request_as_i
     assert heard([(2.2, "START", False), (2.9, "END", False)]).went_on  # (begun within the grace, kept after)
     assert not heard([(2.5, "START", False), (3.0, "CONFIRM", False)]).went_on  # (after the grace: over the reply)
     assert not heard([(1.1, "START", True), (1.4, "END", False)]).went_on  # (before the reply: nothing was heard)
+    assert not heard([(1.1, "START", True), (1.3, "PAUSE", False), (2.0, "CONFIRM", False)]).went_on  # (ended there)
+    assert heard([(1.4, "START", True), (1.8, "PAUSE", False)]).rooms  # (ended at its pause, once the reply played)
     assert not heard([(1.3, "START", True), (1.4, "DROPPED", False), (2.0, "CONFIRM", False)]).went_on
     assert not heard([(0.4, "PAUSE", False), (1.3, "START", True), (2.0, "CONFIRM", False)], final_pause=None).ended
 

@@ -10,10 +10,13 @@ of them a reply stopped that the user did not mean to stop (the two-word ones ar
 ends: no reply; each question after the first is ended at its final pause, as the end-of-turn model ends a complete
 one: how often the room then opens speech that goes on with it (each a turn withdrawn and answered later, with what
 the room said in it), and when.
-grace: each question after the first ended at its final pause, its reply's first audio 0.5 s later: how often the
-room's speech begun before the extension grace ran out (`turn.extend_grace_ms`) is kept or confirmed once the reply
-plays (each a reply withdrawn and the request sent again with it), and how many of those the turn machine now takes
-for the room's (TurnTaking: other people talking, more than ROOM_UNDER_REQUEST_DB under the request's voice).
+grace: each question after the first ended at its final pause, its reply's first audio 0.5 s later: how often
+speech begun before the extension grace ran out (`turn.extend_grace_ms`) is kept or confirmed once the reply plays,
+each a reply withdrawn and the request sent again with it (speech going on with it is ended at its pauses, as the
+end-of-turn model ends a finished one: the question's own last sound, kept where a room hid it, ends before the reply),
+and how many of those the turn machine now takes for the room's (TurnTaking: other people talking, more than
+ROOM_UNDER_REQUEST_DB under the request's voice); then the user going on with a request (the turn-taking
+benchmark's paused ones) 0.3 s into its reply: how often that is taken for the room's.
 paused: no reply; requests said with a pause (the turn-taking benchmark's), their first part ended at its final
 pause: whether the second goes on with it (what a stricter bar for the room's speech going on must keep).
 
@@ -47,6 +50,7 @@ PLACE_STEP_S = 3.1  # each place starts this much further into the room's (loope
 FINAL_PAUSE_EARLY_S = 0.2
 REPLY_AFTER_S = 0.5  # (grace) a reply's first audio after its question's end (the room benchmark's v2v p50: 0.7-0.9
 REPLY_S = 3.3  # s from the last word) and how long it plays on
+THEN_AFTER_S = 0.3  # (grace) the user going on with the request, this long after the reply's first audio
 PAUSES_S = (0.4, 0.8)  # a request's pause between its parts' voices (turn.incomplete_wait_ms is 1.5 s)
 
 
@@ -139,15 +143,17 @@ class AsTheReplyBegins:
     rooms: bool = False  # ...and the turn machine takes it for the room's
 
 
-def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float) -> AsTheReplyBegins:
+def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float,
+                        then: np.ndarray | None = None) -> AsTheReplyBegins:
     """A complete question in the room, ended at its final pause; the reply's first audio REPLY_AFTER_S later, then
-    REPLY_S of it playing (the gate guarded): what the room's speech begun before first audio + `grace_s` made."""
+    REPLY_S of it playing (the gate guarded): what speech begun before first audio + `grace_s` made. `then`: the user
+    goes on with the request, its voice THEN_AFTER_S after the first audio (only speech begun with it counts)."""
     from vita.hearing.voice_gate import quieter_by
     from vita.turns.turn_taking import ROOM_UNDER_REQUEST_DB
 
     _, last = voiced_span(speech)
     seen, segmenter = AsTheReplyBegins(), session.segmenter
-    request, first_audio, began = [], [], []
+    request, first_audio, began, counted_from = [], [], [], [0]
 
     def as_the_server(at: float, event: VadEvent) -> None:
         if event.kind is Heard.PAUSE and not seen.ended and at >= last - FINAL_PAUSE_EARLY_S:
@@ -157,11 +163,17 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
             began.append(segmenter.position)
         elif event.kind is Heard.DROPPED and began:
             began.pop()
-        elif (event.kind in (Heard.CONFIRM, Heard.END) and began and first_audio and not seen.went_on
-              and began[-1] <= first_audio[0] + grace_s * RATE):
-            seen.went_on = True
-            seen.rooms = segmenter.gate.voices and quieter_by(event.utterance.pcm,
-                                                              request[0].pcm) > ROOM_UNDER_REQUEST_DB
+        elif event.kind is Heard.PAUSE and began and event.kept and segmenter.speaking:
+            # (speech going on with the request is judged at its pause too: taken as finished there, it ends)
+            for ended in segmenter.end_now(at_pause=True):
+                as_the_server(at, ended)
+        elif event.kind in (Heard.CONFIRM, Heard.END) and began:
+            if first_audio and not seen.went_on and counted_from[0] <= began[-1] <= first_audio[0] + grace_s * RATE:
+                seen.went_on = True
+                seen.rooms = segmenter.gate.voices and quieter_by(event.utterance.pcm,
+                                                                  request[0].pcm) > ROOM_UNDER_REQUEST_DB
+            if event.kind is Heard.END:
+                began.clear()
 
     session.hear(speech, as_the_server)
     if not seen.ended or not request:
@@ -170,7 +182,14 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
     session.hear(silence(REPLY_AFTER_S), as_the_server)
     first_audio.append(segmenter.position)
     segmenter.guarded = True
-    session.hear(silence(REPLY_S), as_the_server)
+    if then is None:
+        session.hear(silence(REPLY_S), as_the_server)
+    else:
+        onset, _ = voiced_span(then)
+        lead = max(0.0, THEN_AFTER_S - onset)
+        session.hear(silence(lead))
+        counted_from[0] = segmenter.position + int((onset - 0.1) * RATE)  # (what the room opened before is not theirs)
+        session.hear(np.concatenate([then, silence(max(0.0, REPLY_S - lead - then.size / RATE))]), as_the_server)
     segmenter.guarded = False
     segmenter.end_now()
     session.hear(silence(1.0))
@@ -246,13 +265,16 @@ def main() -> None:
     for room in args.rooms.split(","):
         bed = build_bed(room)  # (the room benchmark's: 40 s, looped)
         for voice in VOICES:
-            confirmed, paused, stopped, afters, hows, graces = [], [], [], [], [], []
+            confirmed, paused, stopped, afters, hows, graces, goes_on = [], [], [], [], [], [], []
             for place in range(args.places):
                 if args.mode == "grace":
                     session = PlaceInRoom.opened(bed, place, make_segmenter)
                     asked = questions[place % 10:place % 10 + 4]
-                    graces += [as_the_reply_begins(session, user_speech(voice, q["q"]),
-                                                   config.turn.extend_grace_ms / 1000) for q in asked][1:]
+                    grace_s = config.turn.extend_grace_ms / 1000
+                    graces += [as_the_reply_begins(session, user_speech(voice, q["q"]), grace_s) for q in asked][1:]
+                    first, second = PAUSED[place % len(PAUSED)]
+                    goes_on.append(as_the_reply_begins(session, user_speech(voice, first), grace_s,
+                                                       then=user_speech(voice, second)))
                     continue
                 if args.mode == "ends":
                     session = PlaceInRoom.opened(bed, place, make_segmenter)
@@ -286,9 +308,12 @@ def main() -> None:
                       flush=True)
             elif args.mode == "grace":
                 ended = [g for g in graces if g.ended]
-                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(graces)}; the room's speech went "
-                      f"on with it as its reply began: {sum(g.went_on for g in ended)}, taken for the room's: "
-                      f"{sum(g.rooms for g in ended)}", flush=True)
+                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(graces)}; speech went on with it "
+                      f"as its reply began: {sum(g.went_on for g in ended)}, taken for the room's: "
+                      f"{sum(g.rooms for g in ended)}; the user going on with a request {THEN_AFTER_S} s into its "
+                      f"reply: went on {sum(g.went_on for g in goes_on if g.ended)} of "
+                      f"{sum(g.ended for g in goes_on)}, taken for the room's {sum(g.rooms for g in goes_on)}",
+                      flush=True)
             elif args.mode == "ends":
                 ended = [a for a in afters if a.ended]
                 print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(afters)}; then the room going on "
