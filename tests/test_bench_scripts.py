@@ -180,7 +180,7 @@ class ScriptedRoom(ScriptedEars):
 
         super().__init__(script)
         self.request, self.heard, self.guarded, self.speaking = request, heard, False, True
-        self.gate = SimpleNamespace(voices=True)
+        self.gate = SimpleNamespace(others_talk=True)
 
     def feed(self, pcm):
         from vita.hearing.utterance import Heard, Utterance, VadEvent
@@ -209,15 +209,18 @@ def test_the_interruptions_benchmark_tells_the_room_going_on_with_a_request_as_i
             [(0.1, "START", False), *([final_pause] if final_pause else []), *script], speech, voice)), speech,
             grace_s=0.8)
 
-    went_on = heard([(1.3, "START", True), (2.0, "CONFIRM", False)])
-    assert (went_on.ended, went_on.went_on, went_on.rooms) == (True, True, True)
-    assert heard([(1.3, "START", True), (2.0, "CONFIRM", False)], voice=speech[4000:12000]).rooms is False
+    went_on = heard([(1.6, "START", True), (2.0, "CONFIRM", False)])
+    assert (went_on.ended, went_on.held, went_on.went_on, went_on.rooms) == (True, False, True, True)
+    assert heard([(1.6, "START", True), (2.0, "CONFIRM", False)], voice=speech[4000:12000]).rooms is False
     assert heard([(2.2, "START", False), (2.9, "END", False)]).went_on  # (begun within the grace, kept after)
     assert not heard([(2.5, "START", False), (3.0, "CONFIRM", False)]).went_on  # (after the grace: over the reply)
-    assert not heard([(1.1, "START", True), (1.4, "END", False)]).went_on  # (before the reply: nothing was heard)
-    assert not heard([(1.1, "START", True), (1.3, "PAUSE", False), (2.0, "CONFIRM", False)]).went_on  # (ended there)
-    assert heard([(1.4, "START", True), (1.8, "PAUSE", False)]).rooms  # (ended at its pause, once the reply played)
-    assert not heard([(1.3, "START", True), (1.4, "DROPPED", False), (2.0, "CONFIRM", False)]).went_on
+    held = heard([(1.1, "START", True), (1.4, "END", False)])  # (before the reply: held for it, whatever its level)
+    assert (held.held, held.held_under, held.went_on, held.rooms) == (True, True, False, False)
+    assert heard([(1.3, "START", True), (2.0, "CONFIRM", False)]).held  # (confirmed once the reply was due: held)
+    ended_there = heard([(1.1, "START", True), (1.3, "PAUSE", False), (2.0, "CONFIRM", False)])
+    assert ended_there.held and not ended_there.went_on  # (ended at its pause, before the reply)
+    assert heard([(1.6, "START", True), (1.8, "PAUSE", False)]).rooms  # (ended at its pause, once the reply played)
+    assert not heard([(1.6, "START", True), (1.7, "DROPPED", False), (2.0, "CONFIRM", False)]).went_on
     assert not heard([(0.4, "PAUSE", False), (1.3, "START", True), (2.0, "CONFIRM", False)], final_pause=None).ended
 
 

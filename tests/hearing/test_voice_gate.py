@@ -369,4 +369,20 @@ def test_how_far_one_voice_stands_under_another_is_taken_from_more_than_one_loud
     assert quieter_by(chunks_at([-70, -33, -32, -31, -70]), request) == pytest.approx(6.0, abs=0.5)
     # one loud syllable of the room's, the rest far under: as far under as its second loudest chunk
     assert quieter_by(chunks_at([-45, -24, -38, -40, -45]), request) == pytest.approx(12.0, abs=0.5)
-    assert quieter_by(b"", request) == np.inf and quieter_by(chunks_at([-20]), b"") == np.inf
+    assert quieter_by(b"", request) == np.inf and quieter_by(chunks_at([-20]), b"") == -np.inf
+
+
+def test_other_people_talk_only_as_heard_while_nothing_plays():
+    """What a client's echo canceller leaves of the reply is voiced, and the room's to the gate, but is nobody
+    talking: only chunks heard while nothing played say whether other people do."""
+    quiet = Stream()
+    quiet.room([-62.0] * 40, p=SILENT)
+    quiet.gate.guarded = True
+    quiet.room([-58.0] * 100)  # (the reply's leftover echo, voiced)
+    assert quiet.gate.voices and not quiet.gate.others_talk
+    quiet.gate.guarded = False
+    quiet.room([-62.0] * 40, p=SILENT)
+    assert not quiet.gate.others_talk
+    people = Stream()
+    people.room(babble_levels(60, -40.0))
+    assert people.gate.voices and people.gate.others_talk

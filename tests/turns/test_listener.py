@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness.speech import babble, silence, spoken, under
+from tests.harness.speech import babble, noise, silence, spoken, under
 from vita.config import Config
 from vita.hearing.vad import VadSegmenter
 from vita.turns.listener import SpeechListener
@@ -161,6 +161,30 @@ def test_the_end_of_speech_says_whether_other_people_talk_in_the_room(people_db)
     if people_db is not None:
         people = under(babble(len(audio) / 16000), question, people_db)
         audio = np.clip(audio.astype(np.int32) + people, -32768, 32767).astype(np.int16)
-    ended = [e for e in hear_all(heard, audio, 16000, 512) if isinstance(e, UtteranceEnded)]
+    events = hear_all(heard, audio, 16000, 512)
+    ended = [e for e in events if isinstance(e, UtteranceEnded)]
     assert len(ended) == 1 and ended[0].room_talks is (people_db is not None)
     assert len(ended[0].speech.pcm) // 2 >= 0.8 * len(question)  # (the question, whole)
+    confirmed = [e for e in events if isinstance(e, SpeechConfirmed)]  # (the question's last: a stream that opens
+    assert confirmed and confirmed[-1].room_talks is (people_db is not None)  # on voices takes them for the user's)
+
+
+def test_what_a_clients_echo_canceller_leaves_of_a_long_reply_is_not_other_people_talking():
+    """In a quiet room the reply's leftover echo, 30 dB under it, is voiced: counted as the room's, it passed for
+    other people talking, and a soft "Yes." after a reply that asked something would have been dropped as theirs."""
+    heard = listener()
+    floor = noise(60.0, level=30.0)  # (a quiet room's microphone: about -61 dBFS)
+    question = np.concatenate([silence(1.0), spoken("What is the capital of France?"), silence(1.5)])
+    hear_all(heard, question + floor[:question.size], 16000, 512)
+    heard.segmenter.guarded = True  # the reply plays, and what the client's canceller leaves of it comes back
+    reply = spoken("The capital of France is Paris. It is a large city on the river Seine, famous for its museums "
+                   "and the Eiffel tower. Would you like to know more?")
+    leftover = (reply.astype(np.float32) * 10 ** (-30 / 20)).astype(np.int16) + floor[question.size:][:reply.size]
+    later = 100.0 + question.size / 16000
+    hear_all(heard, leftover, 16000, 512, arrived=later)
+    assert heard.segmenter.gate.voices  # (what made it pass for them)
+    heard.segmenter.guarded = False
+    yes = np.concatenate([(spoken("Yes.").astype(np.float32) * 10 ** (-10 / 20)).astype(np.int16), silence(1.5)])
+    ended = [e for e in hear_all(heard, yes + floor[:yes.size], 16000, 512, arrived=later + reply.size / 16000)
+             if isinstance(e, UtteranceEnded)]
+    assert len(ended) == 1 and ended[0].room_talks is False

@@ -902,6 +902,43 @@ def test_among_people_talking_speech_confirmed_after_the_reply_ended_is_a_reques
     assert of(m.handle(UtteranceEnded(5.0, quiet, room_talks=True)), CommitTurn)
 
 
+def test_among_people_talking_speech_taken_for_theirs_that_the_user_goes_on_in_goes_on_with_the_request():
+    """Their syllables opened it, the user's own words came in it before its end: it is the request going on."""
+    m = judging()
+    turn = went_on_as_the_reply_began(m)
+    m.handle(SpeechConfirmed(3.5, voice_at(-34, 0.8, started_at=2.7), loud=False, room_talks=True))
+    assert m.route(turn) is Route.DELIVER  # (the reply plays on meanwhile)
+    whole = Speech(voice_at(-34, 0.8, 2.7).pcm + voice_at(-26, 1.0, 3.5).pcm, started_at=2.7, ended_at=4.5)
+    actions = m.handle(UtteranceEnded(4.6, whole, room_talks=True))
+    assert of(actions, StopTurn) == [StopTurn(turn, EXTENDED, audible=False, forget=True)]
+    (start,) = of(actions, StartTurn)
+    assert start.speech == joined(REQUEST, whole)
+
+
+def test_among_people_talking_speech_begun_as_a_short_reply_began_and_ended_after_it_is_held_to_its_level():
+    """Begun within the grace, the reply over before it was confirmed or ended: still judged against the request."""
+    for under_db, a_turn in ((8, False), (2, True)):
+        m = judging()
+        turn = went_on_as_the_reply_began(m)
+        m.handle(ReplyComplete(2.8, turn))
+        m.handle(PlaybackDone(3.0, turn))
+        ended = m.handle(UtteranceEnded(3.4, voice_at(-26 - under_db, 0.6, started_at=2.7), room_talks=True))
+        assert bool(of(ended, CommitTurn)) is a_turn, under_db
+
+
+def test_among_people_talking_a_stop_then_a_short_request_under_the_requests_level_is_a_turn():
+    """"Stop, why?": the words stopped the reply as the user's; what they ask is a turn, confirmed or not."""
+    m = commanding()
+    turn = spoken_turn(m, speech=REQUEST)
+    m.handle(AudioSent(2.5, turn, 3.0))
+    m.handle(SpeechStarted(3.5))
+    quiet = voice_at(-34, 0.4, started_at=3.5)
+    (hear,) = of(m.handle(SpeechPaused(3.9, quiet, kept=False)), HearInterjection)
+    assert of(m.handle(InterjectionHeard(4.2, turn, hear.pause, "Stop, why?")), StopTurn)[0].reason == "barge-in"
+    (start,) = of(m.handle(UtteranceEnded(4.5, quiet, room_talks=True)), StartTurn)
+    assert start.stopped_reply
+
+
 FIRST = Speech(b"\1\0" * 1600, started_at=0.5, ended_at=2.0, samples=(8000, 40000, 34000))
 THEN = Speech(b"\2\0" * 800, started_at=2.6, ended_at=3.1, samples=(41600, 52000, 50000))
 

@@ -89,17 +89,22 @@ def level_db(samples: np.ndarray) -> float:
     return 10 * float(np.log10(float(np.mean(samples * samples)) + 1e-10))
 
 
+def chunk_levels(pcm: bytes) -> np.ndarray:
+    """dBFS of each whole CHUNK of int16 PCM."""
+    samples = np.frombuffer(pcm, dtype="<i2")
+    chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
+    return 10 * np.log10(np.mean(chunks * chunks, axis=1) + 1e-10)
+
+
 def quieter_by(pcm: bytes, than: bytes) -> float:
     """How many dB the voice in `pcm` stands under the one in `than` (int16 at 16 kHz both): `pcm`'s second
     loudest chunk against `than`'s 90th percentile one. A lone loud syllable of other people's talk is not a voice
-    at that level; a request's pauses, pre-roll and softer words lie under its 90th percentile. inf: no voice."""
-    def chunk_levels(audio: bytes) -> np.ndarray:
-        samples = np.frombuffer(audio, dtype="<i2")
-        chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
-        return 10 * np.log10(np.mean(chunks * chunks, axis=1) + 1e-10)
-
+    at that level; a request's pauses, pre-roll and softer words lie under its 90th percentile. inf: no voice in
+    `pcm`; -inf: none in `than` (nothing to hold it to)."""
     heard, reference = chunk_levels(pcm), chunk_levels(than)
-    if heard.size == 0 or reference.size == 0:
+    if reference.size == 0:
+        return -np.inf
+    if heard.size == 0:
         return np.inf
     second = np.sort(heard)[-2] if heard.size >= 2 else heard[0]
     return float(np.percentile(reference, 90) - second)
@@ -255,6 +260,8 @@ class VoiceGate:
         self.levels: deque[float] = deque(maxlen=LEVEL_CHUNKS)  # dBFS of the user's clearly voiced chunks
         self.room: deque[float] = deque(maxlen=ROOM_CHUNKS)  # dBFS of chunks that were not the user's
         self.room_voiced: deque[bool] = deque(maxlen=ROOM_CHUNKS)  # ...and whether Silero called each one speech
+        self.unplayed_voiced: deque[bool] = deque(maxlen=ROOM_CHUNKS)  # ...of those heard while nothing played
+        self._playing = False  # the chunk being judged was heard while the reply played (or its echo may be in it)
         self.heard: deque[float] = deque(maxlen=ALL_CHUNKS)  # dBFS of every chunk
         self.heard_at = -HOLD_SAMPLES * 10  # stream position of the latest chunk at the user's level
         self.loud_at = -HOLD_SAMPLES * 10  # ...of the latest one while guarded within voice_db of it
@@ -278,6 +285,13 @@ class VoiceGate:
     def voices(self) -> bool:
         """Other people talk in the room: Silero called most of its recent chunks speech (steady noise: none)."""
         return len(self.room_voiced) >= ROOM_MIN_CHUNKS and 2 * sum(self.room_voiced) >= len(self.room_voiced)
+
+    @property
+    def others_talk(self) -> bool:
+        """Other people talk in the room, as heard while nothing played: what a client's own echo canceller leaves
+        of the reply is voiced too, and would pass for them in a quiet room."""
+        heard = self.unplayed_voiced
+        return len(heard) >= ROOM_MIN_CHUNKS and 2 * sum(heard) >= len(heard)
 
     @property
     def steady(self) -> bool:
@@ -328,6 +342,7 @@ class VoiceGate:
         if at is not None:
             self._arrive(at)
         reference = self.echo.reference(at) if self.echo is not None and at is not None else None
+        self._playing = self.guarded or reference is not None
         if reference is None and self.echo is not None:
             self.echo.unplayed.append(level)
         if self.start is not None:
@@ -486,6 +501,8 @@ class VoiceGate:
         if self._floor is None or level < self._floor + LEARN_OVER_FLOOR_DB:  # (a near voice is no room's)
             self.room.append(level)
             self.room_voiced.append(voiced)
+            if not self._playing:
+                self.unplayed_voiced.append(voiced)
         if reference is None:
             return
         if not voiced or level - reference < ECHO_PRIOR_DB - ECHO_MARGIN_DB:

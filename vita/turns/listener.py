@@ -15,7 +15,7 @@ import soxr
 from vita.hearing.echo_canceller import EchoCanceller
 from vita.hearing.utterance import Heard, Utterance, VadEvent
 from vita.hearing.vad import CHUNK, MASKED_SPAN_MAX_GAP_CHUNKS, SAMPLE_RATE, SPAN_MAX_GAP_CHUNKS, VadSegmenter
-from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, level_db
+from vita.hearing.voice_gate import CHUNK_S, ECHO_LEARN_ABOVE_DBFS, chunk_levels
 from vita.turns.turn_events import (
     Event,
     Speech,
@@ -98,9 +98,8 @@ class SpeechListener:
         if self.segmenter.level_db is None:
             return False
         loudest = np.percentile(self.segmenter.levels, 95)
-        samples = np.frombuffer(speech.pcm, np.int16)[-LOUD_WINDOW_S * SAMPLE_RATE:]
-        chunks = samples[:samples.size // CHUNK * CHUNK].reshape(-1, CHUNK).astype(np.float32) / 32768.0
-        its = max((level_db(c) for c in chunks), default=-120.0)
+        levels = chunk_levels(speech.pcm[-2 * LOUD_WINDOW_S * SAMPLE_RATE:])
+        its = float(levels.max()) if levels.size else -120.0
         log.debug("confirmed: %.2f s of speech, its loudest chunk %+.1f dB from the user's", speech.ended_at -
                   speech.started_at, its - loudest)
         return bool(its >= loudest - LOUD_UNDER_USER_DB)
@@ -135,7 +134,7 @@ class SpeechListener:
     def _events(self, heard: list[VadEvent], arrived: float, now: float) -> list[Event]:
         position = self.segmenter.position + self.segmenter.pending.size  # samples arrived by `arrived`
         events: list[Event] = []
-        room_talks = self.segmenter.gate.voices
+        room_talks = self.segmenter.gate.others_talk
         for vad in heard:
             if vad.kind is Heard.START:
                 events.append(SpeechStarted(now))

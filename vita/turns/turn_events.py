@@ -88,7 +88,7 @@ class SpeechConfirmed:
     now: float
     speech: Speech | None = None  # what was heard of it so far
     loud: bool = True  # part of it came near the user's own loud chunks (SpeechListener.at_users_level): not an echo
-    room_talks: bool = False  # other people talk in the room (VoiceGate.voices)
+    room_talks: bool = False  # other people talk in the room (VoiceGate.others_talk)
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class SpeechResumed:
 class UtteranceEnded:
     now: float
     speech: Speech
-    room_talks: bool = False  # other people talk in the room (VoiceGate.voices)
+    room_talks: bool = False  # other people talk in the room (VoiceGate.others_talk)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,8 @@ class UserSpeech:
     speculated_at: float = 0.0  # when its latest speculative turn started
     pause: OpenPause | None = None  # the pause the user is in now, if any
     checking: tuple[int, int] | None = None  # (turn, check) of its words that holds that turn's reply (TurnRules)
-    over: Speech | None = None  # the request whose reply was playing when it began (after the grace)
+    over: Speech | None = None  # the request whose reply was playing when it began
+    others: bool = False  # taken for other people's talk: neither the request going on nor an interruption
 
 
 class TurnMaking:

@@ -139,8 +139,11 @@ class AsTheReplyBegins:
     """What the room did with a question ended at its pause once its reply began (see the module's doc: grace)."""
 
     ended: bool = False  # its final pause was reported (where the end-of-turn model ends it)
-    went_on: bool = False  # the room's speech begun within the grace was kept or confirmed after the first audio
-    rooms: bool = False  # ...and the turn machine takes it for the room's
+    held: bool = False  # speech begun before the reply's first audio was kept (the server holds the reply for it
+    # and sends the request again with it, whatever its level)
+    held_under: bool = False  # ...and it stood under the request's voice as the turn machine judges that
+    went_on: bool = False  # speech begun from the first audio to the grace's end was kept or confirmed
+    rooms: bool = False  # ...and the turn machine takes it for other people's (TurnTaking: others_speech)
 
 
 def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float,
@@ -148,8 +151,12 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
     """A complete question in the room, ended at its final pause; the reply's first audio REPLY_AFTER_S later, then
     REPLY_S of it playing (the gate guarded): what speech begun before first audio + `grace_s` made. `then`: the user
     goes on with the request, its voice THEN_AFTER_S after the first audio (only speech begun with it counts)."""
-    from vita.hearing.voice_gate import quieter_by
-    from vita.turns.turn_taking import ROOM_UNDER_REQUEST_DB
+    from vita.turns.turn_events import Speech
+    from vita.turns.turn_taking import others_speech
+
+    def under_the_request(event: VadEvent) -> bool:
+        heard, asked = (Speech(u.pcm, 0.0, 0.0) for u in (event.utterance, request[0]))
+        return others_speech(heard, asked, segmenter.gate.others_talk)
 
     _, last = voiced_span(speech)
     seen, segmenter = AsTheReplyBegins(), session.segmenter
@@ -158,7 +165,7 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
     def as_the_server(at: float, event: VadEvent) -> None:
         if event.kind is Heard.PAUSE and not seen.ended and at >= last - FINAL_PAUSE_EARLY_S:
             request.extend(e.utterance for e in segmenter.end_now(at_pause=True) if e.kind is Heard.END)
-            seen.ended = True
+            seen.ended = bool(request)
         elif event.kind is Heard.START and request:
             began.append(segmenter.position)
         elif event.kind is Heard.DROPPED and began:
@@ -168,15 +175,16 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
             for ended in segmenter.end_now(at_pause=True):
                 as_the_server(at, ended)
         elif event.kind in (Heard.CONFIRM, Heard.END) and began:
-            if first_audio and not seen.went_on and counted_from[0] <= began[-1] <= first_audio[0] + grace_s * RATE:
-                seen.went_on = True
-                seen.rooms = segmenter.gate.voices and quieter_by(event.utterance.pcm,
-                                                                  request[0].pcm) > ROOM_UNDER_REQUEST_DB
+            if not first_audio or began[-1] < first_audio[0]:
+                if then is None and not seen.held:
+                    seen.held, seen.held_under = True, under_the_request(event)
+            elif not seen.went_on and counted_from[0] <= began[-1] <= first_audio[0] + grace_s * RATE:
+                seen.went_on, seen.rooms = True, under_the_request(event)
             if event.kind is Heard.END:
                 began.clear()
 
     session.hear(speech, as_the_server)
-    if not seen.ended or not request:
+    if not seen.ended:
         segmenter.end_now()
         return seen
     session.hear(silence(REPLY_AFTER_S), as_the_server)
@@ -187,7 +195,7 @@ def as_the_reply_begins(session: PlaceInRoom, speech: np.ndarray, grace_s: float
     else:
         onset, _ = voiced_span(then)
         lead = max(0.0, THEN_AFTER_S - onset)
-        session.hear(silence(lead))
+        session.hear(silence(lead), as_the_server)
         counted_from[0] = segmenter.position + int((onset - 0.1) * RATE)  # (what the room opened before is not theirs)
         session.hear(np.concatenate([then, silence(max(0.0, REPLY_S - lead - then.size / RATE))]), as_the_server)
     segmenter.guarded = False
@@ -308,11 +316,12 @@ def main() -> None:
                       flush=True)
             elif args.mode == "grace":
                 ended = [g for g in graces if g.ended]
-                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(graces)}; speech went on with it "
-                      f"as its reply began: {sum(g.went_on for g in ended)}, taken for the room's: "
-                      f"{sum(g.rooms for g in ended)}; the user going on with a request {THEN_AFTER_S} s into its "
-                      f"reply: went on {sum(g.went_on for g in goes_on if g.ended)} of "
-                      f"{sum(g.ended for g in goes_on)}, taken for the room's {sum(g.rooms for g in goes_on)}",
+                print(f"{room:15s} {voice:7s} ended at its pause {len(ended)} of {len(graces)}; speech begun before "
+                      f"the reply and kept: {sum(g.held for g in ended)} ({sum(g.held_under for g in ended)} under "
+                      f"the request's level); begun as it began: {sum(g.went_on for g in ended)}, taken for other "
+                      f"people's: {sum(g.rooms for g in ended)}; the user going on with a request {THEN_AFTER_S} s "
+                      f"into its reply: went on {sum(g.went_on for g in goes_on if g.ended)} of "
+                      f"{sum(g.ended for g in goes_on)}, taken for other people's {sum(g.rooms for g in goes_on)}",
                       flush=True)
             elif args.mode == "ends":
                 ended = [a for a in afters if a.ended]
