@@ -902,6 +902,16 @@ def test_among_people_talking_speech_confirmed_after_the_reply_ended_is_a_reques
     assert of(m.handle(UtteranceEnded(5.0, quiet, room_talks=True)), CommitTurn)
 
 
+def test_among_people_talking_speech_taken_for_theirs_still_has_its_words_checked_for_a_stop_at_its_pause():
+    """Taken for other people's as the reply began, it is speech over the reply: "Stop." in it still stops it."""
+    m = commanding()
+    turn = went_on_as_the_reply_began(m)
+    quiet = voice_at(-34, 0.8, started_at=2.7)
+    m.handle(SpeechConfirmed(3.5, quiet, loud=False, room_talks=True))
+    (hear,) = of(m.handle(SpeechPaused(3.7, quiet, kept=True)), HearInterjection)
+    assert of(m.handle(InterjectionHeard(4.0, turn, hear.pause, "Stop.")), StopTurn)[0].reason == "barge-in"
+
+
 def test_among_people_talking_speech_taken_for_theirs_that_the_user_goes_on_in_goes_on_with_the_request():
     """Their syllables opened it, the user's own words came in it before its end: it is the request going on."""
     m = judging()
