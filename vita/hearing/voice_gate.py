@@ -110,6 +110,11 @@ def quieter_by(pcm: bytes, than: bytes) -> float:
     return float(np.percentile(reference, 90) - second)
 
 
+def _mostly_voiced(voiced: deque[bool]) -> bool:
+    """Enough of the room heard (ROOM_MIN_CHUNKS), and Silero called at least half of it speech."""
+    return len(voiced) >= ROOM_MIN_CHUNKS and 2 * sum(voiced) >= len(voiced)
+
+
 class EchoReference:
     """What the client was played, on the server's clock, and how loud it comes back in the microphone.
 
@@ -284,14 +289,13 @@ class VoiceGate:
     @property
     def voices(self) -> bool:
         """Other people talk in the room: Silero called most of its recent chunks speech (steady noise: none)."""
-        return len(self.room_voiced) >= ROOM_MIN_CHUNKS and 2 * sum(self.room_voiced) >= len(self.room_voiced)
+        return _mostly_voiced(self.room_voiced)
 
     @property
     def others_talk(self) -> bool:
         """Other people talk in the room, as heard while nothing played: what a client's own echo canceller leaves
         of the reply is voiced too, and would pass for them in a quiet room."""
-        heard = self.unplayed_voiced
-        return len(heard) >= ROOM_MIN_CHUNKS and 2 * sum(heard) >= len(heard)
+        return _mostly_voiced(self.unplayed_voiced)
 
     @property
     def steady(self) -> bool:

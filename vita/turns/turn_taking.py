@@ -331,9 +331,8 @@ class TurnTaking(ReplyProgress, TurnMaking):
         actions = actions + self._unduck()
         if heard.commanded:  # "Stop." stopped the reply; it asks for nothing more
             return actions + self._typed_turn(e.now)
-        if heard.others and self._committed() and not others_speech(e.speech, self.turn.speech, e.room_talks):
-            heard.others = False  # (the user's own words came in it after all: it goes on with the request)
         if self._committed() and not heard.confirmed:
+            heard.others = False  # (judged again on the whole of it: the user's own words may have come in it)
             if self._continues_request(heard) and not self._others_going_on(heard, e.speech, e.room_talks):
                 # a short continuation before the reply was heard: one request
                 speech, stopped_reply = joined(self.turn.speech, e.speech), self.turn.stopped_reply

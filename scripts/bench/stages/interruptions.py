@@ -14,9 +14,9 @@ grace: each question after the first ended at its final pause, its reply's first
 speech begun before the extension grace ran out (`turn.extend_grace_ms`) is kept or confirmed once the reply plays,
 each a reply withdrawn and the request sent again with it (speech going on with it is ended at its pauses, as the
 end-of-turn model ends a finished one: the question's own last sound, kept where a room hid it, ends before the reply),
-and how many of those the turn machine now takes for the room's (TurnTaking: other people talking, more than
-ROOM_UNDER_REQUEST_DB under the request's voice); then the user going on with a request (the turn-taking
-benchmark's paused ones) 0.3 s into its reply: how often that is taken for the room's.
+and how many of those the turn machine now takes for other people's (TurnTaking's others_speech: other people
+talking, more than ROOM_UNDER_REQUEST_DB under the request's voice); then the user going on with a request (the
+turn-taking benchmark's paused ones) 0.3 s into its reply: how often that is taken for other people's.
 paused: no reply; requests said with a pause (the turn-taking benchmark's), their first part ended at its final
 pause: whether the second goes on with it (what a stricter bar for the room's speech going on must keep).
 
